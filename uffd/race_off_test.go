@@ -1,0 +1,5 @@
+//go:build linux && !race
+
+package uffd
+
+const raceEnabled = false
