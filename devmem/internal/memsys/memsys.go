@@ -1,0 +1,237 @@
+package memsys
+
+import (
+	"golang.org/x/sys/unix"
+)
+
+// Protection and mapping flags, re-exported so callers need not import
+// x/sys/unix.
+const (
+	ProtNone  = unix.PROT_NONE
+	ProtRead  = unix.PROT_READ
+	ProtWrite = unix.PROT_WRITE
+
+	MapShared    = unix.MAP_SHARED
+	MapPrivate   = unix.MAP_PRIVATE
+	MapAnonymous = unix.MAP_ANONYMOUS
+	MapNoreserve = unix.MAP_NORESERVE
+	MapFixed     = unix.MAP_FIXED
+)
+
+// Memory policy modes and get_mempolicy flags.
+const (
+	MpolDefault = unix.MPOL_DEFAULT
+	MpolBind    = unix.MPOL_BIND
+
+	// mpolModeFlags are the flag bits get_mempolicy may OR into the mode.
+	mpolModeFlags = unix.MPOL_MODE_FLAGS
+)
+
+// MaxNodes is the largest NUMA node count the kernel can be built with
+// (MAX_NUMNODES with NODES_SHIFT=10); nodemasks of this size fit any kernel.
+const MaxNodes = 1024
+
+// MaxCPUs is the number of CPUs a fixed-size affinity mask can name.
+const MaxCPUs = len(unix.CPUSet{}) * 64
+
+func ignoringEINTR(f func() error) error {
+	for {
+		err := f()
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// MemfdCreate creates an anonymous shared-memory file, close-on-exec so
+// that a helper the process execs does not inherit (and pin) its memory.
+func MemfdCreate(name string) (int, error) {
+	return unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+}
+
+// Ftruncate sets the file's size.
+func Ftruncate(fd int, size int64) error {
+	return ignoringEINTR(func() error { return unix.Ftruncate(fd, size) })
+}
+
+// Close closes fd. It is not retried on EINTR: Linux releases the
+// descriptor even when close reports EINTR, and a retry could close a
+// descriptor another goroutine has just been given.
+func Close(fd int) error { return unix.Close(fd) }
+
+// Dup duplicates fd; the copy is close-on-exec.
+func Dup(fd int) (int, error) {
+	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// SetCloexec marks fd close-on-exec.
+func SetCloexec(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+	return err
+}
+
+// Stat is the part of struct stat devmem uses.
+type Stat struct {
+	Dev, Ino uint64
+	Mode     uint32
+	Size     int64
+	Blocks   int64 // 512-byte units, whatever the file system's block size
+}
+
+// IsRegular reports whether the file is a regular file (memfds are).
+func (s Stat) IsRegular() bool { return s.Mode&unix.S_IFMT == unix.S_IFREG }
+
+// FileType names the file's type for error messages.
+func (s Stat) FileType() string {
+	switch s.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFIFO:
+		return "pipe"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFLNK:
+		return "symbolic link"
+	}
+	return "unknown file type"
+}
+
+// Fstat stats fd.
+func Fstat(fd int) (Stat, error) {
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+		return Stat{}, err
+	}
+	return Stat{
+		Dev:    st.Dev,
+		Ino:    st.Ino,
+		Mode:   st.Mode,
+		Size:   st.Size,
+		Blocks: st.Blocks,
+	}, nil
+}
+
+// Fallocate allocates [off, off+length) of the file.
+func Fallocate(fd int, off, length int64) error {
+	return ignoringEINTR(func() error { return unix.Fallocate(fd, 0, off, length) })
+}
+
+// PunchHole frees [off, off+length) of the file, keeping its size. The
+// kernel also zaps every page-table entry mapping those pages, in every
+// process, which is what makes it usable to evict a page.
+func PunchHole(fd int, off, length int64) error {
+	return ignoringEINTR(func() error {
+		return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+	})
+}
+
+// Pread reads once at off.
+func Pread(fd int, p []byte, off int64) (int, error) {
+	for {
+		n, err := unix.Pread(fd, p, off)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// Pwrite writes once at off.
+func Pwrite(fd int, p []byte, off int64) (int, error) {
+	for {
+		n, err := unix.Pwrite(fd, p, off)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// CopyFileRange copies up to length bytes from rfd at roff to wfd at woff
+// with one copy_file_range call and reports how many it copied.
+func CopyFileRange(rfd int, roff int64, wfd int, woff int64, length int) (int, error) {
+	for {
+		r, w := roff, woff
+		n, err := unix.CopyFileRange(rfd, &r, wfd, &w, length, 0)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// SeekData returns the offset of the first data byte at or after off
+// (lseek SEEK_DATA); ENXIO means there is none.
+func SeekData(fd int, off int64) (int64, error) {
+	return unix.Seek(fd, off, unix.SEEK_DATA)
+}
+
+// SeekHole returns the offset of the first hole at or after off (lseek
+// SEEK_HOLE); the end of the file counts as a hole.
+func SeekHole(fd int, off int64) (int64, error) {
+	return unix.Seek(fd, off, unix.SEEK_HOLE)
+}
+
+// Mmap is mmap(2) with the address as a plain number.
+func Mmap(addr, length uintptr, prot, flags, fd int, off int64) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_MMAP, addr, length, uintptr(prot), uintptr(flags), uintptr(fd), uintptr(off))
+	if e != 0 {
+		return 0, e
+	}
+	return r, nil
+}
+
+// Munmap is munmap(2).
+func Munmap(addr, length uintptr) error {
+	_, _, e := unix.Syscall(unix.SYS_MUNMAP, addr, length, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// MadviseDontFork marks [addr, addr+length) MADV_DONTFORK.
+func MadviseDontFork(addr, length uintptr) error {
+	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_DONTFORK)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// MadvisePopulateRead maps the pages of [addr, addr+length) that exist,
+// reading (MADV_POPULATE_READ).
+func MadvisePopulateRead(addr, length uintptr) error {
+	return ignoringEINTR(func() error {
+		_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_POPULATE_READ)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+}
+
+// SchedSetaffinity restricts the calling thread to one CPU.
+func SchedSetaffinity(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return unix.SchedSetaffinity(0, &set)
+}
+
+// SchedGetaffinity lists the CPUs the calling thread may run on.
+func SchedGetaffinity() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, err
+	}
+	cpus := make([]int, 0, set.Count())
+	for cpu := 0; cpu < MaxCPUs; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, nil
+}

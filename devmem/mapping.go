@@ -1,0 +1,189 @@
+package devmem
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/softuvm/softuvm/devmem/internal/memsys"
+)
+
+// Mapping is a MAP_SHARED read-write view of part of a File in this
+// process. Its memory is not Go's: the slice from Bytes is valid until
+// Unmap, and touching it afterwards faults.
+type Mapping struct {
+	mu     sync.Mutex
+	addr   uintptr
+	length int64
+	name   string
+	off    int64
+}
+
+// Map maps [off, off+length) of the file (page-aligned) shared and
+// read-write, at an address the kernel picks. Stores through it reach
+// the file's pages directly, and a Punch of the range by anyone zaps it.
+func (f *File) Map(off, length int64) (*Mapping, error) {
+	if err := f.checkRange("map", off, length, true); err != nil {
+		return nil, err
+	}
+	fd, err := f.sysfd("map")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := memsys.Mmap(0, uintptr(length), memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, off)
+	if err != nil {
+		return nil, fmt.Errorf("map %s %#x+%d: %w", f.name, off, length, err)
+	}
+	return &Mapping{addr: addr, length: length, name: f.name, off: off}, nil
+}
+
+// MapFixed maps [off, off+length) of the file (page-aligned) shared and
+// read-write at addr, replacing whatever was mapped there. addr must lie
+// inside a reservation made by ReserveAddressSpace: MAP_FIXED silently
+// replaces any mapping, so pointing it at memory the process did not set
+// aside would corrupt it. The project maps with addr == off, so that a
+// file offset is the virtual address. The window is removed by mapping
+// over it again or by ReleaseAddressSpace.
+func (f *File) MapFixed(addr uintptr, off, length int64) error {
+	if err := f.checkRange("map fixed", off, length, true); err != nil {
+		return err
+	}
+	if addr == 0 || addr%PageSize != 0 {
+		return fmt.Errorf("map fixed %s %#x+%d: address %#x: want a nonzero multiple of %d", f.name, off, length, addr, PageSize)
+	}
+	fd, err := f.sysfd("map fixed")
+	if err != nil {
+		return err
+	}
+	got, err := memsys.Mmap(addr, uintptr(length), memsys.ProtRead|memsys.ProtWrite, memsys.MapShared|memsys.MapFixed, fd, off)
+	if err != nil {
+		return fmt.Errorf("map fixed %s %#x+%d at %#x: %w", f.name, off, length, addr, err)
+	}
+	if got != addr { // MAP_FIXED cannot do this; guard against a kernel that did
+		memsys.Munmap(got, uintptr(length))
+		return fmt.Errorf("map fixed %s %#x+%d at %#x: kernel mapped it at %#x", f.name, off, length, addr, got)
+	}
+	return nil
+}
+
+// Bytes returns the mapped memory; nil after Unmap.
+func (m *Mapping) Bytes() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return memsys.Bytes(m.addr, int(m.length))
+}
+
+// Addr returns the mapping's address; 0 after Unmap.
+func (m *Mapping) Addr() uintptr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addr
+}
+
+// Len returns the mapping's length in bytes.
+func (m *Mapping) Len() int64 { return m.length }
+
+// PopulateRead fills the page tables for [off, off+length) of the mapping
+// (offsets relative to the mapping) with the file's pages, without
+// touching them. A kernel copy that reads from an unpopulated mapping (as
+// UFFDIO_COPY does from its source) takes a slow path for every page; one
+// MADV_POPULATE_READ beforehand costs a fraction of that.
+func (m *Mapping) PopulateRead(off, length int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.addr == 0 {
+		return fmt.Errorf("populate %s: %w", m.name, os.ErrClosed)
+	}
+	if off < 0 || length <= 0 || off%PageSize != 0 || length%PageSize != 0 || off+length > m.length {
+		return fmt.Errorf("populate %s: range %#x+%d: want page-aligned, nonempty and within the mapping's %d bytes", m.name, off, length, m.length)
+	}
+	if err := memsys.MadvisePopulateRead(m.addr+uintptr(off), uintptr(length)); err != nil {
+		return fmt.Errorf("populate %s %#x+%d: %w", m.name, m.off+off, length, err)
+	}
+	return nil
+}
+
+// Unmap removes the mapping. Unmapping twice is not an error.
+func (m *Mapping) Unmap() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.addr == 0 {
+		return nil
+	}
+	if err := memsys.Munmap(m.addr, uintptr(m.length)); err != nil {
+		return fmt.Errorf("unmap %s %#x+%d at %#x: %w", m.name, m.off, m.length, m.addr, err)
+	}
+	m.addr = 0
+	return nil
+}
+
+// BytesAt views length bytes of memory mapped at addr (a MapFixed window,
+// say) as a slice. The caller keeps the memory mapped for as long as it
+// uses the slice.
+func BytesAt(addr uintptr, length int64) []byte {
+	return memsys.Bytes(addr, int(length))
+}
+
+// ReserveAddressSpace reserves length bytes of virtual address space
+// aligned to align, inaccessible (PROT_NONE) and uncommitted
+// (MAP_NORESERVE), for MapFixed windows to be placed in. It maps
+// length+align-PageSize bytes and unmaps the slack on both sides of the
+// aligned part, so only the reservation itself remains.
+func ReserveAddressSpace(length, align int64) (uintptr, error) {
+	if length <= 0 || length%PageSize != 0 {
+		return 0, fmt.Errorf("reserve %d bytes aligned to %d: length %d: want a positive multiple of %d", length, align, length, PageSize)
+	}
+	if align < PageSize || align&(align-1) != 0 {
+		return 0, fmt.Errorf("reserve %d bytes aligned to %d: alignment %d: want a power of two >= %d", length, align, align, PageSize)
+	}
+	if length > FileSize || align > FileSize {
+		return 0, fmt.Errorf("reserve %d bytes aligned to %d: want at most %#x bytes and alignment", length, align, int64(FileSize))
+	}
+	over := uintptr(length + align - PageSize)
+	base, err := memsys.Mmap(0, over, memsys.ProtNone, memsys.MapPrivate|memsys.MapAnonymous|memsys.MapNoreserve, -1, 0)
+	if err != nil {
+		return 0, fmt.Errorf("reserve %d bytes aligned to %d: %w", length, align, err)
+	}
+	a := uintptr(align)
+	addr := (base + a - 1) &^ (a - 1)
+	end := addr + uintptr(length)
+	if head := addr - base; head > 0 {
+		if err := memsys.Munmap(base, head); err != nil {
+			memsys.Munmap(base, over)
+			return 0, fmt.Errorf("reserve %d bytes aligned to %d: trim %#x+%d: %w", length, align, base, head, err)
+		}
+	}
+	if tail := base + over - end; tail > 0 {
+		if err := memsys.Munmap(end, tail); err != nil {
+			memsys.Munmap(addr, base+over-addr)
+			return 0, fmt.Errorf("reserve %d bytes aligned to %d: trim %#x+%d: %w", length, align, end, tail, err)
+		}
+	}
+	return addr, nil
+}
+
+// ReleaseAddressSpace unmaps [addr, addr+length): the reservation and any
+// MapFixed windows in it.
+func ReleaseAddressSpace(addr uintptr, length int64) error {
+	if addr%PageSize != 0 || length <= 0 {
+		return fmt.Errorf("release %#x+%d: want a page-aligned address and a positive length", addr, length)
+	}
+	if err := memsys.Munmap(addr, uintptr(length)); err != nil {
+		return fmt.Errorf("release %#x+%d: %w", addr, length, err)
+	}
+	return nil
+}
+
+// DontFork marks [addr, addr+length) MADV_DONTFORK, so that a child the
+// process forks (to exec a helper, say) gets no copy of the range. A
+// child's copy would not be known to the fault server: it could read
+// stale pages or keep them pinned behind the server's back.
+func DontFork(addr uintptr, length int64) error {
+	if addr%PageSize != 0 || length <= 0 {
+		return fmt.Errorf("dontfork %#x+%d: want a page-aligned address and a positive length", addr, length)
+	}
+	if err := memsys.MadviseDontFork(addr, uintptr(length)); err != nil {
+		return fmt.Errorf("dontfork %#x+%d: %w", addr, length, err)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package devmem
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// mapsLine returns the /proc/self/maps line of the mapping containing
+// addr, "" if none does.
+func mapsLine(t *testing.T, addr uintptr) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/maps")
+	require.NoError(t, err)
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		var lo, hi uintptr
+		if _, err := fmt.Sscanf(s.Text(), "%x-%x", &lo, &hi); err == nil && lo <= addr && addr < hi {
+			return s.Text()
+		}
+	}
+	require.NoError(t, s.Err())
+	return ""
+}
+
+func TestReserveAddressSpaceAlignment(t *testing.T) {
+	for _, align := range []int64{PageSize, 2 << 20, 1 << 30} {
+		t.Run(fmt.Sprint(align), func(t *testing.T) {
+			const length = 6 << 20
+			addr, err := ReserveAddressSpace(length, align)
+			require.NoError(t, err)
+			assert.Zero(t, addr%uintptr(align), "address %#x aligned to %d", addr, align)
+
+			line := mapsLine(t, addr)
+			assert.Contains(t, line, " ---p ", "reserved, inaccessible and private")
+			// Exactly the reservation: the slack mapped for alignment was
+			// trimmed on both sides.
+			assert.True(t, strings.HasPrefix(line, fmt.Sprintf("%x-%x ", addr, addr+length)), "maps line %q", line)
+
+			require.NoError(t, DontFork(addr, length))
+			require.NoError(t, ReleaseAddressSpace(addr, length))
+			assert.NotContains(t, mapsLine(t, addr), "---p", "released")
+		})
+	}
+}
+
+func TestReserveAddressSpaceErrors(t *testing.T) {
+	for _, tc := range []struct {
+		length, align int64
+		want          string
+	}{
+		{0, PageSize, "length 0: want a positive multiple of 4096"},
+		{100, PageSize, "length 100: want a positive multiple of 4096"},
+		{PageSize, 0, "alignment 0: want a power of two >= 4096"},
+		{PageSize, 3 * PageSize, "alignment 12288: want a power of two >= 4096"},
+		{PageSize, 512, "alignment 512: want a power of two >= 4096"},
+		{FileSize * 2, PageSize, "want at most 0x800000000000 bytes"},
+	} {
+		_, err := ReserveAddressSpace(tc.length, tc.align)
+		assert.ErrorContains(t, err, tc.want)
+	}
+	assert.ErrorContains(t, DontFork(1, PageSize), "dontfork 0x1+4096: want a page-aligned address")
+	assert.ErrorContains(t, ReleaseAddressSpace(PageSize, 0), "release 0x1000+0: want a page-aligned address and a positive length")
+}
+
+// The project's rule: a page's file offset is its virtual address. A
+// MapFixed window placed at addr == offset inside a reservation shows the
+// file's pages at their own addresses, coherent with any other mapping
+// of the file and with pread/pwrite, and a Punch zaps it.
+func TestMapFixedOffsetEqualsAddress(t *testing.T) {
+	const length = 16 * PageSize
+	addr, err := ReserveAddressSpace(length, 2<<20)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ReleaseAddressSpace(addr, length)) }()
+	f := newFile(t, FileSize)
+
+	// Replace the middle of the reservation; the rest stays reserved.
+	win, off := addr+4*PageSize, int64(addr+4*PageSize)
+	require.NoError(t, f.MapFixed(win, off, 8*PageSize))
+	assert.Contains(t, mapsLine(t, win), " rw-s ")
+	assert.Contains(t, mapsLine(t, addr), " ---p ")
+	assert.Contains(t, mapsLine(t, addr+12*PageSize), " ---p ")
+	assert.Contains(t, mapsLine(t, win), fmt.Sprintf(" %08x ", off), "the window maps file offset == address")
+
+	fixed := BytesAt(win, 8*PageSize)
+	want := pattern(8*PageSize, 9)
+	copy(fixed, want)
+	assert.Equal(t, want, readAll(t, f, off, 8*PageSize), "stores at the address are the file's page at that offset")
+
+	other := mapFile(t, f, off, 8*PageSize)
+	assert.Equal(t, want, other.Bytes(), "visible through another mapping")
+	copy(other.Bytes()[PageSize:], "from the other side")
+	assert.Equal(t, "from the other side", string(fixed[PageSize:PageSize+19]))
+
+	require.NoError(t, f.Punch(off, 8*PageSize))
+	allocated, err := f.AllocatedBytes()
+	require.NoError(t, err)
+	assert.Zero(t, allocated)
+	assert.True(t, isZero(fixed), "punch zapped the window")
+}
+
+func TestMappingUnmap(t *testing.T) {
+	f := newFile(t, FileSize)
+	m, err := f.Map(PageSize, 2*PageSize)
+	require.NoError(t, err)
+	addr := m.Addr()
+	assert.Len(t, m.Bytes(), 2*PageSize)
+	require.NoError(t, m.Unmap())
+	require.NoError(t, m.Unmap(), "unmapping twice is fine")
+	assert.Nil(t, m.Bytes())
+	assert.Zero(t, m.Addr())
+	assert.Equal(t, "", strings.TrimSpace(mapsLine(t, addr)), "gone from the address space")
+	_, err = NodeOfAddress(addr)
+	assert.ErrorIs(t, err, syscall.EFAULT)
+}
+
+func TestBytesAtNil(t *testing.T) {
+	assert.Nil(t, BytesAt(0, PageSize))
+	assert.Nil(t, BytesAt(PageSize, 0))
+}
