@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softuvm/softuvm/devmem/internal/fdleak"
+	"github.com/softuvm/softuvm/internal/fdleak"
 )
 
 // TestMain fails the run if any test leaves a descriptor open: every

@@ -2,7 +2,6 @@ package devmem
 
 import (
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/softuvm/softuvm/devmem/internal/memsys"
@@ -82,26 +81,6 @@ func (m *Mapping) Addr() uintptr {
 
 // Len returns the mapping's length in bytes.
 func (m *Mapping) Len() int64 { return m.length }
-
-// PopulateRead fills the page tables for [off, off+length) of the mapping
-// (offsets relative to the mapping) with the file's pages, without
-// touching them. A kernel copy that reads from an unpopulated mapping (as
-// UFFDIO_COPY does from its source) takes a slow path for every page; one
-// MADV_POPULATE_READ beforehand costs a fraction of that.
-func (m *Mapping) PopulateRead(off, length int64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.addr == 0 {
-		return fmt.Errorf("populate %s: %w", m.name, os.ErrClosed)
-	}
-	if off < 0 || length <= 0 || off%PageSize != 0 || length%PageSize != 0 || off+length > m.length {
-		return fmt.Errorf("populate %s: range %#x+%d: want page-aligned, nonempty and within the mapping's %d bytes", m.name, off, length, m.length)
-	}
-	if err := memsys.MadvisePopulateRead(m.addr+uintptr(off), uintptr(length)); err != nil {
-		return fmt.Errorf("populate %s %#x+%d: %w", m.name, m.off+off, length, err)
-	}
-	return nil
-}
 
 // Unmap removes the mapping. Unmapping twice is not an error.
 func (m *Mapping) Unmap() error {

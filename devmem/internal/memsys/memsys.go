@@ -202,18 +202,6 @@ func MadviseDontFork(addr, length uintptr) error {
 	return nil
 }
 
-// MadvisePopulateRead maps the pages of [addr, addr+length) that exist,
-// reading (MADV_POPULATE_READ).
-func MadvisePopulateRead(addr, length uintptr) error {
-	return ignoringEINTR(func() error {
-		_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_POPULATE_READ)
-		if e != 0 {
-			return e
-		}
-		return nil
-	})
-}
-
 // SchedSetaffinity restricts the calling thread to one CPU.
 func SchedSetaffinity(cpu int) error {
 	var set unix.CPUSet

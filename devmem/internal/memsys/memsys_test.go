@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softuvm/softuvm/devmem/internal/fdleak"
+	"github.com/softuvm/softuvm/internal/fdleak"
 )
 
 func TestMain(m *testing.M) { os.Exit(fdleak.Run(m.Run)) }
