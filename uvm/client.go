@@ -1,0 +1,632 @@
+package uvm
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// MaxAllocation bounds one managed allocation: 64 TiB of address space.
+// Pages are created on first touch, so a large allocation costs nothing
+// until it is used.
+const MaxAllocation = 1 << 46
+
+// Config says how a process reaches a fault server. It is plain data.
+type Config struct {
+	// Server is "auto" (a daemon if one listens at Socket, else a
+	// private server), "private" (always start one), or "daemon" (fail
+	// without one).
+	Server string `json:"server"`
+	// Socket is the daemon's socket; "" means DefaultSocketPath().
+	Socket string `json:"socket"`
+	// Private configures a private server.
+	Private ServerConfig `json:"private"`
+}
+
+// ConfigFromEnv reads UVM_SERVER, UVM_SOCKET and the server settings
+// (UVM_DEVICES, UVM_ARENA_SIZE, UVM_ARENA_BACKEND, UVM_PREFETCH,
+// UVM_HANDLERS, UVM_TRACK_PREFETCH).
+func ConfigFromEnv() (Config, error) {
+	sc, err := ServerConfigFromEnv()
+	if err != nil {
+		return Config{}, err
+	}
+	c := Config{Server: os.Getenv(EnvServer), Socket: os.Getenv(EnvSocket), Private: sc}
+	if c.Server == "" {
+		c.Server = "auto"
+	}
+	switch c.Server {
+	case "auto", "private", "daemon":
+	default:
+		return Config{}, fmt.Errorf("%w: %s=%q: want auto, private or daemon", ErrInvalidValue, EnvServer, c.Server)
+	}
+	return c, nil
+}
+
+// Session is this process's connection to a fault server, with the
+// userfaultfd and host file its managed memory uses. Its methods are safe
+// for concurrent use.
+type Session struct {
+	rpc
+	host     *devmem.File
+	id       uint64
+	devices  []DeviceInfo
+	features uffd.Feature
+	private  *privateServer // nil with a daemon
+
+	allocMu sync.RWMutex
+	allocs  []*Allocation // sorted by address, guarded by allocMu
+}
+
+// rpc is a connection to a server that carries one request at a time.
+type rpc struct {
+	conn      *net.UnixConn
+	serverPID int
+
+	reqMu sync.Mutex // one request in flight; guards buf
+	seq   atomic.Uint32
+	buf   []byte
+
+	gone   atomic.Bool
+	closed atomic.Bool
+}
+
+// Allocation is one managed allocation.
+type Allocation struct {
+	s        *Session
+	addr     uintptr
+	size     int64
+	length   uintptr // size rounded up to pages: what is mapped and managed
+	reserved uintptr // length rounded up to 2 MiB: the address space held
+	bufferID uint64
+	device   Device
+	freed    atomic.Bool
+}
+
+// AllocOption tunes one allocation.
+type AllocOption func(*allocRequest) error
+
+// WithPrefetch chooses the allocation's fault prefetch policy.
+func WithPrefetch(spec PrefetchSpec) AllocOption {
+	return func(r *allocRequest) error {
+		if _, err := NewPrefetchPolicy(spec); err != nil {
+			return err
+		}
+		r.prefetch = spec.String()
+		return nil
+	}
+}
+
+// TrackPrefetchUse makes the allocation record which prefetched pages get
+// used (Stats.PrefetchedUsed). It costs a kernel minor fault (about 1 us)
+// on the first touch of each prefetched page, because such pages are left
+// unmapped so that their use can be seen.
+func TrackPrefetchUse() AllocOption {
+	return func(r *allocRequest) error { r.trackPrefetch = true; return nil }
+}
+
+// Attachment flags of MallocManaged, as cudaMemAttachGlobal and
+// cudaMemAttachHost. They are recorded; with no streams yet they change
+// nothing.
+const (
+	AttachGlobal = 0x1
+	AttachHost   = 0x2
+)
+
+// WithFlags sets the allocation's attach flags.
+func WithFlags(flags uint32) AllocOption {
+	return func(r *allocRequest) error {
+		if flags != AttachGlobal && flags != AttachHost {
+			return fmt.Errorf("%w: managed allocation flags %#x: want AttachGlobal (%#x) or AttachHost (%#x)", ErrInvalidValue, flags, AttachGlobal, AttachHost)
+		}
+		r.flags = flags
+		return nil
+	}
+}
+
+// Connect reaches a fault server as cfg says and hands it this process's
+// userfaultfd.
+func Connect(cfg Config) (*Session, error) {
+	host, err := devmem.CreateFile("softuvm-host", devmem.FileSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: host file: %v", ErrInitialization, err)
+	}
+	// Blocking: the server's handler threads wait in read(2).
+	u, err := uffd.Open(uffd.CloseOnExec)
+	if err != nil {
+		host.Close()
+		return nil, fmt.Errorf("%w: %v", ErrInitialization, err)
+	}
+	// The server owns the userfaultfd from here on; this process keeps
+	// no copy, so it never resolves its own faults by accident.
+	defer u.Close()
+	s := &Session{host: host, rpc: rpc{buf: make([]byte, maxMessageSize)}}
+	if err := s.dial(cfg); err != nil {
+		host.Close()
+		return nil, err
+	}
+	hello := helloRequest{role: roleClient, pid: uint32(os.Getpid())}
+	r, err := s.requestFDs(encodeHello(s.nextSeq(), hello), msgHello, []int{u.Fd(), host.Fd()})
+	if err != nil {
+		s.closeConn()
+		host.Close()
+		return nil, err
+	}
+	hr, err := decodeHelloReply(r)
+	if err != nil {
+		s.closeConn()
+		host.Close()
+		return nil, err
+	}
+	s.serverPID, s.id, s.features, s.devices = int(hr.serverPID), hr.sessionID, uffd.Feature(hr.features), hr.devices
+	return s, nil
+}
+
+func (s *Session) dial(cfg Config) error {
+	mode := cfg.Server
+	if mode == "" {
+		mode = "auto"
+	}
+	path := cfg.Socket
+	explicit := path != ""
+	if !explicit {
+		path = DefaultSocketPath()
+		explicit = os.Getenv(EnvSocket) != ""
+	}
+	if mode != "private" {
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err == nil {
+			s.conn = c
+			return nil
+		}
+		if mode == "daemon" || explicit {
+			return fmt.Errorf("%w: no fault server at %s (%v); start one with `uvm serve`, or set %s=private", ErrInitialization, path, err, EnvServer)
+		}
+	}
+	conn, ps, err := startPrivateServer(cfg.Private)
+	if err != nil {
+		return err
+	}
+	s.conn, s.private = conn, ps
+	return nil
+}
+
+var (
+	defaultOnce    sync.Once
+	defaultSession *Session
+	defaultErr     error
+)
+
+// Default returns the process's session, connecting on first use with
+// ConfigFromEnv. The package-level functions use it.
+func Default() (*Session, error) {
+	defaultOnce.Do(func() {
+		cfg, err := ConfigFromEnv()
+		if err != nil {
+			defaultErr = err
+			return
+		}
+		defaultSession, defaultErr = Connect(cfg)
+	})
+	return defaultSession, defaultErr
+}
+
+func (c *rpc) nextSeq() uint32 { return c.seq.Add(1) }
+
+// request sends one request and returns the reply's payload.
+func (c *rpc) request(b []byte, typ msgType) (*wireReader, error) {
+	return c.requestFDs(b, typ, nil)
+}
+
+func (c *rpc) requestFDs(b []byte, typ msgType, fds []int) (*wireReader, error) {
+	if c.closed.Load() {
+		return nil, fmt.Errorf("%w: %s: session closed", ErrInvalidValue, typ)
+	}
+	if c.gone.Load() {
+		return nil, c.goneError(typ)
+	}
+	c.reqMu.Lock()
+	defer c.reqMu.Unlock()
+	h, _, _ := parseHeader(b)
+	if err := writeMessage(c.conn, b, fds); err != nil {
+		c.gone.Store(true)
+		return nil, c.goneError(typ)
+	}
+	reply, rfds, err := readMessage(c.conn, c.buf)
+	closeFDs(rfds)
+	if err != nil {
+		c.gone.Store(true)
+		return nil, c.goneError(typ)
+	}
+	// The reply aliases buf, which the next request reuses.
+	return parseReply(append([]byte(nil), reply...), h)
+}
+
+func (c *rpc) goneError(typ msgType) error {
+	return fmt.Errorf("%w: %s: the fault server (pid %d) exited; managed memory that was not on the host is lost", ErrServerGone, typ, c.serverPID)
+}
+
+func (c *rpc) stats(scope uint8, addr uintptr) (Stats, error) {
+	r, err := c.request(encodeStats(c.nextSeq(), statsRequest{scope: scope, addr: uint64(addr)}), msgStats)
+	if err != nil {
+		return Stats{}, err
+	}
+	text, err := decodeStringReply(r)
+	if err != nil {
+		return Stats{}, err
+	}
+	return parseStats(text)
+}
+
+// Info returns the server's configuration and state.
+func (c *rpc) Info() (Info, error) {
+	r, err := c.request(encodeInfo(c.nextSeq()), msgInfo)
+	if err != nil {
+		return Info{}, err
+	}
+	text, err := decodeStringReply(r)
+	if err != nil {
+		return Info{}, err
+	}
+	return parseInfo(text)
+}
+
+// ServerStats returns the server's counters over every process it served.
+func (c *rpc) ServerStats() (Stats, error) { return c.stats(scopeServer, 0) }
+
+// ServerPID is the fault server's process id.
+func (c *rpc) ServerPID() int { return c.serverPID }
+
+// Monitor is a read-only connection to a server, for `uvm stat` and `uvm
+// info`: it hands over no memory.
+type Monitor struct{ rpc }
+
+// ConnectMonitor connects to the server listening at path (a daemon's
+// socket, or PrivateServerSocketPath of a private server).
+func ConnectMonitor(path string) (*Monitor, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: no fault server at %s: %v", ErrInitialization, path, err)
+	}
+	m := &Monitor{rpc{conn: c, buf: make([]byte, maxMessageSize)}}
+	r, err := m.request(encodeHello(m.nextSeq(), helloRequest{role: roleMonitor, pid: uint32(os.Getpid())}), msgHello)
+	if err == nil {
+		var hr helloReply
+		if hr, err = decodeHelloReply(r); err == nil {
+			m.serverPID = int(hr.serverPID)
+		}
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close disconnects.
+func (m *Monitor) Close() error {
+	m.closed.Store(true)
+	return m.conn.Close()
+}
+
+func (s *Session) closeConn() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.private != nil {
+		s.private.wait(2 * time.Second)
+	}
+}
+
+// Close frees every allocation and disconnects. A private server exits.
+func (s *Session) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.allocMu.Lock()
+	allocs := s.allocs
+	s.allocs = nil
+	s.allocMu.Unlock()
+	for _, a := range allocs {
+		a.freed.Store(true)
+		devmem.ReleaseAddressSpace(a.addr, int64(a.reserved))
+	}
+	s.closeConn()
+	return s.host.Close()
+}
+
+// IsPrivate reports whether the session started its own server.
+func (s *Session) IsPrivate() bool { return s.private != nil }
+
+// Devices describes the server's devices.
+func (s *Session) Devices() []DeviceInfo { return append([]DeviceInfo(nil), s.devices...) }
+
+// DeviceCount is the number of devices, as cudaGetDeviceCount.
+func (s *Session) DeviceCount() int { return len(s.devices) }
+
+// MallocManaged allocates size bytes of managed memory, as
+// cudaMallocManaged. Nothing is populated until touched.
+func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: managed allocation of %d bytes: want at least 1 byte", ErrInvalidValue, size)
+	}
+	if size > MaxAllocation {
+		return nil, fmt.Errorf("%w: managed allocation of %d bytes (%s): the limit is %s", ErrInvalidValue, size, FormatSize(size), FormatSize(MaxAllocation))
+	}
+	req := allocRequest{size: uint64(size), flags: AttachGlobal}
+	for _, o := range opts {
+		if err := o(&req); err != nil {
+			return nil, err
+		}
+	}
+	length := roundUp(uintptr(size), PageSize)
+	reserved := roundUp(length, BlockSize)
+	addr, err := devmem.ReserveAddressSpace(int64(reserved), BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reserve %s of address space: %v", ErrMemoryAllocation, FormatSize(int64(reserved)), err)
+	}
+	// The host file's offset equals the address: every location file of
+	// the range is laid out the same way.
+	if err := s.host.MapFixed(addr, int64(addr), int64(length)); err == nil {
+		err = devmem.DontFork(addr, int64(reserved))
+	}
+	if err != nil {
+		devmem.ReleaseAddressSpace(addr, int64(reserved))
+		return nil, fmt.Errorf("%w: map host file at %#x: %v", ErrMemoryAllocation, addr, err)
+	}
+	req.addr, req.length = uint64(addr), uint64(length)
+	r, err := s.request(encodeAlloc(s.nextSeq(), req), msgAlloc)
+	var id uint64
+	if err == nil {
+		id = r.u64("buffer id")
+		err = r.done("alloc reply")
+	}
+	if err != nil {
+		devmem.ReleaseAddressSpace(addr, int64(reserved))
+		return nil, err
+	}
+	a := &Allocation{s: s, addr: addr, size: size, length: length, reserved: reserved, bufferID: id, device: 0}
+	if len(s.devices) == 0 {
+		a.device = CPU
+	}
+	s.allocMu.Lock()
+	i := sort.Search(len(s.allocs), func(i int) bool { return s.allocs[i].addr > addr })
+	s.allocs = append(s.allocs, nil)
+	copy(s.allocs[i+1:], s.allocs[i:])
+	s.allocs[i] = a
+	s.allocMu.Unlock()
+	return a, nil
+}
+
+func roundUp(n, to uintptr) uintptr { return (n + to - 1) &^ (to - 1) }
+
+// lookup returns the allocation holding addr.
+func (s *Session) lookup(addr uintptr) *Allocation {
+	s.allocMu.RLock()
+	defer s.allocMu.RUnlock()
+	i := sort.Search(len(s.allocs), func(i int) bool { return s.allocs[i].addr+s.allocs[i].length > addr })
+	if i < len(s.allocs) && s.allocs[i].addr <= addr {
+		return s.allocs[i]
+	}
+	return nil
+}
+
+func (s *Session) notManaged(what string, addr uintptr) error {
+	return fmt.Errorf("%w: %s: %#x is not managed memory of this process", ErrInvalidValue, what, addr)
+}
+
+// Free releases an allocation, as cudaFree; addr must be its start. A
+// thread that touches the memory afterwards (or is blocked in a fault on
+// it) gets SIGSEGV or SIGBUS, never stale data.
+func (s *Session) Free(addr uintptr) error {
+	a := s.lookup(addr)
+	if a == nil {
+		return s.notManaged("free", addr)
+	}
+	if a.addr != addr {
+		return fmt.Errorf("%w: free %#x: not the start of an allocation (it lies %d bytes into the one at %#x)", ErrInvalidValue, addr, addr-a.addr, a.addr)
+	}
+	if a.freed.Swap(true) {
+		return fmt.Errorf("%w: free %#x: already freed", ErrInvalidValue, addr)
+	}
+	s.allocMu.Lock()
+	for i, x := range s.allocs {
+		if x == a {
+			s.allocs = append(s.allocs[:i], s.allocs[i+1:]...)
+			break
+		}
+	}
+	s.allocMu.Unlock()
+	// The server frees first, while the range is still registered: it
+	// sees which prefetched pages were used, and a thread blocked in a
+	// fault on the range is woken into SIGBUS rather than left waiting.
+	_, err := s.request(encodeFree(s.nextSeq(), uint64(addr)), msgFree)
+	if rerr := devmem.ReleaseAddressSpace(a.addr, int64(a.reserved)); rerr != nil && err == nil {
+		err = fmt.Errorf("%w: unmap %#x: %v", ErrInternal, a.addr, rerr)
+	}
+	return err
+}
+
+// pageRange rounds [addr, addr+n) out to pages, as CUDA does for prefetch
+// and advice, and checks it lies in one allocation.
+func (s *Session) pageRange(what string, addr uintptr, n int64) (*Allocation, uintptr, uintptr, error) {
+	if n <= 0 {
+		return nil, 0, 0, fmt.Errorf("%w: %s %#x: length %d, want at least 1 byte", ErrInvalidValue, what, addr, n)
+	}
+	a := s.lookup(addr)
+	if a == nil {
+		return nil, 0, 0, s.notManaged(what, addr)
+	}
+	if uint64(n) > uint64(a.addr+a.length-addr) {
+		return nil, 0, 0, fmt.Errorf("%w: %s %#x+%d runs past the end of the allocation %#x+%d", ErrInvalidValue, what, addr, n, a.addr, a.size)
+	}
+	start := addr &^ pageMask
+	end := roundUp(addr+uintptr(n), PageSize)
+	return a, start, end - start, nil
+}
+
+// Prefetch migrates [addr, addr+n) to dst (CPU or a device), as
+// cudaMemPrefetchAsync, and returns when the data is there. The range is
+// rounded out to whole pages. Data moves by real copies, and the source
+// pages are freed; pages never touched are created, zero-filled, at dst.
+func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
+	if dst != CPU && (dst < 0 || int(dst) >= len(s.devices)) {
+		return fmt.Errorf("%w: prefetch to %v: %s", ErrInvalidDevice, dst, s.deviceChoices())
+	}
+	_, start, length, err := s.pageRange("prefetch", addr, n)
+	if err != nil {
+		return err
+	}
+	r, err := s.request(encodePrefetch(s.nextSeq(), prefetchRequest{addr: uint64(start), length: uint64(length), dst: int32(dst)}), msgPrefetch)
+	if err != nil {
+		return err
+	}
+	r.u64("migrated")
+	r.u64("populated")
+	return r.done("prefetch reply")
+}
+
+func (s *Session) deviceChoices() string {
+	switch len(s.devices) {
+	case 0:
+		return fmt.Sprintf("there are no devices; use %d for the CPU", CPU)
+	case 1:
+		return fmt.Sprintf("want 0 (the only device) or %d (the CPU)", CPU)
+	}
+	return fmt.Sprintf("want a device from 0 to %d, or %d for the CPU", len(s.devices)-1, CPU)
+}
+
+// RangeAttributes queries every attribute of [addr, addr+n), as
+// cuMemRangeGetAttributes; the range must lie in one allocation.
+func (s *Session) RangeAttributes(addr uintptr, n int64) (RangeAttributes, error) {
+	_, start, length, err := s.pageRange("range attributes", addr, n)
+	if err != nil {
+		return RangeAttributes{}, err
+	}
+	r, err := s.request(encodeRangeAttrs(s.nextSeq(), rangeRequest{addr: uint64(start), length: uint64(length)}), msgRangeAttrs)
+	if err != nil {
+		return RangeAttributes{}, err
+	}
+	return decodeRangeAttrsReply(r)
+}
+
+// RangeAttribute queries one attribute, as cuMemRangeGetAttribute. The
+// result is a bool for AttrReadMostly, a Device for AttrPreferredLocation
+// and AttrLastPrefetchLocation, and a []Device for AttrAccessedBy.
+func (s *Session) RangeAttribute(addr uintptr, n int64, attr RangeAttr) (any, error) {
+	switch attr {
+	case AttrReadMostly, AttrPreferredLocation, AttrAccessedBy, AttrLastPrefetchLocation:
+	default:
+		return nil, fmt.Errorf("%w: range attribute %d: want one of %v, %v, %v, %v", ErrInvalidValue, int(attr), AttrReadMostly, AttrPreferredLocation, AttrAccessedBy, AttrLastPrefetchLocation)
+	}
+	a, err := s.RangeAttributes(addr, n)
+	if err != nil {
+		return nil, err
+	}
+	switch attr {
+	case AttrReadMostly:
+		return a.ReadMostly, nil
+	case AttrPreferredLocation:
+		return a.PreferredLocation, nil
+	case AttrAccessedBy:
+		return a.AccessedBy, nil
+	}
+	return a.LastPrefetchLocation, nil
+}
+
+// PointerAttributes describes the allocation ptr falls in, as
+// cuPointerGetAttribute; a pointer the runtime does not own is an error
+// (ErrInvalidValue), as there.
+func (s *Session) PointerAttributes(ptr uintptr) (PointerAttributes, error) {
+	a := s.lookup(ptr)
+	if a == nil || ptr >= a.addr+uintptr(a.size) {
+		return PointerAttributes{Type: MemoryUnregistered, Device: InvalidDevice}, s.notManaged("pointer attributes", ptr)
+	}
+	return PointerAttributes{Type: MemoryManaged, Device: a.device, DevicePointer: ptr, HostPointer: ptr,
+		RangeStart: a.addr, RangeSize: a.size, BufferID: a.bufferID, IsManaged: true}, nil
+}
+
+// Stats returns the counters of this process's allocations, freed ones
+// included.
+func (s *Session) Stats() (Stats, error) { return s.stats(scopeSession, 0) }
+
+// Addr is the allocation's start.
+func (a *Allocation) Addr() uintptr { return a.addr }
+
+// Size is the size asked for.
+func (a *Allocation) Size() int64 { return a.size }
+
+// Bytes is the allocation as a slice. It is valid until Free; touching it
+// afterwards faults.
+func (a *Allocation) Bytes() []byte { return devmem.BytesAt(a.addr, a.size) }
+
+// Free releases the allocation.
+func (a *Allocation) Free() error { return a.s.Free(a.addr) }
+
+// Prefetch migrates the whole allocation to dst.
+func (a *Allocation) Prefetch(dst Device) error { return a.s.Prefetch(a.addr, a.size, dst) }
+
+// Stats returns the allocation's counters.
+func (a *Allocation) Stats() (Stats, error) { return a.s.stats(scopeRange, a.addr) }
+
+// Package-level functions act on the Default session.
+
+// MallocManaged allocates managed memory in the default session.
+func MallocManaged(size int64, opts ...AllocOption) (*Allocation, error) {
+	s, err := Default()
+	if err != nil {
+		return nil, err
+	}
+	return s.MallocManaged(size, opts...)
+}
+
+// Free releases an allocation of the default session.
+func Free(addr uintptr) error {
+	s, err := Default()
+	if err != nil {
+		return err
+	}
+	return s.Free(addr)
+}
+
+// Prefetch migrates a range of the default session.
+func Prefetch(addr uintptr, n int64, dst Device) error {
+	s, err := Default()
+	if err != nil {
+		return err
+	}
+	return s.Prefetch(addr, n, dst)
+}
+
+// GetDeviceCount returns the number of devices of the default session.
+func GetDeviceCount() (int, error) {
+	s, err := Default()
+	if err != nil {
+		return 0, err
+	}
+	return s.DeviceCount(), nil
+}
+
+func parseStats(text string) (Stats, error) {
+	var st Stats
+	if err := json.Unmarshal([]byte(text), &st); err != nil {
+		return st, fmt.Errorf("%w: statistics from the server: %v", ErrInternal, err)
+	}
+	return st, nil
+}
+
+func parseInfo(text string) (Info, error) {
+	var in Info
+	if err := json.Unmarshal([]byte(text), &in); err != nil {
+		return in, fmt.Errorf("%w: server info: %v", ErrInternal, err)
+	}
+	return in, nil
+}

@@ -1,0 +1,271 @@
+package uvm
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/softuvm/softuvm/devmem"
+)
+
+// Environment variables that configure the runtime. A private server
+// inherits them from its client; `uvm serve` flags override them.
+const (
+	EnvSocket        = "UVM_SOCKET"         // daemon socket to use (or serve on)
+	EnvServer        = "UVM_SERVER"         // "auto" (default), "private" or "daemon"
+	EnvDevices       = "UVM_DEVICES"        // number of devices
+	EnvArenaSize     = "UVM_ARENA_SIZE"     // bytes per device, or a comma list, e.g. "1GiB" or "512MiB,2GiB"
+	EnvArenaBackend  = "UVM_ARENA_BACKEND"  // auto, memfd or numa
+	EnvPrefetch      = "UVM_PREFETCH"       // density[:PERCENT], window:PAGES, none
+	EnvHandlers      = "UVM_HANDLERS"       // per-cpu (default) or single
+	EnvTrackPrefetch = "UVM_TRACK_PREFETCH" // 1: track which prefetched pages get used
+
+	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
+	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON
+	testDelayEnv    = "SOFTUVM_TEST_FAULT_DELAY"
+)
+
+// Default device configuration: one device with a 1 GiB arena.
+const (
+	DefaultDevices   = 1
+	DefaultArenaSize = 1 << 30
+)
+
+// HandlerPlacement says how the server's fault-handling threads are laid
+// out over CPUs.
+type HandlerPlacement string
+
+const (
+	// HandlersPerCPU runs one handler thread pinned to each CPU. A fault
+	// is then served on the CPU that took it: on this kind of VM a fault
+	// served on the same CPU costs about 8 us, one served on another CPU
+	// 45-50 us, most of it the cross-CPU wake.
+	HandlersPerCPU HandlerPlacement = "per-cpu"
+	// HandlersSingle runs one unpinned handler thread, for comparison.
+	HandlersSingle HandlerPlacement = "single"
+)
+
+// ServerConfig configures a fault server. It is plain data.
+type ServerConfig struct {
+	Devices  []devmem.ArenaSpec `json:"devices"`
+	Prefetch PrefetchSpec       `json:"prefetch"`
+	Handlers HandlerPlacement   `json:"handlers"`
+	// TrackPrefetchUse makes allocations that do not choose track
+	// whether prefetched pages get used (see Stats.PrefetchedUsed).
+	TrackPrefetchUse bool `json:"track_prefetch_use"`
+	// Guard starts the guard process that turns the faults of clients
+	// into SIGBUS, with a message, if this server dies.
+	Guard bool `json:"guard"`
+	// FaultDelay stalls every fault this long before serving it. Tests
+	// use it to hold a thread inside a fault.
+	FaultDelay Duration `json:"fault_delay,omitempty"`
+}
+
+// Duration is a time.Duration in nanoseconds that JSON can carry.
+type Duration int64
+
+// DefaultServerConfig is the configuration without flags or environment.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		Devices:  []devmem.ArenaSpec{{Device: 0, Capacity: DefaultArenaSize, Backend: devmem.BackendAuto, Node: -1}},
+		Prefetch: DefaultPrefetch,
+		Handlers: HandlersPerCPU,
+		Guard:    true,
+	}
+}
+
+// Validate checks every field and names the first bad value.
+func (c ServerConfig) Validate() error {
+	if len(c.Devices) > maxDevices {
+		return fmt.Errorf("%w: %d devices: at most %d are supported", ErrInvalidValue, len(c.Devices), maxDevices)
+	}
+	for i, d := range c.Devices {
+		if d.Device != i {
+			return fmt.Errorf("%w: device spec %d has index %d, want %d", ErrInvalidValue, i, d.Device, i)
+		}
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("%w: device %d: %v", ErrInvalidValue, i, err)
+		}
+	}
+	if _, err := NewPrefetchPolicy(c.Prefetch); err != nil {
+		return err
+	}
+	switch c.Handlers {
+	case HandlersPerCPU, HandlersSingle:
+	default:
+		return fmt.Errorf("%w: handler placement %q: want %q or %q", ErrInvalidValue, c.Handlers, HandlersPerCPU, HandlersSingle)
+	}
+	if c.FaultDelay < 0 {
+		return fmt.Errorf("%w: fault delay %d: must not be negative", ErrInvalidValue, c.FaultDelay)
+	}
+	return nil
+}
+
+// ServerConfigFromEnv starts from the defaults and applies the UVM_*
+// environment variables.
+func ServerConfigFromEnv() (ServerConfig, error) {
+	c := DefaultServerConfig()
+	return c, c.applyEnv(os.Getenv)
+}
+
+func (c *ServerConfig) applyEnv(getenv func(string) string) error {
+	devices := len(c.Devices)
+	if v := getenv(EnvDevices); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > maxDevices {
+			return fmt.Errorf("%w: %s=%q: want a device count from 0 to %d", ErrInvalidValue, EnvDevices, v, maxDevices)
+		}
+		devices = n
+	}
+	sizes := []int64{DefaultArenaSize}
+	if len(c.Devices) > 0 {
+		sizes = []int64{c.Devices[0].Capacity}
+	}
+	if v := getenv(EnvArenaSize); v != "" {
+		sizes = sizes[:0]
+		for _, part := range strings.Split(v, ",") {
+			n, err := ParseSize(part)
+			if err != nil {
+				return fmt.Errorf("%s=%q: %w", EnvArenaSize, v, err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	backend := devmem.BackendAuto
+	if len(c.Devices) > 0 {
+		backend = c.Devices[0].Backend
+	}
+	if v := getenv(EnvArenaBackend); v != "" {
+		b, err := devmem.ParseBackend(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s=%q: %v", ErrInvalidValue, EnvArenaBackend, v, err)
+		}
+		backend = b
+	}
+	c.Devices = DeviceSpecs(devices, sizes, backend)
+	if v := getenv(EnvPrefetch); v != "" {
+		p, err := ParsePrefetchSpec(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", EnvPrefetch, err)
+		}
+		c.Prefetch = p
+	}
+	if v := getenv(EnvHandlers); v != "" {
+		c.Handlers = HandlerPlacement(v)
+	}
+	if v := getenv(EnvTrackPrefetch); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s=%q: want 0 or 1", ErrInvalidValue, EnvTrackPrefetch, v)
+		}
+		c.TrackPrefetchUse = b
+	}
+	return c.Validate()
+}
+
+// DeviceSpecs builds n device specs; device i gets sizes[i], or the last
+// size given when there are fewer sizes than devices.
+func DeviceSpecs(n int, sizes []int64, backend devmem.Backend) []devmem.ArenaSpec {
+	specs := make([]devmem.ArenaSpec, n)
+	for i := range specs {
+		size := int64(DefaultArenaSize)
+		if len(sizes) > 0 {
+			size = sizes[min(i, len(sizes)-1)]
+		}
+		specs[i] = devmem.ArenaSpec{Device: i, Capacity: size, Backend: backend, Node: -1}
+	}
+	return specs
+}
+
+func (c ServerConfig) marshal() string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // plain data always marshals
+	}
+	return string(b)
+}
+
+func unmarshalServerConfig(s string) (ServerConfig, error) {
+	var c ServerConfig
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		return c, fmt.Errorf("%w: server configuration: %v", ErrInvalidValue, err)
+	}
+	return c, c.Validate()
+}
+
+// ParseSize parses a byte count: a number with an optional unit, binary
+// (KiB, MiB, GiB, TiB, or K, M, G, T) or decimal (KB, MB, GB, TB).
+func ParseSize(text string) (int64, error) {
+	s := strings.TrimSpace(text)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	mult := map[string]float64{
+		"": 1, "B": 1,
+		"K": 1 << 10, "KiB": 1 << 10, "KB": 1e3,
+		"M": 1 << 20, "MiB": 1 << 20, "MB": 1e6,
+		"G": 1 << 30, "GiB": 1 << 30, "GB": 1e9,
+		"T": 1 << 40, "TiB": 1 << 40, "TB": 1e12,
+	}[unit]
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || mult == 0 || v < 0 || v*mult > 1<<62 {
+		return 0, fmt.Errorf("%w: size %q: want a number of bytes such as 4096, 64MiB or 2GiB", ErrInvalidValue, text)
+	}
+	return int64(v * mult), nil
+}
+
+// FormatSize renders bytes in the largest binary unit that divides them
+// evenly, or with one decimal above a mebibyte.
+func FormatSize(n int64) string {
+	units := []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
+	for _, u := range units {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + " " + u.name
+		}
+	}
+	for _, u := range units[:3] {
+		if n >= u.size {
+			return strconv.FormatFloat(float64(n)/float64(u.size), 'f', 1, 64) + " " + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}
+
+// DefaultSocketPath is where `uvm serve` listens and clients look for a
+// daemon: $UVM_SOCKET, else $XDG_RUNTIME_DIR/softuvm/uvm.sock, else
+// /run/softuvm/uvm.sock for root and /tmp/softuvm-UID/uvm.sock for others.
+func DefaultSocketPath() string {
+	if p := os.Getenv(EnvSocket); p != "" {
+		return p
+	}
+	return filepath.Join(runtimeDir(), "uvm.sock")
+}
+
+// runtimeDir holds the daemon socket and the monitor sockets of private
+// servers (uvm-PID.sock), so that `uvm stat` can find every server.
+func runtimeDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "softuvm")
+	}
+	if os.Geteuid() == 0 {
+		return "/run/softuvm"
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("softuvm-%d", os.Geteuid()))
+}
+
+// PrivateServerSocketPath is the monitor socket of the private server
+// with the given process id.
+func PrivateServerSocketPath(pid int) string {
+	return filepath.Join(runtimeDir(), fmt.Sprintf("uvm-%d.sock", pid))
+}
+
+// PrivateServerSocketDir holds the monitor sockets of private servers.
+func PrivateServerSocketDir() string { return runtimeDir() }

@@ -1,0 +1,77 @@
+package uvm
+
+import "errors"
+
+// The error classes of the API, after the CUDA runtime's error codes.
+// Every error the package returns wraps exactly one of them, so callers
+// (and the C library's error codes) can classify with errors.Is, while the
+// message names the offending value.
+var (
+	// ErrInvalidValue: an argument is out of range, a pointer is not
+	// managed memory of this process, a message is malformed.
+	ErrInvalidValue = errors.New("invalid value")
+	// ErrMemoryAllocation: memory could not be reserved or a device
+	// arena is full.
+	ErrMemoryAllocation = errors.New("out of memory")
+	// ErrInvalidDevice: a device index that does not exist.
+	ErrInvalidDevice = errors.New("invalid device")
+	// ErrInitialization: the runtime could not start, for example
+	// because userfaultfd is not available to this user.
+	ErrInitialization = errors.New("initialization error")
+	// ErrNotSupported: the operation needs something this kernel or
+	// configuration does not offer.
+	ErrNotSupported = errors.New("not supported")
+	// ErrServerGone: the fault server exited; managed memory that was not
+	// on the host is lost.
+	ErrServerGone = errors.New("fault server gone")
+	// ErrInternal: a bug or an unexpected kernel error.
+	ErrInternal = errors.New("internal error")
+)
+
+// errorCode is the wire form of an error class.
+type errorCode uint32
+
+const (
+	codeOK errorCode = iota
+	codeInvalidValue
+	codeMemoryAllocation
+	codeInvalidDevice
+	codeInitialization
+	codeNotSupported
+	codeInternal
+)
+
+var codeErrors = [...]error{
+	codeInvalidValue:     ErrInvalidValue,
+	codeMemoryAllocation: ErrMemoryAllocation,
+	codeInvalidDevice:    ErrInvalidDevice,
+	codeInitialization:   ErrInitialization,
+	codeNotSupported:     ErrNotSupported,
+	codeInternal:         ErrInternal,
+}
+
+func codeOf(err error) errorCode {
+	for code, class := range codeErrors {
+		if class != nil && errors.Is(err, class) {
+			return errorCode(code)
+		}
+	}
+	return codeInternal
+}
+
+// remoteError is an error the server reported: its class and message.
+type remoteError struct {
+	class error
+	msg   string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.class }
+
+func errorFromWire(code errorCode, msg string) error {
+	class := ErrInternal
+	if int(code) < len(codeErrors) && codeErrors[code] != nil {
+		class = codeErrors[code]
+	}
+	return &remoteError{class: class, msg: msg}
+}

@@ -1,0 +1,192 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// handler is one fault-serving thread of one session. With
+// HandlersPerCPU each session has one per CPU, pinned to it and blocked in
+// read(2) on the session's userfaultfd. The kernel wakes them all when a
+// fault arrives; the one on the faulting CPU runs first, because the
+// faulting thread has just gone to sleep there, and takes the message
+// inside the kernel. That keeps the common case off the cross-CPU wake,
+// which costs several times the rest of a fault on this kind of VM (see
+// uffd.Reader for why read(2) and not epoll).
+type handler struct {
+	srv    *Server
+	sess   *session
+	cpu    int // -1 when unpinned
+	reader *uffd.Reader
+	done   chan struct{}
+
+	// Owned by the handler's thread. Scratch space, so that serving a
+	// fault allocates nothing: garbage collection in the server competes
+	// with the client for CPUs.
+	msgs        [16]uffd.Msg
+	prefetchCtx PrefetchContext
+	runBuf      []run
+	staging     []byte
+}
+
+// handlerCPUs returns the CPUs handler threads go on; -1 is unpinned.
+func (s *Server) handlerCPUs() ([]int, error) {
+	if s.cfg.Handlers == HandlersSingle {
+		return []int{-1}, nil
+	}
+	cpus, err := devmem.OnlineCPUs()
+	if err != nil {
+		return nil, fmt.Errorf("%w: list CPUs for handler threads: %v", ErrInitialization, err)
+	}
+	return cpus, nil
+}
+
+// watch starts the session's handler threads.
+func (s *Server) watch(sess *session) error {
+	for _, cpu := range s.cpus {
+		r, err := sess.uffd.NewReader()
+		if err != nil {
+			s.unwatch(sess)
+			return fmt.Errorf("%w: %v", ErrInitialization, err)
+		}
+		h := &handler{srv: s, sess: sess, cpu: cpu, reader: r, done: make(chan struct{}),
+			runBuf: make([]run, 0, PagesPerBlock/2+1)}
+		ready := make(chan error, 1)
+		go h.run(ready)
+		if err := <-ready; err != nil {
+			s.unwatch(sess)
+			return fmt.Errorf("%w: handler thread on CPU %d: %v", ErrInitialization, cpu, err)
+		}
+		sess.handlers = append(sess.handlers, h)
+	}
+	return nil
+}
+
+// unwatch stops the session's handler threads; afterwards nothing uses
+// its userfaultfd.
+func (s *Server) unwatch(sess *session) {
+	for _, h := range sess.handlers {
+		if err := h.reader.Stop(5 * time.Second); err != nil {
+			s.logger.Printf("pid %d: %v", sess.pid, err)
+			continue
+		}
+		<-h.done
+	}
+	sess.handlers = nil
+}
+
+func (h *handler) run(ready chan<- error) {
+	defer close(h.done)
+	// The thread stays locked for its life: it is pinned, and when the
+	// goroutine returns the runtime retires the thread with it.
+	runtime.LockOSThread()
+	if h.cpu >= 0 {
+		if err := devmem.PinCurrentThread(h.cpu); err != nil {
+			ready <- err
+			return
+		}
+	}
+	ready <- nil
+	for {
+		n, err := h.reader.Read(h.msgs[:])
+		if errors.Is(err, uffd.ErrStopped) {
+			return
+		}
+		if err != nil && n == 0 {
+			h.srv.logger.Printf("read userfaultfd of pid %d: %v", h.sess.pid, err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for i := 0; i < n; i++ {
+			h.serve(h.msgs[i])
+		}
+	}
+}
+
+func (h *handler) serve(m uffd.Msg) {
+	switch m.Event {
+	case uffd.EventPagefault:
+		h.fault(&m)
+	case uffd.EventRemap:
+		h.sess.remapped(uintptr(m.From), uintptr(m.To), uintptr(m.Len))
+	case uffd.EventFork:
+		// Managed ranges are MADV_DONTFORK and the server does not ask
+		// for fork events; a child's userfaultfd would have nobody to
+		// serve it.
+		closeFDs([]int{m.ChildFD})
+	default:
+		// Unmap and remove events are not requested.
+	}
+}
+
+// fault serves one page fault.
+func (h *handler) fault(m *uffd.Msg) {
+	start := time.Now()
+	sess := h.sess
+	addr := uintptr(m.Address) &^ pageMask
+	r := sess.ranges.Load().lookup(addr)
+	if r == nil {
+		h.stray(addr)
+		return
+	}
+	kind := faultMissing
+	switch {
+	case m.Flags&uffd.PagefaultWP != 0:
+		kind = faultWP
+	case m.Flags&uffd.PagefaultMinor != 0:
+		kind = faultMinor
+	}
+	if d := h.srv.cfg.FaultDelay; d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	off := addr - r.start
+	b := r.block(int(off >> blockShift))
+	b.mu.Lock()
+	if r.freed.Load() {
+		b.mu.Unlock()
+		h.wake(addr, PageSize)
+		return
+	}
+	op := mover{sess: sess, r: r, b: b, blockAddr: r.start + off&^(BlockSize-1), h: h, runBuf: h.runBuf[:0]}
+	if err := op.serveHostFault(int(off>>pageShift)&(PagesPerBlock-1), kind); err != nil {
+		op.failFault(addr, err)
+	}
+	// Counted before the block is unlocked: a statistics query takes the
+	// block locks, so it never sees a served fault uncounted.
+	elapsed := time.Since(start)
+	r.stats.faults[hostLoc][kind].Add(1)
+	r.stats.service.record(elapsed)
+	h.srv.stats.faults[hostLoc][kind].Add(1)
+	h.srv.stats.service.record(elapsed)
+	b.mu.Unlock()
+}
+
+// stray handles a fault on an address no range owns. A stale message (the
+// range was freed and unmapped) only needs a wake; a registered mapping
+// the server does not know (freed but not yet unmapped, or moved by
+// mremap) gets the page poisoned, so that the thread sees SIGBUS instead
+// of faulting forever.
+func (h *handler) stray(addr uintptr) {
+	sess := h.sess
+	h.srv.strayFaults.Add(1)
+	_, err := sess.uffd.Poison(addr, PageSize, false)
+	switch {
+	case err == nil:
+		h.srv.poisoned.Add(1)
+		h.srv.logger.Printf("pid %d faulted at %#x, which no allocation owns; the page is poisoned (SIGBUS)", sess.pid, addr)
+	case errors.Is(err, uffd.ErrNoEntry), errors.Is(err, uffd.ErrProcessGone), errors.Is(err, uffd.ErrExist):
+		h.wake(addr, PageSize)
+	default:
+		h.wake(addr, PageSize)
+		h.srv.logger.Printf("pid %d stray fault at %#x: %v", sess.pid, addr, err)
+	}
+}
+
+func (h *handler) wake(addr, length uintptr) {
+	_ = h.sess.uffd.Wake(addr, length) // nothing waiting, or the process is gone: fine
+}

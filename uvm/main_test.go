@@ -1,0 +1,125 @@
+package uvm
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/softuvm/softuvm/internal/fdleak"
+	"github.com/stretchr/testify/require"
+)
+
+// Tests run the real thing: private fault servers (re-executions of this
+// test binary, which this package's init turns into servers), client
+// subprocesses (re-executions with testRoleEnv set), and in-process
+// servers whose clients are subprocesses. Only root may use
+// /dev/userfaultfd here, so without root most tests skip and say so.
+const testRoleEnv = "UVM_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(testRoleEnv); role != "" {
+		os.Exit(runTestRole(role))
+	}
+	os.Exit(fdleak.Run(m.Run))
+}
+
+var testRoles = map[string]func() int{}
+
+func runTestRole(role string) int {
+	f, ok := testRoles[role]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", testRoleEnv, role)
+		return 2
+	}
+	return f()
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: /dev/userfaultfd is root-only here and vm.unprivileged_userfaultfd=0")
+	}
+}
+
+// testServerConfig is a small, fast configuration: one 64 MiB device.
+func testServerConfig() ServerConfig {
+	c := DefaultServerConfig()
+	c.Devices = DeviceSpecs(1, []int64{64 << 20}, c.Devices[0].Backend)
+	return c
+}
+
+// newSession connects to a private server with cfg, closed at the end of
+// the test.
+func newSession(t testing.TB, cfg ServerConfig) *Session {
+	t.Helper()
+	requireRoot(t)
+	s, err := Connect(Config{Server: "private", Private: cfg})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// startServer runs a server in this process, listening on a socket in a
+// temporary directory. Its clients must be other processes.
+func startServer(t testing.TB, cfg ServerConfig) (*Server, string) {
+	t.Helper()
+	requireRoot(t)
+	srv, err := NewServer(cfg)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "uvm.sock")
+	l, err := listenUnix(path)
+	require.NoError(t, err)
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return srv, path
+}
+
+// child runs this test binary in a role, with extra environment.
+func child(t testing.TB, role string, env ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe)
+	cmd.Env = append(append(os.Environ(), testRoleEnv+"="+role), env...)
+	return cmd
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(msg, args...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fdCount is the number of descriptors this process holds.
+func fdCount(t testing.TB) int {
+	fds, err := fdleak.Snapshot()
+	require.NoError(t, err)
+	return len(fds)
+}
+
+// exitDescription renders how a child ended.
+func exitDescription(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+func lines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }

@@ -1,0 +1,377 @@
+package uvm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func init() {
+	testRoles["gc-copy"] = roleGCCopy
+	testRoles["client-exit"] = roleClientExit
+	testRoles["blocked-reader"] = roleBlockedReader
+	testRoles["connect"] = roleConnect
+}
+
+// roleGCCopy copies into fresh managed memory at GOMAXPROCS=1 while the
+// garbage collector runs back to back: with the fault server in this
+// process it would deadlock (a goroutine blocked in a fault inside
+// memmove cannot be preempted, so stop-the-world waits forever).
+func roleGCCopy() int {
+	runtime.GOMAXPROCS(1)
+	debug.SetGCPercent(1)
+	stop := make(chan struct{})
+	var garbage [][]byte
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			garbage = append(garbage, make([]byte, 64<<10))
+			if len(garbage) > 64 {
+				garbage = nil
+				runtime.GC()
+			}
+			runtime.Gosched()
+		}
+	}()
+	s, err := Connect(Config{Server: "private", Private: testServerConfig()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	src := pattern(16<<20, 11)
+	for i := 0; i < 8; i++ {
+		a, err := s.MallocManaged(int64(len(src)))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		copy(a.Bytes(), src)
+		if !bytes.Equal(a.Bytes(), src) {
+			fmt.Fprintln(os.Stderr, "data differs")
+			return 1
+		}
+		if i%2 == 1 {
+			if err := a.Prefetch(0); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if !bytes.Equal(a.Bytes(), src) {
+				fmt.Fprintln(os.Stderr, "data differs after a round trip")
+				return 1
+			}
+		}
+		a.Free()
+	}
+	close(stop)
+	s.Close()
+	fmt.Println("ok")
+	return 0
+}
+
+func TestNoDeadlockWithGCAtGOMAXPROCS1(t *testing.T) {
+	requireRoot(t)
+	cmd := child(t, "gc-copy")
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "child: %s", out.String())
+		assert.Equal(t, "ok", strings.TrimSpace(out.String()))
+	case <-time.After(120 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("copy() into managed memory with GC running at GOMAXPROCS=1 hung; output: %s", out.String())
+	}
+}
+
+// TestFreeWhileBlockedInFault: one goroutine is held inside a fault (the
+// server stalls every fault), another frees the allocation. Free returns
+// promptly and the blocked goroutine gets a fault it can see (SIGSEGV or
+// SIGBUS), not zeros and not a hang.
+func TestFreeWhileBlockedInFault(t *testing.T) {
+	// A goroutine blocked in a fault cannot be preempted, so a garbage
+	// collection in this process would wait for the stalled fault (the
+	// very reason the server is another process): keep it out of the way.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	cfg := testServerConfig()
+	cfg.FaultDelay = Duration(time.Second)
+	s := newSession(t, cfg)
+	a, err := s.MallocManaged(1 << 20)
+	require.NoError(t, err)
+	b := a.Bytes()
+	result := make(chan any, 1)
+	go func() {
+		debug.SetPanicOnFault(true)
+		defer func() { result <- recover() }()
+		v := b[5*PageSize]
+		result <- fmt.Sprintf("read %d", v)
+	}()
+	time.Sleep(50 * time.Millisecond) // let it block inside the fault
+	t0 := time.Now()
+	require.NoError(t, a.Free())
+	assert.Less(t, time.Since(t0), 500*time.Millisecond, "Free does not wait for the stalled fault")
+	select {
+	case r := <-result:
+		// SetPanicOnFault turns SIGSEGV and SIGBUS into a runtime error
+		// that carries the faulting address.
+		fault, ok := r.(interface{ Addr() uintptr })
+		require.True(t, ok, "the blocked access must fail with a memory fault, got %v", r)
+		assert.Equal(t, a.Addr()+5*PageSize, fault.Addr())
+	case <-time.After(5 * time.Second):
+		t.Fatal("the goroutine blocked in the fault never returned")
+	}
+	in, err := s.Info()
+	require.NoError(t, err)
+	assert.Zero(t, in.Sessions[0].Allocations)
+	assert.Zero(t, in.Sessions[0].HostBytes)
+}
+
+// roleClientExit connects to the daemon at UVM_SOCKET, allocates, puts
+// data on the host and the device, reports, and then exits or waits to be
+// killed.
+func roleClientExit() int {
+	s, err := Connect(Config{Server: "daemon", Socket: os.Getenv(EnvSocket)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for i := 0; i < 3; i++ {
+		a, err := s.MallocManaged(4 << 20)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fill(a.Bytes(), byte(i))
+		if i > 0 {
+			if err := s.Prefetch(a.Addr(), 2<<20, 0); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+	}
+	fmt.Println("ready")
+	if os.Getenv("UVM_TEST_WAIT") != "" {
+		time.Sleep(time.Hour)
+	}
+	return 0 // exits without freeing or closing
+}
+
+// TestClientExitLeavesNothing: a client that exits, or is killed, with
+// allocations on the host and a device leaves no session, no arena usage
+// and no descriptors in the server.
+func TestClientExitLeavesNothing(t *testing.T) {
+	srv, path := startServer(t, testServerConfig())
+	baseline := fdCount(t)
+	for _, kill := range []bool{false, true} {
+		cmd := child(t, "client-exit", EnvSocket+"="+path)
+		if kill {
+			cmd.Env = append(cmd.Env, "UVM_TEST_WAIT=1")
+		}
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		require.Equal(t, "ready\n", line, "child stderr: %s", stderr.String())
+		in := srv.info()
+		require.Len(t, in.Sessions, 1)
+		assert.Equal(t, 3, in.Sessions[0].Allocations)
+		assert.Equal(t, int64(4<<20), in.Devices[0].UsedBytes, "two 2 MiB prefetches are on the device")
+		if kill {
+			require.NoError(t, cmd.Process.Kill())
+		}
+		cmd.Wait()
+		eventually(t, 5*time.Second, func() bool { return srv.SessionCount() == 0 }, "the session outlived its client (killed=%v)", kill)
+		in = srv.info()
+		assert.Zero(t, in.Devices[0].UsedBytes, "arena accounting (killed=%v)", kill)
+		assert.Zero(t, in.Devices[0].FileBytes, "arena files (killed=%v)", kill)
+		eventually(t, 5*time.Second, func() bool { return fdCount(t) <= baseline }, "the server kept descriptors of the client (killed=%v): %d > %d", kill, fdCount(t), baseline)
+	}
+	st := srv.stats.snapshot()
+	assert.Positive(t, st.MigratedPages(CPU, 0))
+}
+
+// roleBlockedReader puts data on device 0, tells the parent its server's
+// pid, then reads it back on the host: with a fault delay of a minute, it
+// stays blocked in that fault until something happens.
+func roleBlockedReader() int {
+	cfg := testServerConfig()
+	cfg.FaultDelay = Duration(time.Minute)
+	s, err := Connect(Config{Server: "private", Private: cfg})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	a, err := s.MallocManaged(1 << 20)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Populate and move to the device without faulting: a prefetch to
+	// the device creates the pages there.
+	if err := a.Prefetch(0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("server %d\n", s.ServerPID())
+	v := a.Bytes()[12345]
+	fmt.Printf("read %d\n", v) // must never be printed: the data is gone
+	return 0
+}
+
+// TestServerDeathFailsClientFast: the server dies while a client is blocked
+// in a fault. Within a second the client gets a clear fatal error (the
+// guard's message, then SIGBUS), never a hang and never zeros.
+func TestServerDeathFailsClientFast(t *testing.T) {
+	requireRoot(t)
+	cmd := child(t, "blocked-reader")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(stdout)
+	line, _ := r.ReadString('\n')
+	var serverPID int
+	_, err = fmt.Sscanf(line, "server %d", &serverPID)
+	require.NoError(t, err, "child said %q; stderr: %s", line, stderr.String())
+	time.Sleep(100 * time.Millisecond) // the read is now blocked in the fault
+	require.NoError(t, syscall.Kill(serverPID, syscall.SIGKILL))
+	killed := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		elapsed := time.Since(killed)
+		rest, _ := io.ReadAll(r)
+		t.Logf("client ended %v after the server was killed: %s", elapsed.Round(time.Millisecond), exitDescription(err))
+		assert.Less(t, elapsed, time.Second, "the client must fail within a second")
+		assert.Error(t, err, "the client must not exit normally")
+		assert.NotContains(t, string(rest), "read ", "the client read data that no longer exists")
+		assert.Contains(t, stderr.String(), "the fault server of this process", "the guard says what happened")
+		assert.Contains(t, stderr.String(), "SIGBUS")
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the client hung after its server died; stderr: %s", stderr.String())
+	}
+}
+
+// TestMalformedMessages: a peer sending garbage gets an error reply that
+// says what is wrong, and the server keeps serving.
+func TestMalformedMessages(t *testing.T) {
+	srv, path := startServer(t, testServerConfig())
+	dial := func() *net.UnixConn {
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string {
+		require.NoError(t, writeMessage(c, b, fds))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 4096)
+		reply, rfds, err := readMessage(c, buf)
+		closeFDs(rfds)
+		if errors.Is(err, errPeerGone) {
+			return "closed"
+		}
+		require.NoError(t, err)
+		h, payload, err := parseHeader(reply)
+		require.NoError(t, err)
+		if h.status == codeOK {
+			return "ok"
+		}
+		msg := (&wireReader{b: payload}).str("message")
+		return msg
+	}
+	assert.Contains(t, roundTrip(dial(), []byte("hello there, server"), nil), "bad magic")
+	assert.Contains(t, roundTrip(dial(), encodeHello(1, helloRequest{role: roleClient, pid: 1}), nil), "carries 0 file descriptors, want 2")
+	f, err := os.Open("/dev/null")
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Contains(t, roundTrip(dial(), encodeHello(1, helloRequest{role: roleClient, pid: 1}), []int{int(f.Fd()), int(f.Fd())}), "host file")
+	mon := dial()
+	assert.Equal(t, "ok", roundTrip(mon, encodeHello(1, helloRequest{role: roleMonitor, pid: 1}), nil))
+	assert.Contains(t, roundTrip(mon, encodeFree(2, 1<<30), nil), "needs a client session")
+	assert.Contains(t, roundTrip(mon, encodeHello(3, helloRequest{role: roleMonitor}), nil), "hello sent twice")
+	assert.Equal(t, "ok", roundTrip(mon, encodeInfo(4), nil), "the monitor still works after errors")
+	m, err := ConnectMonitor(path)
+	require.NoError(t, err)
+	defer m.Close()
+	in, err := m.Info()
+	require.NoError(t, err)
+	assert.Equal(t, os.Getpid(), in.PID, "the server survived")
+	_ = srv
+}
+
+// roleConnect tries to connect and prints the error as JSON.
+func roleConnect() int {
+	_, err := Connect(Config{Server: "private", Private: testServerConfig()})
+	out := map[string]any{"error": fmt.Sprint(err), "initialization": errors.Is(err, ErrInitialization)}
+	json.NewEncoder(os.Stdout).Encode(out)
+	return 0
+}
+
+// TestWithoutUserfaultfdAccess: a user who may not use userfaultfd gets an
+// error that says what is missing and how to grant it.
+func TestWithoutUserfaultfdAccess(t *testing.T) {
+	requireRoot(t)
+	sysctl, err := os.ReadFile("/proc/sys/vm/unprivileged_userfaultfd")
+	require.NoError(t, err)
+	if strings.TrimSpace(string(sysctl)) == "1" {
+		t.Skip("vm.unprivileged_userfaultfd=1: every user may use userfaultfd here")
+	}
+	fi, err := os.Stat("/dev/userfaultfd")
+	if err == nil && fi.Mode().Perm()&0o006 != 0 {
+		t.Skip("/dev/userfaultfd is open to everyone here")
+	}
+	dir, err := os.MkdirTemp("", "uvm-nobody-") // t.TempDir's parent is private
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "uvm.test")
+	data, err := os.ReadFile(exe)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, data, 0o755))
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), testRoleEnv+"=connect")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	require.NoError(t, err, "child: %s", out)
+	var res struct {
+		Error          string `json:"error"`
+		Initialization bool   `json:"initialization"`
+	}
+	require.NoError(t, json.Unmarshal(out, &res))
+	assert.True(t, res.Initialization, "the error is an initialization error: %s", res.Error)
+	for _, want := range []string{"/dev/userfaultfd", "permission denied", "vm.unprivileged_userfaultfd", "chmod", "sysctl -w vm.unprivileged_userfaultfd=1"} {
+		assert.Contains(t, res.Error, want)
+	}
+	t.Logf("what an unprivileged user sees: %s", res.Error)
+}

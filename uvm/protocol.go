@@ -1,0 +1,482 @@
+package uvm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unicode/utf8"
+)
+
+// The control protocol between a client (or a monitor such as `uvm stat`)
+// and the fault server. Each message is one SOCK_SEQPACKET datagram: a
+// 16-byte header, then a payload of little-endian fixed-size fields and
+// length-prefixed strings. It is binary and fixed-layout so that the C
+// library can speak it without a parser. Faults never travel here: they
+// reach the server through the client's userfaultfd.
+//
+//	header: magic "SUVM" (uint32), version (uint16), type (uint16),
+//	        sequence (uint32), status (uint32: 0 in requests, an
+//	        errorCode in replies)
+const (
+	wireMagic      = 0x4d565553 // "SUVM" little-endian
+	wireVersion    = 1
+	wireHeaderSize = 16
+	// maxMessageSize bounds every datagram; larger ones are refused
+	// before they are parsed.
+	maxMessageSize = 1 << 20
+	maxStringLen   = 64 << 10
+	maxDeviceList  = 1024
+)
+
+type msgType uint16
+
+const (
+	msgHello msgType = iota + 1
+	msgAlloc
+	msgFree
+	msgPrefetch
+	msgRangeAttrs
+	msgStats
+	msgInfo
+	msgTypeEnd // one past the last request type
+)
+
+var msgTypeNames = [...]string{
+	msgHello: "hello", msgAlloc: "alloc", msgFree: "free", msgPrefetch: "prefetch",
+	msgRangeAttrs: "range-attributes", msgStats: "stats", msgInfo: "info",
+}
+
+func (t msgType) String() string {
+	if t > 0 && t < msgTypeEnd {
+		return msgTypeNames[t]
+	}
+	return fmt.Sprintf("message-type-%d", uint16(t))
+}
+
+type header struct {
+	typ    msgType
+	seq    uint32
+	status errorCode
+}
+
+// Session roles given in hello.
+const (
+	roleClient  = 1 // hands over a userfaultfd and a host file
+	roleMonitor = 2 // reads statistics and configuration only
+)
+
+// Stats scopes.
+const (
+	scopeServer  = 0
+	scopeSession = 1
+	scopeRange   = 2
+)
+
+type helloRequest struct {
+	role     uint8
+	pid      uint32
+	features uint64 // userfaultfd features the client wants (0: server default)
+}
+
+type helloReply struct {
+	serverPID uint32
+	sessionID uint64
+	features  uint64
+	devices   []DeviceInfo
+}
+
+type allocRequest struct {
+	addr, length, size uint64
+	flags              uint32
+	trackPrefetch      bool
+	prefetch           string
+}
+
+type rangeRequest struct {
+	addr, length uint64
+}
+
+type prefetchRequest struct {
+	addr, length uint64
+	dst          int32
+}
+
+type prefetchReply struct {
+	migrated, populated uint64
+}
+
+type statsRequest struct {
+	scope uint8
+	addr  uint64
+}
+
+// wireWriter appends a message.
+type wireWriter struct{ b []byte }
+
+func newMessage(h header) *wireWriter {
+	w := &wireWriter{b: make([]byte, 0, 128)}
+	w.u32(wireMagic)
+	w.u16(wireVersion)
+	w.u16(uint16(h.typ))
+	w.u32(h.seq)
+	w.u32(uint32(h.status))
+	return w
+}
+
+func (w *wireWriter) u8(v uint8)   { w.b = append(w.b, v) }
+func (w *wireWriter) u16(v uint16) { w.b = binary.LittleEndian.AppendUint16(w.b, v) }
+func (w *wireWriter) u32(v uint32) { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
+func (w *wireWriter) u64(v uint64) { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
+func (w *wireWriter) i32(v int32)  { w.u32(uint32(v)) }
+func (w *wireWriter) str(s string) {
+	if len(s) > maxStringLen {
+		s = s[:maxStringLen]
+	}
+	w.u32(uint32(len(s)))
+	w.b = append(w.b, s...)
+}
+func (w *wireWriter) boolean(v bool) {
+	if v {
+		w.u8(1)
+	} else {
+		w.u8(0)
+	}
+}
+
+// wireReader consumes a payload; the first problem sticks and later reads
+// return zero values, so decoders check err once at the end.
+type wireReader struct {
+	b   []byte
+	err error
+}
+
+func (r *wireReader) need(n int, what string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b) < n {
+		r.err = fmt.Errorf("%w: message truncated: %s needs %d bytes, %d left", ErrInvalidValue, what, n, len(r.b))
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *wireReader) u8(what string) uint8 {
+	if v := r.need(1, what); v != nil {
+		return v[0]
+	}
+	return 0
+}
+func (r *wireReader) u16(what string) uint16 {
+	if v := r.need(2, what); v != nil {
+		return binary.LittleEndian.Uint16(v)
+	}
+	return 0
+}
+func (r *wireReader) u32(what string) uint32 {
+	if v := r.need(4, what); v != nil {
+		return binary.LittleEndian.Uint32(v)
+	}
+	return 0
+}
+func (r *wireReader) u64(what string) uint64 {
+	if v := r.need(8, what); v != nil {
+		return binary.LittleEndian.Uint64(v)
+	}
+	return 0
+}
+func (r *wireReader) i32(what string) int32 { return int32(r.u32(what)) }
+func (r *wireReader) boolean(what string) bool {
+	v := r.u8(what)
+	if v > 1 && r.err == nil {
+		r.err = fmt.Errorf("%w: %s is %d, want 0 or 1", ErrInvalidValue, what, v)
+	}
+	return v == 1
+}
+func (r *wireReader) str(what string) string {
+	n := r.u32(what + " length")
+	if r.err != nil {
+		return ""
+	}
+	if n > maxStringLen {
+		r.err = fmt.Errorf("%w: %s length %d exceeds %d", ErrInvalidValue, what, n, maxStringLen)
+		return ""
+	}
+	v := r.need(int(n), what)
+	if r.err == nil && !utf8.Valid(v) {
+		r.err = fmt.Errorf("%w: %s is not UTF-8", ErrInvalidValue, what)
+		return ""
+	}
+	return string(v)
+}
+
+// done reports trailing garbage as an error: a message is exactly its
+// fields.
+func (r *wireReader) done(what string) error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %s has %d unexpected trailing bytes", ErrInvalidValue, what, len(r.b))
+	}
+	return r.err
+}
+
+// parseHeader checks the fixed header and returns the payload.
+func parseHeader(b []byte) (header, []byte, error) {
+	if len(b) < wireHeaderSize {
+		return header{}, nil, fmt.Errorf("%w: message of %d bytes is shorter than the %d-byte header", ErrInvalidValue, len(b), wireHeaderSize)
+	}
+	if len(b) > maxMessageSize {
+		return header{}, nil, fmt.Errorf("%w: message of %d bytes exceeds %d", ErrInvalidValue, len(b), maxMessageSize)
+	}
+	if m := binary.LittleEndian.Uint32(b); m != wireMagic {
+		return header{}, nil, fmt.Errorf("%w: bad magic %#x, want %#x (is this a softuvm client?)", ErrInvalidValue, m, wireMagic)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != wireVersion {
+		return header{}, nil, fmt.Errorf("%w: protocol version %d, this server speaks %d", ErrInvalidValue, v, wireVersion)
+	}
+	h := header{
+		typ:    msgType(binary.LittleEndian.Uint16(b[6:])),
+		seq:    binary.LittleEndian.Uint32(b[8:]),
+		status: errorCode(binary.LittleEndian.Uint32(b[12:])),
+	}
+	return h, b[wireHeaderSize:], nil
+}
+
+// parseRequest decodes and validates one request datagram as the server
+// receives it. It never panics, whatever the bytes (FuzzParseRequest).
+func parseRequest(b []byte) (header, any, error) {
+	h, payload, err := parseHeader(b)
+	if err != nil {
+		return h, nil, err
+	}
+	if h.status != codeOK {
+		return h, nil, fmt.Errorf("%w: request with status %d, want 0", ErrInvalidValue, h.status)
+	}
+	r := &wireReader{b: payload}
+	var req any
+	switch h.typ {
+	case msgHello:
+		hr := helloRequest{role: r.u8("role"), pid: r.u32("pid"), features: r.u64("features")}
+		if r.err == nil && hr.role != roleClient && hr.role != roleMonitor {
+			r.err = fmt.Errorf("%w: hello role %d, want %d (client) or %d (monitor)", ErrInvalidValue, hr.role, roleClient, roleMonitor)
+		}
+		req = hr
+	case msgAlloc:
+		ar := allocRequest{addr: r.u64("address"), length: r.u64("length"), size: r.u64("size"),
+			flags: r.u32("flags"), trackPrefetch: r.boolean("track-prefetch"), prefetch: r.str("prefetch policy")}
+		if r.err == nil {
+			r.err = checkRange(ar.addr, ar.length, "alloc")
+		}
+		if r.err == nil && (ar.size == 0 || ar.size > ar.length || ar.length-ar.size >= PageSize) {
+			r.err = fmt.Errorf("%w: alloc size %d does not fit mapped length %d", ErrInvalidValue, ar.size, ar.length)
+		}
+		req = ar
+	case msgFree:
+		req = rangeRequest{addr: r.u64("address")}
+	case msgPrefetch:
+		pr := prefetchRequest{addr: r.u64("address"), length: r.u64("length"), dst: r.i32("destination")}
+		if r.err == nil {
+			r.err = checkRange(pr.addr, pr.length, "prefetch")
+		}
+		req = pr
+	case msgRangeAttrs:
+		rr := rangeRequest{addr: r.u64("address"), length: r.u64("length")}
+		if r.err == nil {
+			r.err = checkRange(rr.addr, rr.length, "range attributes")
+		}
+		req = rr
+	case msgStats:
+		sr := statsRequest{scope: r.u8("scope"), addr: r.u64("address")}
+		if r.err == nil && sr.scope > scopeRange {
+			r.err = fmt.Errorf("%w: stats scope %d, want 0 (server), 1 (session) or 2 (range)", ErrInvalidValue, sr.scope)
+		}
+		req = sr
+	case msgInfo:
+		req = struct{}{}
+	default:
+		return h, nil, fmt.Errorf("%w: unknown request type %d", ErrInvalidValue, uint16(h.typ))
+	}
+	if err := r.done(h.typ.String() + " request"); err != nil {
+		return h, nil, err
+	}
+	return h, req, nil
+}
+
+// checkRange validates a page-aligned, nonempty range in the user half of
+// the address space.
+func checkRange(addr, length uint64, what string) error {
+	const userTop = 1 << 47
+	switch {
+	case addr&pageMask != 0 || length&pageMask != 0:
+		return fmt.Errorf("%w: %s range %#x+%d is not page-aligned", ErrInvalidValue, what, addr, length)
+	case length == 0:
+		return fmt.Errorf("%w: %s range at %#x is empty", ErrInvalidValue, what, addr)
+	case addr == 0 || addr >= userTop || length > userTop-addr:
+		return fmt.Errorf("%w: %s range %#x+%d is outside the user address space", ErrInvalidValue, what, addr, length)
+	}
+	return nil
+}
+
+// Request encoders, used by the client.
+
+func encodeHello(seq uint32, hr helloRequest) []byte {
+	w := newMessage(header{typ: msgHello, seq: seq})
+	w.u8(hr.role)
+	w.u32(hr.pid)
+	w.u64(hr.features)
+	return w.b
+}
+
+func encodeAlloc(seq uint32, ar allocRequest) []byte {
+	w := newMessage(header{typ: msgAlloc, seq: seq})
+	w.u64(ar.addr)
+	w.u64(ar.length)
+	w.u64(ar.size)
+	w.u32(ar.flags)
+	w.boolean(ar.trackPrefetch)
+	w.str(ar.prefetch)
+	return w.b
+}
+
+func encodeFree(seq uint32, addr uint64) []byte {
+	w := newMessage(header{typ: msgFree, seq: seq})
+	w.u64(addr)
+	return w.b
+}
+
+func encodePrefetch(seq uint32, pr prefetchRequest) []byte {
+	w := newMessage(header{typ: msgPrefetch, seq: seq})
+	w.u64(pr.addr)
+	w.u64(pr.length)
+	w.i32(pr.dst)
+	return w.b
+}
+
+func encodeRangeAttrs(seq uint32, rr rangeRequest) []byte {
+	w := newMessage(header{typ: msgRangeAttrs, seq: seq})
+	w.u64(rr.addr)
+	w.u64(rr.length)
+	return w.b
+}
+
+func encodeStats(seq uint32, sr statsRequest) []byte {
+	w := newMessage(header{typ: msgStats, seq: seq})
+	w.u8(sr.scope)
+	w.u64(sr.addr)
+	return w.b
+}
+
+func encodeInfo(seq uint32) []byte {
+	return newMessage(header{typ: msgInfo, seq: seq}).b
+}
+
+// Replies.
+
+func encodeError(h header, err error) []byte {
+	w := newMessage(header{typ: h.typ, seq: h.seq, status: codeOf(err)})
+	w.str(err.Error())
+	return w.b
+}
+
+func encodeHelloReply(h header, hr helloReply) []byte {
+	w := newMessage(header{typ: h.typ, seq: h.seq})
+	w.u32(hr.serverPID)
+	w.u64(hr.sessionID)
+	w.u64(hr.features)
+	w.u32(uint32(len(hr.devices)))
+	for _, d := range hr.devices {
+		w.u64(uint64(d.Capacity))
+		w.str(d.Backend)
+		w.i32(int32(d.Node))
+	}
+	return w.b
+}
+
+func encodeEmptyReply(h header) []byte { return newMessage(header{typ: h.typ, seq: h.seq}).b }
+
+func encodeU64Reply(h header, vs ...uint64) []byte {
+	w := newMessage(header{typ: h.typ, seq: h.seq})
+	for _, v := range vs {
+		w.u64(v)
+	}
+	return w.b
+}
+
+func encodeRangeAttrsReply(h header, a RangeAttributes) []byte {
+	w := newMessage(header{typ: h.typ, seq: h.seq})
+	w.boolean(a.ReadMostly)
+	w.i32(int32(a.PreferredLocation))
+	w.i32(int32(a.LastPrefetchLocation))
+	w.u32(uint32(len(a.AccessedBy)))
+	for _, d := range a.AccessedBy {
+		w.i32(int32(d))
+	}
+	return w.b
+}
+
+func encodeStringReply(h header, s string) []byte {
+	w := newMessage(header{typ: h.typ, seq: h.seq})
+	w.u32(uint32(len(s)))
+	w.b = append(w.b, s...)
+	return w.b
+}
+
+// parseReply checks a reply against the request it answers and returns
+// its payload, or the error the server sent.
+func parseReply(b []byte, want header) (*wireReader, error) {
+	h, payload, err := parseHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	if h.typ != want.typ || h.seq != want.seq {
+		return nil, fmt.Errorf("%w: reply %s #%d does not answer %s #%d", ErrInternal, h.typ, h.seq, want.typ, want.seq)
+	}
+	r := &wireReader{b: payload}
+	if h.status != codeOK {
+		msg := r.str("error message")
+		if r.err != nil {
+			msg = fmt.Sprintf("server error %d (unreadable message: %v)", h.status, r.err)
+		}
+		return nil, errorFromWire(h.status, msg)
+	}
+	return r, nil
+}
+
+func decodeHelloReply(r *wireReader) (helloReply, error) {
+	hr := helloReply{serverPID: r.u32("server pid"), sessionID: r.u64("session"), features: r.u64("features")}
+	n := r.u32("device count")
+	if r.err == nil && n > maxDeviceList {
+		return hr, fmt.Errorf("%w: %d devices exceeds %d", ErrInvalidValue, n, maxDeviceList)
+	}
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		capacity := r.u64("device capacity")
+		if capacity > math.MaxInt64 {
+			return hr, fmt.Errorf("%w: device %d capacity %d", ErrInvalidValue, i, capacity)
+		}
+		hr.devices = append(hr.devices, DeviceInfo{Device: Device(i), Capacity: int64(capacity), Backend: r.str("backend"), Node: int(r.i32("node"))})
+	}
+	return hr, r.done("hello reply")
+}
+
+func decodeRangeAttrsReply(r *wireReader) (RangeAttributes, error) {
+	a := RangeAttributes{ReadMostly: r.boolean("read-mostly"), PreferredLocation: Device(r.i32("preferred")), LastPrefetchLocation: Device(r.i32("last prefetch"))}
+	n := r.u32("accessed-by count")
+	if r.err == nil && n > maxDeviceList {
+		return a, fmt.Errorf("%w: %d accessed-by devices exceeds %d", ErrInvalidValue, n, maxDeviceList)
+	}
+	a.AccessedBy = make([]Device, 0, n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		a.AccessedBy = append(a.AccessedBy, Device(r.i32("accessed-by device")))
+	}
+	return a, r.done("range attributes reply")
+}
+
+func decodeStringReply(r *wireReader) (string, error) {
+	n := r.u32("length")
+	if r.err == nil && n > maxMessageSize {
+		return "", fmt.Errorf("%w: string reply of %d bytes", ErrInvalidValue, n)
+	}
+	v := r.need(int(n), "string reply")
+	return string(v), r.done("string reply")
+}

@@ -1,0 +1,341 @@
+package uvm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// Server is the fault server: it owns every client's userfaultfd, the
+// location files and the residency of every page, and serves faults on
+// handler threads that never touch managed memory themselves.
+type Server struct {
+	cfg      ServerConfig
+	arenas   []*devmem.Arena
+	prefetch PrefetchPolicy
+	stats    *counters
+	features uffd.Feature // what the server asks of each client's userfaultfd
+	started  time.Time
+	logger   *log.Logger
+
+	cpus []int // where each session's handler threads go; -1 unpinned
+
+	sessionsMu    sync.Mutex
+	sessions      map[uint64]*session // guarded by sessionsMu
+	nextSessionID atomic.Uint64
+	strayFaults   atomic.Uint64 // faults on addresses no range owns
+	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
+
+	guard *guardLink
+
+	listenersMu sync.Mutex
+	listeners   []net.Listener
+	closeOnce   sync.Once
+	done        chan struct{}
+}
+
+// RequiredFeatures are the userfaultfd features the server cannot work
+// without; wantedFeatures it uses when present.
+const (
+	RequiredFeatures = uffd.FeatureMissingShmem | uffd.FeatureWPHugetlbfsShmem | uffd.FeatureThreadID
+	// Unmap and remove events are not asked for: each makes the client's
+	// munmap or madvise wait until a handler reads it, and every ioctl
+	// on the userfaultfd fail with EAGAIN meanwhile. Free goes through
+	// the control socket instead. Remap events are, so that an mremap of
+	// managed memory (unsupported) fails loudly rather than leaving the
+	// moved pages unregistered, where holes would fill with zeros.
+	wantedFeatures = RequiredFeatures | uffd.FeatureEventRemap | uffd.FeaturePoison |
+		uffd.FeatureWPUnpopulated | uffd.FeatureMinorShmem
+)
+
+// NewServer creates the arenas and starts the handler threads. It serves
+// nobody until Serve or ServeConn is called.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	supported, err := uffd.Supported()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInitialization, err)
+	}
+	if missing := RequiredFeatures &^ supported; missing != 0 {
+		return nil, fmt.Errorf("%w: this kernel's userfaultfd lacks %v, which the fault server needs", ErrNotSupported, missing)
+	}
+	prefetch, err := NewPrefetchPolicy(cfg.Prefetch)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		prefetch: prefetch,
+		features: wantedFeatures & supported,
+		started:  time.Now(),
+		logger:   log.New(os.Stderr, fmt.Sprintf("softuvm server[%d]: ", os.Getpid()), 0),
+		sessions: map[uint64]*session{},
+		done:     make(chan struct{}),
+	}
+	for _, spec := range cfg.Devices {
+		a, err := devmem.NewArena(spec)
+		if err != nil {
+			s.closeArenas()
+			return nil, fmt.Errorf("%w: device %d: %v", ErrInitialization, spec.Device, err)
+		}
+		s.arenas = append(s.arenas, a)
+	}
+	s.stats = newCounters(s.locations())
+	if s.cpus, err = s.handlerCPUs(); err != nil {
+		return nil, err
+	}
+	// Handler threads wait in read(2); when one returns it needs a P at
+	// once, so keep a few more Ps than CPUs.
+	if n := runtime.NumCPU() + 2; runtime.GOMAXPROCS(0) < n {
+		runtime.GOMAXPROCS(n)
+	}
+
+	if cfg.Guard {
+		g, err := startGuard()
+		if err != nil {
+			// Without a guard the server still works; only its death
+			// would be handled less well. Say so and go on.
+			s.logger.Printf("no guard process (%v): if this server dies, clients blocked in faults will hang", err)
+		}
+		s.guard = g
+	}
+	return s, nil
+}
+
+// locations is the number of places a page can live: the host and each
+// device.
+func (s *Server) locations() int { return 1 + len(s.arenas) }
+
+// closeArenas reports arenas whose accounting went wrong: every session
+// has ended by now, so each should be empty.
+func (s *Server) closeArenas() {
+	for i, a := range s.arenas {
+		if used := a.UsedBytes(); used != 0 || a.AccountingErrors() != 0 {
+			s.logger.Printf("device %d arena: %d bytes still accounted after every session ended (%d accounting errors: %s)", i, used, a.AccountingErrors(), a.LastAccountingError())
+		}
+	}
+}
+
+// Devices describes the configured devices.
+func (s *Server) Devices() []DeviceInfo {
+	out := make([]DeviceInfo, len(s.arenas))
+	for i, a := range s.arenas {
+		spec := a.Spec()
+		out[i] = DeviceInfo{Device: Device(i), Capacity: a.Capacity(), Backend: spec.Backend.String(), Node: spec.Node}
+	}
+	return out
+}
+
+// Serve accepts connections on l until Close. Each connection is one
+// session: a client, or a monitor such as `uvm stat`.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.listenersMu.Lock()
+	s.listeners = append(s.listeners, l)
+	s.listenersMu.Unlock()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			select {
+			case <-s.done:
+				return nil
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.logger.Printf("accept: %v", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.ServeConn(c)
+	}
+}
+
+// ServeConn runs one session on an established connection and returns
+// when the peer goes away.
+func (s *Server) ServeConn(c *net.UnixConn) {
+	defer c.Close()
+	if err := checkPeer(c); err != nil {
+		s.logger.Printf("refusing connection: %v", err)
+		return
+	}
+	sess, err := s.handshake(c)
+	if err != nil {
+		if !errors.Is(err, errPeerGone) {
+			s.logger.Printf("handshake: %v", err)
+		}
+		return
+	}
+	defer s.endSession(sess)
+	sess.controlLoop()
+}
+
+// Done is closed when the server has been closed.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Close ends every session, stops the handler threads and releases the
+// arenas. Clients' managed memory that is not on the host is lost.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.listenersMu.Lock()
+		for _, l := range s.listeners {
+			l.Close()
+		}
+		s.listenersMu.Unlock()
+		s.sessionsMu.Lock()
+		var all []*session
+		for _, sess := range s.sessions {
+			all = append(all, sess)
+		}
+		s.sessionsMu.Unlock()
+		for _, sess := range all {
+			sess.conn.Close() // its control loop ends and cleans up
+		}
+		s.waitSessions(5 * time.Second)
+		if s.guard != nil {
+			s.guard.close()
+		}
+		s.closeArenas()
+	})
+	return nil
+}
+
+func (s *Server) waitSessions(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		s.sessionsMu.Lock()
+		n := len(s.sessions)
+		s.sessionsMu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// SessionCount is the number of connected sessions.
+func (s *Server) SessionCount() int {
+	s.sessionsMu.Lock()
+	defer s.sessionsMu.Unlock()
+	return len(s.sessions)
+}
+
+var errPeerGone = errors.New("peer closed the connection")
+
+// checkPeer accepts only processes of the server's own user, or root.
+// The socket's permissions already say so; this is the second lock.
+func checkPeer(c *net.UnixConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return fmt.Errorf("peer credentials: %w", credErr)
+	}
+	if me := uint32(os.Geteuid()); cred.Uid != me && cred.Uid != 0 {
+		return fmt.Errorf("peer pid %d runs as uid %d; this server (uid %d) serves only its own user", cred.Pid, cred.Uid, me)
+	}
+	return nil
+}
+
+// Info is the server's configuration and state, for `uvm info` and
+// `uvm stat`.
+type Info struct {
+	PID          int              `json:"pid"`
+	Uptime       string           `json:"uptime"`
+	Features     string           `json:"userfaultfd_features"`
+	Prefetch     string           `json:"prefetch"`
+	Handlers     HandlerPlacement `json:"handlers"`
+	HandlerCPUs  []int            `json:"handler_cpus"`
+	Guard        bool             `json:"guard"`
+	Sessions     []SessionInfo    `json:"sessions"`
+	Devices      []ArenaInfo      `json:"devices"`
+	StrayFaults  uint64           `json:"stray_faults"`
+	PoisonedPage uint64           `json:"poisoned_pages"`
+	GoMaxProcs   int              `json:"gomaxprocs"`
+}
+
+// SessionInfo describes one connected process.
+type SessionInfo struct {
+	ID          uint64 `json:"id"`
+	PID         int    `json:"pid"`
+	Role        string `json:"role"`
+	Allocations int    `json:"allocations"`
+	// ManagedBytes is the sum of the allocations' sizes; HostBytes the
+	// memory their host file holds.
+	ManagedBytes int64 `json:"managed_bytes"`
+	HostBytes    int64 `json:"host_bytes"`
+}
+
+// ArenaInfo describes one device's arena.
+type ArenaInfo struct {
+	DeviceInfo
+	UsedBytes int64 `json:"used_bytes"`
+	// FileBytes is what the arena's files really hold (st_blocks): equal
+	// to UsedBytes unless accounting went wrong.
+	FileBytes int64 `json:"file_bytes"`
+}
+
+func (s *Server) info() Info {
+	in := Info{
+		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
+		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
+		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
+		GoMaxProcs: runtime.GOMAXPROCS(0),
+	}
+	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
+	fileBytes := make([]int64, len(s.arenas))
+	s.sessionsMu.Lock()
+	for _, sess := range s.sessions {
+		in.Sessions = append(in.Sessions, sess.info())
+		for d, n := range sess.deviceFileBytes() {
+			fileBytes[d] += n
+		}
+	}
+	s.sessionsMu.Unlock()
+	for i, d := range s.Devices() {
+		in.Devices = append(in.Devices, ArenaInfo{DeviceInfo: d, UsedBytes: s.arenas[i].UsedBytes(), FileBytes: fileBytes[i]})
+	}
+	return in
+}
+
+// quiesce orders the caller after every fault being served now.
+func (s *Server) quiesce() {
+	s.sessionsMu.Lock()
+	all := make([]*session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		all = append(all, sess)
+	}
+	s.sessionsMu.Unlock()
+	for _, sess := range all {
+		for _, r := range sess.ranges.Load().ranges {
+			r.quiesce()
+		}
+	}
+}
+
+func (s *Server) infoJSON() string {
+	b, _ := json.Marshal(s.info())
+	return string(b)
+}

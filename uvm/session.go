@@ -1,0 +1,485 @@
+package uvm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// session is one connected process, as the server sees it.
+type session struct {
+	srv  *Server
+	id   uint64
+	pid  int
+	role uint8
+	conn *net.UnixConn
+
+	uffd *uffd.FD     // the client's userfaultfd; nil for monitors
+	host *devmem.File // the client's host location file
+
+	// mu serializes control operations (alloc, free, prefetch, teardown)
+	// and guards nextID. Lock order: mu, then block locks, then filesMu.
+	mu     sync.Mutex
+	nextID uint64
+	// filesMu guards devFiles: faults (holding block locks, not mu) and
+	// control operations both create device files on first use.
+	filesMu  sync.Mutex
+	devFiles []*devmem.File // one per device, created on first use
+
+	ranges atomic.Pointer[rangeTable]
+
+	// handlers serve the session's faults; they are stopped before uffd
+	// is closed, so none ever issues an ioctl on a closed (and maybe
+	// reused) descriptor. Written by watch and unwatch only.
+	handlers []*handler
+
+	stats *counters // retired statistics of freed ranges
+}
+
+func (s *Server) handshake(c *net.UnixConn) (*session, error) {
+	buf := make([]byte, maxMessageSize)
+	b, fds, err := readMessage(c, buf)
+	if err != nil {
+		return nil, err
+	}
+	h, req, err := parseRequest(b)
+	if err == nil && h.typ != msgHello {
+		err = fmt.Errorf("%w: first message is %s, want hello", ErrInvalidValue, h.typ)
+	}
+	hello, _ := req.(helloRequest)
+	want := 0
+	if err == nil && hello.role == roleClient {
+		want = 2
+	}
+	if err == nil && len(fds) != want {
+		err = fmt.Errorf("%w: hello as %s carries %d file descriptors, want %d", ErrInvalidValue, roleName(hello.role), len(fds), want)
+	}
+	if err != nil {
+		closeFDs(fds)
+		writeMessage(c, encodeError(h, err), nil)
+		return nil, err
+	}
+	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: int(hello.pid), role: hello.role, conn: c, stats: newCounters(s.locations())}
+	sess.ranges.Store(&rangeTable{})
+	if hello.role == roleClient {
+		if err := sess.adopt(fds[0], fds[1]); err != nil {
+			writeMessage(c, encodeError(h, err), nil)
+			return nil, err
+		}
+	}
+	s.sessionsMu.Lock()
+	s.sessions[sess.id] = sess
+	s.sessionsMu.Unlock()
+	if sess.uffd != nil {
+		if err := s.watch(sess); err != nil {
+			s.endSession(sess)
+			writeMessage(c, encodeError(h, err), nil)
+			return nil, err
+		}
+	}
+	var features uint64
+	if sess.uffd != nil {
+		features = uint64(sess.uffd.Features())
+	}
+	reply := encodeHelloReply(h, helloReply{serverPID: uint32(os.Getpid()), sessionID: sess.id, features: features, devices: s.Devices()})
+	if err := writeMessage(c, reply, nil); err != nil {
+		s.endSession(sess)
+		return nil, err
+	}
+	return sess, nil
+}
+
+func roleName(r uint8) string {
+	switch r {
+	case roleClient:
+		return "client"
+	case roleMonitor:
+		return "monitor"
+	}
+	return fmt.Sprintf("role %d", r)
+}
+
+// adopt takes the client's userfaultfd and host file and does the API
+// handshake on its behalf.
+func (sess *session) adopt(uffdFD, hostFD int) error {
+	host, err := devmem.FileFromFD(hostFD, fmt.Sprintf("host file of pid %d", sess.pid))
+	if err != nil {
+		syscall.Close(uffdFD)
+		return fmt.Errorf("%w: host file: %v", ErrInvalidValue, err)
+	}
+	u := uffd.NewFD(uffdFD)
+	granted, err := u.Handshake(sess.srv.features)
+	if err != nil {
+		u.Close()
+		host.Close()
+		return fmt.Errorf("%w: userfaultfd handshake: %v", ErrInitialization, err)
+	}
+	if missing := RequiredFeatures &^ granted; missing != 0 {
+		u.Close()
+		host.Close()
+		return fmt.Errorf("%w: userfaultfd granted %v, missing %v", ErrNotSupported, granted, missing)
+	}
+	sess.uffd, sess.host = u, host
+	if g := sess.srv.guard; g != nil {
+		g.add(sess.id, sess.pid, u)
+	}
+	return nil
+}
+
+// controlLoop answers requests until the peer disconnects.
+func (sess *session) controlLoop() {
+	buf := make([]byte, maxMessageSize)
+	for {
+		b, fds, err := readMessage(sess.conn, buf)
+		if err != nil {
+			if !errors.Is(err, errPeerGone) {
+				sess.srv.logger.Printf("session %d (pid %d): %v", sess.id, sess.pid, err)
+			}
+			return
+		}
+		closeFDs(fds) // no request after hello carries descriptors
+		h, req, err := parseRequest(b)
+		var reply []byte
+		if err == nil && h.typ == msgHello {
+			err = fmt.Errorf("%w: hello sent twice", ErrInvalidValue)
+		}
+		if err == nil && sess.uffd == nil && h.typ != msgStats && h.typ != msgInfo {
+			err = fmt.Errorf("%w: %s needs a client session; this is a monitor", ErrInvalidValue, h.typ)
+		}
+		if err == nil {
+			reply, err = sess.dispatch(h, req)
+		}
+		if err != nil {
+			reply = encodeError(h, err)
+		}
+		if err := writeMessage(sess.conn, reply, nil); err != nil {
+			return
+		}
+	}
+}
+
+func (sess *session) dispatch(h header, req any) ([]byte, error) {
+	switch r := req.(type) {
+	case allocRequest:
+		id, err := sess.alloc(r)
+		if err != nil {
+			return nil, err
+		}
+		return encodeU64Reply(h, id), nil
+	case rangeRequest:
+		if h.typ == msgFree {
+			return encodeEmptyReply(h), sess.free(uintptr(r.addr))
+		}
+		a, err := sess.rangeAttributes(uintptr(r.addr), uintptr(r.length))
+		if err != nil {
+			return nil, err
+		}
+		return encodeRangeAttrsReply(h, a), nil
+	case prefetchRequest:
+		res, err := sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
+		if err != nil {
+			return nil, err
+		}
+		return encodeU64Reply(h, res.migrated, res.populated), nil
+	case statsRequest:
+		st, err := sess.statsFor(r)
+		if err != nil {
+			return nil, err
+		}
+		b, _ := json.Marshal(st)
+		return encodeStringReply(h, string(b)), nil
+	case struct{}: // info
+		return encodeStringReply(h, sess.srv.infoJSON()), nil
+	}
+	return nil, fmt.Errorf("%w: unexpected %s request", ErrInternal, h.typ)
+}
+
+// hostViewMode is how a client's managed ranges are registered: MISSING
+// for holes in the host file (first touch, or the page lives elsewhere),
+// and WP so that a page being copied away can be held still. Pages in the
+// host file but not mapped are mapped by the kernel on touch, which is
+// what prefetch-use tracking relies on.
+const hostViewMode = uffd.RegisterMissing | uffd.RegisterWP
+
+// alloc registers a range the client has mapped from its host file at
+// offset == address.
+func (sess *session) alloc(r allocRequest) (uint64, error) {
+	spec := sess.srv.cfg.Prefetch
+	policy := sess.srv.prefetch
+	if r.prefetch != "" {
+		var err error
+		if spec, err = ParsePrefetchSpec(r.prefetch); err != nil {
+			return 0, err
+		}
+		if policy, err = NewPrefetchPolicy(spec); err != nil {
+			return 0, err
+		}
+	}
+	start, length := uintptr(r.addr), uintptr(r.length)
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	// The kernel gave this address to a new mapping, so any range still
+	// recorded there was unmapped without a free: it is stale.
+	for _, old := range sess.ranges.Load().overlapping(start, length) {
+		sess.freeRangeLocked(old, false)
+	}
+	sess.nextID++
+	mr := &managedRange{
+		sess: sess, id: sess.nextID, start: start, fileOff: int64(start), length: length, size: int64(r.size), flags: r.flags,
+		prefetch: policy, trackPrefetch: r.trackPrefetch || sess.srv.cfg.TrackPrefetchUse,
+		stats:  newCounters(sess.srv.locations()),
+		blocks: make([]atomic.Pointer[block], (length+BlockSize-1)/BlockSize),
+	}
+	// Publish before registering: a stale fault message that names this
+	// address once it is registered must find the range, not be taken
+	// for a stray and poisoned.
+	sess.ranges.Store(sess.ranges.Load().with(mr))
+	if _, err := sess.uffd.Register(start, length, hostViewMode); err != nil {
+		sess.ranges.Store(sess.ranges.Load().without(mr))
+		return 0, fmt.Errorf("%w: register %#x+%d with userfaultfd (is it mapped from the host file at offset == address?): %v", ErrInvalidValue, start, length, err)
+	}
+	return mr.id, nil
+}
+
+// findRange returns the range containing [addr, addr+length), which must
+// lie inside one allocation.
+func (sess *session) findRange(addr, length uintptr, what string) (*managedRange, error) {
+	r := sess.ranges.Load().lookup(addr)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s: address %#x is not managed memory of pid %d", ErrInvalidValue, what, addr, sess.pid)
+	}
+	if length > r.end()-addr {
+		return nil, fmt.Errorf("%w: %s: range %#x+%d runs past the end of the allocation %#x+%d", ErrInvalidValue, what, addr, length, r.start, r.length)
+	}
+	return r, nil
+}
+
+func (sess *session) free(addr uintptr) error {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	r := sess.ranges.Load().lookup(addr)
+	if r == nil {
+		return fmt.Errorf("%w: free %#x: not managed memory of pid %d", ErrInvalidValue, addr, sess.pid)
+	}
+	if r.start != addr {
+		return fmt.Errorf("%w: free %#x: not the start of the allocation at %#x", ErrInvalidValue, addr, r.start)
+	}
+	sess.auditPrefetch(r, true)
+	sess.freeRangeLocked(r, true)
+	return nil
+}
+
+// freeRangeLocked releases everything a range holds. sess.mu is held.
+// With wake, threads blocked in faults on the range are woken so that
+// they retry against the (unmapped) range and fail as the program's bug
+// deserves, instead of waiting forever.
+func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
+	if r.freed.Load() {
+		return
+	}
+	sess.ranges.Store(sess.ranges.Load().without(r))
+	resident := make([]int64, sess.srv.locations())
+	for i := range r.blocks {
+		b := r.blocks[i].Load()
+		if b == nil {
+			continue
+		}
+		b.mu.Lock()
+		r.freed.Store(true)
+		for l := range b.resident {
+			resident[l] += int64(b.resident[l].Count())
+		}
+		if n := b.prefetchPending.Count(); n > 0 {
+			r.stats.unused.Add(uint64(n))
+			sess.srv.stats.unused.Add(uint64(n))
+		}
+		b.mu.Unlock()
+	}
+	r.freed.Store(true)
+	sess.stats.addFrom(r.stats)
+	if err := sess.host.Punch(r.fileOff, int64(r.length)); err != nil {
+		sess.srv.logger.Printf("free %#x: %v", r.start, err)
+	}
+	sess.filesMu.Lock()
+	files := append([]*devmem.File(nil), sess.devFiles...)
+	sess.filesMu.Unlock()
+	for d, f := range files {
+		if f == nil {
+			continue
+		}
+		if err := f.Punch(r.fileOff, int64(r.length)); err != nil {
+			sess.srv.logger.Printf("free %#x on device %d: %v", r.start, d, err)
+		}
+		sess.srv.arenas[d].Release(resident[d+1])
+	}
+	if wake {
+		// The uffd is open: teardown, which closes it, runs on the same
+		// goroutine as the control requests that free.
+		_ = sess.uffd.Wake(r.start, r.length) // ENOENT and ESRCH are fine: nobody waits
+	}
+}
+
+// deviceFile returns the session's location file on device d, creating
+// it on first use.
+func (sess *session) deviceFile(d int) (*devmem.File, error) {
+	sess.filesMu.Lock()
+	defer sess.filesMu.Unlock()
+	if sess.devFiles == nil {
+		sess.devFiles = make([]*devmem.File, len(sess.srv.arenas))
+	}
+	if f := sess.devFiles[d]; f != nil {
+		return f, nil
+	}
+	f, err := sess.srv.arenas[d].NewFile(fmt.Sprintf("softuvm-dev%d-pid%d", d, sess.pid))
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %d file: %v", ErrMemoryAllocation, d, err)
+	}
+	sess.devFiles[d] = f
+	return f, nil
+}
+
+func (sess *session) deviceFileBytes() []int64 {
+	out := make([]int64, len(sess.srv.arenas))
+	sess.filesMu.Lock()
+	defer sess.filesMu.Unlock()
+	for d, f := range sess.devFiles {
+		if f != nil {
+			out[d], _ = f.AllocatedBytes()
+		}
+	}
+	return out
+}
+
+// endSession tears a session down: stops its handlers, frees its ranges,
+// closes its files, and only then removes it from the server's table, so
+// that a session that is gone from the table holds nothing any more.
+func (s *Server) endSession(sess *session) {
+	if sess.uffd != nil {
+		s.unwatch(sess)
+	}
+	sess.mu.Lock()
+	for _, r := range sess.ranges.Load().ranges {
+		sess.freeRangeLocked(r, false)
+	}
+	sess.mu.Unlock()
+	if sess.uffd != nil {
+		if g := s.guard; g != nil {
+			g.remove(sess.id)
+		}
+		sess.uffd.Close()
+		sess.host.Close()
+	}
+	sess.filesMu.Lock()
+	for _, f := range sess.devFiles {
+		if f != nil {
+			f.Close()
+		}
+	}
+	sess.devFiles = nil
+	sess.filesMu.Unlock()
+	s.sessionsMu.Lock()
+	delete(s.sessions, sess.id)
+	s.sessionsMu.Unlock()
+}
+
+func (sess *session) info() SessionInfo {
+	in := SessionInfo{ID: sess.id, PID: sess.pid, Role: roleName(sess.role)}
+	for _, r := range sess.ranges.Load().ranges {
+		in.Allocations++
+		in.ManagedBytes += r.size
+	}
+	if sess.host != nil {
+		in.HostBytes, _ = sess.host.AllocatedBytes()
+	}
+	return in
+}
+
+func (sess *session) statsFor(r statsRequest) (Stats, error) {
+	switch r.scope {
+	case scopeServer:
+		sess.srv.quiesce()
+		return sess.srv.stats.snapshot(), nil
+	case scopeSession:
+		// Live allocations' counters plus those retired by frees.
+		total := newCounters(sess.srv.locations())
+		total.addFrom(sess.stats)
+		for _, r := range sess.ranges.Load().ranges {
+			sess.auditPrefetch(r, false)
+			r.quiesce()
+			total.addFrom(r.stats)
+		}
+		return total.snapshot(), nil
+	}
+	mr := sess.ranges.Load().lookup(uintptr(r.addr))
+	if mr == nil {
+		return Stats{}, fmt.Errorf("%w: stats: address %#x is not managed memory of pid %d", ErrInvalidValue, r.addr, sess.pid)
+	}
+	sess.auditPrefetch(mr, false)
+	mr.quiesce()
+	return mr.stats.snapshot(), nil
+}
+
+// readMessage reads one datagram and any descriptors it carries.
+func readMessage(c *net.UnixConn, buf []byte) ([]byte, []int, error) {
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, nil, errPeerGone
+		}
+		return nil, nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn])
+		if perr == nil {
+			for _, m := range msgs {
+				got, rerr := syscall.ParseUnixRights(&m)
+				if rerr == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+	}
+	if n == 0 && oobn == 0 {
+		return nil, nil, errPeerGone
+	}
+	if flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
+		closeFDs(fds)
+		return buf[:0], nil, fmt.Errorf("%w: message truncated (over %d bytes or too many descriptors)", ErrInvalidValue, len(buf))
+	}
+	return buf[:n], fds, nil
+}
+
+func writeMessage(c *net.UnixConn, b []byte, fds []int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = syscall.UnixRights(fds...)
+	}
+	_, _, err := c.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+}
+
+// remapped handles an mremap the client made of managed memory. Moving a
+// managed range is not supported: the old addresses are no longer mapped,
+// and faults at the new ones find no range and are poisoned, so touching
+// moved pages that were not on the host raises SIGBUS instead of reading
+// zeros.
+func (sess *session) remapped(from, to, length uintptr) {
+	sess.srv.logger.Printf("pid %d moved managed memory %#x+%d to %#x with mremap, which softuvm does not support: the moved pages are no longer managed", sess.pid, from, length, to)
+}

@@ -1,0 +1,318 @@
+package uvm
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// Fault kinds, as userfaultfd reports them.
+type faultKind int
+
+const (
+	faultMissing faultKind = iota // no page in the view's file: first touch or resident elsewhere
+	faultMinor                    // page in the file but not mapped in the view
+	faultWP                       // write to a write-protected page
+	numFaultKinds
+)
+
+// counters are the statistics of one scope (the server, or one
+// allocation). Every field is updated with atomics from the fault path,
+// so readers never stop it.
+type counters struct {
+	locations  int
+	faults     [][numFaultKinds]atomic.Uint64 // by faulting processor
+	migrated   []atomic.Uint64                // pages, index from*locations+to
+	populated  []atomic.Uint64                // zero-filled pages, by processor
+	prefetched atomic.Uint64                  // pages brought speculatively
+	used       atomic.Uint64                  // of those, pages seen touched
+	unused     atomic.Uint64                  // of those, pages that left untouched
+	service    histogram                      // fault service time
+}
+
+// newCounters sizes counters for the host and devices-1 devices: a
+// server with one device keeps 2x2 migration counters, not 32x32, which
+// matters with thousands of allocations.
+func newCounters(locations int) *counters {
+	return &counters{
+		locations: locations,
+		faults:    make([][numFaultKinds]atomic.Uint64, locations),
+		migrated:  make([]atomic.Uint64, locations*locations),
+		populated: make([]atomic.Uint64, locations),
+	}
+}
+
+// addFrom adds o's counts into c (both sized alike): a freed allocation's
+// statistics retire into its session's.
+func (c *counters) addFrom(o *counters) {
+	for l := range o.faults {
+		for k := range o.faults[l] {
+			c.faults[l][k].Add(o.faults[l][k].Load())
+		}
+		c.populated[l].Add(o.populated[l].Load())
+	}
+	for i := range o.migrated {
+		c.migrated[i].Add(o.migrated[i].Load())
+	}
+	c.prefetched.Add(o.prefetched.Load())
+	c.used.Add(o.used.Load())
+	c.unused.Add(o.unused.Load())
+	for b := range o.service.buckets {
+		c.service.buckets[b].Add(o.service.buckets[b].Load())
+	}
+	c.service.count.Add(o.service.count.Load())
+	c.service.sum.Add(o.service.sum.Load())
+	for m := o.service.max.Load(); ; {
+		cur := c.service.max.Load()
+		if m <= cur || c.service.max.CompareAndSwap(cur, m) {
+			break
+		}
+	}
+}
+
+func (c *counters) addMigrated(from, to location, pages int) {
+	c.migrated[int(from)*c.locations+int(to)].Add(uint64(pages))
+}
+
+// Stats is a snapshot of counters, as `uvm stat` and the API report them.
+type Stats struct {
+	// Faults counts faults by the processor that took them.
+	Faults []ProcessorFaults `json:"faults"`
+	// Migrations counts pages moved between processors, one entry per
+	// direction that saw traffic.
+	Migrations []Migration `json:"migrations"`
+	// Populated counts pages created zero-filled (first touch, or a
+	// prefetch of never-touched memory), by processor.
+	Populated []ProcessorPages `json:"populated"`
+	// PrefetchedPages counts pages brought in speculatively, beyond the
+	// faulted ones.
+	PrefetchedPages uint64 `json:"prefetched_pages"`
+	// PrefetchedUsed and PrefetchedUnused count, among prefetched pages
+	// whose fate is known, those later touched and those that left
+	// (migrated, evicted, freed) untouched. They are only known for
+	// allocations made with prefetch-use tracking (see TrackPrefetchUse):
+	// an eagerly mapped page raises no fault when touched, so nothing
+	// observes its use.
+	PrefetchedUsed   uint64 `json:"prefetched_used"`
+	PrefetchedUnused uint64 `json:"prefetched_unused"`
+	// FaultService is the time from the server reading a fault to the
+	// ioctl that resolved it returning.
+	FaultService Histogram `json:"fault_service"`
+}
+
+// ProcessorFaults counts one processor's faults by kind.
+type ProcessorFaults struct {
+	Processor    Device `json:"processor"`
+	Missing      uint64 `json:"missing"`
+	Minor        uint64 `json:"minor"`
+	WriteProtect uint64 `json:"write_protect"`
+}
+
+// Total is the processor's fault count.
+func (p ProcessorFaults) Total() uint64 { return p.Missing + p.Minor + p.WriteProtect }
+
+// Migration counts pages moved in one direction.
+type Migration struct {
+	From  Device `json:"from"`
+	To    Device `json:"to"`
+	Pages uint64 `json:"pages"`
+	Bytes uint64 `json:"bytes"`
+}
+
+// ProcessorPages counts pages for one processor.
+type ProcessorPages struct {
+	Processor Device `json:"processor"`
+	Pages     uint64 `json:"pages"`
+}
+
+// TotalFaults sums faults over processors.
+func (s *Stats) TotalFaults() uint64 {
+	var n uint64
+	for _, f := range s.Faults {
+		n += f.Total()
+	}
+	return n
+}
+
+// MigratedPages returns the pages moved from one processor to another.
+func (s *Stats) MigratedPages(from, to Device) uint64 {
+	for _, m := range s.Migrations {
+		if m.From == from && m.To == to {
+			return m.Pages
+		}
+	}
+	return 0
+}
+
+// FaultsBy returns the faults taken by one processor.
+func (s *Stats) FaultsBy(d Device) ProcessorFaults {
+	for _, f := range s.Faults {
+		if f.Processor == d {
+			return f
+		}
+	}
+	return ProcessorFaults{Processor: d}
+}
+
+// PopulatedPages returns the pages zero-filled on one processor.
+func (s *Stats) PopulatedPages(d Device) uint64 {
+	for _, p := range s.Populated {
+		if p.Processor == d {
+			return p.Pages
+		}
+	}
+	return 0
+}
+
+func (c *counters) snapshot() Stats {
+	var s Stats
+	locations := c.locations
+	for l := 0; l < locations; l++ {
+		f := ProcessorFaults{Processor: location(l).device(),
+			Missing: c.faults[l][faultMissing].Load(), Minor: c.faults[l][faultMinor].Load(), WriteProtect: c.faults[l][faultWP].Load()}
+		if f.Total() > 0 {
+			s.Faults = append(s.Faults, f)
+		}
+		if n := c.populated[l].Load(); n > 0 {
+			s.Populated = append(s.Populated, ProcessorPages{Processor: location(l).device(), Pages: n})
+		}
+		for to := 0; to < locations; to++ {
+			if n := c.migrated[l*locations+to].Load(); n > 0 {
+				s.Migrations = append(s.Migrations, Migration{From: location(l).device(), To: location(to).device(), Pages: n, Bytes: n * PageSize})
+			}
+		}
+	}
+	s.PrefetchedPages = c.prefetched.Load()
+	s.PrefetchedUsed = c.used.Load()
+	s.PrefetchedUnused = c.unused.Load()
+	s.FaultService = c.service.snapshot()
+	return s
+}
+
+// histogram records durations in buckets that grow geometrically: four
+// per power of two, so a quantile is within 19% of the truth, from 1 ns to
+// about 4.6 hours, lock-free.
+type histogram struct {
+	buckets [histBuckets]atomic.Uint64
+	count   atomic.Uint64
+	sum     atomic.Uint64 // nanoseconds
+	max     atomic.Uint64
+}
+
+const (
+	histSubBits = 2
+	histBuckets = (64 - 20) << histSubBits // values up to 2^44 ns
+)
+
+func histBucket(ns uint64) int {
+	if ns < 1<<histSubBits {
+		return int(ns)
+	}
+	exp := bits.Len64(ns) - 1 // ns in [2^exp, 2^(exp+1))
+	sub := (ns >> (uint(exp) - histSubBits)) & (1<<histSubBits - 1)
+	b := (exp-histSubBits+1)<<histSubBits + int(sub)
+	return min(b, histBuckets-1)
+}
+
+// histBucketUpper is the smallest value above bucket b.
+func histBucketUpper(b int) uint64 {
+	if b < 1<<histSubBits {
+		return uint64(b) + 1
+	}
+	exp := b>>histSubBits + histSubBits - 1
+	sub := uint64(b & (1<<histSubBits - 1))
+	return (1<<histSubBits + sub + 1) << uint(exp-histSubBits)
+}
+
+func (h *histogram) record(d time.Duration) {
+	ns := uint64(max(d, 0))
+	h.buckets[histBucket(ns)].Add(1)
+	h.count.Add(1)
+	h.sum.Add(ns)
+	for {
+		m := h.max.Load()
+		if ns <= m || h.max.CompareAndSwap(m, ns) {
+			return
+		}
+	}
+}
+
+// Histogram is a snapshot of a latency histogram.
+type Histogram struct {
+	Count   uint64   `json:"count"`
+	SumNS   uint64   `json:"sum_ns"`
+	MaxNS   uint64   `json:"max_ns"`
+	Buckets []Bucket `json:"buckets"` // nonempty buckets, ascending
+}
+
+// Bucket counts the values below UpperNS and at or above the previous
+// bucket's bound.
+type Bucket struct {
+	UpperNS uint64 `json:"upper_ns"`
+	Count   uint64 `json:"count"`
+}
+
+func (h *histogram) snapshot() Histogram {
+	s := Histogram{Count: h.count.Load(), SumNS: h.sum.Load(), MaxNS: h.max.Load()}
+	for b := range h.buckets {
+		if n := h.buckets[b].Load(); n > 0 {
+			s.Buckets = append(s.Buckets, Bucket{UpperNS: histBucketUpper(b), Count: n})
+		}
+	}
+	return s
+}
+
+// Quantile estimates the q-quantile (0 <= q <= 1) as the upper bound of
+// the bucket that holds it, capped at the maximum seen.
+func (h Histogram) Quantile(q float64) time.Duration {
+	var total uint64
+	for _, b := range h.Buckets {
+		total += b.Count
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	rank = max(rank, 1)
+	var seen uint64
+	for _, b := range h.Buckets {
+		seen += b.Count
+		if seen >= rank {
+			return time.Duration(min(b.UpperNS, max(h.MaxNS, 1)))
+		}
+	}
+	return time.Duration(h.MaxNS)
+}
+
+// Mean is the average value.
+func (h Histogram) Mean() time.Duration {
+	if h.Count == 0 {
+		return 0
+	}
+	return time.Duration(h.SumNS / h.Count)
+}
+
+// Add merges another snapshot into h.
+func (h *Histogram) Add(o Histogram) {
+	h.Count += o.Count
+	h.SumNS += o.SumNS
+	h.MaxNS = max(h.MaxNS, o.MaxNS)
+	merged := make([]Bucket, 0, len(h.Buckets)+len(o.Buckets))
+	i, j := 0, 0
+	for i < len(h.Buckets) || j < len(o.Buckets) {
+		switch {
+		case j == len(o.Buckets) || (i < len(h.Buckets) && h.Buckets[i].UpperNS < o.Buckets[j].UpperNS):
+			merged = append(merged, h.Buckets[i])
+			i++
+		case i == len(h.Buckets) || o.Buckets[j].UpperNS < h.Buckets[i].UpperNS:
+			merged = append(merged, o.Buckets[j])
+			j++
+		default:
+			merged = append(merged, Bucket{UpperNS: h.Buckets[i].UpperNS, Count: h.Buckets[i].Count + o.Buckets[j].Count})
+			i++
+			j++
+		}
+	}
+	h.Buckets = merged
+}

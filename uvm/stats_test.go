@@ -1,0 +1,76 @@
+package uvm
+
+import (
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHistogramBuckets(t *testing.T) {
+	for ns := uint64(0); ns < 1<<20; ns += 1 + ns/7 {
+		b := histBucket(ns)
+		require.Less(t, ns, histBucketUpper(b), "value %d above its bucket %d", ns, b)
+		if b > 0 {
+			require.GreaterOrEqual(t, ns, histBucketUpper(b-1), "value %d below its bucket %d", ns, b)
+		}
+	}
+	assert.Equal(t, histBuckets-1, histBucket(1<<62), "huge values land in the last bucket")
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	rng := rand.New(rand.NewPCG(3, 4))
+	var vals []float64
+	for i := 0; i < 10000; i++ {
+		v := time.Duration(1000 + rng.ExpFloat64()*9000)
+		vals = append(vals, float64(v))
+		h.record(v)
+	}
+	sort.Float64s(vals)
+	s := h.snapshot()
+	assert.Equal(t, uint64(10000), s.Count)
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		exact := vals[int(q*float64(len(vals)))-1]
+		got := float64(s.Quantile(q))
+		assert.InEpsilon(t, exact, got, 0.2, "q%v", q)
+		assert.GreaterOrEqual(t, got, exact, "a quantile is reported as its bucket's upper bound")
+	}
+	var merged Histogram
+	merged.Add(s)
+	merged.Add(s)
+	assert.Equal(t, 2*s.Count, merged.Count)
+	assert.Equal(t, s.Quantile(0.5), merged.Quantile(0.5))
+	assert.Equal(t, time.Duration(0), Histogram{}.Quantile(0.5))
+}
+
+func TestCountersSnapshotAndMerge(t *testing.T) {
+	c := newCounters(3)
+	c.faults[hostLoc][faultMissing].Add(5)
+	c.faults[2][faultWP].Add(1)
+	c.addMigrated(hostLoc, 1, 10)
+	c.addMigrated(1, hostLoc, 4)
+	c.populated[hostLoc].Add(7)
+	c.prefetched.Add(3)
+	c.service.record(8 * time.Microsecond)
+	s := c.snapshot()
+	assert.Equal(t, uint64(6), s.TotalFaults())
+	assert.Equal(t, ProcessorFaults{Processor: CPU, Missing: 5}, s.FaultsBy(CPU))
+	assert.Equal(t, uint64(1), s.FaultsBy(1).WriteProtect)
+	assert.Equal(t, uint64(10), s.MigratedPages(CPU, 0))
+	assert.Equal(t, uint64(4), s.MigratedPages(0, CPU))
+	assert.Equal(t, uint64(0), s.MigratedPages(0, 1))
+	assert.Equal(t, uint64(7), s.PopulatedPages(CPU))
+	assert.Equal(t, uint64(10*PageSize), s.Migrations[0].Bytes)
+
+	total := newCounters(3)
+	total.addFrom(c)
+	total.addFrom(c)
+	t2 := total.snapshot()
+	assert.Equal(t, 2*s.TotalFaults(), t2.TotalFaults())
+	assert.Equal(t, uint64(20), t2.MigratedPages(CPU, 0))
+	assert.Equal(t, 2*s.FaultService.Count, t2.FaultService.Count)
+}
