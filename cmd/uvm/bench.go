@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/softuvm/softuvm/uvm"
+)
+
+func runBench(args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults [flags]\n\nBenchmarks: faults. (launch, memcpy and access come with the CPU devices, copy engine and access counter work; they are not built yet.)")
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			return nil
+		}
+		return errUsage
+	}
+	switch args[0] {
+	case "faults":
+		return benchFaults(args[1:])
+	case "launch", "memcpy", "access":
+		return fmt.Errorf("the %s benchmark is not built yet: it needs CPU devices with kernels (launch), the copy engine (memcpy) or eBPF access counters (access)", args[0])
+	}
+	return fmt.Errorf("unknown benchmark %q: want faults", args[0])
+}
+
+// faultsReport is the JSON `uvm bench faults --json` prints. Each figure
+// is the median over runs, after a warm-up run that is not counted.
+type faultsReport struct {
+	Machine machineSummary `json:"machine"`
+	Runs    int            `json:"runs"`
+
+	// One 4 KiB host fault served by the server, prefetch off, the
+	// faulting thread unpinned.
+	FaultP50US float64 `json:"fault_p50_us"`
+	FaultP99US float64 `json:"fault_p99_us"`
+	// The same served by a minimal C handler in the faulting process,
+	// one pinned handler per CPU (uvm-cfloor), in the same run.
+	CFloorP50US  *float64 `json:"c_floor_p50_us"`
+	CFloorP99US  *float64 `json:"c_floor_p99_us"`
+	FaultToFloor *float64 `json:"fault_to_c_floor_ratio"`
+	// Handler placement: the same two with one unpinned handler thread.
+	FaultSingleHandlerP50US  float64  `json:"fault_single_handler_p50_us"`
+	CFloorSingleHandlerP50US *float64 `json:"c_floor_single_handler_p50_us"`
+	CFloorNote               string   `json:"c_floor_note,omitempty"`
+
+	// Sequential first touch (one write per page) of managed memory with
+	// the default prefetch, against plain anonymous memory.
+	FirstTouchManagedNS float64 `json:"firsttouch_managed_ns_per_page"`
+	FirstTouchAnonNS    float64 `json:"firsttouch_anon_ns_per_page"`
+	FirstTouchRatio     float64 `json:"firsttouch_ratio"`
+	FirstTouchFaults    uint64  `json:"firsttouch_faults"`
+
+	// Sequential host read of memory resident on device 0 (fault-driven
+	// migration with prefetch), against single-thread memcpy.
+	D2HGBps           float64 `json:"d2h_read_gbps"`
+	Memcpy1TGBps      float64 `json:"memcpy_1t_gbps"`
+	D2HMemcpyFraction float64 `json:"d2h_memcpy_fraction"`
+	D2HFaults         uint64  `json:"d2h_faults"`
+	// The floor under any migration into fresh pages on this machine:
+	// writing into newly allocated pages of a memfd (pwrite), in GB/s.
+	FreshPageWriteGBps float64 `json:"fresh_page_write_gbps"`
+	SizeBytes          int64   `json:"size_bytes"`
+}
+
+type machineSummary struct {
+	CPUs   int    `json:"cpus"`
+	Kernel string `json:"kernel"`
+	Go     string `json:"go"`
+}
+
+func benchFaults(args []string) error {
+	fs := newFlagSet("bench faults", "[--json] [--runs N] [--pages N] [--size SIZE] [--cfloor PATH]",
+		"Measure one-page fault latency (against a minimal C handler), first-touch cost (against anonymous memory) and device-to-host read bandwidth (against memcpy). Figures are medians over runs, after a warm-up")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	runs := fs.Int("runs", 7, "measured runs of each experiment")
+	pages := fs.Int("pages", 4096, "pages touched per fault-latency run")
+	sizeText := fs.String("size", "256MiB", "memory per first-touch and device-to-host run")
+	cfloor := fs.String("cfloor", "", "the uvm-cfloor program (default: next to this binary, then $PATH)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := uvm.ParseSize(*sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if *runs < 1 || *pages < 100 || size < 16*uvm.PageSize {
+		return fmt.Errorf("want --runs >= 1, --pages >= 100 and --size >= 64KiB")
+	}
+	rep := faultsReport{Runs: *runs, SizeBytes: size, Machine: machineSummary{CPUs: runtime.NumCPU(), Kernel: kernelRelease(), Go: runtime.Version()}}
+	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
+
+	cfg := uvm.DefaultServerConfig()
+	cfg.Devices = uvm.DeviceSpecs(1, []int64{max(uvm.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
+	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	progress("fault latency: %d runs of %d one-page faults, prefetch off", *runs, *pages)
+	p50, p99, err := faultLatency(s, *pages, *runs)
+	if err != nil {
+		return err
+	}
+	rep.FaultP50US, rep.FaultP99US = p50, p99
+	single := cfg
+	single.Handlers = uvm.HandlersSingle
+	if ss, err := uvm.Connect(uvm.Config{Server: "private", Private: single}); err == nil {
+		rep.FaultSingleHandlerP50US, _, err = faultLatency(ss, *pages, *runs)
+		ss.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if path, err := findCFloor(*cfloor); err != nil {
+		rep.CFloorNote = err.Error()
+	} else {
+		progress("C floor: %s", path)
+		if f, err := runCFloor(path, "percpu", *pages, *runs); err != nil {
+			rep.CFloorNote = err.Error()
+		} else {
+			rep.CFloorP50US, rep.CFloorP99US = &f.P50, &f.P99
+			ratio := rep.FaultP50US / f.P50
+			rep.FaultToFloor = &ratio
+		}
+		if f, err := runCFloor(path, "single", *pages, *runs); err == nil {
+			rep.CFloorSingleHandlerP50US = &f.P50
+		}
+	}
+
+	progress("first touch: %d runs each of %s managed (default prefetch) and anonymous memory, alternating", *runs, uvm.FormatSize(size))
+	if err := firstTouch(s, size, *runs, &rep); err != nil {
+		return err
+	}
+	progress("device to host: %d runs of a sequential host read of %s resident on device 0, against memcpy", *runs, uvm.FormatSize(size))
+	if err := deviceToHost(s, size, *runs, &rep); err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printFaultsReport(rep)
+	return nil
+}
+
+func kernelRelease() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// faultLatency times single-page write faults on fresh managed memory
+// with prefetch off: per run the p50 and p99, then the median of each.
+func faultLatency(s *uvm.Session, pages, runs int) (p50, p99 float64, err error) {
+	var p50s, p99s []float64
+	lat := make([]float64, pages)
+	for r := 0; r <= runs; r++ { // run 0 warms up
+		a, err := s.MallocManaged(int64(pages)*uvm.PageSize, uvm.WithPrefetch(uvm.PrefetchSpec{Policy: "none"}))
+		if err != nil {
+			return 0, 0, err
+		}
+		b := a.Bytes()
+		for i := 0; i < pages; i++ {
+			t0 := time.Now()
+			b[i*uvm.PageSize] = 1
+			lat[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+		}
+		if err := a.Free(); err != nil {
+			return 0, 0, err
+		}
+		if r == 0 {
+			continue
+		}
+		sort.Float64s(lat)
+		p50s = append(p50s, lat[pages/2])
+		p99s = append(p99s, lat[pages*99/100])
+	}
+	return median(p50s), median(p99s), nil
+}
+
+type cfloorResult struct {
+	P50 float64 `json:"p50_us"`
+	P99 float64 `json:"p99_us"`
+}
+
+func findCFloor(flagPath string) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "uvm-cfloor")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("uvm-cfloor"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("uvm-cfloor not found next to this binary or in $PATH: build it with `make` (cmd/uvm-cfloor/cfloor.c) or pass --cfloor")
+}
+
+func runCFloor(path, placement string, pages, runs int) (cfloorResult, error) {
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(path, "-p", placement, "-n", fmt.Sprint(pages), "-r", fmt.Sprint(runs))
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return cfloorResult{}, fmt.Errorf("%s: %v: %s", path, err, strings.TrimSpace(errOut.String()))
+	}
+	var r cfloorResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return r, fmt.Errorf("%s printed %q: %v", path, out.String(), err)
+	}
+	return r, nil
+}
+
+// touchPages writes one byte per page, in order.
+func touchPages(b []byte) {
+	for i := 0; i < len(b); i += uvm.PageSize {
+		b[i] = 1
+	}
+}
+
+func firstTouch(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
+	pages := float64(size / uvm.PageSize)
+	var managed, anon []float64
+	for r := 0; r <= runs; r++ {
+		a, err := s.MallocManaged(size)
+		if err != nil {
+			return err
+		}
+		before, err := a.Stats()
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		touchPages(a.Bytes())
+		m := float64(time.Since(t0).Nanoseconds()) / pages
+		after, err := a.Stats()
+		if err != nil {
+			return err
+		}
+		if err := a.Free(); err != nil {
+			return err
+		}
+		b, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+		if err != nil {
+			return fmt.Errorf("anonymous mmap of %d bytes: %w", size, err)
+		}
+		t0 = time.Now()
+		touchPages(b)
+		an := float64(time.Since(t0).Nanoseconds()) / pages
+		syscall.Munmap(b)
+		if r == 0 {
+			continue
+		}
+		managed, anon = append(managed, m), append(anon, an)
+		rep.FirstTouchFaults = after.TotalFaults() - before.TotalFaults()
+	}
+	rep.FirstTouchManagedNS, rep.FirstTouchAnonNS = median(managed), median(anon)
+	rep.FirstTouchRatio = rep.FirstTouchManagedNS / rep.FirstTouchAnonNS
+	return nil
+}
+
+// sumWords reads every byte, eight at a time.
+func sumWords(b []byte) uint64 {
+	words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
+	var sum uint64
+	for _, w := range words {
+		sum += w
+	}
+	return sum
+}
+
+var sink uint64
+
+func deviceToHost(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
+	src := make([]byte, size)
+	dst := make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	var d2h, mc []float64
+	for r := 0; r <= runs; r++ {
+		a, err := s.MallocManaged(size)
+		if err != nil {
+			return err
+		}
+		b := a.Bytes()
+		copy(b, src)
+		if err := a.Prefetch(0); err != nil {
+			a.Free()
+			return err
+		}
+		before, err := a.Stats()
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		sink += sumWords(b)
+		secs := time.Since(t0).Seconds()
+		after, err := a.Stats()
+		if err != nil {
+			return err
+		}
+		if err := a.Free(); err != nil {
+			return err
+		}
+		t0 = time.Now()
+		copy(dst, src)
+		mcSecs := time.Since(t0).Seconds()
+		if r == 0 {
+			continue
+		}
+		d2h = append(d2h, float64(size)/secs/1e9)
+		mc = append(mc, float64(size)/mcSecs/1e9)
+		rep.D2HFaults = after.TotalFaults() - before.TotalFaults()
+	}
+	rep.D2HGBps, rep.Memcpy1TGBps = median(d2h), median(mc)
+	rep.D2HMemcpyFraction = rep.D2HGBps / rep.Memcpy1TGBps
+	fresh, err := freshPageWrite(src)
+	if err != nil {
+		return err
+	}
+	rep.FreshPageWriteGBps = fresh
+	return nil
+}
+
+// freshPageWrite measures writing into newly allocated pages of a memfd:
+// what any migration into fresh 4 KiB pages costs at least here.
+func freshPageWrite(src []byte) (float64, error) {
+	var rates []float64
+	for r := 0; r < 4; r++ {
+		fd, err := memfdCreate("softuvm-bench")
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		n, err := syscall.Pwrite(fd, src, 0)
+		secs := time.Since(t0).Seconds()
+		syscall.Close(fd)
+		if err != nil || n != len(src) {
+			return 0, fmt.Errorf("pwrite into a memfd: %v", err)
+		}
+		if r > 0 {
+			rates = append(rates, float64(len(src))/secs/1e9)
+		}
+	}
+	return median(rates), nil
+}
+
+func memfdCreate(name string) (int, error) {
+	p, err := syscall.BytePtrFromString(name)
+	if err != nil {
+		return -1, err
+	}
+	const sysMemfdCreate = 319 // amd64
+	fd, _, errno := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(p)), 1 /* MFD_CLOEXEC */, 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("memfd_create: %w", errno)
+	}
+	return int(fd), nil
+}
+
+func printFaultsReport(r faultsReport) {
+	fmt.Printf("machine: %d CPUs, Linux %s, %s; medians of %d runs after a warm-up\n\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, r.Runs)
+	fmt.Printf("one 4 KiB fault, prefetch off\n")
+	fmt.Printf("  softuvm server, per-CPU handlers   p50 %6.2f us  p99 %6.2f us\n", r.FaultP50US, r.FaultP99US)
+	if r.CFloorP50US != nil {
+		fmt.Printf("  C handler in-process (floor)       p50 %6.2f us  p99 %6.2f us   ratio %.2f\n", *r.CFloorP50US, *r.CFloorP99US, *r.FaultToFloor)
+	} else {
+		fmt.Printf("  C floor: %s\n", r.CFloorNote)
+	}
+	fmt.Printf("  one unpinned handler: softuvm p50 %.2f us", r.FaultSingleHandlerP50US)
+	if r.CFloorSingleHandlerP50US != nil {
+		fmt.Printf(", C p50 %.2f us", *r.CFloorSingleHandlerP50US)
+	}
+	fmt.Printf("\n\nfirst touch of %s, one write per page\n", uvm.FormatSize(r.SizeBytes))
+	fmt.Printf("  managed, default prefetch  %7.0f ns/page  (%d faults)\n", r.FirstTouchManagedNS, r.FirstTouchFaults)
+	fmt.Printf("  anonymous memory           %7.0f ns/page\n", r.FirstTouchAnonNS)
+	fmt.Printf("  ratio                      %7.2f\n\n", r.FirstTouchRatio)
+	fmt.Printf("host read of %s resident on device 0\n", uvm.FormatSize(r.SizeBytes))
+	fmt.Printf("  migrating read             %7.2f GB/s  (%d faults)\n", r.D2HGBps, r.D2HFaults)
+	fmt.Printf("  memcpy, one thread         %7.2f GB/s\n", r.Memcpy1TGBps)
+	fmt.Printf("  fraction                   %7.2f\n", r.D2HMemcpyFraction)
+	fmt.Printf("  writing fresh memfd pages  %7.2f GB/s  (the ceiling of any copy into new pages here)\n", r.FreshPageWriteGBps)
+}

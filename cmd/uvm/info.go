@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+// machineInfo is what `uvm info` reports.
+type machineInfo struct {
+	Kernel          string         `json:"kernel"`
+	OpenDevice      string         `json:"open_dev_userfaultfd"`
+	OpenSyscall     string         `json:"open_syscall"`
+	Features        string         `json:"features_supported"`
+	FeaturesMissing string         `json:"features_missing_for_server,omitempty"`
+	Nodes           []devmem.Node  `json:"numa_nodes"`
+	Daemon          *serverSummary `json:"daemon,omitempty"`
+	Private         []int          `json:"private_servers"`
+	Configured      []arenaPlan    `json:"configured_devices"`
+	Prefetch        string         `json:"configured_prefetch"`
+}
+
+type serverSummary struct {
+	Socket string   `json:"socket"`
+	Info   uvm.Info `json:"info"`
+}
+
+type arenaPlan struct {
+	Spec     string `json:"spec"`
+	Resolved string `json:"resolved,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func runInfo(args []string) error {
+	fs := newFlagSet("info", "[--json]", "Show what this machine offers softuvm: the kernel's userfaultfd features, NUMA nodes, the devices a server would create, and the servers running")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var mi machineInfo
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		mi.Kernel = strings.TrimSpace(string(b))
+	}
+	dev, sys := uffd.OpenMethods()
+	mi.OpenDevice, mi.OpenSyscall = errText(dev), errText(sys)
+	if f, err := uffd.Supported(); err == nil {
+		mi.Features = f.String()
+		if missing := uvm.RequiredFeatures &^ f; missing != 0 {
+			mi.FeaturesMissing = missing.String()
+		}
+	} else {
+		mi.Features = "unknown: " + err.Error()
+	}
+	mi.Nodes, _ = devmem.Nodes()
+	if m, err := uvm.ConnectMonitor(uvm.DefaultSocketPath()); err == nil {
+		if in, err := m.Info(); err == nil {
+			mi.Daemon = &serverSummary{Socket: uvm.DefaultSocketPath(), Info: in}
+		}
+		m.Close()
+	}
+	mi.Private = privateServers()
+	if mi.Private == nil {
+		mi.Private = []int{}
+	}
+	cfg, cfgErr := uvm.ServerConfigFromEnv()
+	if cfgErr == nil {
+		mi.Prefetch = cfg.Prefetch.String()
+		for _, spec := range cfg.Devices {
+			plan := arenaPlan{Spec: spec.String()}
+			if a, err := devmem.NewArena(spec); err != nil {
+				plan.Error = err.Error()
+			} else {
+				plan.Resolved = a.Spec().String()
+				if r := a.FallbackReason(); r != nil {
+					plan.Resolved += " (" + r.Error() + ")"
+				}
+			}
+			mi.Configured = append(mi.Configured, plan)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(mi)
+	}
+	fmt.Printf("kernel          %s\n", mi.Kernel)
+	fmt.Printf("userfaultfd     /dev/userfaultfd: %s\n", mi.OpenDevice)
+	fmt.Printf("                userfaultfd(2):   %s\n", mi.OpenSyscall)
+	fmt.Printf("features        %s\n", mi.Features)
+	if mi.FeaturesMissing != "" {
+		fmt.Printf("                MISSING for the server: %s\n", mi.FeaturesMissing)
+	}
+	if dev != nil && sys != nil {
+		fmt.Printf("                this user cannot use userfaultfd: %v\n", dev)
+	}
+	fmt.Printf("numa nodes      %d\n", len(mi.Nodes))
+	for _, n := range mi.Nodes {
+		fmt.Printf("  node %d        cpus %v, memory %s (%s free)\n", n.ID, n.CPUs, uvm.FormatSize(n.MemTotal), uvm.FormatSize(n.MemFree))
+	}
+	if cfgErr != nil {
+		fmt.Printf("configuration   %v\n", cfgErr)
+	} else {
+		fmt.Printf("devices         %d configured (UVM_DEVICES, UVM_ARENA_SIZE, UVM_ARENA_BACKEND), prefetch %s\n", len(mi.Configured), mi.Prefetch)
+		for i, p := range mi.Configured {
+			if p.Error != "" {
+				fmt.Printf("  device %d      %s: %s\n", i, p.Spec, p.Error)
+			} else {
+				fmt.Printf("  device %d      %s\n", i, p.Resolved)
+			}
+		}
+	}
+	if mi.Daemon == nil {
+		fmt.Printf("daemon          none at %s (programs start a private server)\n", uvm.DefaultSocketPath())
+	} else {
+		printServer("daemon", mi.Daemon.Socket, mi.Daemon.Info)
+	}
+	for _, pid := range mi.Private {
+		if m, err := uvm.ConnectMonitor(uvm.PrivateServerSocketPath(pid)); err == nil {
+			if in, err := m.Info(); err == nil {
+				printServer("private server", uvm.PrivateServerSocketPath(pid), in)
+			}
+			m.Close()
+		}
+	}
+	return nil
+}
+
+func printServer(kind, socket string, in uvm.Info) {
+	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch)
+	fmt.Printf("                features granted to clients: %s\n", in.Features)
+	for _, d := range in.Devices {
+		fmt.Printf("  %-13v %s used of %s (%s, node %d)\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity), d.Backend, d.Node)
+	}
+	for _, s := range in.Sessions {
+		if s.Role == "client" {
+			fmt.Printf("  client pid %d: %d allocations, %s managed, %s on the host\n", s.PID, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes))
+		}
+	}
+}

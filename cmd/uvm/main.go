@@ -1,0 +1,199 @@
+// Command uvm runs, inspects and measures softuvm, CUDA-style unified
+// memory for CPU "devices" on Linux.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+type command struct {
+	name, args, summary string
+	run                 func(args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"serve", "[flags]", "run a fault server daemon on a Unix socket", runServe},
+		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
+		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
+		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, and show what it cost", runDemo},
+		{"bench", "faults [flags]", "measure fault latency, first-touch cost and device-to-host bandwidth", runBench},
+		{"help", "[COMMAND]", "show help", nil},
+	}
+}
+
+func main() {
+	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainErr(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	name := args[0]
+	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
+		if len(args) > 1 {
+			return mainErr([]string{args[1], "-h"}, stdout, stderr)
+		}
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == name && c.run != nil {
+			err := c.run(args[1:])
+			switch {
+			case err == nil:
+				return 0
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.Is(err, errUsage):
+				return 2
+			}
+			fmt.Fprintf(stderr, "uvm %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "uvm: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+var errUsage = errors.New("usage error")
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `uvm: CUDA-style unified memory for CPU devices, served by a userfaultfd fault server.
+
+Usage: uvm COMMAND [ARGS]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-6s %-40s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintf(w, `
+Environment (read by programs using softuvm and by private servers):
+  %-18s daemon socket (default %s)
+  %-18s auto (daemon if one runs, else a private server), private, daemon
+  %-18s number of devices (default %d)
+  %-18s arena size per device, or a comma list (default %s)
+  %-18s auto, memfd or numa
+  %-18s %s
+  %-18s per-cpu (default) or single
+  %-18s 1: record which prefetched pages get used
+
+Run 'uvm help COMMAND' for a command's flags.
+`, uvm.EnvSocket, uvm.DefaultSocketPath(), uvm.EnvServer, uvm.EnvDevices, uvm.DefaultDevices,
+		uvm.EnvArenaSize, uvm.FormatSize(uvm.DefaultArenaSize), uvm.EnvArenaBackend, uvm.EnvPrefetch,
+		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch)
+}
+
+// newFlagSet makes a flag set whose usage names the command.
+func newFlagSet(name, args, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet("uvm "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: uvm %s %s\n\n%s.\n\nFlags:\n", name, args, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "uvm: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// serverFlags are the flags that configure a server: `uvm serve`, and the
+// private servers of `uvm demo` and `uvm bench`.
+type serverFlags struct {
+	devices      int
+	arenaSize    string
+	arenaBackend string
+	prefetch     string
+	handlers     string
+	track        bool
+}
+
+func (f *serverFlags) register(fs *flag.FlagSet) {
+	base, err := uvm.ServerConfigFromEnv()
+	if err != nil {
+		base = uvm.DefaultServerConfig()
+	}
+	size := int64(uvm.DefaultArenaSize)
+	backend := devmem.BackendAuto
+	if len(base.Devices) > 0 {
+		size, backend = base.Devices[0].Capacity, base.Devices[0].Backend
+	}
+	fs.IntVar(&f.devices, "devices", len(base.Devices), "number of devices")
+	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
+	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa")
+	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(uvm.PrefetchPolicyNames(), ", "))
+	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: per-cpu or single")
+	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
+}
+
+func (f *serverFlags) config() (uvm.ServerConfig, error) {
+	cfg := uvm.DefaultServerConfig()
+	var sizes []int64
+	for _, part := range strings.Split(f.arenaSize, ",") {
+		n, err := uvm.ParseSize(part)
+		if err != nil {
+			return cfg, fmt.Errorf("--arena-size: %w", err)
+		}
+		sizes = append(sizes, n)
+	}
+	backend, err := devmem.ParseBackend(f.arenaBackend)
+	if err != nil {
+		return cfg, fmt.Errorf("--arena-backend: %w", err)
+	}
+	if f.devices < 0 {
+		return cfg, fmt.Errorf("--devices %d: want 0 or more", f.devices)
+	}
+	cfg.Devices = uvm.DeviceSpecs(f.devices, sizes, backend)
+	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
+		return cfg, fmt.Errorf("--prefetch: %w", err)
+	}
+	cfg.Handlers = uvm.HandlerPlacement(f.handlers)
+	cfg.TrackPrefetchUse = f.track
+	return cfg, cfg.Validate()
+}
+
+// privateServers lists the private servers whose monitor sockets exist.
+func privateServers() []int {
+	entries, err := os.ReadDir(uvm.PrivateServerSocketDir())
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "uvm-%d.sock", &pid); err == nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}

@@ -1,0 +1,284 @@
+// Package integration runs softuvm end to end: the uvm command as users
+// run it, a daemon with real client processes, and the benchmark's JSON.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/softuvm/softuvm/uvm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var binDir string // holds uvm and uvm-cfloor, built by TestMain
+
+const roleEnv = "UVM_INTEGRATION_ROLE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) == "client" {
+		os.Exit(client())
+	}
+	dir, err := os.MkdirTemp("", "softuvm-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := func(args ...string) {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n%s", strings.Join(args, " "), err, out)
+			os.Exit(1)
+		}
+	}
+	build("go", "build", "-o", filepath.Join(dir, "uvm"), "./cmd/uvm")
+	build("gcc", "-O2", "-o", filepath.Join(dir, "uvm-cfloor"), "cmd/uvm-cfloor/cfloor.c", "-lpthread")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// client is a program using softuvm through a daemon: it allocates,
+// writes, prefetches to the device and reads back, then waits for stdin
+// to close before exiting.
+func client() int {
+	a, err := uvm.MallocManaged(8 << 20)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 1
+	}
+	b := a.Bytes()
+	for i := range b {
+		b[i] = byte(i / 4096)
+	}
+	if err := a.Prefetch(0); err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 1
+	}
+	for i := 0; i < len(b); i += 4096 {
+		if b[i] != byte(i/4096) {
+			fmt.Fprintln(os.Stderr, "client: wrong data at", i)
+			return 1
+		}
+	}
+	s, _ := uvm.Default()
+	fmt.Printf("ready server=%d private=%v\n", s.ServerPID(), s.IsPrivate())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
+}
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: /dev/userfaultfd is root-only here and vm.unprivileged_userfaultfd=0")
+	}
+}
+
+// uvmCmd runs bin/uvm with args and returns stdout, stderr and the error.
+func uvmCmd(t *testing.T, env []string, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "uvm"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestHelpAndBadInput(t *testing.T) {
+	_, errOut, err := uvmCmd(t, nil)
+	assert.Equal(t, 2, exitCode(err))
+	assert.Contains(t, errOut, "Usage: uvm COMMAND")
+	out, _, err := uvmCmd(t, nil, "help")
+	require.NoError(t, err)
+	for _, c := range []string{"serve", "info", "stat", "demo", "bench"} {
+		assert.Contains(t, out, "  "+c)
+	}
+	_, errOut, err = uvmCmd(t, nil, "help", "stat")
+	require.NoError(t, err)
+	assert.Contains(t, errOut, "-interval")
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"bench", "launch"}, 1, "not built yet"},
+		{[]string{"bench", "nonsense"}, 1, `unknown benchmark "nonsense"`},
+		{[]string{"demo", "--size", "lots"}, 1, `size "lots"`},
+		{[]string{"demo", "--size", "1MiB", "--devices", "0"}, 1, "needs a device"},
+		{[]string{"serve", "--arena-size", "huge"}, 1, `size "huge"`},
+		{[]string{"serve", "--prefetch", "psychic"}, 1, `prefetch policy "psychic"`},
+		{[]string{"serve", "--handlers", "many"}, 1, `handler placement "many"`},
+		{[]string{"stat", "--interval", "0s", "--socket", "/nonexistent"}, 1, "--interval 0s"},
+		{[]string{"stat", "--socket", "/nonexistent/uvm.sock", "--count", "1"}, 1, "no fault server at /nonexistent/uvm.sock"},
+		{[]string{"info", "extra"}, 2, `unexpected argument "extra"`},
+	} {
+		_, errOut, err := uvmCmd(t, nil, tc.args...)
+		assert.Equal(t, tc.code, exitCode(err), "%v: %s", tc.args, errOut)
+		assert.Contains(t, errOut, tc.want, "%v", tc.args)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	requireRoot(t)
+	out, errOut, err := uvmCmd(t, nil, "demo", "--size", "16MiB")
+	require.NoError(t, err, "stderr: %s", errOut)
+	for _, want := range []string{"MallocManaged(16 MiB)", "first touch", "pages cpu -> device 0", "pages device 0 -> cpu", "data intact", "last prefetch location device 0"} {
+		assert.Contains(t, out, want)
+	}
+}
+
+func TestInfo(t *testing.T) {
+	out, _, err := uvmCmd(t, nil, "info", "--json")
+	require.NoError(t, err)
+	var in struct {
+		Kernel     string `json:"kernel"`
+		Features   string `json:"features_supported"`
+		Nodes      []any  `json:"numa_nodes"`
+		Configured []struct {
+			Resolved string `json:"resolved"`
+		} `json:"configured_devices"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &in), out)
+	assert.NotEmpty(t, in.Kernel)
+	assert.NotEmpty(t, in.Nodes)
+	require.Len(t, in.Configured, 1)
+	assert.Contains(t, in.Configured[0].Resolved, "capacity=1073741824")
+	if os.Geteuid() == 0 {
+		assert.Contains(t, in.Features, "MISSING_SHMEM")
+	}
+	text, _, err := uvmCmd(t, []string{uvm.EnvDevices + "=2", uvm.EnvArenaSize + "=64MiB,128MiB"}, "info")
+	require.NoError(t, err)
+	assert.Contains(t, text, "devices         2 configured")
+	assert.Contains(t, text, "capacity=134217728")
+}
+
+// TestDaemon: `uvm serve` on a socket, two client processes using it,
+// `uvm stat` and `uvm info` reading it, and a clean shutdown on SIGTERM.
+func TestDaemon(t *testing.T) {
+	requireRoot(t)
+	dir, err := os.MkdirTemp("", "uvm-daemon-")
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "run", "uvm.sock")
+	daemon := exec.Command(filepath.Join(binDir, "uvm"), "serve", "--socket", sock, "--arena-size", "256MiB")
+	var derr bytes.Buffer
+	daemon.Stderr = &derr
+	require.NoError(t, daemon.Start())
+	defer daemon.Process.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(derr.String(), "listening on") {
+		require.True(t, time.Now().Before(deadline), "daemon did not start: %s", derr.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	fi, err := os.Stat(sock)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the socket is owner-only")
+	di, err := os.Stat(filepath.Dir(sock))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), di.Mode().Perm())
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	var clients []*exec.Cmd
+	var stdins []*os.File
+	for i := 0; i < 2; i++ {
+		c := exec.Command(exe)
+		c.Env = append(os.Environ(), roleEnv+"=client", uvm.EnvSocket+"="+sock)
+		stdin, w, err := os.Pipe()
+		require.NoError(t, err)
+		c.Stdin = stdin
+		out, err := c.StdoutPipe()
+		require.NoError(t, err)
+		var cerr bytes.Buffer
+		c.Stderr = &cerr
+		require.NoError(t, c.Start())
+		stdin.Close()
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		require.Equal(t, fmt.Sprintf("ready server=%d private=false\n", daemon.Process.Pid), line, "client stderr: %s", cerr.String())
+		clients = append(clients, c)
+		stdins = append(stdins, w)
+	}
+
+	out, errOut, err := uvmCmd(t, nil, "stat", "--socket", sock, "--count", "1", "--json")
+	require.NoError(t, err, errOut)
+	var frame struct {
+		Info  uvm.Info  `json:"info"`
+		Stats uvm.Stats `json:"stats"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &frame), out)
+	assert.Equal(t, daemon.Process.Pid, frame.Info.PID)
+	clientSessions := 0
+	for _, s := range frame.Info.Sessions {
+		if s.Role == "client" {
+			clientSessions++
+			assert.Equal(t, 1, s.Allocations)
+		}
+	}
+	assert.Equal(t, 2, clientSessions)
+	assert.Equal(t, uint64(2*2048), frame.Stats.MigratedPages(uvm.CPU, 0))
+	assert.Equal(t, uint64(2*2048), frame.Stats.MigratedPages(0, uvm.CPU))
+	assert.Positive(t, frame.Stats.TotalFaults())
+
+	text, _, err := uvmCmd(t, nil, "stat", "--socket", sock, "--count", "2", "--interval", "50ms")
+	require.NoError(t, err)
+	assert.Contains(t, text, "device 0 -> cpu")
+	assert.Contains(t, text, "fault service")
+
+	for i, c := range clients {
+		stdins[i].Close()
+		require.NoError(t, c.Wait())
+	}
+	time.Sleep(100 * time.Millisecond)
+	out, _, err = uvmCmd(t, nil, "stat", "--socket", sock, "--count", "1", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &frame))
+	assert.Zero(t, frame.Info.Devices[0].UsedBytes, "the clients' device memory was released when they exited")
+
+	require.NoError(t, daemon.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- daemon.Wait() }()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "daemon: %s", derr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon did not exit on SIGTERM")
+	}
+	_, err = os.Stat(sock)
+	assert.True(t, os.IsNotExist(err), "the socket is removed on exit")
+}
+
+func TestBenchFaultsJSON(t *testing.T) {
+	requireRoot(t)
+	out, errOut, err := uvmCmd(t, nil, "bench", "faults", "--json", "--runs", "1", "--pages", "200", "--size", "8MiB")
+	require.NoError(t, err, errOut)
+	var r map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	for _, k := range []string{"fault_p50_us", "fault_p99_us", "c_floor_p50_us", "fault_to_c_floor_ratio", "firsttouch_ratio", "d2h_memcpy_fraction", "memcpy_1t_gbps"} {
+		v, ok := r[k].(float64)
+		assert.True(t, ok && v > 0, "%s = %v", k, r[k])
+	}
+	assert.Contains(t, errOut, "uvm bench: fault latency", "progress goes to stderr")
+}
