@@ -120,8 +120,13 @@ func (r *Reader) Read(msgs []Msg) (int, error) {
 	}
 }
 
+// Release tells the reader that its owner will not call Read again (it
+// left its loop while not reading): Stop then returns at once.
+func (r *Reader) Release() { r.once.Do(func() { close(r.exited) }) }
+
 // Stop makes Read return ErrStopped and waits until it has, or until
-// timeout passes. A reader that never called Read is stopped at once.
+// timeout passes. A reader that never called Read, or was released, is
+// stopped at once.
 func (r *Reader) Stop(timeout time.Duration) error {
 	r.stop.Store(true)
 	deadline := time.Now().Add(timeout)

@@ -4,26 +4,33 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
 )
 
-// handler is one fault-serving thread of one session. With
-// HandlersPerCPU each session has one per CPU, pinned to it and blocked in
-// read(2) on the session's userfaultfd. The kernel wakes them all when a
-// fault arrives; the one on the faulting CPU runs first, because the
-// faulting thread has just gone to sleep there, and takes the message
-// inside the kernel. That keeps the common case off the cross-CPU wake,
-// which costs several times the rest of a fault on this kind of VM (see
-// uffd.Reader for why read(2) and not epoll).
+// handler is one fault-serving thread of one session: one per CPU, pinned
+// to it and blocked in read(2) on the session's userfaultfd. The kernel
+// wakes every waiting handler when a fault arrives; the one on the
+// faulting CPU runs first, because the faulting thread has just gone to
+// sleep there, and takes the message inside the kernel (see uffd.Reader
+// for why read(2) and not epoll). With HandlersFollow, handlers on CPUs
+// where the session's threads do not fault park (placement.go).
 type handler struct {
 	srv    *Server
 	sess   *session
 	cpu    int // -1 when unpinned
 	reader *uffd.Reader
 	done   chan struct{}
+	stop   chan struct{}
+
+	// With HandlersFollow (see placement.go):
+	place     *placement
+	unpark    chan struct{} // capacity 1
+	parked    bool          // guarded by place.mu
+	lastLocal atomic.Int64  // unix ns of the last fault from this CPU
 
 	// Owned by the handler's thread. Scratch space, so that serving a
 	// fault allocates nothing: garbage collection in the server competes
@@ -48,19 +55,27 @@ func (s *Server) handlerCPUs() ([]int, error) {
 
 // watch starts the session's handler threads.
 func (s *Server) watch(sess *session) error {
+	var hs []*handler
 	for _, cpu := range s.cpus {
 		r, err := sess.uffd.NewReader()
 		if err != nil {
-			s.unwatch(sess)
 			return fmt.Errorf("%w: %v", ErrInitialization, err)
 		}
-		h := &handler{srv: s, sess: sess, cpu: cpu, reader: r, done: make(chan struct{}),
-			runBuf: make([]run, 0, PagesPerBlock/2+1)}
+		hs = append(hs, &handler{srv: s, sess: sess, cpu: cpu, reader: r, done: make(chan struct{}),
+			stop: make(chan struct{}), unpark: make(chan struct{}, 1), runBuf: make([]run, 0, PagesPerBlock/2+1)})
+	}
+	if s.cfg.Handlers == HandlersFollow && len(hs) > 1 {
+		p := newPlacement(hs)
+		for _, h := range hs {
+			h.place = p
+		}
+	}
+	for _, h := range hs {
 		ready := make(chan error, 1)
 		go h.run(ready)
 		if err := <-ready; err != nil {
 			s.unwatch(sess)
-			return fmt.Errorf("%w: handler thread on CPU %d: %v", ErrInitialization, cpu, err)
+			return fmt.Errorf("%w: handler thread on CPU %d: %v", ErrInitialization, h.cpu, err)
 		}
 		sess.handlers = append(sess.handlers, h)
 	}
@@ -70,6 +85,9 @@ func (s *Server) watch(sess *session) error {
 // unwatch stops the session's handler threads; afterwards nothing uses
 // its userfaultfd.
 func (s *Server) unwatch(sess *session) {
+	for _, h := range sess.handlers {
+		close(h.stop)
+	}
 	for _, h := range sess.handlers {
 		if err := h.reader.Stop(5 * time.Second); err != nil {
 			s.logger.Printf("pid %d: %v", sess.pid, err)
@@ -82,6 +100,7 @@ func (s *Server) unwatch(sess *session) {
 
 func (h *handler) run(ready chan<- error) {
 	defer close(h.done)
+	defer h.reader.Release()
 	// The thread stays locked for its life: it is pinned, and when the
 	// goroutine returns the runtime retires the thread with it.
 	runtime.LockOSThread()
@@ -92,6 +111,7 @@ func (h *handler) run(ready chan<- error) {
 		}
 	}
 	ready <- nil
+	h.lastLocal.Store(time.Now().UnixNano())
 	for {
 		n, err := h.reader.Read(h.msgs[:])
 		if errors.Is(err, uffd.ErrStopped) {
@@ -102,8 +122,19 @@ func (h *handler) run(ready chan<- error) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
+		park := false
 		for i := 0; i < n; i++ {
 			h.serve(h.msgs[i])
+			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault && h.place.served(h, h.sess.pid, h.msgs[i].TID, time.Now()) {
+				park = true
+			}
+		}
+		if park {
+			select {
+			case <-h.unpark:
+			case <-h.stop:
+				return
+			}
 		}
 	}
 }

@@ -168,11 +168,12 @@ func (s *Server) Serve(l *net.UnixListener) error {
 // when the peer goes away.
 func (s *Server) ServeConn(c *net.UnixConn) {
 	defer c.Close()
-	if err := checkPeer(c); err != nil {
+	peer, err := checkPeer(c)
+	if err != nil {
 		s.logger.Printf("refusing connection: %v", err)
 		return
 	}
-	sess, err := s.handshake(c)
+	sess, err := s.handshake(c, peer)
 	if err != nil {
 		if !errors.Is(err, errPeerGone) {
 			s.logger.Printf("handshake: %v", err)
@@ -236,27 +237,28 @@ func (s *Server) SessionCount() int {
 
 var errPeerGone = errors.New("peer closed the connection")
 
-// checkPeer accepts only processes of the server's own user, or root.
-// The socket's permissions already say so; this is the second lock.
-func checkPeer(c *net.UnixConn) error {
+// checkPeer accepts only processes of the server's own user, or root,
+// and returns the peer's process id. The socket's permissions already say
+// so; this is the second lock.
+func checkPeer(c *net.UnixConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var cred *syscall.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	if credErr != nil {
-		return fmt.Errorf("peer credentials: %w", credErr)
+		return 0, fmt.Errorf("peer credentials: %w", credErr)
 	}
 	if me := uint32(os.Geteuid()); cred.Uid != me && cred.Uid != 0 {
-		return fmt.Errorf("peer pid %d runs as uid %d; this server (uid %d) serves only its own user", cred.Pid, cred.Uid, me)
+		return 0, fmt.Errorf("peer pid %d runs as uid %d; this server (uid %d) serves only its own user", cred.Pid, cred.Uid, me)
 	}
-	return nil
+	return int(cred.Pid), nil
 }
 
 // Info is the server's configuration and state, for `uvm info` and

@@ -45,7 +45,9 @@ type session struct {
 	stats *counters // retired statistics of freed ranges
 }
 
-func (s *Server) handshake(c *net.UnixConn) (*session, error) {
+// handshake reads the hello. The session's pid is the peer's, as the
+// kernel reports it, not the one the hello claims.
+func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	buf := make([]byte, maxMessageSize)
 	b, fds, err := readMessage(c, buf)
 	if err != nil {
@@ -68,7 +70,7 @@ func (s *Server) handshake(c *net.UnixConn) (*session, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: int(hello.pid), role: hello.role, conn: c, stats: newCounters(s.locations())}
+	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: peerPID, role: hello.role, conn: c, stats: newCounters(s.locations())}
 	sess.ranges.Store(&rangeTable{})
 	if hello.role == roleClient {
 		if err := sess.adopt(fds[0], fds[1]); err != nil {
