@@ -254,29 +254,34 @@ func (c *rpc) goneError(typ msgType) error {
 	return fmt.Errorf("%w: %s: the fault server (pid %d) exited; managed memory that was not on the host is lost", ErrServerGone, typ, c.serverPID)
 }
 
-func (c *rpc) stats(scope uint8, addr uintptr) (Stats, error) {
-	r, err := c.request(encodeStats(c.nextSeq(), statsRequest{scope: scope, addr: uint64(addr)}), msgStats)
+// jsonRequest sends a request whose reply is a JSON document and decodes
+// the document into out.
+func (c *rpc) jsonRequest(b []byte, typ msgType, out any) error {
+	r, err := c.request(b, typ)
 	if err != nil {
-		return Stats{}, err
+		return err
 	}
 	text, err := decodeStringReply(r)
 	if err != nil {
-		return Stats{}, err
+		return err
 	}
-	return parseStats(text)
+	if err := json.Unmarshal([]byte(text), out); err != nil {
+		return fmt.Errorf("%w: %s reply: %v", ErrInternal, typ, err)
+	}
+	return nil
+}
+
+func (c *rpc) stats(scope uint8, addr uintptr) (Stats, error) {
+	var st Stats
+	err := c.jsonRequest(encodeStats(c.nextSeq(), statsRequest{scope: scope, addr: uint64(addr)}), msgStats, &st)
+	return st, err
 }
 
 // Info returns the server's configuration and state.
 func (c *rpc) Info() (Info, error) {
-	r, err := c.request(encodeInfo(c.nextSeq()), msgInfo)
-	if err != nil {
-		return Info{}, err
-	}
-	text, err := decodeStringReply(r)
-	if err != nil {
-		return Info{}, err
-	}
-	return parseInfo(text)
+	var in Info
+	err := c.jsonRequest(encodeInfo(c.nextSeq()), msgInfo, &in)
+	return in, err
 }
 
 // ServerStats returns the server's counters over every process it served.
@@ -489,8 +494,6 @@ func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
 	if err != nil {
 		return err
 	}
-	r.u64("migrated")
-	r.u64("populated")
 	return r.done("prefetch reply")
 }
 
@@ -613,20 +616,4 @@ func GetDeviceCount() (int, error) {
 		return 0, err
 	}
 	return s.DeviceCount(), nil
-}
-
-func parseStats(text string) (Stats, error) {
-	var st Stats
-	if err := json.Unmarshal([]byte(text), &st); err != nil {
-		return st, fmt.Errorf("%w: statistics from the server: %v", ErrInternal, err)
-	}
-	return st, nil
-}
-
-func parseInfo(text string) (Info, error) {
-	var in Info
-	if err := json.Unmarshal([]byte(text), &in); err != nil {
-		return in, fmt.Errorf("%w: server info: %v", ErrInternal, err)
-	}
-	return in, nil
 }

@@ -438,22 +438,17 @@ func (o *mover) deviceToDevice(rn run, dstFile *devmem.File) (PageMask, error) {
 	return done, nil
 }
 
-// prefetchResult counts what a prefetch did.
-type prefetchResult struct{ migrated, populated uint64 }
-
 // prefetch moves [addr, addr+length) to dst, as cuMemPrefetchAsync does,
 // synchronously. Pages never touched are populated (zero-filled) at dst.
-func (sess *session) prefetch(addr, length uintptr, dst Device) (prefetchResult, error) {
-	var res prefetchResult
+func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 	if err := sess.srv.checkDevice(dst, "prefetch"); err != nil {
-		return res, err
+		return err
 	}
 	r, err := sess.findRange(addr, length, "prefetch")
 	if err != nil {
-		return res, err
+		return err
 	}
 	dl := locationOf(dst)
-	before := r.stats.snapshot()
 	for va := addr; va < addr+length; {
 		off := va - r.start
 		blockAddr := r.start + off&^(BlockSize-1)
@@ -464,7 +459,7 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) (prefetchResult,
 		b.mu.Lock()
 		if r.freed.Load() {
 			b.mu.Unlock()
-			return res, fmt.Errorf("%w: prefetch %#x+%d: the allocation was freed meanwhile", ErrInvalidValue, addr, length)
+			return fmt.Errorf("%w: prefetch %#x+%d: the allocation was freed meanwhile", ErrInvalidValue, addr, length)
 		}
 		op := mover{sess: sess, r: r, b: b, blockAddr: blockAddr}
 		want.AndNot(&b.resident[dl])
@@ -479,16 +474,11 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) (prefetchResult,
 		}
 		b.mu.Unlock()
 		if err != nil {
-			return res, fmt.Errorf("prefetch %#x+%d to %v: %w", addr, length, dst, err)
+			return fmt.Errorf("prefetch %#x+%d to %v: %w", addr, length, dst, err)
 		}
 		va = end
 	}
-	after := r.stats.snapshot()
-	for _, m := range after.Migrations {
-		res.migrated += m.Pages - before.MigratedPages(m.From, m.To)
-	}
-	res.populated = after.PopulatedPages(dst) - before.PopulatedPages(dst)
-	return res, nil
+	return nil
 }
 
 // checkDevice accepts CPU and the configured devices.

@@ -187,11 +187,7 @@ func (sess *session) dispatch(h header, req any) ([]byte, error) {
 		}
 		return encodeRangeAttrsReply(h, a), nil
 	case prefetchRequest:
-		res, err := sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
-		if err != nil {
-			return nil, err
-		}
-		return encodeU64Reply(h, res.migrated, res.populated), nil
+		return encodeEmptyReply(h), sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
 	case statsRequest:
 		st, err := sess.statsFor(r)
 		if err != nil {

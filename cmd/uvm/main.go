@@ -90,7 +90,7 @@ Environment (read by programs using softuvm and by private servers):
   %-18s arena size per device, or a comma list (default %s)
   %-18s auto, memfd or numa
   %-18s %s
-  %-18s per-cpu (default) or single
+  %-18s follow (default), per-cpu or single
   %-18s 1: record which prefetched pages get used
 
 Run 'uvm help COMMAND' for a command's flags.
@@ -149,7 +149,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
 	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa")
 	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(uvm.PrefetchPolicyNames(), ", "))
-	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: per-cpu or single")
+	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
 	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
 }
 
