@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
@@ -570,6 +571,10 @@ func (a *Allocation) Size() int64 { return a.size }
 // Bytes is the allocation as a slice. It is valid until Free; touching it
 // afterwards faults.
 func (a *Allocation) Bytes() []byte { return devmem.BytesAt(a.addr, a.size) }
+
+// Pointer is the allocation's start as a pointer, for code that wants
+// one (cgo calls, unsafe.Slice of another element type).
+func (a *Allocation) Pointer() unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(a.Bytes())) }
 
 // Free releases the allocation.
 func (a *Allocation) Free() error { return a.s.Free(a.addr) }

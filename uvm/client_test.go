@@ -168,6 +168,7 @@ func TestPointerAttributes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, PointerAttributes{Type: MemoryManaged, Device: 0, DevicePointer: a.Addr() + 9999, HostPointer: a.Addr() + 9999,
 		RangeStart: a.Addr(), RangeSize: 10000, BufferID: pa.BufferID, IsManaged: true}, pa)
+	assert.Equal(t, a.Addr(), uintptr(a.Pointer()), "Pointer and Addr name the same byte")
 	pc, err := s.PointerAttributes(c.Addr())
 	require.NoError(t, err)
 	assert.NotEqual(t, pa.BufferID, pc.BufferID, "buffer ids are unique")
