@@ -1,8 +1,10 @@
 package devmem
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/softuvm/softuvm/devmem/internal/memsys"
 )
@@ -140,6 +142,46 @@ func ReserveAddressSpace(length, align int64) (uintptr, error) {
 	}
 	return addr, nil
 }
+
+// ReserveAddressSpaceAt reserves [addr, addr+length) like
+// ReserveAddressSpace, at that address or not at all: an address already
+// mapped is an error wrapping ErrAddressInUse (MAP_FIXED_NOREPLACE), and
+// nothing is replaced. Processes that must agree on addresses (a client
+// and its device processes) reserve from a window both leave alone.
+func ReserveAddressSpaceAt(addr uintptr, length int64) error {
+	if addr%PageSize != 0 || length <= 0 || length%PageSize != 0 {
+		return fmt.Errorf("reserve %#x+%d: want a page-aligned address and a positive multiple of %d bytes", addr, length, PageSize)
+	}
+	got, err := memsys.Mmap(addr, uintptr(length), memsys.ProtNone, memsys.MapPrivate|memsys.MapAnonymous|memsys.MapNoreserve|memsys.MapFixedNoreplace, -1, 0)
+	if err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("reserve %#x+%d: %w", addr, length, ErrAddressInUse)
+		}
+		return fmt.Errorf("reserve %#x+%d: %w", addr, length, err)
+	}
+	if got != addr { // a kernel without MAP_FIXED_NOREPLACE takes it as a hint
+		memsys.Munmap(got, uintptr(length))
+		return fmt.Errorf("reserve %#x+%d: kernel placed it at %#x: %w", addr, length, got, ErrAddressInUse)
+	}
+	return nil
+}
+
+// ReturnToReservation replaces whatever is mapped at [addr, addr+length)
+// with a reservation again (PROT_NONE, MAP_FIXED over it): a process that
+// keeps a window reserved unmaps a range this way, so that nothing else
+// is placed there meanwhile.
+func ReturnToReservation(addr uintptr, length int64) error {
+	if addr%PageSize != 0 || length <= 0 || length%PageSize != 0 {
+		return fmt.Errorf("unmap %#x+%d: want a page-aligned address and a positive multiple of %d bytes", addr, length, PageSize)
+	}
+	if _, err := memsys.Mmap(addr, uintptr(length), memsys.ProtNone, memsys.MapPrivate|memsys.MapAnonymous|memsys.MapNoreserve|memsys.MapFixed, -1, 0); err != nil {
+		return fmt.Errorf("unmap %#x+%d: %w", addr, length, err)
+	}
+	return nil
+}
+
+// ErrAddressInUse says a fixed reservation met an existing mapping.
+var ErrAddressInUse = errors.New("address range already in use")
 
 // ReleaseAddressSpace unmaps [addr, addr+length): the reservation and any
 // MapFixed windows in it.

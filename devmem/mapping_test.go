@@ -125,3 +125,32 @@ func TestBytesAtNil(t *testing.T) {
 	assert.Nil(t, BytesAt(0, PageSize))
 	assert.Nil(t, BytesAt(PageSize, 0))
 }
+
+func TestReserveAddressSpaceAt(t *testing.T) {
+	addr, err := ReserveAddressSpace(4<<20, 2<<20)
+	require.NoError(t, err)
+	require.NoError(t, ReleaseAddressSpace(addr, 4<<20))
+	// The range is free again: reserve it at that very address.
+	require.NoError(t, ReserveAddressSpaceAt(addr, 4<<20))
+	err = ReserveAddressSpaceAt(addr+PageSize, PageSize)
+	require.ErrorIs(t, err, ErrAddressInUse, "a second reservation over the first is refused")
+	assert.Contains(t, err.Error(), fmt.Sprintf("%#x", addr+PageSize))
+
+	// A file window inside, then returned to the reservation.
+	f, err := CreateFile("reserve-at", FileSize)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.MapFixed(addr, int64(addr), 2<<20))
+	BytesAt(addr, 2<<20)[0] = 7
+	require.NoError(t, ReturnToReservation(addr, 2<<20))
+	buf := make([]byte, 1)
+	_, err = f.ReadAt(buf, int64(addr))
+	require.NoError(t, err)
+	assert.Equal(t, byte(7), buf[0], "the data stays in the file")
+	err = ReserveAddressSpaceAt(addr, PageSize)
+	require.ErrorIs(t, err, ErrAddressInUse, "the range is still reserved")
+	require.NoError(t, ReleaseAddressSpace(addr, 4<<20))
+
+	assert.Error(t, ReserveAddressSpaceAt(addr+1, PageSize))
+	assert.Error(t, ReturnToReservation(addr, 0))
+}

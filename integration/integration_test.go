@@ -25,6 +25,7 @@ var binDir string // holds uvm and uvm-cfloor, built by TestMain
 const roleEnv = "UVM_INTEGRATION_ROLE"
 
 func TestMain(m *testing.M) {
+	uvm.Main()
 	if os.Getenv(roleEnv) == "client" {
 		os.Exit(client())
 	}

@@ -65,6 +65,10 @@ type Session struct {
 
 	allocMu sync.RWMutex
 	allocs  []*Allocation // sorted by address, guarded by allocMu
+	window  vaWindow      // addresses of managed ranges
+
+	devMu sync.Mutex
+	devs  []*deviceProc // created on first use, guarded by devMu
 }
 
 // rpc is a connection to a server that carries one request at a time.
@@ -228,27 +232,43 @@ func (c *rpc) request(b []byte, typ msgType) (*wireReader, error) {
 }
 
 func (c *rpc) requestFDs(b []byte, typ msgType, fds []int) (*wireReader, error) {
+	r, rfds, err := c.exchange(b, typ, fds)
+	closeFDs(rfds)
+	return r, err
+}
+
+// requestWithFDs sends a request and returns the descriptors its reply
+// carries, which the caller owns.
+func (c *rpc) requestWithFDs(b []byte, typ msgType) (*wireReader, []int, error) {
+	return c.exchange(b, typ, nil)
+}
+
+func (c *rpc) exchange(b []byte, typ msgType, fds []int) (*wireReader, []int, error) {
 	if c.closed.Load() {
-		return nil, fmt.Errorf("%w: %s: session closed", ErrInvalidValue, typ)
+		return nil, nil, fmt.Errorf("%w: %s: session closed", ErrInvalidValue, typ)
 	}
 	if c.gone.Load() {
-		return nil, c.goneError(typ)
+		return nil, nil, c.goneError(typ)
 	}
 	c.reqMu.Lock()
 	defer c.reqMu.Unlock()
 	h, _, _ := parseHeader(b)
 	if err := writeMessage(c.conn, b, fds); err != nil {
 		c.gone.Store(true)
-		return nil, c.goneError(typ)
+		return nil, nil, c.goneError(typ)
 	}
 	reply, rfds, err := readMessage(c.conn, c.buf)
-	closeFDs(rfds)
 	if err != nil {
 		c.gone.Store(true)
-		return nil, c.goneError(typ)
+		return nil, nil, c.goneError(typ)
 	}
 	// The reply aliases buf, which the next request reuses.
-	return parseReply(append([]byte(nil), reply...), h)
+	r, err := parseReply(append([]byte(nil), reply...), h)
+	if err != nil {
+		closeFDs(rfds)
+		return nil, nil, err
+	}
+	return r, rfds, nil
 }
 
 func (c *rpc) goneError(typ msgType) error {
@@ -337,13 +357,22 @@ func (s *Session) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.devMu.Lock()
+	for _, dp := range s.devs {
+		if dp != nil {
+			dp.mu.Lock()
+			dp.stop()
+			dp.mu.Unlock()
+		}
+	}
+	s.devMu.Unlock()
 	s.allocMu.Lock()
 	allocs := s.allocs
 	s.allocs = nil
 	s.allocMu.Unlock()
 	for _, a := range allocs {
 		a.freed.Store(true)
-		devmem.ReleaseAddressSpace(a.addr, int64(a.reserved))
+		s.window.release(a.addr, a.reserved)
 	}
 	s.closeConn()
 	return s.host.Close()
@@ -375,9 +404,9 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 	}
 	length := roundUp(uintptr(size), PageSize)
 	reserved := roundUp(length, BlockSize)
-	addr, err := devmem.ReserveAddressSpace(int64(reserved), BlockSize)
+	addr, err := s.window.reserve(reserved)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reserve %s of address space: %v", ErrMemoryAllocation, FormatSize(int64(reserved)), err)
+		return nil, err
 	}
 	// The host file's offset equals the address: every location file of
 	// the range is laid out the same way.
@@ -385,7 +414,7 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 		err = devmem.DontFork(addr, int64(reserved))
 	}
 	if err != nil {
-		devmem.ReleaseAddressSpace(addr, int64(reserved))
+		s.window.release(addr, reserved)
 		return nil, fmt.Errorf("%w: map host file at %#x: %v", ErrMemoryAllocation, addr, err)
 	}
 	req.addr, req.length = uint64(addr), uint64(length)
@@ -396,7 +425,7 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 		err = r.done("alloc reply")
 	}
 	if err != nil {
-		devmem.ReleaseAddressSpace(addr, int64(reserved))
+		s.window.release(addr, reserved)
 		return nil, err
 	}
 	a := &Allocation{s: s, addr: addr, size: size, length: length, reserved: reserved, bufferID: id, device: 0}
@@ -455,7 +484,7 @@ func (s *Session) Free(addr uintptr) error {
 	// sees which prefetched pages were used, and a thread blocked in a
 	// fault on the range is woken into SIGBUS rather than left waiting.
 	_, err := s.request(encodeFree(s.nextSeq(), uint64(addr)), msgFree)
-	if rerr := devmem.ReleaseAddressSpace(a.addr, int64(a.reserved)); rerr != nil && err == nil {
+	if rerr := s.window.release(a.addr, a.reserved); rerr != nil && err == nil {
 		err = fmt.Errorf("%w: unmap %#x: %v", ErrInternal, a.addr, rerr)
 	}
 	return err

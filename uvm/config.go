@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -22,6 +23,7 @@ const (
 	EnvPrefetch      = "UVM_PREFETCH"       // density[:PERCENT], window:PAGES, none
 	EnvHandlers      = "UVM_HANDLERS"       // follow (default), per-cpu or single
 	EnvTrackPrefetch = "UVM_TRACK_PREFETCH" // 1: track which prefetched pages get used
+	EnvWorkers       = "UVM_DEVICE_WORKERS" // threads per device process (default: one per CPU)
 
 	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
 	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON
@@ -63,9 +65,19 @@ type ServerConfig struct {
 	// Guard starts the guard process that turns the faults of clients
 	// into SIGBUS, with a message, if this server dies.
 	Guard bool `json:"guard"`
+	// DeviceWorkers is the number of threads each device process runs
+	// kernels on; 0 means one per CPU.
+	DeviceWorkers int `json:"device_workers,omitempty"`
 	// FaultDelay stalls every fault this long before serving it. Tests
 	// use it to hold a thread inside a fault.
 	FaultDelay Duration `json:"fault_delay,omitempty"`
+}
+
+func (c ServerConfig) workers() int {
+	if c.DeviceWorkers > 0 {
+		return c.DeviceWorkers
+	}
+	return runtime.NumCPU()
 }
 
 // Duration is a time.Duration in nanoseconds that JSON can carry.
@@ -101,6 +113,9 @@ func (c ServerConfig) Validate() error {
 	case HandlersFollow, HandlersPerCPU, HandlersSingle:
 	default:
 		return fmt.Errorf("%w: handler placement %q: want %q, %q or %q", ErrInvalidValue, c.Handlers, HandlersFollow, HandlersPerCPU, HandlersSingle)
+	}
+	if c.DeviceWorkers < 0 || c.DeviceWorkers > 1024 {
+		return fmt.Errorf("%w: %d device workers: want 0 (one per CPU) to 1024", ErrInvalidValue, c.DeviceWorkers)
 	}
 	if c.FaultDelay < 0 {
 		return fmt.Errorf("%w: fault delay %d: must not be negative", ErrInvalidValue, c.FaultDelay)
@@ -159,6 +174,13 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 	}
 	if v := getenv(EnvHandlers); v != "" {
 		c.Handlers = HandlerPlacement(v)
+	}
+	if v := getenv(EnvWorkers); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > 1024 {
+			return fmt.Errorf("%w: %s=%q: want 1 to 1024 threads", ErrInvalidValue, EnvWorkers, v)
+		}
+		c.DeviceWorkers = n
 	}
 	if v := getenv(EnvTrackPrefetch); v != "" {
 		b, err := strconv.ParseBool(v)

@@ -24,6 +24,9 @@ var (
 	// ErrServerGone: the fault server exited; managed memory that was not
 	// on the host is lost.
 	ErrServerGone = errors.New("fault server gone")
+	// ErrLaunchFailure: a kernel failed (panicked, faulted) or its device
+	// process died while it ran.
+	ErrLaunchFailure = errors.New("launch failure")
 	// ErrInternal: a bug or an unexpected kernel error.
 	ErrInternal = errors.New("internal error")
 )
@@ -39,6 +42,7 @@ const (
 	codeInitialization
 	codeNotSupported
 	codeInternal
+	codeLaunchFailure
 )
 
 var codeErrors = [...]error{
@@ -48,6 +52,7 @@ var codeErrors = [...]error{
 	codeInitialization:   ErrInitialization,
 	codeNotSupported:     ErrNotSupported,
 	codeInternal:         ErrInternal,
+	codeLaunchFailure:    ErrLaunchFailure,
 }
 
 func codeOf(err error) errorCode {
@@ -74,4 +79,16 @@ func errorFromWire(code errorCode, msg string) error {
 		class = codeErrors[code]
 	}
 	return &remoteError{class: class, msg: msg}
+}
+
+// joinErrors joins errors, nil when there are none; every class stays
+// visible to errors.Is.
+func joinErrors(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }

@@ -43,7 +43,7 @@ func startGuard() (*guardLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := reexec("guard", "softuvm-guard", remote)
+	cmd, err := reexec("guard", "softuvm-guard", []*os.File{remote})
 	remote.Close()
 	if err != nil {
 		local.Close()

@@ -21,7 +21,8 @@ import (
 type handler struct {
 	srv    *Server
 	sess   *session
-	cpu    int // -1 when unpinned
+	view   *view // the view whose faults it serves; alive while it runs
+	cpu    int   // -1 when unpinned
 	reader *uffd.Reader
 	done   chan struct{}
 	stop   chan struct{}
@@ -53,15 +54,15 @@ func (s *Server) handlerCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// watch starts the session's handler threads.
-func (s *Server) watch(sess *session) error {
+// watch starts a view's handler threads.
+func (s *Server) watch(v *view) error {
 	var hs []*handler
 	for _, cpu := range s.cpus {
-		r, err := sess.uffd.NewReader()
+		r, err := v.uffd.NewReader()
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrInitialization, err)
 		}
-		hs = append(hs, &handler{srv: s, sess: sess, cpu: cpu, reader: r, done: make(chan struct{}),
+		hs = append(hs, &handler{srv: s, sess: v.sess, view: v, cpu: cpu, reader: r, done: make(chan struct{}),
 			stop: make(chan struct{}), unpark: make(chan struct{}, 1), runBuf: make([]run, 0, PagesPerBlock/2+1)})
 	}
 	if s.cfg.Handlers == HandlersFollow && len(hs) > 1 {
@@ -74,28 +75,28 @@ func (s *Server) watch(sess *session) error {
 		ready := make(chan error, 1)
 		go h.run(ready)
 		if err := <-ready; err != nil {
-			s.unwatch(sess)
+			s.unwatch(v)
 			return fmt.Errorf("%w: handler thread on CPU %d: %v", ErrInitialization, h.cpu, err)
 		}
-		sess.handlers = append(sess.handlers, h)
+		v.handlers = append(v.handlers, h)
 	}
 	return nil
 }
 
-// unwatch stops the session's handler threads; afterwards nothing uses
+// unwatch stops a view's handler threads; afterwards none of them uses
 // its userfaultfd.
-func (s *Server) unwatch(sess *session) {
-	for _, h := range sess.handlers {
+func (s *Server) unwatch(v *view) {
+	for _, h := range v.handlers {
 		close(h.stop)
 	}
-	for _, h := range sess.handlers {
+	for _, h := range v.handlers {
 		if err := h.reader.Stop(5 * time.Second); err != nil {
-			s.logger.Printf("pid %d: %v", sess.pid, err)
+			s.logger.Printf("pid %d: %v", v.pid, err)
 			continue
 		}
 		<-h.done
 	}
-	sess.handlers = nil
+	v.handlers = nil
 }
 
 func (h *handler) run(ready chan<- error) {
@@ -118,14 +119,14 @@ func (h *handler) run(ready chan<- error) {
 			return
 		}
 		if err != nil && n == 0 {
-			h.srv.logger.Printf("read userfaultfd of pid %d: %v", h.sess.pid, err)
+			h.srv.logger.Printf("read userfaultfd of pid %d: %v", h.view.pid, err)
 			time.Sleep(time.Millisecond)
 			continue
 		}
 		park := false
 		for i := 0; i < n; i++ {
 			h.serve(h.msgs[i])
-			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault && h.place.served(h, h.sess.pid, h.msgs[i].TID, time.Now()) {
+			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault && h.place.served(h, h.view.pid, h.msgs[i].TID, time.Now()) {
 				park = true
 			}
 		}
@@ -155,7 +156,7 @@ func (h *handler) serve(m uffd.Msg) {
 	}
 }
 
-// fault serves one page fault.
+// fault serves one page fault of the handler's view.
 func (h *handler) fault(m *uffd.Msg) {
 	start := time.Now()
 	sess := h.sess
@@ -183,16 +184,17 @@ func (h *handler) fault(m *uffd.Msg) {
 		h.wake(addr, PageSize)
 		return
 	}
+	loc := h.view.loc
 	op := mover{sess: sess, r: r, b: b, blockAddr: r.start + off&^(BlockSize-1), h: h, runBuf: h.runBuf[:0]}
-	if err := op.serveHostFault(int(off>>pageShift)&(PagesPerBlock-1), kind); err != nil {
+	if err := op.serveFault(loc, int(off>>pageShift)&(PagesPerBlock-1), kind); err != nil {
 		op.failFault(addr, err)
 	}
 	// Counted before the block is unlocked: a statistics query takes the
 	// block locks, so it never sees a served fault uncounted.
 	elapsed := time.Since(start)
-	r.stats.faults[hostLoc][kind].Add(1)
+	r.stats.faults[loc][kind].Add(1)
 	r.stats.service.record(elapsed)
-	h.srv.stats.faults[hostLoc][kind].Add(1)
+	h.srv.stats.faults[loc][kind].Add(1)
 	h.srv.stats.service.record(elapsed)
 	b.mu.Unlock()
 }
@@ -203,21 +205,21 @@ func (h *handler) fault(m *uffd.Msg) {
 // mremap) gets the page poisoned, so that the thread sees SIGBUS instead
 // of faulting forever.
 func (h *handler) stray(addr uintptr) {
-	sess := h.sess
+	v := h.view
 	h.srv.strayFaults.Add(1)
-	_, err := sess.uffd.Poison(addr, PageSize, false)
+	_, err := v.uffd.Poison(addr, PageSize, false)
 	switch {
 	case err == nil:
 		h.srv.poisoned.Add(1)
-		h.srv.logger.Printf("pid %d faulted at %#x, which no allocation owns; the page is poisoned (SIGBUS)", sess.pid, addr)
+		h.srv.logger.Printf("pid %d faulted at %#x, which no allocation owns; the page is poisoned (SIGBUS)", v.pid, addr)
 	case errors.Is(err, uffd.ErrNoEntry), errors.Is(err, uffd.ErrProcessGone), errors.Is(err, uffd.ErrExist):
 		h.wake(addr, PageSize)
 	default:
 		h.wake(addr, PageSize)
-		h.srv.logger.Printf("pid %d stray fault at %#x: %v", sess.pid, addr, err)
+		h.srv.logger.Printf("pid %d stray fault at %#x: %v", v.pid, addr, err)
 	}
 }
 
 func (h *handler) wake(addr, length uintptr) {
-	_ = h.sess.uffd.Wake(addr, length) // nothing waiting, or the process is gone: fine
+	_ = h.view.uffd.Wake(addr, length) // nothing waiting, or the process is gone: fine
 }

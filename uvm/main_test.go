@@ -22,6 +22,7 @@ import (
 const testRoleEnv = "UVM_TEST_ROLE"
 
 func TestMain(m *testing.M) {
+	Main()
 	if role := os.Getenv(testRoleEnv); role != "" {
 		os.Exit(runTestRole(role))
 	}
@@ -123,3 +124,5 @@ func exitDescription(err error) string {
 }
 
 func lines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
+
+func killPID(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

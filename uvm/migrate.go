@@ -10,22 +10,27 @@ import (
 )
 
 // mover performs the kernel operations that change where pages of one
-// block live, with the block's lock held. Every move is a real copy
-// between distinct physical pages, or a fresh zero-filled page:
+// block live, with the block's lock held. Every location (the host, each
+// device) has a file, and may have a view (the client, a running device
+// process) that maps it. Every move is a real copy between distinct
+// physical pages, or a fresh zero-filled page:
 //
-//	nowhere -> host    UFFDIO_ZEROPAGE into the client (allocates in the host file)
-//	device  -> host    UFFDIO_COPY from the server's mapping of the device file, then punch the device file
-//	nowhere -> device  fallocate in the device file
-//	host    -> device  write-protect the client's pages, copy file to file, punch the host file, wake
-//	device  -> device  copy file to file, punch the source
+//	nowhere -> L   UFFDIO_ZEROPAGE into L's view (allocating in L's file),
+//	               or fallocate in L's file when L has no view
+//	S -> L         write-protect the pages in S's view, so that writers
+//	               wait; pread S's file into a staging buffer and
+//	               UFFDIO_COPY into L's view (or copy file to file when L
+//	               has no view); punch S's file; wake S's view
 //
 // Punching a file frees its pages and zaps every page-table entry that
-// maps them, in every process: that is how a page leaves a location.
+// maps them, in every process: that is how a page leaves a location. A
+// writer held by the write protection retries after the wake, faults, and
+// brings the page back.
 type mover struct {
 	sess      *session
 	r         *managedRange
 	b         *block
-	blockAddr uintptr  // client address of the block's page 0
+	blockAddr uintptr  // address of the block's page 0
 	h         *handler // the handler thread, nil on the control path
 	runBuf    []run    // reused for runs; nil allocates
 }
@@ -39,14 +44,30 @@ func (o *mover) fileOff(p int) int64 { return o.r.fileOff + int64(o.pageAddr(p)-
 const retryAgain = 2 * time.Second
 
 // again waits a little before an ioctl refused with EAGAIN is retried.
-// The event that causes it is read by another handler of the session; with
-// a single handler thread nobody reads it and the retry times out.
+// The event that causes it is read by another handler of the view; with a
+// single handler thread nobody reads it and the retry times out.
 func (o *mover) again(since time.Time) bool {
 	if time.Since(since) > retryAgain {
 		return false
 	}
 	time.Sleep(50 * time.Microsecond)
 	return true
+}
+
+// viewOf returns location l's view for use by this mover: the handler's
+// own view as it is (it lives while the handler runs), any other with its
+// use lock held; release with doneWith.
+func (o *mover) viewOf(l location) *view {
+	if o.h != nil && o.h.view.loc == l {
+		return o.h.view
+	}
+	return o.sess.viewRef(l)
+}
+
+func (o *mover) doneWith(v *view) {
+	if v != nil && (o.h == nil || v != o.h.view) {
+		v.release()
+	}
 }
 
 // installKind selects the resolving ioctl of install.
@@ -57,13 +78,13 @@ const (
 	installCopy                    // UFFDIO_COPY: a copy of the source bytes
 )
 
-// install maps pages [first, outer) into the client: fresh zero pages, or
+// install maps pages [first, outer) into view v: fresh zero pages, or
 // copies of src (PageSize bytes per page). Pages already mapped (another
 // thread resolved them) are skipped and woken. It returns the pages now
 // present, installed or found.
-func (o *mover) install(kind installKind, first, outer int, src []byte) (PageMask, error) {
+func (o *mover) install(v *view, kind installKind, first, outer int, src []byte) (PageMask, error) {
 	var done PageMask
-	u := o.sess.uffd
+	u := v.uffd
 	started := time.Now()
 	for p := first; p < outer; {
 		addr, length := o.pageAddr(p), uintptr(outer-p)*PageSize
@@ -110,15 +131,58 @@ func kindName(k installKind) string {
 	return "copy"
 }
 
-// serveHostFault resolves a host fault on page p, bringing prefetched
-// pages along.
-func (o *mover) serveHostFault(p int, kind faultKind) error {
+// stagingPages sizes the buffer that carries pages from a source file to
+// UFFDIO_COPY: small enough to stay in the CPU's cache between the read
+// that fills it and the copy that drains it.
+const stagingPages = 64
+
+// installFromFile copies pages [first, outer) from f (at the same file
+// offsets) into view v through a staging buffer. Measured on this kind of
+// VM, pread plus UFFDIO_COPY beats the alternatives: UFFDIO_COPY straight
+// from a mapping of f takes a slow path for every page the server has not
+// mapped (and leaves the server's mapping for the punch to zap), and
+// copy_file_range into the destination file plus UFFDIO_CONTINUE
+// serializes on that file's inode lock.
+func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File) (PageMask, error) {
+	var done PageMask
+	buf := o.staging()
+	for p := first; p < outer; {
+		q := min(outer, p+stagingPages)
+		n := (q - p) * PageSize
+		if _, err := f.ReadAt(buf[:n], o.fileOff(p)); err != nil {
+			return done, err
+		}
+		got, err := o.install(v, installCopy, p, q, buf[:n])
+		done.Or(&got)
+		if err != nil {
+			return done, err
+		}
+		p = q
+	}
+	return done, nil
+}
+
+// staging returns the calling thread's staging buffer.
+func (o *mover) staging() []byte {
+	if o.h == nil {
+		return make([]byte, stagingPages*PageSize)
+	}
+	if o.h.staging == nil { // allocated on first use: most sessions never need it
+		o.h.staging = make([]byte, stagingPages*PageSize)
+	}
+	return o.h.staging
+}
+
+// serveFault resolves a fault by location loc's view on page p, bringing
+// prefetched pages along.
+func (o *mover) serveFault(loc location, p int, kind faultKind) error {
 	b := o.b
+	v := o.h.view
 	if kind == faultWP {
-		if b.resident[hostLoc].Test(p) {
+		if b.resident[loc].Test(p) {
 			// A migration protected the page and did not take it:
 			// give write access back (this also wakes the writer).
-			if err := o.sess.uffd.WriteProtect(o.pageAddr(p), PageSize, false, false); err != nil {
+			if err := v.uffd.WriteProtect(o.pageAddr(p), PageSize, false, false); err != nil {
 				o.h.wake(o.pageAddr(p), PageSize)
 			}
 			return nil
@@ -128,22 +192,22 @@ func (o *mover) serveHostFault(p int, kind faultKind) error {
 		o.h.wake(o.pageAddr(p), PageSize)
 		return nil
 	}
-	if b.resident[hostLoc].Test(p) {
-		// Believed on the host but the host file has no page: either a
-		// race with another handler (the page exists now: just wake) or
-		// the client punched it (MADV_REMOVE: it reads as zeros again).
-		_, err := o.install(installZero, p, p+1, nil)
+	if b.resident[loc].Test(p) {
+		// Believed here but the view's file has no page: either a race
+		// with another handler (the page exists now: just wake) or the
+		// process punched it (MADV_REMOVE: it reads as zeros again).
+		_, err := o.install(v, installZero, p, p+1, nil)
 		return err
 	}
 	var faulted PageMask
 	faulted.Set(p)
 	ctx := &o.h.prefetchCtx
-	*ctx = PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[hostLoc], Populated: b.populated()}
+	*ctx = PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[loc], Populated: b.populated()}
 	extra := o.r.prefetch.Expand(ctx)
 	extra.TrimTo(b.pages)
-	extra.AndNot(&b.resident[hostLoc])
+	extra.AndNot(&b.resident[loc])
 	extra.Clear(p)
-	return o.toHost(faulted, extra, p)
+	return o.moveTo(loc, faulted, extra, p)
 }
 
 // failFault makes sure a thread whose fault could not be served does not
@@ -152,14 +216,15 @@ func (o *mover) failFault(addr uintptr, err error) {
 	if errors.Is(err, uffd.ErrProcessGone) || errors.Is(err, uffd.ErrNoEntry) {
 		return // the process is exiting or unmapped the range: nobody waits
 	}
+	v := o.h.view
 	srv := o.sess.srv
-	if _, perr := o.sess.uffd.Poison(addr, PageSize, false); perr == nil {
+	if _, perr := v.uffd.Poison(addr, PageSize, false); perr == nil {
 		srv.poisoned.Add(1)
-		srv.logger.Printf("pid %d: fault at %#x could not be served (%v); page poisoned (SIGBUS)", o.sess.pid, addr, err)
+		srv.logger.Printf("pid %d: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, addr, err)
 		return
 	}
 	o.h.wake(addr, PageSize)
-	srv.logger.Printf("pid %d: fault at %#x could not be served: %v", o.sess.pid, addr, err)
+	srv.logger.Printf("pid %d: fault at %#x could not be served: %v", v.pid, addr, err)
 }
 
 // run is a maximal stretch of pages with the same source.
@@ -202,134 +267,119 @@ func (o *mover) runs(want, speculative PageMask, lazy bool, lead int) []run {
 	return out
 }
 
-// toHost brings demand and speculative pages to the host. Demanded pages
-// are mapped into the client at once; speculative ones too, unless the
-// range tracks prefetch use, in which case they go into the host file
-// unmapped and the client's first touch maps them (a minor fault the
-// kernel serves), which the audit later observes.
-func (o *mover) toHost(demand, speculative PageMask, lead int) error {
+// moveTo brings demand and speculative pages to location dst. They are
+// mapped into dst's view if it has one; but speculative pages brought to
+// the host of a range that tracks prefetch use go into the host file
+// unmapped, so that the client's first touch (a minor fault the kernel
+// serves) shows in its page table, which the audit reads. Capacity for a
+// device is reserved first, so that a full arena fails before anything
+// moved.
+func (o *mover) moveTo(dst location, demand, speculative PageMask, lead int) error {
 	want := demand
 	want.Or(&speculative)
-	want.AndNot(&o.b.resident[hostLoc])
-	return o.execRuns(o.runs(want, speculative, o.r.trackPrefetch, lead), hostLoc, nil, speculative)
-}
-
-// execRuns moves runs to dst and records where the pages went.
-func (o *mover) execRuns(runs []run, dst location, dstFile *devmem.File, speculative PageMask) error {
-	for _, rn := range runs {
-		if rn.populated && rn.src == dst {
-			continue
-		}
-		done, err := o.moveRun(rn, dst, dstFile)
-		o.account(rn, done, dst, speculative)
-		if err != nil {
-			return err
+	want.AndNot(&o.b.resident[dst])
+	need := int64(want.Count())
+	if need == 0 {
+		return nil
+	}
+	var arena *devmem.Arena
+	if dst != hostLoc {
+		arena = o.sess.srv.arenas[dst-1]
+		if err := arena.Reserve(need); err != nil {
+			return fmt.Errorf("%w: %v", ErrMemoryAllocation, err)
 		}
 	}
-	return nil
+	dstFile, err := o.sess.file(dst)
+	dstView := o.viewOf(dst)
+	lazy := dst == hostLoc && o.r.trackPrefetch
+	var moved int64
+	if err == nil {
+		for _, rn := range o.runs(want, speculative, lazy, lead) {
+			var done PageMask
+			done, err = o.moveRun(rn, dst, dstView, dstFile)
+			o.account(rn, done, dst, speculative)
+			moved += int64(done.Count())
+			if err != nil {
+				break
+			}
+		}
+	}
+	o.doneWith(dstView)
+	if arena != nil && moved < need {
+		arena.Release(need - moved)
+	}
+	return err
 }
 
-// moveRun moves one run (or a piece of one) to dst, without touching the
-// block's bookkeeping: pieces of a run may move on several threads at
-// once. dstFile is dst's file for a device.
-func (o *mover) moveRun(rn run, dst location, dstFile *devmem.File) (PageMask, error) {
+// moveRun moves one run to dst, without touching the block's bookkeeping.
+// dstView is nil when dst has no running view.
+func (o *mover) moveRun(rn run, dst location, dstView *view, dstFile *devmem.File) (PageMask, error) {
 	var done PageMask
-	var err error
 	off, length := o.fileOff(rn.first), int64(rn.outer-rn.first)*PageSize
-	switch {
-	case dst == hostLoc && !rn.populated && rn.speculative:
-		if err = o.sess.host.Allocate(off, length); err == nil {
-			done.FillRange(rn.first, rn.outer)
+	mapIt := dstView != nil && !rn.speculative
+	if !rn.populated {
+		if mapIt {
+			return o.install(dstView, installZero, rn.first, rn.outer, nil)
 		}
-	case dst == hostLoc && !rn.populated:
-		done, err = o.install(installZero, rn.first, rn.outer, nil)
-	case dst == hostLoc:
-		done, err = o.deviceToHost(rn)
-	case !rn.populated:
-		if err = dstFile.Allocate(off, length); err == nil {
-			done.FillRange(rn.first, rn.outer)
+		if err := dstFile.Allocate(off, length); err != nil {
+			return done, err
 		}
-	case rn.src == hostLoc:
-		done, err = o.hostToDevice(rn, dstFile)
-	default:
-		done, err = o.deviceToDevice(rn, dstFile)
+		done.FillRange(rn.first, rn.outer)
+		return done, nil
 	}
-	return done, err
-}
-
-// deviceToHost copies a run from a device file into the client's host
-// view (or, for speculative pages left unmapped for tracking, into the
-// host file), then frees it on the device.
-func (o *mover) deviceToHost(rn run) (PageMask, error) {
-	var done PageMask
-	d := int(rn.src) - 1
-	devFile, err := o.sess.deviceFile(d)
+	srcFile, err := o.sess.file(rn.src)
 	if err != nil {
 		return done, err
 	}
-	off, length := o.fileOff(rn.first), int64(rn.outer-rn.first)*PageSize
-	if rn.speculative {
-		if _, err = o.sess.host.CopyFrom(devFile, off, off, length); err == nil {
-			done.FillRange(rn.first, rn.outer)
+	srcView := o.viewOf(rn.src)
+	defer o.doneWith(srcView)
+	addr, span := o.pageAddr(rn.first), uintptr(length)
+	if srcView != nil {
+		if err := o.writeProtect(srcView, addr, span); err != nil {
+			return done, err
 		}
-	} else {
-		done, err = o.installFromFile(rn.first, rn.outer, devFile)
 	}
-	o.releaseDevicePages(d, devFile, done)
+	if mapIt {
+		done, err = o.installFromFile(dstView, rn.first, rn.outer, srcFile)
+	} else if _, err = dstFile.CopyFrom(srcFile, off, off, length); err == nil {
+		done.FillRange(rn.first, rn.outer)
+	}
+	if rn.src == hostLoc {
+		o.auditLeaving(rn, done)
+	}
+	for p, q := done.NextRun(0); p >= 0; p, q = done.NextRun(q) {
+		if perr := srcFile.Punch(o.fileOff(p), int64(q-p)*PageSize); perr != nil {
+			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", rn.src.device(), o.fileOff(p), (q-p)*PageSize, perr)
+		}
+	}
+	if rn.src != hostLoc {
+		o.sess.srv.arenas[rn.src-1].Release(int64(done.Count()))
+	}
+	if srcView != nil {
+		// Writers held by the protection retry now and fault the pages
+		// back; pages that did not move are writable again.
+		if done.CountRange(rn.first, rn.outer) < rn.outer-rn.first {
+			_ = srcView.uffd.WriteProtect(addr, span, false, false)
+		} else {
+			_ = srcView.uffd.Wake(addr, span)
+		}
+	}
 	return done, err
 }
 
-// stagingPages sizes the buffer that carries pages from a device file to
-// UFFDIO_COPY: small enough to stay in the CPU's cache between the read
-// that fills it and the copy that drains it.
-const stagingPages = 64
-
-// installFromFile copies pages [first, outer) from f (at the same file
-// offsets) into the client through a staging buffer. Measured on this
-// kind of VM, pread plus UFFDIO_COPY beats the alternatives: UFFDIO_COPY
-// straight from a mapping of f takes a slow path for every page the
-// server has not mapped (and leaves the server's mapping for the punch to
-// zap), and copy_file_range into the host file plus UFFDIO_CONTINUE
-// serializes on the host file's inode lock.
-func (o *mover) installFromFile(first, outer int, f *devmem.File) (PageMask, error) {
-	var done PageMask
-	buf := o.staging()
-	for p := first; p < outer; {
-		q := min(outer, p+stagingPages)
-		n := (q - p) * PageSize
-		if _, err := f.ReadAt(buf[:n], o.fileOff(p)); err != nil {
-			return done, err
+// writeProtect holds a view's writers still on [addr, addr+length) while
+// the pages are copied away.
+func (o *mover) writeProtect(v *view, addr, length uintptr) error {
+	started := time.Now()
+	for {
+		err := v.uffd.WriteProtect(addr, length, true, true)
+		if err == nil || errors.Is(err, uffd.ErrProcessGone) {
+			return nil // a process that is gone writes nothing
 		}
-		got, err := o.install(installCopy, p, q, buf[:n])
-		done.Or(&got)
-		if err != nil {
-			return done, err
-		}
-		p = q
-	}
-	return done, nil
-}
-
-// staging returns the calling thread's staging buffer.
-func (o *mover) staging() []byte {
-	if o.h == nil {
-		return make([]byte, stagingPages*PageSize)
-	}
-	if o.h.staging == nil { // allocated on first use: most sessions never need it
-		o.h.staging = make([]byte, stagingPages*PageSize)
-	}
-	return o.h.staging
-}
-
-// releaseDevicePages punches pages that now live elsewhere out of a device
-// file and returns their capacity to the arena.
-func (o *mover) releaseDevicePages(d int, f *devmem.File, pages PageMask) {
-	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
-		if err := f.Punch(o.fileOff(p), int64(q-p)*PageSize); err != nil {
-			o.sess.srv.logger.Printf("release device %d pages %#x+%d: %v", d, o.fileOff(p), (q-p)*PageSize, err)
+		if !errors.Is(err, uffd.ErrAgain) || !o.again(started) {
+			return fmt.Errorf("write-protect %#x+%d in %v before migration: %w", addr, length, v.loc.device(), err)
 		}
 	}
-	o.sess.srv.arenas[d].Release(int64(pages.Count()))
 }
 
 // account records that the pages done of run rn now live at dst.
@@ -361,83 +411,6 @@ func (o *mover) account(rn run, done PageMask, dst location, speculative PageMas
 	}
 }
 
-// toDevice moves pages to device location dst, reserving arena capacity
-// first so that a full arena fails before anything moved.
-func (o *mover) toDevice(want PageMask, dst location) error {
-	d := int(dst) - 1
-	want.AndNot(&o.b.resident[dst])
-	need := int64(want.Count())
-	if need == 0 {
-		return nil
-	}
-	arena := o.sess.srv.arenas[d]
-	if err := arena.Reserve(need); err != nil {
-		return fmt.Errorf("%w: %v", ErrMemoryAllocation, err)
-	}
-	dstFile, err := o.sess.deviceFile(d)
-	if err != nil {
-		arena.Release(need)
-		return err
-	}
-	before := o.b.resident[dst].Count()
-	var none PageMask
-	err = o.execRuns(o.runs(want, none, false, -1), dst, dstFile, none)
-	if moved := int64(o.b.resident[dst].Count() - before); moved < need {
-		arena.Release(need - moved)
-	}
-	return err
-}
-
-// hostToDevice takes a run away from the host. The client's pages are
-// write-protected first, so that a write racing with the copy waits (and
-// then faults the page back) instead of being lost.
-func (o *mover) hostToDevice(rn run, dstFile *devmem.File) (PageMask, error) {
-	var done PageMask
-	u := o.sess.uffd
-	addr, length := o.pageAddr(rn.first), uintptr(rn.outer-rn.first)*PageSize
-	off := o.fileOff(rn.first)
-	o.auditLeaving(rn)
-	started := time.Now()
-	for {
-		err := u.WriteProtect(addr, length, true, true)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, uffd.ErrAgain) || !o.again(started) {
-			return done, fmt.Errorf("write-protect %#x+%d before migration: %w", addr, length, err)
-		}
-	}
-	if _, err := dstFile.CopyFrom(o.sess.host, off, off, int64(length)); err != nil {
-		_ = u.WriteProtect(addr, length, false, false)
-		return done, err
-	}
-	if err := o.sess.host.Punch(off, int64(length)); err != nil {
-		_ = u.WriteProtect(addr, length, false, false)
-		return done, err
-	}
-	// Writers that hit the protection wait in the kernel; their retry now
-	// faults as missing and brings the page back.
-	_ = u.Wake(addr, length)
-	done.FillRange(rn.first, rn.outer)
-	return done, nil
-}
-
-func (o *mover) deviceToDevice(rn run, dstFile *devmem.File) (PageMask, error) {
-	var done PageMask
-	s := int(rn.src) - 1
-	srcFile, err := o.sess.deviceFile(s)
-	if err != nil {
-		return done, err
-	}
-	off, length := o.fileOff(rn.first), int64(rn.outer-rn.first)*PageSize
-	if _, err := dstFile.CopyFrom(srcFile, off, off, length); err != nil {
-		return done, err
-	}
-	done.FillRange(rn.first, rn.outer)
-	o.releaseDevicePages(s, srcFile, done)
-	return done, nil
-}
-
 // prefetch moves [addr, addr+length) to dst, as cuMemPrefetchAsync does,
 // synchronously. Pages never touched are populated (zero-filled) at dst.
 func (sess *session) prefetch(addr, length uintptr, dst Device) error {
@@ -462,13 +435,8 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 			return fmt.Errorf("%w: prefetch %#x+%d: the allocation was freed meanwhile", ErrInvalidValue, addr, length)
 		}
 		op := mover{sess: sess, r: r, b: b, blockAddr: blockAddr}
-		want.AndNot(&b.resident[dl])
-		if dl == hostLoc {
-			var none PageMask
-			err = op.toHost(want, none, -1)
-		} else {
-			err = op.toDevice(want, dl)
-		}
+		var none PageMask
+		err = op.moveTo(dl, want, none, -1)
 		for p := int(va-blockAddr) / PageSize; p < int(end-blockAddr)/PageSize; p++ {
 			b.lastPrefetch[p] = uint8(dl) + 1
 		}
@@ -488,11 +456,11 @@ func (s *Server) checkDevice(d Device, what string) error {
 	}
 	switch len(s.arenas) {
 	case 0:
-		return fmt.Errorf("%w: %s to %v: this server has no devices, only the CPU (%d)", ErrInvalidDevice, what, d, CPU)
+		return fmt.Errorf("%w: %s %v: this server has no devices, only the CPU (%d)", ErrInvalidDevice, what, d, CPU)
 	case 1:
-		return fmt.Errorf("%w: %s to %v: this server has one device, 0 (or %d for the CPU)", ErrInvalidDevice, what, d, CPU)
+		return fmt.Errorf("%w: %s %v: this server has one device, 0 (or %d for the CPU)", ErrInvalidDevice, what, d, CPU)
 	}
-	return fmt.Errorf("%w: %s to %v: this server has devices 0 to %d (or %d for the CPU)", ErrInvalidDevice, what, d, len(s.arenas)-1, CPU)
+	return fmt.Errorf("%w: %s %v: this server has devices 0 to %d (or %d for the CPU)", ErrInvalidDevice, what, d, len(s.arenas)-1, CPU)
 }
 
 // rangeAttributes answers cuMemRangeGetAttribute's questions for a range.

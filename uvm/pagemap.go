@@ -75,11 +75,9 @@ func (o *mover) auditBlock(mask PageMask, leaving bool) {
 	}
 }
 
-// auditLeaving settles prefetched pages of a run about to leave the host.
-func (o *mover) auditLeaving(rn run) {
-	var mask PageMask
-	mask.FillRange(rn.first, rn.outer)
-	o.auditBlock(mask, true)
+// auditLeaving settles prefetched pages about to leave the host.
+func (o *mover) auditLeaving(rn run, leaving PageMask) {
+	o.auditBlock(leaving, true)
 }
 
 // auditPrefetch settles what can be known of a range's prefetched pages,

@@ -38,12 +38,24 @@ const (
 	msgRangeAttrs
 	msgStats
 	msgInfo
-	msgTypeEnd // one past the last request type
+	msgDeviceConnect // client -> server: a connection for a device process
+	msgDeviceHello   // device process -> server, with its userfaultfd
+	msgDeviceReady   // device process -> server: ranges mapped
+	msgDeviceMap     // server -> device process: map a new range
+	msgDeviceUnmap   // server -> device process: unmap a freed range
+	msgLaunch        // client -> device process: run a kernel (no reply)
+	msgSync          // client -> device process: wait for a stream
+	msgStreamDestroy // client -> device process: forget a stream
+	msgDeviceUp      // device process -> client: ready, with its workers
+	msgTypeEnd       // one past the last message type
 )
 
 var msgTypeNames = [...]string{
 	msgHello: "hello", msgAlloc: "alloc", msgFree: "free", msgPrefetch: "prefetch",
 	msgRangeAttrs: "range-attributes", msgStats: "stats", msgInfo: "info",
+	msgDeviceConnect: "device-connect", msgDeviceHello: "device-hello", msgDeviceReady: "device-ready",
+	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
+	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up",
 }
 
 func (t msgType) String() string {
@@ -110,6 +122,32 @@ type statsRequest struct {
 	addr  uint64
 }
 
+type deviceConnectRequest struct{ device int32 }
+
+type deviceHelloRequest struct {
+	device uint32
+	pid    uint32
+}
+
+type deviceReadyRequest struct{}
+
+// launchRequest runs kernel name with nthreads threads on stream, with a
+// copy of params.
+type launchRequest struct {
+	stream   uint32
+	nthreads uint32
+	name     string
+	params   []byte
+}
+
+// streamRequest names a stream; allStreams means every stream.
+type streamRequest struct{ stream uint32 }
+
+const allStreams = ^uint32(0)
+
+// maxLaunchThreads bounds a launch, as a CUDA grid is bounded.
+const maxLaunchThreads = 1 << 30
+
 // wireWriter appends a message.
 type wireWriter struct{ b []byte }
 
@@ -134,6 +172,10 @@ func (w *wireWriter) str(s string) {
 	}
 	w.u32(uint32(len(s)))
 	w.b = append(w.b, s...)
+}
+func (w *wireWriter) bytes(b []byte) {
+	w.u32(uint32(len(b)))
+	w.b = append(w.b, b...)
 }
 func (w *wireWriter) boolean(v bool) {
 	if v {
@@ -188,6 +230,19 @@ func (r *wireReader) u64(what string) uint64 {
 	return 0
 }
 func (r *wireReader) i32(what string) int32 { return int32(r.u32(what)) }
+
+// bytes reads a length-prefixed byte string of at most limit bytes.
+func (r *wireReader) bytes(what string, limit int) []byte {
+	n := r.u32(what + " length")
+	if r.err == nil && int64(n) > int64(limit) {
+		r.err = fmt.Errorf("%w: %s of %d bytes: at most %d", ErrInvalidValue, what, n, limit)
+		return nil
+	}
+	if v := r.need(int(n), what); v != nil {
+		return append([]byte(nil), v...)
+	}
+	return nil
+}
 func (r *wireReader) boolean(what string) bool {
 	v := r.u8(what)
 	if v > 1 && r.err == nil {
@@ -294,6 +349,26 @@ func parseRequest(b []byte) (header, any, error) {
 		req = sr
 	case msgInfo:
 		req = struct{}{}
+	case msgDeviceConnect:
+		req = deviceConnectRequest{device: r.i32("device")}
+	case msgDeviceHello:
+		req = deviceHelloRequest{device: r.u32("device"), pid: r.u32("pid")}
+	case msgDeviceReady:
+		req = deviceReadyRequest{}
+	case msgDeviceMap, msgDeviceUnmap:
+		rr := rangeRequest{addr: r.u64("address"), length: r.u64("length")}
+		if r.err == nil {
+			r.err = checkRange(rr.addr, rr.length, h.typ.String())
+		}
+		req = rr
+	case msgLaunch:
+		lr := launchRequest{stream: r.u32("stream"), nthreads: r.u32("threads"), name: r.str("kernel name"), params: r.bytes("parameters", MaxKernelParams)}
+		if r.err == nil && (lr.nthreads == 0 || lr.nthreads > maxLaunchThreads) {
+			r.err = fmt.Errorf("%w: launch of %q with %d threads: want 1 to %d", ErrInvalidValue, lr.name, lr.nthreads, maxLaunchThreads)
+		}
+		req = lr
+	case msgSync, msgStreamDestroy:
+		req = streamRequest{stream: r.u32("stream")}
 	default:
 		return h, nil, fmt.Errorf("%w: unknown request type %d", ErrInvalidValue, uint16(h.typ))
 	}
@@ -371,6 +446,61 @@ func encodeInfo(seq uint32) []byte {
 	return newMessage(header{typ: msgInfo, seq: seq}).b
 }
 
+func encodeDeviceConnect(seq uint32, d Device) []byte {
+	w := newMessage(header{typ: msgDeviceConnect, seq: seq})
+	w.i32(int32(d))
+	return w.b
+}
+
+func encodeDeviceHello(seq uint32, dh deviceHelloRequest) []byte {
+	w := newMessage(header{typ: msgDeviceHello, seq: seq})
+	w.u32(dh.device)
+	w.u32(dh.pid)
+	return w.b
+}
+
+func encodeLaunch(seq uint32, lr launchRequest) []byte {
+	w := newMessage(header{typ: msgLaunch, seq: seq})
+	w.u32(lr.stream)
+	w.u32(lr.nthreads)
+	w.str(lr.name)
+	w.bytes(lr.params)
+	return w.b
+}
+
+func encodeStreamRequest(typ msgType, seq uint32, stream uint32) []byte {
+	w := newMessage(header{typ: typ, seq: seq})
+	w.u32(stream)
+	return w.b
+}
+
+// encodeRangesReply lists ranges as address, length pairs.
+func encodeRangesReply(h header, ranges [][2]uint64) []byte {
+	w := newMessage(header{typ: h.typ, seq: h.seq})
+	w.u32(uint32(len(ranges)))
+	for _, r := range ranges {
+		w.u64(r[0])
+		w.u64(r[1])
+	}
+	return w.b
+}
+
+func decodeRangesReply(r *wireReader) ([][2]uint64, error) {
+	n := r.u32("range count")
+	if r.err == nil && n > maxMessageSize/16 {
+		return nil, fmt.Errorf("%w: %d ranges", ErrInvalidValue, n)
+	}
+	out := make([][2]uint64, 0, n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		a, l := r.u64("range address"), r.u64("range length")
+		if r.err == nil {
+			r.err = checkRange(a, l, "range")
+		}
+		out = append(out, [2]uint64{a, l})
+	}
+	return out, r.done("ranges reply")
+}
+
 // Replies.
 
 func encodeError(h header, err error) []byte {
@@ -389,6 +519,7 @@ func encodeHelloReply(h header, hr helloReply) []byte {
 		w.u64(uint64(d.Capacity))
 		w.str(d.Backend)
 		w.i32(int32(d.Node))
+		w.u32(uint32(d.Workers))
 	}
 	return w.b
 }
@@ -454,7 +585,7 @@ func decodeHelloReply(r *wireReader) (helloReply, error) {
 		if capacity > math.MaxInt64 {
 			return hr, fmt.Errorf("%w: device %d capacity %d", ErrInvalidValue, i, capacity)
 		}
-		hr.devices = append(hr.devices, DeviceInfo{Device: Device(i), Capacity: int64(capacity), Backend: r.str("backend"), Node: int(r.i32("node"))})
+		hr.devices = append(hr.devices, DeviceInfo{Device: Device(i), Capacity: int64(capacity), Backend: r.str("backend"), Node: int(r.i32("node")), Workers: int(r.u32("workers"))})
 	}
 	return hr, r.done("hello reply")
 }

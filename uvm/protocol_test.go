@@ -98,6 +98,10 @@ func FuzzParseRequest(f *testing.F) {
 		encodeRangeAttrs(5, rangeRequest{addr: 1 << 30, length: 4096}),
 		encodeStats(6, statsRequest{scope: 1}),
 		encodeInfo(7),
+		encodeDeviceConnect(8, 1),
+		encodeDeviceHello(9, deviceHelloRequest{device: 1, pid: 42}),
+		encodeLaunch(10, launchRequest{stream: 2, nthreads: 8, name: "k", params: []byte{1, 2}}),
+		encodeStreamRequest(msgSync, 11, allStreams),
 	} {
 		f.Add(b)
 	}
@@ -117,13 +121,29 @@ func FuzzParseRequest(f *testing.F) {
 		case statsRequest:
 			again = encodeStats(h.seq, r)
 		case rangeRequest:
-			if h.typ == msgFree {
+			switch h.typ {
+			case msgFree:
 				again = encodeFree(h.seq, r.addr)
-			} else {
+			case msgRangeAttrs:
 				again = encodeRangeAttrs(h.seq, r)
+			default: // device map and unmap
+				w := newMessage(h)
+				w.u64(r.addr)
+				w.u64(r.length)
+				again = w.b
 			}
 		case struct{}:
 			again = encodeInfo(h.seq)
+		case deviceConnectRequest:
+			again = encodeDeviceConnect(h.seq, Device(r.device))
+		case deviceHelloRequest:
+			again = encodeDeviceHello(h.seq, r)
+		case deviceReadyRequest:
+			again = newMessage(h).b
+		case launchRequest:
+			again = encodeLaunch(h.seq, r)
+		case streamRequest:
+			again = encodeStreamRequest(h.typ, h.seq, r.stream)
 		default:
 			t.Fatalf("unexpected request %T", req)
 		}

@@ -134,7 +134,7 @@ func (s *Server) Devices() []DeviceInfo {
 	out := make([]DeviceInfo, len(s.arenas))
 	for i, a := range s.arenas {
 		spec := a.Spec()
-		out[i] = DeviceInfo{Device: Device(i), Capacity: a.Capacity(), Backend: spec.Backend.String(), Node: spec.Node}
+		out[i] = DeviceInfo{Device: Device(i), Capacity: a.Capacity(), Backend: spec.Backend.String(), Node: spec.Node, Workers: s.cfg.workers()}
 	}
 	return out
 }

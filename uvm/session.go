@@ -23,8 +23,11 @@ type session struct {
 	role uint8
 	conn *net.UnixConn
 
-	uffd *uffd.FD     // the client's userfaultfd; nil for monitors
-	host *devmem.File // the client's host location file
+	host *devmem.File // the client's host location file; nil for monitors
+	// views[l] is the live view of location l: views[hostLoc] is the
+	// client's (nil for monitors), views[1+d] device d's process, if
+	// running.
+	views []atomic.Pointer[view]
 
 	// mu serializes control operations (alloc, free, prefetch, teardown)
 	// and guards nextID. Lock order: mu, then block locks, then filesMu.
@@ -37,13 +40,11 @@ type session struct {
 
 	ranges atomic.Pointer[rangeTable]
 
-	// handlers serve the session's faults; they are stopped before uffd
-	// is closed, so none ever issues an ioctl on a closed (and maybe
-	// reused) descriptor. Written by watch and unwatch only.
-	handlers []*handler
-
 	stats *counters // retired statistics of freed ranges
 }
+
+// client is the session's client view, nil for a monitor.
+func (sess *session) client() *view { return sess.views[hostLoc].Load() }
 
 // handshake reads the hello. The session's pid is the peer's, as the
 // kernel reports it, not the one the hello claims.
@@ -70,7 +71,8 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: peerPID, role: hello.role, conn: c, stats: newCounters(s.locations())}
+	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: peerPID, role: hello.role, conn: c, stats: newCounters(s.locations()),
+		views: make([]atomic.Pointer[view], s.locations())}
 	sess.ranges.Store(&rangeTable{})
 	if hello.role == roleClient {
 		if err := sess.adopt(fds[0], fds[1]); err != nil {
@@ -81,16 +83,14 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	s.sessionsMu.Lock()
 	s.sessions[sess.id] = sess
 	s.sessionsMu.Unlock()
-	if sess.uffd != nil {
-		if err := s.watch(sess); err != nil {
+	var features uint64
+	if v := sess.client(); v != nil {
+		if err := s.watch(v); err != nil {
 			s.endSession(sess)
 			writeMessage(c, encodeError(h, err), nil)
 			return nil, err
 		}
-	}
-	var features uint64
-	if sess.uffd != nil {
-		features = uint64(sess.uffd.Features())
+		features = uint64(v.uffd.Features())
 	}
 	reply := encodeHelloReply(h, helloReply{serverPID: uint32(os.Getpid()), sessionID: sess.id, features: features, devices: s.Devices()})
 	if err := writeMessage(c, reply, nil); err != nil {
@@ -130,9 +130,10 @@ func (sess *session) adopt(uffdFD, hostFD int) error {
 		host.Close()
 		return fmt.Errorf("%w: userfaultfd granted %v, missing %v", ErrNotSupported, granted, missing)
 	}
-	sess.uffd, sess.host = u, host
+	sess.host = host
+	sess.views[hostLoc].Store(&view{sess: sess, loc: hostLoc, pid: sess.pid, uffd: u})
 	if g := sess.srv.guard; g != nil {
-		g.add(sess.id, sess.pid, u)
+		g.add(viewKey(sess.id, hostLoc), sess.pid, u)
 	}
 	return nil
 }
@@ -154,59 +155,65 @@ func (sess *session) controlLoop() {
 		if err == nil && h.typ == msgHello {
 			err = fmt.Errorf("%w: hello sent twice", ErrInvalidValue)
 		}
-		if err == nil && sess.uffd == nil && h.typ != msgStats && h.typ != msgInfo {
+		if err == nil && sess.client() == nil && h.typ != msgStats && h.typ != msgInfo {
 			err = fmt.Errorf("%w: %s needs a client session; this is a monitor", ErrInvalidValue, h.typ)
 		}
+		var replyFDs []int
 		if err == nil {
-			reply, err = sess.dispatch(h, req)
+			reply, replyFDs, err = sess.dispatch(h, req)
 		}
 		if err != nil {
 			reply = encodeError(h, err)
 		}
-		if err := writeMessage(sess.conn, reply, nil); err != nil {
+		werr := writeMessage(sess.conn, reply, replyFDs)
+		closeFDs(replyFDs) // sent: the peer has its own copies
+		if werr != nil {
 			return
 		}
 	}
 }
 
-func (sess *session) dispatch(h header, req any) ([]byte, error) {
+// dispatch answers one request; a reply may carry descriptors.
+func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 	switch r := req.(type) {
 	case allocRequest:
 		id, err := sess.alloc(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return encodeU64Reply(h, id), nil
+		return encodeU64Reply(h, id), nil, nil
 	case rangeRequest:
 		if h.typ == msgFree {
-			return encodeEmptyReply(h), sess.free(uintptr(r.addr))
+			return encodeEmptyReply(h), nil, sess.free(uintptr(r.addr))
+		}
+		if h.typ != msgRangeAttrs {
+			break
 		}
 		a, err := sess.rangeAttributes(uintptr(r.addr), uintptr(r.length))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return encodeRangeAttrsReply(h, a), nil
+		return encodeRangeAttrsReply(h, a), nil, nil
 	case prefetchRequest:
-		return encodeEmptyReply(h), sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
+		return encodeEmptyReply(h), nil, sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
 	case statsRequest:
 		st, err := sess.statsFor(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b, _ := json.Marshal(st)
-		return encodeStringReply(h, string(b)), nil
+		return encodeStringReply(h, string(b)), nil, nil
 	case struct{}: // info
-		return encodeStringReply(h, sess.srv.infoJSON()), nil
+		return encodeStringReply(h, sess.srv.infoJSON()), nil, nil
+	case deviceConnectRequest:
+		fd, err := sess.deviceConnect(Device(r.device))
+		if err != nil {
+			return nil, nil, err
+		}
+		return encodeEmptyReply(h), []int{fd}, nil
 	}
-	return nil, fmt.Errorf("%w: unexpected %s request", ErrInternal, h.typ)
+	return nil, nil, fmt.Errorf("%w: %s is not a request a client may send", ErrInvalidValue, h.typ)
 }
-
-// hostViewMode is how a client's managed ranges are registered: MISSING
-// for holes in the host file (first touch, or the page lives elsewhere),
-// and WP so that a page being copied away can be held still. Pages in the
-// host file but not mapped are mapped by the kernel on touch, which is
-// what prefetch-use tracking relies on.
-const hostViewMode = uffd.RegisterMissing | uffd.RegisterWP
 
 // alloc registers a range the client has mapped from its host file at
 // offset == address.
@@ -241,9 +248,13 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 	// address once it is registered must find the range, not be taken
 	// for a stray and poisoned.
 	sess.ranges.Store(sess.ranges.Load().with(mr))
-	if _, err := sess.uffd.Register(start, length, hostViewMode); err != nil {
+	if _, err := sess.client().uffd.Register(start, length, hostViewMode); err != nil {
 		sess.ranges.Store(sess.ranges.Load().without(mr))
 		return 0, fmt.Errorf("%w: register %#x+%d with userfaultfd (is it mapped from the host file at offset == address?): %v", ErrInvalidValue, start, length, err)
+	}
+	if err := sess.mapInDevices(mr); err != nil {
+		sess.freeRangeLocked(mr, false)
+		return 0, err
 	}
 	return mr.id, nil
 }
@@ -320,9 +331,14 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		sess.srv.arenas[d].Release(resident[d+1])
 	}
 	if wake {
-		// The uffd is open: teardown, which closes it, runs on the same
-		// goroutine as the control requests that free.
-		_ = sess.uffd.Wake(r.start, r.length) // ENOENT and ESRCH are fine: nobody waits
+		// Threads of every view blocked on the range retry and fail.
+		for l := range sess.views {
+			if v := sess.viewRef(location(l)); v != nil {
+				_ = v.uffd.Wake(r.start, r.length) // ENOENT and ESRCH are fine: nobody waits
+				v.release()
+			}
+		}
+		sess.unmapInDevices(r)
 	}
 }
 
@@ -361,19 +377,18 @@ func (sess *session) deviceFileBytes() []int64 {
 // closes its files, and only then removes it from the server's table, so
 // that a session that is gone from the table holds nothing any more.
 func (s *Server) endSession(sess *session) {
-	if sess.uffd != nil {
-		s.unwatch(sess)
+	// Device processes first: they map the client's ranges.
+	for l := len(sess.views) - 1; l >= 0; l-- {
+		if v := sess.views[l].Load(); v != nil {
+			sess.detach(v)
+		}
 	}
 	sess.mu.Lock()
 	for _, r := range sess.ranges.Load().ranges {
 		sess.freeRangeLocked(r, false)
 	}
 	sess.mu.Unlock()
-	if sess.uffd != nil {
-		if g := s.guard; g != nil {
-			g.remove(sess.id)
-		}
-		sess.uffd.Close()
+	if sess.host != nil {
 		sess.host.Close()
 	}
 	sess.filesMu.Lock()

@@ -3,6 +3,7 @@ package uvm
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"net"
 	"os"
 	"os/exec"
@@ -29,9 +30,51 @@ func init() {
 	case "guard":
 		os.Unsetenv(roleEnv)
 		runRole(runGuard)
+	case "device":
+		// Not here: the program's kernels are registered by init
+		// functions of packages that import this one, which have not run
+		// yet. Main runs the device once initialization is over.
+		os.Unsetenv(roleEnv)
+		deviceRole = true
+		go func() {
+			time.Sleep(deviceMainDeadline)
+			if !deviceMainCalled.Load() {
+				fmt.Fprintf(os.Stderr, "softuvm: this program launches kernels but its main does not call uvm.Main() first; the device process (pid %d) cannot start and exits\n", os.Getpid())
+				os.Exit(3)
+			}
+		}()
 	default:
 		fmt.Fprintf(os.Stderr, "softuvm: unknown %s=%q\n", roleEnv, role)
 		os.Exit(2)
+	}
+}
+
+var (
+	deviceRole       bool
+	deviceMainCalled atomic.Bool
+)
+
+// deviceMainDeadline is how long a device process waits for the program to
+// call Main before it gives up.
+const deviceMainDeadline = time.Second
+
+// Main must be the first thing in the main function of a program that
+// launches kernels:
+//
+//	func main() {
+//		uvm.Main()
+//		...
+//	}
+//
+// A device is a process of its own, a re-execution of the program's binary,
+// and it needs the program's kernels, which the program's init functions
+// register (RegisterKernel). In that process Main runs the device and never
+// returns; in the program itself it returns at once. Test binaries call it
+// first in TestMain.
+func Main() {
+	deviceMainCalled.Store(true)
+	if deviceRole {
+		runRole(runDevice)
 	}
 }
 
@@ -78,12 +121,12 @@ func socketPair(name string) (local *net.UnixConn, remote *os.File, err error) {
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), name), nil
 }
 
-// reexec starts this program's binary in a role, with extra as fd 3.
-func reexec(role, argv0 string, extra *os.File, env ...string) (*exec.Cmd, error) {
+// reexec starts this program's binary in a role, with extra as fds 3, 4...
+func reexec(role, argv0 string, extra []*os.File, env ...string) (*exec.Cmd, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{argv0}
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
-	cmd.ExtraFiles = []*os.File{extra}
+	cmd.ExtraFiles = extra
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	// Its own process group: a Ctrl-C meant for the program must not
 	// kill the server under it (the server exits when its client does).
@@ -102,7 +145,7 @@ func startPrivateServer(cfg ServerConfig) (*net.UnixConn, *privateServer, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
-	cmd, err := reexec("server", "softuvm-server", remote, serverConfigEnv+"="+cfg.marshal())
+	cmd, err := reexec("server", "softuvm-server", []*os.File{remote}, serverConfigEnv+"="+cfg.marshal())
 	remote.Close()
 	if err != nil {
 		local.Close()
@@ -216,4 +259,15 @@ func listenUnix(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("%w: chmod %s: %v", ErrInitialization, path, err)
 	}
 	return l, nil
+}
+
+// dupCloexec returns a duplicate of f's descriptor that this process owns
+// (f may be closed), close-on-exec.
+func dupCloexec(f *os.File) (int, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		return -1, fmt.Errorf("%w: dup: %v", ErrInternal, err)
+	}
+	syscall.CloseOnExec(fd)
+	return fd, nil
 }

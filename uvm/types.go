@@ -47,6 +47,7 @@ type DeviceInfo struct {
 	Capacity int64  `json:"capacity_bytes"`
 	Backend  string `json:"backend"`
 	Node     int    `json:"numa_node"`
+	Workers  int    `json:"workers"` // threads that run the device's kernels
 }
 
 // RangeAttributes are the answers of cuMemRangeGetAttribute for one range

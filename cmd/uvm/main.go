@@ -34,6 +34,7 @@ func init() {
 }
 
 func main() {
+	uvm.Main()
 	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -11,11 +11,12 @@ const (
 	ProtRead  = unix.PROT_READ
 	ProtWrite = unix.PROT_WRITE
 
-	MapShared    = unix.MAP_SHARED
-	MapPrivate   = unix.MAP_PRIVATE
-	MapAnonymous = unix.MAP_ANONYMOUS
-	MapNoreserve = unix.MAP_NORESERVE
-	MapFixed     = unix.MAP_FIXED
+	MapShared         = unix.MAP_SHARED
+	MapPrivate        = unix.MAP_PRIVATE
+	MapAnonymous      = unix.MAP_ANONYMOUS
+	MapNoreserve      = unix.MAP_NORESERVE
+	MapFixed          = unix.MAP_FIXED
+	MapFixedNoreplace = unix.MAP_FIXED_NOREPLACE
 )
 
 // Memory policy modes and get_mempolicy flags.

@@ -1,0 +1,147 @@
+package uvm
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Kernels of the tests, registered as programs register theirs: in init.
+func init() {
+	// fill: params = address, length, value; thread t of n fills its share.
+	MustRegisterKernel("fill", func(tid, n int, p []byte) {
+		addr, length, v := paramRange(p)
+		b := devmem.BytesAt(addr, length)
+		lo, hi := int64(tid)*length/int64(n), int64(tid+1)*length/int64(n)
+		for i := lo; i < hi; i++ {
+			b[i] = v + byte(i>>12)
+		}
+	})
+	// addOne: adds 1 to every byte of its share.
+	MustRegisterKernel("addOne", func(tid, n int, p []byte) {
+		addr, length, _ := paramRange(p)
+		b := devmem.BytesAt(addr, length)
+		lo, hi := int64(tid)*length/int64(n), int64(tid+1)*length/int64(n)
+		for i := lo; i < hi; i++ {
+			b[i]++
+		}
+	})
+	MustRegisterKernel("nothing", func(tid, n int, p []byte) {})
+	MustRegisterKernel("panics", func(tid, n int, p []byte) {
+		if tid == n-1 {
+			panic("kernel bug")
+		}
+	})
+	// fillThenHang fills like fill, then spins until killed.
+	MustRegisterKernel("fillThenHang", func(tid, n int, p []byte) {
+		addr, length, v := paramRange(p)
+		b := devmem.BytesAt(addr, length)
+		for i := range b {
+			b[i] = v + byte(i>>12)
+		}
+		for {
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+func rangeParams(addr uintptr, length int64, v byte) []byte {
+	p := make([]byte, 17)
+	binary.LittleEndian.PutUint64(p, uint64(addr))
+	binary.LittleEndian.PutUint64(p[8:], uint64(length))
+	p[16] = v
+	return p
+}
+
+func paramRange(p []byte) (uintptr, int64, byte) {
+	return uintptr(binary.LittleEndian.Uint64(p)), int64(binary.LittleEndian.Uint64(p[8:])), p[16]
+}
+
+func wantFill(n int, v byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = v + byte(i>>12)
+	}
+	return b
+}
+
+// TestKernelFaultsAndMigrates: a kernel writes managed memory that was
+// never touched (device first touch), then the host reads it (migrated
+// back), then a kernel reads and changes host-resident data (migrated to
+// the device), and the host sees the change.
+func TestKernelFaultsAndMigrates(t *testing.T) {
+	s := newSession(t, testServerConfig())
+	const size = 4 << 20
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, nil, "fill", 4, rangeParams(a.Addr(), size, 3)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	st, err := a.Stats()
+	require.NoError(t, err)
+	assert.Positive(t, st.FaultsBy(0).Missing, "the device faulted")
+	assert.Equal(t, uint64(size/PageSize), st.PopulatedPages(0), "pages were created on the device")
+	in, err := s.Info()
+	require.NoError(t, err)
+	assert.Equal(t, int64(size), in.Devices[0].UsedBytes)
+
+	require.Equal(t, wantFill(size, 3), a.Bytes(), "the host reads what the kernel wrote")
+	st, err = a.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(size/PageSize), st.MigratedPages(0, CPU))
+	assert.Positive(t, st.FaultsBy(CPU).Missing)
+
+	require.NoError(t, s.Launch(0, nil, "addOne", 3, rangeParams(a.Addr(), size, 0)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	st, err = a.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(size/PageSize), st.MigratedPages(CPU, 0), "the kernel pulled the pages to the device")
+	require.Equal(t, wantFill(size, 4), a.Bytes())
+	require.NoError(t, a.Free())
+}
+
+func TestKernelErrorsComeBackFromSynchronize(t *testing.T) {
+	s := newSession(t, testServerConfig())
+	st, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, st, "panics", 8, nil))
+	err = s.StreamSynchronize(st)
+	require.ErrorIs(t, err, ErrLaunchFailure)
+	assert.Contains(t, err.Error(), `kernel "panics" panicked on device 0 in thread 7 of 8: kernel bug`)
+	require.NoError(t, s.Launch(0, st, "nothing", 1, nil))
+	require.NoError(t, s.StreamSynchronize(st), "the error is reported once; the device works on")
+}
+
+// TestDeviceProcessKilledMidKernel: a device process killed in the middle
+// of a kernel loses none of the device's data, the death comes back from
+// synchronize naming the kernel, and the next launch works.
+func TestDeviceProcessKilledMidKernel(t *testing.T) {
+	s := newSession(t, testServerConfig())
+	const size = 1 << 20
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, nil, "fillThenHang", 1, rangeParams(a.Addr(), size, 9)))
+	pid := s.DevicePID(0)
+	require.NotZero(t, pid)
+	// Wait until the kernel has written everything (the pages are on the
+	// device), then kill the process.
+	eventually(t, 10*time.Second, func() bool {
+		in, err := s.Info()
+		return err == nil && in.Devices[0].UsedBytes == size
+	}, "the kernel did not fill the range")
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, killPID(pid))
+	err = s.DeviceSynchronize(0)
+	require.ErrorIs(t, err, ErrLaunchFailure)
+	assert.Contains(t, err.Error(), `kernel "fillThenHang" (stream 0)`)
+	assert.Contains(t, err.Error(), "killed")
+	require.Equal(t, wantFill(size, 9), a.Bytes(), "the data lives in the device's file, not its process")
+
+	require.NoError(t, s.Launch(0, nil, "addOne", 2, rangeParams(a.Addr(), size, 0)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	assert.NotEqual(t, pid, s.DevicePID(0), "a new process")
+	require.Equal(t, wantFill(size, 10), a.Bytes())
+}

@@ -1,0 +1,309 @@
+package uvm
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// view is one process's mapping of a session's managed ranges: the
+// client's (the host location, mapping the host file) or a device
+// process's (device d, mapping the session's file of device d). Each view
+// has its own userfaultfd, registered over every range, and its own
+// handler threads; a fault on a view is a fault by that view's processor.
+type view struct {
+	sess *session
+	loc  location
+	pid  int
+	uffd *uffd.FD
+
+	// handlers serve the view's faults. They are stopped before uffd is
+	// closed. Written by watch and unwatch only.
+	handlers []*handler
+
+	// use is held for reading by anyone using uffd who is not one of the
+	// view's own handlers (a fault of another view write-protecting pages
+	// here, a prefetch), and for writing by detach before uffd is closed.
+	// Nobody holds it while waiting for a block lock.
+	use  sync.RWMutex
+	gone bool // guarded by use
+
+	// Device views: the server's requests to the device process (map and
+	// unmap ranges), one at a time; replies arrive on the connection's
+	// reader goroutine.
+	conn    *net.UnixConn
+	reqMu   sync.Mutex
+	replies chan []byte
+	seq     atomic.Uint32
+}
+
+// viewRef returns the live view of location l with its use lock held for
+// reading, or nil. The caller must call release.
+func (sess *session) viewRef(l location) *view {
+	v := sess.views[l].Load()
+	if v == nil {
+		return nil
+	}
+	v.use.RLock()
+	if v.gone {
+		v.use.RUnlock()
+		return nil
+	}
+	return v
+}
+
+func (v *view) release() {
+	if v != nil {
+		v.use.RUnlock()
+	}
+}
+
+// hostViewMode is how every view registers the managed ranges: MISSING
+// for holes in the view's file (first touch, or the page lives
+// elsewhere), and WP so that a page being copied away can be held still.
+// Pages in the view's file but not mapped are mapped by the kernel on
+// touch, which is what prefetch-use tracking relies on.
+const hostViewMode = uffd.RegisterMissing | uffd.RegisterWP
+
+// detach takes a view away: no new user finds it, its handlers stop, the
+// users in flight finish, and its userfaultfd is closed. The data it held
+// stays in its location's file.
+func (sess *session) detach(v *view) {
+	sess.views[v.loc].CompareAndSwap(v, nil)
+	sess.srv.unwatch(v)
+	v.use.Lock()
+	v.gone = true
+	v.use.Unlock()
+	if g := sess.srv.guard; g != nil {
+		g.remove(viewKey(sess.id, v.loc))
+	}
+	v.uffd.Close()
+	if v.conn != nil {
+		v.conn.Close()
+	}
+}
+
+// viewKey names a view for the guard.
+func viewKey(session uint64, l location) uint64 { return session<<8 | uint64(l) }
+
+// Device views.
+//
+// A client starts a device process when it first needs the device: it asks
+// its server for a connection for the device (msgDeviceConnect, answered
+// with one end of a socketpair) and hands that to the process, which says
+// hello with its userfaultfd, receives the session's file of the device and
+// the ranges to map, maps them at their addresses, and says it is ready.
+// From then on the server sends it requests to map and unmap ranges as the
+// client allocates and frees.
+
+// deviceConnect answers msgDeviceConnect: a socketpair whose other end the
+// client passes to the device process.
+func (sess *session) deviceConnect(d Device) (int, error) {
+	if d < 0 || int(d) >= len(sess.srv.arenas) {
+		return -1, sess.srv.checkDevice(d, "device process for")
+	}
+	local, remote, err := socketPair(fmt.Sprintf("softuvm-device-%d", d))
+	if err != nil {
+		return -1, fmt.Errorf("%w: %v", ErrInternal, err)
+	}
+	go sess.serveDevice(locationOf(d), local)
+	fd, err := dupCloexec(remote)
+	remote.Close()
+	return fd, err
+}
+
+// serveDevice runs the server's side of a device process's connection.
+func (sess *session) serveDevice(l location, c *net.UnixConn) {
+	srv := sess.srv
+	v, err := sess.attachDevice(l, c)
+	if err != nil {
+		if !errors.Is(err, errPeerGone) {
+			srv.logger.Printf("pid %d device %d: %v", sess.pid, l.device(), err)
+		}
+		c.Close()
+		return
+	}
+	// Read replies until the device process goes away.
+	buf := make([]byte, maxMessageSize)
+	for {
+		b, fds, err := readMessage(c, buf)
+		closeFDs(fds)
+		if err != nil {
+			break
+		}
+		select {
+		case v.replies <- append([]byte(nil), b...):
+		default:
+			srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, l.device())
+		}
+	}
+	sess.detach(v)
+}
+
+func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
+	srv := sess.srv
+	buf := make([]byte, maxMessageSize)
+	b, fds, err := readMessage(c, buf)
+	if err != nil {
+		return nil, err
+	}
+	h, req, err := parseRequest(b)
+	dh, ok := req.(deviceHelloRequest)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: first message of a device process is %s, want device hello", ErrInvalidValue, h.typ)
+	}
+	if err == nil && (len(fds) != 1 || location(dh.device+1) != l) {
+		err = fmt.Errorf("%w: device hello for device %d with %d descriptors, want device %d and 1", ErrInvalidValue, dh.device, len(fds), l.device())
+	}
+	if err != nil {
+		closeFDs(fds)
+		writeMessage(c, encodeError(h, err), nil)
+		return nil, err
+	}
+	u := uffd.NewFD(fds[0])
+	if _, err := u.Handshake(srv.features & wantedFeatures); err != nil {
+		u.Close()
+		err = fmt.Errorf("%w: userfaultfd handshake of device %d: %v", ErrInitialization, l.device(), err)
+		writeMessage(c, encodeError(h, err), nil)
+		return nil, err
+	}
+	f, err := sess.deviceFile(int(l.device()))
+	if err != nil {
+		u.Close()
+		writeMessage(c, encodeError(h, err), nil)
+		return nil, err
+	}
+	v := &view{sess: sess, loc: l, pid: int(dh.pid), uffd: u, conn: c, replies: make(chan []byte, 1)}
+
+	// The range table is frozen while the device maps and registers it:
+	// an allocation meanwhile would be missed.
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if old := sess.views[l].Load(); old != nil {
+		u.Close()
+		err := fmt.Errorf("%w: device %d of pid %d already has a process (pid %d)", ErrInvalidValue, l.device(), sess.pid, old.pid)
+		writeMessage(c, encodeError(h, err), nil)
+		return nil, err
+	}
+	ranges := sess.ranges.Load().ranges
+	list := make([][2]uint64, len(ranges))
+	for i, r := range ranges {
+		list[i] = [2]uint64{uint64(r.start), uint64(r.length)}
+	}
+	if err := writeMessage(c, encodeRangesReply(h, list), []int{f.Fd()}); err != nil {
+		u.Close()
+		return nil, err
+	}
+	// The device maps them all and says so.
+	b, fds, err = readMessage(c, buf)
+	closeFDs(fds)
+	if err == nil {
+		h, req, err = parseRequest(b)
+		if _, ok := req.(deviceReadyRequest); err == nil && !ok {
+			err = fmt.Errorf("%w: device %d sent %s, want ready", ErrInvalidValue, l.device(), h.typ)
+		}
+	}
+	if err != nil {
+		u.Close()
+		return nil, err
+	}
+	for _, r := range ranges {
+		if _, err := u.Register(r.start, r.length, hostViewMode); err != nil {
+			u.Close()
+			err = fmt.Errorf("%w: register %#x+%d in device %d: %v", ErrInternal, r.start, r.length, l.device(), err)
+			writeMessage(c, encodeError(h, err), nil)
+			return nil, err
+		}
+	}
+	if err := srv.watch(v); err != nil {
+		u.Close()
+		writeMessage(c, encodeError(h, err), nil)
+		return nil, err
+	}
+	if g := srv.guard; g != nil {
+		g.add(viewKey(sess.id, l), v.pid, u)
+	}
+	sess.views[l].Store(v)
+	if err := writeMessage(c, encodeEmptyReply(h), nil); err != nil {
+		sess.views[l].Store(nil)
+		srv.unwatch(v)
+		u.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// deviceRequestTimeout bounds how long the server waits for a device
+// process to map or unmap a range before it gives up on the process.
+const deviceRequestTimeout = 10 * time.Second
+
+// request asks the device process to act and waits for its reply. It is
+// called under sess.mu, which attach also takes, so v is attached.
+func (v *view) request(typ msgType, addr, length uint64) error {
+	v.reqMu.Lock()
+	defer v.reqMu.Unlock()
+	h := header{typ: typ, seq: v.seq.Add(1)}
+	w := newMessage(h)
+	w.u64(addr)
+	w.u64(length)
+	if err := writeMessage(v.conn, w.b, nil); err != nil {
+		return fmt.Errorf("%w: device %d process: %v", ErrInternal, v.loc.device(), err)
+	}
+	select {
+	case b := <-v.replies:
+		_, err := parseReply(b, h)
+		return err
+	case <-time.After(deviceRequestTimeout):
+		v.conn.Close() // its reader ends and detaches the view
+		return fmt.Errorf("%w: device %d process (pid %d) did not answer %s of %#x+%d within %v", ErrInternal, v.loc.device(), v.pid, typ, addr, length, deviceRequestTimeout)
+	}
+}
+
+// mapInDevices makes every device view map and register a new range.
+// sess.mu is held.
+func (sess *session) mapInDevices(r *managedRange) error {
+	for l := 1; l < len(sess.views); l++ {
+		v := sess.viewRef(location(l))
+		if v == nil {
+			continue
+		}
+		err := v.request(msgDeviceMap, uint64(r.start), uint64(r.length))
+		if err == nil {
+			_, err = v.uffd.Register(r.start, r.length, hostViewMode)
+		}
+		v.release()
+		if err != nil {
+			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
+		}
+	}
+	return nil
+}
+
+// unmapInDevices makes every device view unmap a freed range; the device
+// process keeps the addresses reserved. sess.mu is held.
+func (sess *session) unmapInDevices(r *managedRange) {
+	for l := 1; l < len(sess.views); l++ {
+		if v := sess.viewRef(location(l)); v != nil {
+			if err := v.request(msgDeviceUnmap, uint64(r.start), uint64(r.length)); err != nil {
+				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.start, r.length, l-1, err)
+			}
+			v.release()
+		}
+	}
+}
+
+// deviceFile and the other location files.
+
+// file returns location l's file for the session.
+func (sess *session) file(l location) (*devmem.File, error) {
+	if l == hostLoc {
+		return sess.host, nil
+	}
+	return sess.deviceFile(int(l) - 1)
+}
