@@ -3,12 +3,12 @@ package uvm
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
