@@ -125,7 +125,7 @@ func TestHelpAndBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"bench", "launch"}, 1, "not built yet"},
+		{[]string{"bench", "memcpy"}, 1, "not built yet"},
 		{[]string{"bench", "nonsense"}, 1, `unknown benchmark "nonsense"`},
 		{[]string{"demo", "--size", "lots"}, 1, `size "lots"`},
 		{[]string{"demo", "--size", "1MiB", "--devices", "0"}, 1, "needs a device"},

@@ -28,7 +28,7 @@ func init() {
 		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, and show what it cost", runDemo},
-		{"bench", "faults [flags]", "measure fault latency, first-touch cost and device-to-host bandwidth", runBench},
+		{"bench", "faults|launch [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch)", runBench},
 		{"help", "[COMMAND]", "show help", nil},
 	}
 }
@@ -39,6 +39,9 @@ func main() {
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "__pingpong" { // the child of `uvm bench launch`'s pipe round trip
+		return pingPong()
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
