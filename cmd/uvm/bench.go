@@ -186,7 +186,7 @@ func benchFaults(args []string) error {
 	return nil
 }
 
-func cpus() int          { return runtime.NumCPU() }
+func cpus() int         { return runtime.NumCPU() }
 func goVersion() string { return runtime.Version() }
 
 func kernelRelease() string {
