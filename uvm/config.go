@@ -24,6 +24,7 @@ const (
 	EnvHandlers      = "UVM_HANDLERS"       // follow (default), per-cpu or single
 	EnvTrackPrefetch = "UVM_TRACK_PREFETCH" // 1: track which prefetched pages get used
 	EnvWorkers       = "UVM_DEVICE_WORKERS" // threads per device process (default: one per CPU)
+	EnvHostBudget    = "UVM_HOST_BUDGET"    // bytes of managed memory kept on the host (default: unbounded)
 
 	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
 	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON
@@ -65,6 +66,10 @@ type ServerConfig struct {
 	// Guard starts the guard process that turns the faults of clients
 	// into SIGBUS, with a message, if this server dies.
 	Guard bool `json:"guard"`
+	// HostBudget bounds the managed memory resident on the host, in bytes
+	// (0: unbounded): above it, the least recently migrated host pages go
+	// to the device with the most room, and fault back on use.
+	HostBudget int64 `json:"host_budget,omitempty"`
 	// DeviceWorkers is the number of threads each device process runs
 	// kernels on; 0 means one per CPU.
 	DeviceWorkers int `json:"device_workers,omitempty"`
@@ -113,6 +118,9 @@ func (c ServerConfig) Validate() error {
 	case HandlersFollow, HandlersPerCPU, HandlersSingle:
 	default:
 		return fmt.Errorf("%w: handler placement %q: want %q, %q or %q", ErrInvalidValue, c.Handlers, HandlersFollow, HandlersPerCPU, HandlersSingle)
+	}
+	if c.HostBudget < 0 {
+		return fmt.Errorf("%w: host budget %d: must not be negative", ErrInvalidValue, c.HostBudget)
 	}
 	if c.DeviceWorkers < 0 || c.DeviceWorkers > 1024 {
 		return fmt.Errorf("%w: %d device workers: want 0 (one per CPU) to 1024", ErrInvalidValue, c.DeviceWorkers)
@@ -174,6 +182,13 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 	}
 	if v := getenv(EnvHandlers); v != "" {
 		c.Handlers = HandlerPlacement(v)
+	}
+	if v := getenv(EnvHostBudget); v != "" {
+		n, err := ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %w", EnvHostBudget, v, err)
+		}
+		c.HostBudget = n
 	}
 	if v := getenv(EnvWorkers); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))

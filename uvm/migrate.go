@@ -275,22 +275,40 @@ func (o *mover) runs(want, speculative PageMask, lazy bool, lead int) []run {
 // device is reserved first, so that a full arena fails before anything
 // moved.
 func (o *mover) moveTo(dst location, demand, speculative PageMask, lead int) error {
+	moved, err := o.move(dst, demand, speculative, lead, true)
+	if dst == hostLoc && moved > 0 {
+		o.overBudget()
+	}
+	return err
+}
+
+// moveToUnmapped moves pages into dst's file only: eviction does, so that
+// the pages' next user maps them on touch.
+func (o *mover) moveToUnmapped(dst location, pages, speculative PageMask) error {
+	_, err := o.move(dst, pages, speculative, -1, false)
+	return err
+}
+
+func (o *mover) move(dst location, demand, speculative PageMask, lead int, mapDst bool) (int64, error) {
 	want := demand
 	want.Or(&speculative)
 	want.AndNot(&o.b.resident[dst])
 	need := int64(want.Count())
 	if need == 0 {
-		return nil
+		return 0, nil
 	}
 	var arena *devmem.Arena
 	if dst != hostLoc {
 		arena = o.sess.srv.arenas[dst-1]
-		if err := arena.Reserve(need); err != nil {
-			return fmt.Errorf("%w: %v", ErrMemoryAllocation, err)
+		if err := o.reserve(dst, need); err != nil {
+			return 0, err
 		}
 	}
 	dstFile, err := o.sess.file(dst)
-	dstView := o.viewOf(dst)
+	var dstView *view
+	if mapDst {
+		dstView = o.viewOf(dst)
+	}
 	lazy := dst == hostLoc && o.r.trackPrefetch
 	var moved int64
 	if err == nil {
@@ -308,7 +326,7 @@ func (o *mover) moveTo(dst location, demand, speculative PageMask, lead int) err
 	if arena != nil && moved < need {
 		arena.Release(need - moved)
 	}
-	return err
+	return moved, err
 }
 
 // moveRun moves one run to dst, without touching the block's bookkeeping.
@@ -389,10 +407,20 @@ func (o *mover) account(rn run, done PageMask, dst location, speculative PageMas
 		return
 	}
 	b := o.b
+	srv := o.sess.srv
 	for l := range b.resident {
 		b.resident[l].AndNot(&done)
 	}
 	b.resident[dst].Or(&done)
+	if rn.populated && b.resident[rn.src].Empty() {
+		srv.lrus[rn.src].remove(b)
+	}
+	srv.lrus[dst].touch(blockRef{r: o.r, i: o.blockIndex(), b: b})
+	if dst == hostLoc {
+		srv.hostPages.Add(int64(n))
+	} else if rn.populated && rn.src == hostLoc {
+		srv.hostPages.Add(-int64(n))
+	}
 	if !rn.populated {
 		o.r.stats.populated[dst].Add(uint64(n))
 		o.sess.srv.stats.populated[dst].Add(uint64(n))

@@ -31,6 +31,9 @@ type Server struct {
 
 	cpus []int // where each session's handler threads go; -1 unpinned
 
+	lrus      []lru        // per location: blocks by last migration in
+	hostPages atomic.Int64 // pages resident on the host, all sessions
+
 	sessionsMu    sync.Mutex
 	sessions      map[uint64]*session // guarded by sessionsMu
 	nextSessionID atomic.Uint64
@@ -94,6 +97,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.arenas = append(s.arenas, a)
 	}
 	s.stats = newCounters(s.locations())
+	s.lrus = make([]lru, s.locations())
 	if s.cpus, err = s.handlerCPUs(); err != nil {
 		return nil, err
 	}

@@ -306,6 +306,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		r.freed.Store(true)
 		for l := range b.resident {
 			resident[l] += int64(b.resident[l].Count())
+			sess.srv.lrus[l].remove(b)
 		}
 		if n := b.prefetchPending.Count(); n > 0 {
 			r.stats.unused.Add(uint64(n))
@@ -314,6 +315,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		b.mu.Unlock()
 	}
 	r.freed.Store(true)
+	sess.srv.hostPages.Add(-resident[hostLoc])
 	sess.stats.addFrom(r.stats)
 	if err := sess.host.Punch(r.fileOff, int64(r.length)); err != nil {
 		sess.srv.logger.Printf("free %#x: %v", r.start, err)

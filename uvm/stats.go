@@ -25,6 +25,7 @@ type counters struct {
 	faults     [][numFaultKinds]atomic.Uint64 // by faulting processor
 	migrated   []atomic.Uint64                // pages, index from*locations+to
 	populated  []atomic.Uint64                // zero-filled pages, by processor
+	evicted    []atomic.Uint64                // pages evicted from each location
 	prefetched atomic.Uint64                  // pages brought speculatively
 	used       atomic.Uint64                  // of those, pages seen touched
 	unused     atomic.Uint64                  // of those, pages that left untouched
@@ -40,6 +41,7 @@ func newCounters(locations int) *counters {
 		faults:    make([][numFaultKinds]atomic.Uint64, locations),
 		migrated:  make([]atomic.Uint64, locations*locations),
 		populated: make([]atomic.Uint64, locations),
+		evicted:   make([]atomic.Uint64, locations),
 	}
 }
 
@@ -51,6 +53,7 @@ func (c *counters) addFrom(o *counters) {
 			c.faults[l][k].Add(o.faults[l][k].Load())
 		}
 		c.populated[l].Add(o.populated[l].Load())
+		c.evicted[l].Add(o.evicted[l].Load())
 	}
 	for i := range o.migrated {
 		c.migrated[i].Add(o.migrated[i].Load())
@@ -85,6 +88,10 @@ type Stats struct {
 	// Populated counts pages created zero-filled (first touch, or a
 	// prefetch of never-touched memory), by processor.
 	Populated []ProcessorPages `json:"populated"`
+	// Evicted counts pages evicted from each location: from a device to
+	// the host when its arena was full, from the host to a device above
+	// the host budget.
+	Evicted []ProcessorPages `json:"evicted"`
 	// PrefetchedPages counts pages brought in speculatively, beyond the
 	// faulted ones.
 	PrefetchedPages uint64 `json:"prefetched_pages"`
@@ -155,6 +162,16 @@ func (s *Stats) FaultsBy(d Device) ProcessorFaults {
 	return ProcessorFaults{Processor: d}
 }
 
+// EvictedPages returns the pages evicted from one processor's memory.
+func (s *Stats) EvictedPages(d Device) uint64 {
+	for _, p := range s.Evicted {
+		if p.Processor == d {
+			return p.Pages
+		}
+	}
+	return 0
+}
+
 // PopulatedPages returns the pages zero-filled on one processor.
 func (s *Stats) PopulatedPages(d Device) uint64 {
 	for _, p := range s.Populated {
@@ -176,6 +193,9 @@ func (c *counters) snapshot() Stats {
 		}
 		if n := c.populated[l].Load(); n > 0 {
 			s.Populated = append(s.Populated, ProcessorPages{Processor: location(l).device(), Pages: n})
+		}
+		if n := c.evicted[l].Load(); n > 0 {
+			s.Evicted = append(s.Evicted, ProcessorPages{Processor: location(l).device(), Pages: n})
 		}
 		for to := 0; to < locations; to++ {
 			if n := c.migrated[l*locations+to].Load(); n > 0 {

@@ -1,0 +1,180 @@
+package uvm
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/softuvm/softuvm/devmem"
+)
+
+// Eviction and oversubscription. Each location keeps the 2 MiB blocks that
+// hold pages there in least-recently-migrated order (a page that is mapped
+// raises no fault when touched, so the last migration into a location is
+// the last use the server can see; NVIDIA's driver orders its eviction the
+// same way). When a device's arena is full, its oldest blocks go back to
+// the host, into the host file, unmapped (the client's next touch maps them
+// through an ordinary kernel minor fault): a managed range larger than
+// every arena works. With a host budget, host pages above it go to the
+// device with the most room the same way.
+
+// lru orders one location's blocks by the last migration into them.
+type lru struct {
+	mu    sync.Mutex
+	order list.List // of *blockRef, front = least recent; guarded by mu
+	index map[*block]*list.Element
+}
+
+// blockRef names a block of a range.
+type blockRef struct {
+	r *managedRange
+	i int
+	b *block
+}
+
+func (l *lru) touch(ref blockRef) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.index == nil {
+		l.index = map[*block]*list.Element{}
+	}
+	if e := l.index[ref.b]; e != nil {
+		l.order.MoveToBack(e)
+		return
+	}
+	l.index[ref.b] = l.order.PushBack(&ref)
+}
+
+func (l *lru) remove(b *block) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.index[b]; e != nil {
+		l.order.Remove(e)
+		delete(l.index, b)
+	}
+}
+
+// oldest returns up to n blocks, least recent first.
+func (l *lru) oldest(n int) []blockRef {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]blockRef, 0, n)
+	for e := l.order.Front(); e != nil && len(out) < n; e = e.Next() {
+		out = append(out, *e.Value.(*blockRef))
+	}
+	return out
+}
+
+// blockIndex is the mover's block's index in its range.
+func (o *mover) blockIndex() int { return int((o.blockAddr - o.r.start) >> blockShift) }
+
+// reserve reserves capacity on device location dst for need pages,
+// evicting other blocks' pages to the host if the arena is full.
+func (o *mover) reserve(dst location, need int64) error {
+	arena := o.sess.srv.arenas[dst-1]
+	err := arena.Reserve(need)
+	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
+		return err
+	}
+	o.evict(dst, need)
+	if err := arena.Reserve(need); err != nil {
+		return fmt.Errorf("%w: %v (every other block on the device is in use)", ErrMemoryAllocation, err)
+	}
+	return nil
+}
+
+// evict moves the least recently migrated blocks off location from
+// (to the host for a device, to a device for the host) until want pages
+// are free there, and returns the pages it moved. Blocks whose lock is held
+// (the mover's own, blocks other threads are serving) are skipped: trying
+// to wait for them could deadlock.
+func (o *mover) evict(from location, want int64) int64 {
+	srv := o.sess.srv
+	var moved int64
+	for round := 0; moved < want && round < 64; round++ {
+		victims := srv.lrus[from].oldest(16)
+		if len(victims) == 0 {
+			break
+		}
+		progress := false
+		for _, v := range victims {
+			if moved >= want {
+				break
+			}
+			if v.b == o.b || !v.b.mu.TryLock() {
+				continue
+			}
+			n := evictBlock(v, from)
+			v.b.mu.Unlock()
+			if n > 0 {
+				progress = true
+				moved += n
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return moved
+}
+
+// evictBlock moves every page of the block resident at from to its
+// eviction destination. The block's lock is held.
+func evictBlock(v blockRef, from location) int64 {
+	srv := v.r.sess.srv
+	if v.r.freed.Load() {
+		srv.lrus[from].remove(v.b)
+		return 0
+	}
+	pages := v.b.resident[from]
+	n := int64(pages.Count())
+	if n == 0 {
+		srv.lrus[from].remove(v.b)
+		return 0
+	}
+	dst := hostLoc
+	if from == hostLoc {
+		var ok bool
+		if dst, ok = srv.roomiestDevice(n); !ok {
+			return 0
+		}
+	}
+	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*BlockSize}
+	before := v.b.resident[from].Count()
+	var none PageMask
+	if err := op.moveToUnmapped(dst, pages, none); err != nil {
+		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from.device(), err)
+	}
+	evicted := int64(before - v.b.resident[from].Count())
+	v.r.stats.evicted[from].Add(uint64(evicted))
+	srv.stats.evicted[from].Add(uint64(evicted))
+	return evicted
+}
+
+// roomiestDevice picks the device with the most free capacity that can
+// take n pages without evicting anything.
+func (s *Server) roomiestDevice(n int64) (location, bool) {
+	best, room := location(0), int64(0)
+	for i, a := range s.arenas {
+		if free := a.FreeBytes(); free >= n*PageSize && free > room {
+			best, room = locationOf(Device(i)), free
+		}
+	}
+	return best, room > 0
+}
+
+// overBudget moves host pages to devices while the host holds more than
+// the host budget. It runs after pages arrived on the host.
+func (o *mover) overBudget() {
+	srv := o.sess.srv
+	budget := srv.cfg.HostBudget
+	if budget <= 0 {
+		return
+	}
+	over := srv.hostPages.Load()*PageSize - budget
+	if over <= 0 {
+		return
+	}
+	o.evict(hostLoc, (over+PageSize-1)/PageSize)
+}
