@@ -34,6 +34,13 @@ func TestReadMessagesNoAlloc(t *testing.T) {
 	})
 	require.NoError(t, failure)
 	assert.Zero(t, allocs, "ReadMessages with nothing pending")
+	allocs = testing.AllocsPerRun(100, func() {
+		if n, err := f.ReadMessagesNoWait(msgs); n != 0 || err != nil {
+			failure = errors.New("unexpected message or error")
+		}
+	})
+	require.NoError(t, failure)
+	assert.Zero(t, allocs, "ReadMessagesNoWait with nothing pending")
 }
 
 func TestPollerWaitNoAlloc(t *testing.T) {

@@ -517,3 +517,34 @@ func TestWPAsync(t *testing.T) {
 	assert.False(t, pagemapUffdWP(t, addr(mem)), "the write cleared the protection")
 	assert.Equal(t, byte('a'), mem[0])
 }
+
+// TestReadMessagesNoWait: on a blocking fd, ReadMessagesNoWait returns at
+// once with nothing pending, and returns a pending fault without waiting.
+func TestReadMessagesNoWait(t *testing.T) {
+	f := handshakeT(t, FeatureThreadID)
+	var msgs [4]Msg
+	n, err := f.ReadMessagesNoWait(msgs[:])
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing pending")
+
+	mem := mmapAnon(t, 1)
+	_, err = f.Register(addr(mem), uintptr(pageSize), RegisterMissing)
+	require.NoError(t, err)
+	fl, r := kernelRead(t, f, mem)
+	deadline := time.Now().Add(testTimeout)
+	for n == 0 && time.Now().Before(deadline) {
+		n, err = f.ReadMessagesNoWait(msgs[:])
+		require.NoError(t, err)
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.Equal(t, 1, n, "the fault arrives")
+	assert.Equal(t, EventPagefault, msgs[0].Event)
+	assert.Equal(t, uint64(addr(mem)), msgs[0].Address)
+	_, err = f.ZeroPage(addr(mem), uintptr(pageSize), false)
+	require.NoError(t, err)
+	_, err = fl.wait(t)
+	require.NoError(t, err)
+	readPipe(t, r, pageSize)
+}

@@ -97,3 +97,16 @@ func ioctlPoison(fd int, p *uffdioPoison) error {
 	runtime.KeepAlive(p)
 	return err
 }
+
+// readNoWait is preadv2(fd, buf, -1, RWF_NOWAIT) with the iovec on the
+// stack, so that it does not allocate.
+func readNoWait(fd int, buf []byte) (int, error) {
+	iov := unix.Iovec{Base: unsafe.SliceData(buf)}
+	iov.SetLen(len(buf))
+	off := int64(-1) // the current position, which a userfaultfd ignores
+	n, _, e := unix.Syscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(off), 0, unix.RWF_NOWAIT)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}

@@ -135,11 +135,33 @@ func (f *FD) ReadMessages(msgs []Msg) (int, error) {
 	}
 }
 
+// ReadMessagesNoWait is ReadMessages that never waits, even on a blocking
+// fd: with nothing pending it returns 0, nil at once (preadv2 with
+// RWF_NOWAIT, which the kernel's userfaultfd honours). A thread that must
+// see an event before it can go on (an ioctl refused with ErrAgain while
+// an mremap's event is unread) reads it this way without changing the
+// fd's blocking mode under the other readers.
+func (f *FD) ReadMessagesNoWait(msgs []Msg) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	var buf [smallReadMsgs * MsgSize]byte
+	return f.readMessagesWith(msgs, buf[:min(len(msgs), smallReadMsgs)*MsgSize], true)
+}
+
 func (f *FD) readMessages(msgs []Msg, buf []byte) (int, error) {
+	return f.readMessagesWith(msgs, buf, false)
+}
+
+func (f *FD) readMessagesWith(msgs []Msg, buf []byte, noWait bool) (int, error) {
 	var n int
 	for {
 		var err error
-		n, err = unix.Read(f.fd, buf)
+		if noWait {
+			n, err = readNoWait(f.fd, buf)
+		} else {
+			n, err = unix.Read(f.fd, buf)
+		}
 		if err == nil {
 			break
 		}
