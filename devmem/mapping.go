@@ -143,6 +143,34 @@ func ReserveAddressSpace(length, align int64) (uintptr, error) {
 	return addr, nil
 }
 
+// MapOver maps [off, off+length) of the file at addr, replacing what is
+// mapped there, with no moment at which other threads of the process see
+// the new mapping before prepare has run on it. The file is mapped at a
+// scratch address first; prepare gets that address (to register the
+// mapping with a userfaultfd, say, which moves with it); then the mapping
+// is moved over addr with mremap, which the kernel does under the address
+// space's lock. As MapFixed, addr must lie in a reservation of the caller.
+func (f *File) MapOver(addr uintptr, off, length int64, prepare func(scratch uintptr) error) error {
+	if addr%PageSize != 0 {
+		return fmt.Errorf("map %s %#x+%d over %#x: address not page-aligned", f.name, off, length, addr)
+	}
+	m, err := f.Map(off, length)
+	if err != nil {
+		return err
+	}
+	if prepare != nil {
+		if err := prepare(m.addr); err != nil {
+			m.Unmap()
+			return fmt.Errorf("map %s %#x+%d over %#x: %w", f.name, off, length, addr, err)
+		}
+	}
+	if err := memsys.MremapFixed(m.addr, uintptr(length), addr); err != nil {
+		m.Unmap()
+		return fmt.Errorf("map %s %#x+%d over %#x: move: %w", f.name, off, length, addr, err)
+	}
+	return nil
+}
+
 // ReserveAddressSpaceAt reserves [addr, addr+length) like
 // ReserveAddressSpace, at that address or not at all: an address already
 // mapped is an error wrapping ErrAddressInUse (MAP_FIXED_NOREPLACE), and

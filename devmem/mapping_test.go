@@ -154,3 +154,31 @@ func TestReserveAddressSpaceAt(t *testing.T) {
 	assert.Error(t, ReserveAddressSpaceAt(addr+1, PageSize))
 	assert.Error(t, ReturnToReservation(addr, 0))
 }
+
+func TestMapOver(t *testing.T) {
+	addr, err := ReserveAddressSpace(2<<20, 2<<20)
+	require.NoError(t, err)
+	defer ReleaseAddressSpace(addr, 2<<20)
+	a, err := CreateFile("map-over-a", FileSize)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := CreateFile("map-over-b", FileSize)
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, a.MapFixed(addr, int64(addr), 2<<20))
+	BytesAt(addr, PageSize)[0] = 'a'
+	_, err = b.WriteAt([]byte{'b'}, int64(addr)+PageSize)
+	require.NoError(t, err)
+	var scratch uintptr
+	require.NoError(t, b.MapOver(addr+PageSize, int64(addr)+PageSize, PageSize, func(s uintptr) error {
+		scratch = s
+		assert.NotEqual(t, addr+PageSize, s, "prepared at a scratch address")
+		return nil
+	}))
+	assert.NotZero(t, scratch)
+	assert.Equal(t, byte('a'), BytesAt(addr, PageSize)[0], "the first page still maps a")
+	assert.Equal(t, byte('b'), BytesAt(addr+PageSize, PageSize)[0], "the second page now maps b")
+	err = b.MapOver(addr, int64(addr), PageSize, func(uintptr) error { return fmt.Errorf("refused") })
+	require.ErrorContains(t, err, "refused")
+	assert.Equal(t, byte('a'), BytesAt(addr, PageSize)[0], "a refused prepare leaves the old mapping")
+}

@@ -1,6 +1,7 @@
 package memsys
 
 import (
+	"fmt"
 	"golang.org/x/sys/unix"
 )
 
@@ -183,6 +184,20 @@ func Mmap(addr, length uintptr, prot, flags, fd int, off int64) (uintptr, error)
 		return 0, e
 	}
 	return r, nil
+}
+
+// MremapFixed moves the mapping at from to to (MREMAP_MAYMOVE |
+// MREMAP_FIXED), replacing whatever is mapped there, atomically for other
+// threads: the kernel holds the address space's lock throughout.
+func MremapFixed(from, length, to uintptr) error {
+	r, _, e := unix.Syscall6(unix.SYS_MREMAP, from, length, length, unix.MREMAP_MAYMOVE|unix.MREMAP_FIXED, to, 0)
+	if e != 0 {
+		return e
+	}
+	if r != to {
+		return fmt.Errorf("mremap moved %#x to %#x, not %#x", from, r, to)
+	}
+	return nil
 }
 
 // Munmap is munmap(2).
