@@ -93,6 +93,7 @@ type Allocation struct {
 	reserved uintptr // length rounded up to 2 MiB: the address space held
 	bufferID uint64
 	device   Device
+	kind     rangeKind
 	freed    atomic.Bool
 }
 

@@ -25,6 +25,7 @@ const (
 	EnvTrackPrefetch = "UVM_TRACK_PREFETCH" // 1: track which prefetched pages get used
 	EnvWorkers       = "UVM_DEVICE_WORKERS" // threads per device process (default: one per CPU)
 	EnvHostBudget    = "UVM_HOST_BUDGET"    // bytes of managed memory kept on the host (default: unbounded)
+	EnvThrashing     = "UVM_THRASHING"      // on (default), off, or settings: threshold=3,lapse=500us,...
 
 	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
 	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON
@@ -73,6 +74,8 @@ type ServerConfig struct {
 	// DeviceWorkers is the number of threads each device process runs
 	// kernels on; 0 means one per CPU.
 	DeviceWorkers int `json:"device_workers,omitempty"`
+	// Thrashing configures thrashing detection (thrash.go).
+	Thrashing ThrashingSpec `json:"thrashing"`
 	// FaultDelay stalls every fault this long before serving it. Tests
 	// use it to hold a thread inside a fault.
 	FaultDelay Duration `json:"fault_delay,omitempty"`
@@ -91,10 +94,11 @@ type Duration int64
 // DefaultServerConfig is the configuration without flags or environment.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		Devices:  []devmem.ArenaSpec{{Device: 0, Capacity: DefaultArenaSize, Backend: devmem.BackendAuto, Node: -1}},
-		Prefetch: DefaultPrefetch,
-		Handlers: HandlersFollow,
-		Guard:    true,
+		Devices:   []devmem.ArenaSpec{{Device: 0, Capacity: DefaultArenaSize, Backend: devmem.BackendAuto, Node: -1}},
+		Prefetch:  DefaultPrefetch,
+		Handlers:  HandlersFollow,
+		Guard:     true,
+		Thrashing: DefaultThrashing,
 	}
 }
 
@@ -128,7 +132,7 @@ func (c ServerConfig) Validate() error {
 	if c.FaultDelay < 0 {
 		return fmt.Errorf("%w: fault delay %d: must not be negative", ErrInvalidValue, c.FaultDelay)
 	}
-	return nil
+	return c.Thrashing.Validate()
 }
 
 // ServerConfigFromEnv starts from the defaults and applies the UVM_*
@@ -196,6 +200,13 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 			return fmt.Errorf("%w: %s=%q: want 1 to 1024 threads", ErrInvalidValue, EnvWorkers, v)
 		}
 		c.DeviceWorkers = n
+	}
+	if v := getenv(EnvThrashing); v != "" {
+		t, err := ParseThrashingSpec(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", EnvThrashing, err)
+		}
+		c.Thrashing = t
 	}
 	if v := getenv(EnvTrackPrefetch); v != "" {
 		b, err := strconv.ParseBool(v)

@@ -87,7 +87,13 @@ func fileConn(fd uintptr) (*net.UnixConn, error) {
 // deviceMapping is the device process's side of its view.
 type deviceMapping struct {
 	index int
-	file  *devmem.File // the session's file of this device
+	// files[l] is location l's file of the session: the device maps its
+	// own over every range, and others' over parts (remote mappings).
+	files []*devmem.File
+	// uffd is the device's userfaultfd, which the server serves; the
+	// process keeps a copy only to register each new mapping itself
+	// before it becomes visible (see mapFile).
+	uffd *uffd.FD
 }
 
 // attachToServer hands the server this process's userfaultfd, maps every
@@ -98,9 +104,7 @@ func attachToServer(c *net.UnixConn, d int) (*deviceMapping, error) {
 		return nil, err
 	}
 	h := header{typ: msgDeviceHello, seq: 1}
-	err = writeMessage(c, encodeDeviceHello(h.seq, deviceHelloRequest{device: uint32(d), pid: uint32(os.Getpid())}), []int{u.Fd()})
-	u.Close() // the server owns it now
-	if err != nil {
+	if err := writeMessage(c, encodeDeviceHello(h.seq, deviceHelloRequest{device: uint32(d), pid: uint32(os.Getpid())}), []int{u.Fd()}); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, maxMessageSize)
@@ -109,22 +113,31 @@ func attachToServer(c *net.UnixConn, d int) (*deviceMapping, error) {
 		return nil, err
 	}
 	r, err := parseReply(b, h)
-	if err != nil || len(fds) != 1 {
+	if err != nil || len(fds) < d+2 {
 		closeFDs(fds)
-		return nil, fmt.Errorf("device hello: %v (with %d descriptors)", err, len(fds))
+		return nil, fmt.Errorf("device hello: %v (with %d descriptors, want one per location)", err, len(fds))
 	}
-	ranges, err := decodeRangesReply(r)
+	layout, err := decodeLayoutReply(r)
 	if err != nil {
 		closeFDs(fds)
 		return nil, err
 	}
-	f, err := devmem.FileFromFD(fds[0], fmt.Sprintf("device %d file", d))
-	if err != nil {
-		return nil, err
+	// The server did the handshake on the shared file; this copy needs
+	// only to know, to register.
+	u.SetHandshaken(RequiredFeatures, 0)
+	dev := &deviceMapping{index: d, uffd: u}
+	for l, fd := range fds {
+		f, err := devmem.FileFromFD(fd, fmt.Sprintf("location %d file", l))
+		if err != nil {
+			closeFDs(fds[l+1:])
+			return nil, err
+		}
+		dev.files = append(dev.files, f)
 	}
-	dev := &deviceMapping{index: d, file: f}
-	for _, rg := range ranges {
-		if err := dev.mapRange(uintptr(rg[0]), int64(rg[1])); err != nil {
+	// No kernel runs yet, so nothing touches a run between its mapping
+	// and its registration.
+	for _, m := range layout {
+		if err := dev.mapFixed(uintptr(m.addr), int64(m.length), int(m.loc)); err != nil {
 			return nil, err
 		}
 	}
@@ -141,11 +154,61 @@ func attachToServer(c *net.UnixConn, d int) (*deviceMapping, error) {
 	return dev, nil
 }
 
-func (dev *deviceMapping) mapRange(addr uintptr, length int64) error {
+func checkInWindow(addr uintptr, length int64) error {
 	if addr < managedWindowStart || uint64(addr)+uint64(length) > managedWindowStart+managedWindowSize {
 		return fmt.Errorf("%w: range %#x+%d lies outside the managed window %#x+%#x", ErrInvalidValue, addr, length, managedWindowStart, managedWindowSize)
 	}
-	if err := dev.file.MapFixed(addr, int64(addr), length); err != nil {
+	return nil
+}
+
+// mapFixed maps location loc's file over [addr, addr+length) and
+// registers it, while no kernel runs.
+func (dev *deviceMapping) mapFixed(addr uintptr, length int64, loc int) error {
+	if err := dev.checkMap(addr, length, loc); err != nil {
+		return err
+	}
+	if err := dev.files[loc].MapFixed(addr, int64(addr), length); err != nil {
+		return err
+	}
+	if _, err := dev.uffd.Register(addr, uintptr(length), hostViewMode); err != nil {
+		return err
+	}
+	return devmem.DontFork(addr, length)
+}
+
+func (dev *deviceMapping) checkMap(addr uintptr, length int64, loc int) error {
+	if err := checkInWindow(addr, length); err != nil {
+		return err
+	}
+	if loc >= len(dev.files) {
+		return fmt.Errorf("%w: map location %d: this session has %d", ErrInvalidValue, loc, len(dev.files))
+	}
+	return nil
+}
+
+// mapFile maps location loc's file over [addr, addr+length) while kernels
+// may run: the new mapping is made elsewhere, registered with the
+// userfaultfd and write-protected where wp says, and only then moved over
+// the old one, so that no thread ever sees it unregistered (holes would
+// fill with zeros) or writable where it must not be (a read-duplicated
+// page). The move keeps write protection because the server asked for
+// remap events.
+func (dev *deviceMapping) mapFile(addr uintptr, length int64, loc int, wp PageMask) error {
+	if err := dev.checkMap(addr, length, loc); err != nil {
+		return err
+	}
+	err := dev.files[loc].MapOver(addr, int64(addr), length, func(scratch uintptr) error {
+		if _, err := dev.uffd.Register(scratch, uintptr(length), hostViewMode); err != nil {
+			return err
+		}
+		for p, q := wp.NextRun(0); p >= 0; p, q = wp.NextRun(q) {
+			if err := dev.uffd.WriteProtect(scratch+uintptr(p)*PageSize, uintptr(q-p)*PageSize, true, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	return devmem.DontFork(addr, length)
@@ -164,14 +227,15 @@ func (dev *deviceMapping) serveServer(c *net.UnixConn) {
 		}
 		h, req, err := parseRequest(b)
 		if err == nil {
-			rr, ok := req.(rangeRequest)
-			switch {
-			case !ok:
-				err = fmt.Errorf("%w: %s is not a request the server sends a device", ErrInvalidValue, h.typ)
-			case h.typ == msgDeviceMap:
-				err = dev.mapRange(uintptr(rr.addr), int64(rr.length))
-			case h.typ == msgDeviceUnmap:
-				err = devmem.ReturnToReservation(uintptr(rr.addr), int64(rr.length))
+			switch r := req.(type) {
+			case deviceMapRequest:
+				err = dev.mapFile(uintptr(r.addr), int64(r.length), int(r.loc), r.wp)
+			case rangeRequest:
+				if h.typ != msgDeviceUnmap {
+					err = fmt.Errorf("%w: %s is not a request the server sends a device", ErrInvalidValue, h.typ)
+					break
+				}
+				err = devmem.ReturnToReservation(uintptr(r.addr), int64(r.length))
 			default:
 				err = fmt.Errorf("%w: %s is not a request the server sends a device", ErrInvalidValue, h.typ)
 			}

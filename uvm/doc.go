@@ -52,21 +52,39 @@
 // punches the device file, which frees those pages. It never waits for the
 // client or any other process.
 //
+// # Advice and remote mappings
+//
+// MemAdvise records cuMemAdvise advice per page. Read-mostly pages get a
+// write-protected copy at each reader; a write keeps the writer's copy
+// only (readdup.go). A device view maps its own file except where policy
+// wants it to reach data where it lies (preferred location, accessed-by,
+// pinned thrashing pages, device and pinned host memory): there it maps
+// another location's file, and its faults bring the page into that file.
+// Only the device process can change its mappings, so they change on the
+// control path and in a background remapper, never while a fault waits
+// (remote.go). The host view always maps the host file: a CPU cannot map
+// device memory.
+//
 // # Locks
 //
 // Lock order, outermost first:
 //
 //	Server.sessionsMu     the session table
 //	session.mu            control operations of one session: alloc, free
+//	view.reqMu            requests to one device process (map, unmap); held
+//	                      across a remap, which takes block locks
 //	block.mu              one 2 MiB block: every residency decision and the
 //	                      kernel operations that carry it out
+//	view.use (read)       a view used by someone other than its handlers
 //	session.filesMu       creation of a session's device files
 //
-// Fault handlers take block.mu (and filesMu under it), never session.mu.
-// Prefetch and range-attribute queries run without session.mu, block by
-// block; free marks a range freed under each block lock, and a handler or
-// prefetch that then takes a block lock checks managedRange.freed first.
-// Statistics are atomics, updated before a block is unlocked, and a query
-// takes each block lock once (quiesce) so that it never misses a fault the
-// client has already seen served.
+// Fault handlers take block.mu (and what follows it), never session.mu or
+// view.reqMu, and never wait for another process. Nobody holds view.use
+// while waiting for a block lock. Prefetch, advice and range-attribute
+// queries run without session.mu, block by block; free marks a range
+// freed under each block lock, and a handler or prefetch that then takes
+// a block lock checks managedRange.freed first. Statistics are atomics,
+// updated before a block is unlocked, and a query takes each block lock
+// once (quiesce) so that it never misses a fault the client has already
+// seen served.
 package uvm

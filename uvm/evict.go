@@ -142,8 +142,23 @@ func evictBlock(v blockRef, from location) int64 {
 	}
 	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*BlockSize}
 	before := v.b.resident[from].Count()
-	var none PageMask
-	if err := op.moveToUnmapped(dst, pages, none); err != nil {
+	// Read-duplicated pages with a copy elsewhere just lose this one.
+	dup := v.b.duplicated()
+	dup.And(&pages)
+	if !dup.Empty() {
+		for p := dup.NextSet(0); p >= 0; p = dup.NextSet(p + 1) {
+			var one PageMask
+			one.Set(p)
+			for l := range v.b.resident {
+				if location(l) != from && v.b.resident[l].Test(p) {
+					op.collapseTo(location(l), one)
+					break
+				}
+			}
+		}
+		pages.AndNot(&dup)
+	}
+	if err := op.moveToUnmapped(dst, pages); err != nil {
 		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from.device(), err)
 	}
 	evicted := int64(before - v.b.resident[from].Count())

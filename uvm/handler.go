@@ -37,6 +37,7 @@ type handler struct {
 	// fault allocates nothing: garbage collection in the server competes
 	// with the client for CPUs.
 	msgs        [16]uffd.Msg
+	fr          faultRequest
 	prefetchCtx PrefetchContext
 	runBuf      []run
 	staging     []byte
@@ -125,7 +126,7 @@ func (h *handler) run(ready chan<- error) {
 		}
 		park := false
 		for i := 0; i < n; i++ {
-			h.serve(h.msgs[i])
+			h.serve(&h.msgs[i])
 			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault && h.place.served(h, h.view.pid, h.msgs[i].TID, time.Now()) {
 				park = true
 			}
@@ -140,86 +141,11 @@ func (h *handler) run(ready chan<- error) {
 	}
 }
 
-func (h *handler) serve(m uffd.Msg) {
-	switch m.Event {
-	case uffd.EventPagefault:
-		h.fault(&m)
-	case uffd.EventRemap:
-		h.sess.remapped(uintptr(m.From), uintptr(m.To), uintptr(m.Len))
-	case uffd.EventFork:
-		// Managed ranges are MADV_DONTFORK and the server does not ask
-		// for fork events; a child's userfaultfd would have nobody to
-		// serve it.
-		closeFDs([]int{m.ChildFD})
-	default:
-		// Unmap and remove events are not requested.
-	}
-}
-
-// fault serves one page fault of the handler's view.
-func (h *handler) fault(m *uffd.Msg) {
-	start := time.Now()
-	sess := h.sess
-	addr := uintptr(m.Address) &^ pageMask
-	r := sess.ranges.Load().lookup(addr)
-	if r == nil {
-		h.stray(addr)
+func (h *handler) serve(m *uffd.Msg) {
+	if m.Event != uffd.EventPagefault {
+		h.sess.event(h.view, m)
 		return
 	}
-	kind := faultMissing
-	switch {
-	case m.Flags&uffd.PagefaultWP != 0:
-		kind = faultWP
-	case m.Flags&uffd.PagefaultMinor != 0:
-		kind = faultMinor
-	}
-	if d := h.srv.cfg.FaultDelay; d > 0 {
-		time.Sleep(time.Duration(d))
-	}
-	off := addr - r.start
-	b := r.block(int(off >> blockShift))
-	b.mu.Lock()
-	if r.freed.Load() {
-		b.mu.Unlock()
-		h.wake(addr, PageSize)
-		return
-	}
-	loc := h.view.loc
-	op := mover{sess: sess, r: r, b: b, blockAddr: r.start + off&^(BlockSize-1), h: h, runBuf: h.runBuf[:0]}
-	if err := op.serveFault(loc, int(off>>pageShift)&(PagesPerBlock-1), kind); err != nil {
-		op.failFault(addr, err)
-	}
-	// Counted before the block is unlocked: a statistics query takes the
-	// block locks, so it never sees a served fault uncounted.
-	elapsed := time.Since(start)
-	r.stats.faults[loc][kind].Add(1)
-	r.stats.service.record(elapsed)
-	h.srv.stats.faults[loc][kind].Add(1)
-	h.srv.stats.service.record(elapsed)
-	b.mu.Unlock()
-}
-
-// stray handles a fault on an address no range owns. A stale message (the
-// range was freed and unmapped) only needs a wake; a registered mapping
-// the server does not know (freed but not yet unmapped, or moved by
-// mremap) gets the page poisoned, so that the thread sees SIGBUS instead
-// of faulting forever.
-func (h *handler) stray(addr uintptr) {
-	v := h.view
-	h.srv.strayFaults.Add(1)
-	_, err := v.uffd.Poison(addr, PageSize, false)
-	switch {
-	case err == nil:
-		h.srv.poisoned.Add(1)
-		h.srv.logger.Printf("pid %d faulted at %#x, which no allocation owns; the page is poisoned (SIGBUS)", v.pid, addr)
-	case errors.Is(err, uffd.ErrNoEntry), errors.Is(err, uffd.ErrProcessGone), errors.Is(err, uffd.ErrExist):
-		h.wake(addr, PageSize)
-	default:
-		h.wake(addr, PageSize)
-		h.srv.logger.Printf("pid %d stray fault at %#x: %v", v.pid, addr, err)
-	}
-}
-
-func (h *handler) wake(addr, length uintptr) {
-	_ = h.view.uffd.Wake(addr, length) // nothing waiting, or the process is gone: fine
+	h.fr = faultRequestOf(m, time.Now())
+	h.sess.serveFaultMsg(h.view, h, &h.fr)
 }

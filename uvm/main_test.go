@@ -1,11 +1,13 @@
 package uvm
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -126,3 +128,22 @@ func exitDescription(err error) string {
 func lines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
 
 func killPID(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// syncBuffer is a bytes.Buffer a child process writes to while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

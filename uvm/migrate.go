@@ -30,9 +30,18 @@ type mover struct {
 	sess      *session
 	r         *managedRange
 	b         *block
-	blockAddr uintptr  // address of the block's page 0
-	h         *handler // the handler thread, nil on the control path
-	runBuf    []run    // reused for runs; nil allocates
+	blockAddr uintptr // address of the block's page 0
+	// fv is the view whose fault is being served (its handler keeps it
+	// alive), nil on the control path.
+	fv *view
+	// h is the handler thread serving the fault, for its scratch
+	// buffers; nil on the control path and for deferred faults.
+	h       *handler
+	runBuf  []run   // reused for runs; nil allocates
+	holdBuf []*view // reused by holders
+	// fault marks moves a fault causes: the thrashing detector counts
+	// them, and not prefetches or evictions.
+	fault bool
 }
 
 func (o *mover) pageAddr(p int) uintptr { return o.blockAddr + uintptr(p)*PageSize }
@@ -40,32 +49,36 @@ func (o *mover) pageAddr(p int) uintptr { return o.blockAddr + uintptr(p)*PageSi
 func (o *mover) fileOff(p int) int64 { return o.r.fileOff + int64(o.pageAddr(p)-o.r.start) }
 
 // retryAgain is how long an ioctl refused with EAGAIN (an mremap in
-// flight in the client) is retried before the operation fails.
+// flight in the view's process) is retried before the operation fails.
 const retryAgain = 2 * time.Second
 
-// again waits a little before an ioctl refused with EAGAIN is retried.
-// The event that causes it is read by another handler of the view; with a
-// single handler thread nobody reads it and the retry times out.
-func (o *mover) again(since time.Time) bool {
+// again waits a little before an ioctl on view v refused with EAGAIN is
+// retried. The kernel refuses while an mremap in v's process (a device
+// changing a remote mapping, or a client moving memory) waits for its
+// event to be read, so the event is read here: the view's other handlers
+// may all be parked or busy. Faults read meanwhile are served on their
+// own goroutines.
+func (o *mover) again(v *view, since time.Time) bool {
 	if time.Since(since) > retryAgain {
 		return false
 	}
-	time.Sleep(50 * time.Microsecond)
+	o.sess.drainEvents(v)
+	time.Sleep(20 * time.Microsecond)
 	return true
 }
 
-// viewOf returns location l's view for use by this mover: the handler's
-// own view as it is (it lives while the handler runs), any other with its
-// use lock held; release with doneWith.
+// viewOf returns location l's view for use by this mover: the faulting
+// view as it is (whoever serves the fault keeps it alive), any other with
+// its use lock held; release with doneWith.
 func (o *mover) viewOf(l location) *view {
-	if o.h != nil && o.h.view.loc == l {
-		return o.h.view
+	if o.fv != nil && o.fv.loc == l {
+		return o.fv
 	}
 	return o.sess.viewRef(l)
 }
 
 func (o *mover) doneWith(v *view) {
-	if v != nil && (o.h == nil || v != o.h.view) {
+	if v != nil && v != o.fv {
 		v.release()
 	}
 }
@@ -79,21 +92,24 @@ const (
 )
 
 // install maps pages [first, outer) into view v: fresh zero pages, or
-// copies of src (PageSize bytes per page). Pages already mapped (another
+// copies of src (PageSize bytes per page), write-protected with wp. They
+// land in whatever file v maps there. Pages already present (another
 // thread resolved them) are skipped and woken. It returns the pages now
-// present, installed or found.
-func (o *mover) install(v *view, kind installKind, first, outer int, src []byte) (PageMask, error) {
-	var done PageMask
+// present, installed or found, and those of them found.
+func (o *mover) install(v *view, kind installKind, first, outer int, src []byte, wp bool) (done, found PageMask, err error) {
 	u := v.uffd
 	started := time.Now()
+	var mode uffd.CopyMode
+	if wp {
+		mode = uffd.CopyWP
+	}
 	for p := first; p < outer; {
 		addr, length := o.pageAddr(p), uintptr(outer-p)*PageSize
 		var n int64
-		var err error
 		if kind == installZero {
 			n, err = u.ZeroPage(addr, length, false)
 		} else {
-			n, err = u.Copy(addr, src[(p-first)*PageSize:(outer-first)*PageSize], 0)
+			n, err = u.Copy(addr, src[(p-first)*PageSize:(outer-first)*PageSize], mode)
 		}
 		got := int(max(n, 0) / PageSize)
 		done.FillRange(p, p+got)
@@ -101,27 +117,28 @@ func (o *mover) install(v *view, kind installKind, first, outer int, src []byte)
 		switch {
 		case err == nil:
 			if got == 0 { // the kernel made no progress without an error
-				return done, fmt.Errorf("%w: %s %#x+%d made no progress", ErrInternal, kindName(kind), addr, length)
+				return done, found, fmt.Errorf("%w: %s %#x+%d made no progress", ErrInternal, kindName(kind), addr, length)
 			}
 		case errors.Is(err, uffd.ErrExist):
-			// A page is already mapped: leave it, and wake whoever
+			// A page is already present: leave it, and wake whoever
 			// faulted on it, since this ioctl did not.
 			_ = u.Wake(o.pageAddr(p), PageSize)
 			done.Set(p)
+			found.Set(p)
 			p++
 		case errors.Is(err, uffd.ErrAgain) && got > 0:
 			// Partial progress: the kernel stopped at a page that
 			// exists (reported as EAGAIN once some pages are done).
 			// The retry from there sees EEXIST and skips it.
 		case errors.Is(err, uffd.ErrAgain):
-			if !o.again(started) {
-				return done, err
+			if !o.again(v, started) {
+				return done, found, err
 			}
 		default:
-			return done, err
+			return done, found, err
 		}
 	}
-	return done, nil
+	return done, found, nil
 }
 
 func kindName(k installKind) string {
@@ -143,23 +160,23 @@ const stagingPages = 64
 // mapped (and leaves the server's mapping for the punch to zap), and
 // copy_file_range into the destination file plus UFFDIO_CONTINUE
 // serializes on that file's inode lock.
-func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File) (PageMask, error) {
-	var done PageMask
+func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File, wp bool) (done, found PageMask, err error) {
 	buf := o.staging()
 	for p := first; p < outer; {
 		q := min(outer, p+stagingPages)
 		n := (q - p) * PageSize
 		if _, err := f.ReadAt(buf[:n], o.fileOff(p)); err != nil {
-			return done, err
+			return done, found, err
 		}
-		got, err := o.install(v, installCopy, p, q, buf[:n])
+		got, seen, err := o.install(v, installCopy, p, q, buf[:n], wp)
 		done.Or(&got)
+		found.Or(&seen)
 		if err != nil {
-			return done, err
+			return done, found, err
 		}
 		p = q
 	}
-	return done, nil
+	return done, found, nil
 }
 
 // staging returns the calling thread's staging buffer.
@@ -173,85 +190,45 @@ func (o *mover) staging() []byte {
 	return o.h.staging
 }
 
-// serveFault resolves a fault by location loc's view on page p, bringing
-// prefetched pages along.
-func (o *mover) serveFault(loc location, p int, kind faultKind) error {
-	b := o.b
-	v := o.h.view
-	if kind == faultWP {
-		if b.resident[loc].Test(p) {
-			// A migration protected the page and did not take it:
-			// give write access back (this also wakes the writer).
-			if err := v.uffd.WriteProtect(o.pageAddr(p), PageSize, false, false); err != nil {
-				o.h.wake(o.pageAddr(p), PageSize)
-			}
-			return nil
-		}
-		// The page left while the writer waited; its retry faults as
-		// missing and brings it back.
-		o.h.wake(o.pageAddr(p), PageSize)
-		return nil
-	}
-	if b.resident[loc].Test(p) {
-		// Believed here but the view's file has no page: either a race
-		// with another handler (the page exists now: just wake) or the
-		// process punched it (MADV_REMOVE: it reads as zeros again).
-		_, err := o.install(v, installZero, p, p+1, nil)
-		return err
-	}
-	var faulted PageMask
-	faulted.Set(p)
-	ctx := &o.h.prefetchCtx
-	*ctx = PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[loc], Populated: b.populated()}
-	extra := o.r.prefetch.Expand(ctx)
-	extra.TrimTo(b.pages)
-	extra.AndNot(&b.resident[loc])
-	extra.Clear(p)
-	return o.moveTo(loc, faulted, extra, p)
-}
-
-// failFault makes sure a thread whose fault could not be served does not
-// wait forever: its page is poisoned, so the access raises SIGBUS.
-func (o *mover) failFault(addr uintptr, err error) {
-	if errors.Is(err, uffd.ErrProcessGone) || errors.Is(err, uffd.ErrNoEntry) {
-		return // the process is exiting or unmapped the range: nobody waits
-	}
-	v := o.h.view
-	srv := o.sess.srv
-	if _, perr := v.uffd.Poison(addr, PageSize, false); perr == nil {
-		srv.poisoned.Add(1)
-		srv.logger.Printf("pid %d: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, addr, err)
-		return
-	}
-	o.h.wake(addr, PageSize)
-	srv.logger.Printf("pid %d: fault at %#x could not be served: %v", v.pid, addr, err)
-}
-
-// run is a maximal stretch of pages with the same source.
+// run is a maximal stretch of pages with the same source and the same
+// way in.
 type run struct {
 	first, outer int
 	src          location
 	populated    bool // false: the pages exist nowhere yet
-	speculative  bool // brought by prefetch, not demanded
+	speculative  bool // brought by prefetch, not demanded, and left unmapped
+	mapped       bool // installed through the target's view
 }
 
-// runs splits want into runs by source, and by demand when lazy (tracking
-// prefetch use) so that speculative pages can be installed unmapped. The
-// run holding page lead comes first: the faulting thread waits on it.
-func (o *mover) runs(want, speculative PageMask, lazy bool, lead int) []run {
+// target says where a move puts pages: location dst's file, through view
+// via for the pages in mapped (via maps dst's file over them), straight
+// into the file for the others.
+type target struct {
+	dst    location
+	via    *view
+	mapped PageMask
+}
+
+// runs splits want into runs by source and by the way in: speculative
+// pages brought to the host of a range that tracks prefetch use (lazy)
+// are left unmapped, so that their first touch shows. The run holding
+// page lead comes first: the faulting thread waits on it.
+func (o *mover) runs(want, speculative PageMask, t target, lazy bool, lead int) []run {
 	out := o.runBuf[:0]
 	b := o.b
+	mapped := func(p int) bool { return t.via != nil && t.mapped.Test(p) && !(lazy && speculative.Test(p)) }
 	for p := want.NextSet(0); p >= 0; {
 		first := p
 		src, populated := b.locationOfPage(p)
 		spec := lazy && speculative.Test(p)
+		m := mapped(p)
 		for p++; p < b.pages && want.Test(p); p++ {
 			s, pop := b.locationOfPage(p)
-			if s != src || pop != populated || (lazy && speculative.Test(p)) != spec {
+			if s != src || pop != populated || (lazy && speculative.Test(p)) != spec || mapped(p) != m {
 				break
 			}
 		}
-		out = append(out, run{first: first, outer: p, src: src, populated: populated, speculative: spec})
+		out = append(out, run{first: first, outer: p, src: src, populated: populated, speculative: spec, mapped: m})
 		if p >= b.pages {
 			break
 		}
@@ -264,19 +241,16 @@ func (o *mover) runs(want, speculative PageMask, lazy bool, lead int) []run {
 			break
 		}
 	}
+	o.runBuf = out
 	return out
 }
 
-// moveTo brings demand and speculative pages to location dst. They are
-// mapped into dst's view if it has one; but speculative pages brought to
-// the host of a range that tracks prefetch use go into the host file
-// unmapped, so that the client's first touch (a minor fault the kernel
-// serves) shows in its page table, which the audit reads. Capacity for a
+// moveTo brings demand and speculative pages to t.dst. Capacity for a
 // device is reserved first, so that a full arena fails before anything
 // moved.
-func (o *mover) moveTo(dst location, demand, speculative PageMask, lead int) error {
-	moved, err := o.move(dst, demand, speculative, lead, true)
-	if dst == hostLoc && moved > 0 {
+func (o *mover) moveTo(t target, demand, speculative PageMask, lead int) error {
+	moved, err := o.move(t, demand, speculative, lead)
+	if t.dst == hostLoc && moved > 0 {
 		o.overBudget()
 	}
 	return err
@@ -284,37 +258,59 @@ func (o *mover) moveTo(dst location, demand, speculative PageMask, lead int) err
 
 // moveToUnmapped moves pages into dst's file only: eviction does, so that
 // the pages' next user maps them on touch.
-func (o *mover) moveToUnmapped(dst location, pages, speculative PageMask) error {
-	_, err := o.move(dst, pages, speculative, -1, false)
+func (o *mover) moveToUnmapped(dst location, pages PageMask) error {
+	var none PageMask
+	_, err := o.move(target{dst: dst}, pages, none, -1)
 	return err
 }
 
-func (o *mover) move(dst location, demand, speculative PageMask, lead int, mapDst bool) (int64, error) {
+// ownTarget is dst with its own view, if it runs, over the pages it maps
+// its file on: how the control path moves pages. Release with
+// doneWith(t.via).
+func (o *mover) ownTarget(dst location) target {
+	t := target{dst: dst, via: o.viewOf(dst)}
+	if t.via != nil {
+		t.mapped = o.pagesMapping(dst, dst)
+	}
+	return t
+}
+
+func (o *mover) move(t target, demand, speculative PageMask, lead int) (int64, error) {
+	b := o.b
+	dst := t.dst
+	// A page with copies in several places (read duplication) becomes a
+	// single copy before it moves: demanded ones keep their first copy,
+	// speculative ones stay where they are.
+	if dup := b.duplicated(); !dup.Empty() {
+		speculative.AndNot(&dup)
+		dd := demand
+		dd.And(&dup)
+		if !dd.Empty() {
+			o.collapseAll(dd)
+		}
+	}
 	want := demand
 	want.Or(&speculative)
-	want.AndNot(&o.b.resident[dst])
+	want.AndNot(&b.resident[dst])
 	need := int64(want.Count())
 	if need == 0 {
 		return 0, nil
 	}
+	charged := o.r.kind != kindDevice // device memory reserved its capacity at allocation
 	var arena *devmem.Arena
-	if dst != hostLoc {
+	if dst != hostLoc && charged {
 		arena = o.sess.srv.arenas[dst-1]
 		if err := o.reserve(dst, need); err != nil {
 			return 0, err
 		}
 	}
 	dstFile, err := o.sess.file(dst)
-	var dstView *view
-	if mapDst {
-		dstView = o.viewOf(dst)
-	}
 	lazy := dst == hostLoc && o.r.trackPrefetch
 	var moved int64
 	if err == nil {
-		for _, rn := range o.runs(want, speculative, lazy, lead) {
+		for _, rn := range o.runs(want, speculative, t, lazy, lead) {
 			var done PageMask
-			done, err = o.moveRun(rn, dst, dstView, dstFile)
+			done, err = o.moveRun(rn, t, dstFile)
 			o.account(rn, done, dst, speculative)
 			moved += int64(done.Count())
 			if err != nil {
@@ -322,22 +318,21 @@ func (o *mover) move(dst location, demand, speculative PageMask, lead int, mapDs
 			}
 		}
 	}
-	o.doneWith(dstView)
 	if arena != nil && moved < need {
 		arena.Release(need - moved)
 	}
 	return moved, err
 }
 
-// moveRun moves one run to dst, without touching the block's bookkeeping.
-// dstView is nil when dst has no running view.
-func (o *mover) moveRun(rn run, dst location, dstView *view, dstFile *devmem.File) (PageMask, error) {
+// moveRun moves one run to t.dst, without touching the block's
+// bookkeeping.
+func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error) {
 	var done PageMask
 	off, length := o.fileOff(rn.first), int64(rn.outer-rn.first)*PageSize
-	mapIt := dstView != nil && !rn.speculative
 	if !rn.populated {
-		if mapIt {
-			return o.install(dstView, installZero, rn.first, rn.outer, nil)
+		if rn.mapped {
+			done, _, err := o.install(t.via, installZero, rn.first, rn.outer, nil, false)
+			return done, err
 		}
 		if err := dstFile.Allocate(off, length); err != nil {
 			return done, err
@@ -349,40 +344,58 @@ func (o *mover) moveRun(rn run, dst location, dstView *view, dstFile *devmem.Fil
 	if err != nil {
 		return done, err
 	}
-	srcView := o.viewOf(rn.src)
-	defer o.doneWith(srcView)
+	holders := o.holders(rn.src, rn.first, rn.outer)
+	defer o.doneWithAll(holders)
 	addr, span := o.pageAddr(rn.first), uintptr(length)
-	if srcView != nil {
-		if err := o.writeProtect(srcView, addr, span); err != nil {
+	for _, v := range holders {
+		if err := o.writeProtect(v, addr, span); err != nil {
 			return done, err
 		}
 	}
-	if mapIt {
-		done, err = o.installFromFile(dstView, rn.first, rn.outer, srcFile)
+	if rn.mapped {
+		done, _, err = o.installFromFile(t.via, rn.first, rn.outer, srcFile, false)
 	} else if _, err = dstFile.CopyFrom(srcFile, off, off, length); err == nil {
 		done.FillRange(rn.first, rn.outer)
 	}
 	if rn.src == hostLoc {
 		o.auditLeaving(rn, done)
 	}
-	for p, q := done.NextRun(0); p >= 0; p, q = done.NextRun(q) {
-		if perr := srcFile.Punch(o.fileOff(p), int64(q-p)*PageSize); perr != nil {
-			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", rn.src.device(), o.fileOff(p), (q-p)*PageSize, perr)
-		}
-	}
-	if rn.src != hostLoc {
-		o.sess.srv.arenas[rn.src-1].Release(int64(done.Count()))
-	}
-	if srcView != nil {
-		// Writers held by the protection retry now and fault the pages
-		// back; pages that did not move are writable again.
-		if done.CountRange(rn.first, rn.outer) < rn.outer-rn.first {
-			_ = srcView.uffd.WriteProtect(addr, span, false, false)
-		} else {
-			_ = srcView.uffd.Wake(addr, span)
-		}
-	}
+	o.drop(rn.src, done)
+	// Writers held by the protection retry now and fault the pages
+	// back; pages that did not move are writable again.
+	o.release(holders, addr, span, done.CountRange(rn.first, rn.outer) < rn.outer-rn.first)
 	return done, err
+}
+
+// drop frees location l's copies of pages (their data lives elsewhere
+// now): punching l's file zaps every page-table entry that maps them, in
+// every process.
+func (o *mover) drop(l location, pages PageMask) {
+	f, err := o.sess.file(l)
+	if err != nil {
+		return
+	}
+	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
+		if perr := f.Punch(o.fileOff(p), int64(q-p)*PageSize); perr != nil {
+			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", l.device(), o.fileOff(p), (q-p)*PageSize, perr)
+		}
+	}
+	if l != hostLoc && o.r.kind != kindDevice {
+		o.sess.srv.arenas[l-1].Release(int64(pages.Count()))
+	}
+}
+
+// release lets the writers that holders held go: with unprotect (some
+// pages stayed) their protection is lifted, else they are woken to fault
+// again.
+func (o *mover) release(holders []*view, addr, span uintptr, unprotect bool) {
+	for _, v := range holders {
+		if unprotect {
+			_ = v.uffd.WriteProtect(addr, span, false, false)
+		} else {
+			_ = v.uffd.Wake(addr, span)
+		}
+	}
 }
 
 // writeProtect holds a view's writers still on [addr, addr+length) while
@@ -394,7 +407,7 @@ func (o *mover) writeProtect(v *view, addr, length uintptr) error {
 		if err == nil || errors.Is(err, uffd.ErrProcessGone) {
 			return nil // a process that is gone writes nothing
 		}
-		if !errors.Is(err, uffd.ErrAgain) || !o.again(started) {
+		if !errors.Is(err, uffd.ErrAgain) || !o.again(v, started) {
 			return fmt.Errorf("write-protect %#x+%d in %v before migration: %w", addr, length, v.loc.device(), err)
 		}
 	}
@@ -415,7 +428,9 @@ func (o *mover) account(rn run, done PageMask, dst location, speculative PageMas
 	if rn.populated && b.resident[rn.src].Empty() {
 		srv.lrus[rn.src].remove(b)
 	}
-	srv.lrus[dst].touch(blockRef{r: o.r, i: o.blockIndex(), b: b})
+	if o.r.kind != kindDevice {
+		srv.lrus[dst].touch(blockRef{r: o.r, i: o.blockIndex(), b: b})
+	}
 	if dst == hostLoc {
 		srv.hostPages.Add(int64(n))
 	} else if rn.populated && rn.src == hostLoc {
@@ -423,24 +438,38 @@ func (o *mover) account(rn run, done PageMask, dst location, speculative PageMas
 	}
 	if !rn.populated {
 		o.r.stats.populated[dst].Add(uint64(n))
-		o.sess.srv.stats.populated[dst].Add(uint64(n))
+		srv.stats.populated[dst].Add(uint64(n))
 	} else {
 		o.r.stats.addMigrated(rn.src, dst, n)
-		o.sess.srv.stats.addMigrated(rn.src, dst, n)
+		srv.stats.addMigrated(rn.src, dst, n)
+		if o.fault {
+			o.recordMigration(done, srv.nowMicros())
+		}
 	}
 	spec := done
 	spec.And(&speculative)
 	if k := spec.Count(); k > 0 {
 		o.r.stats.prefetched.Add(uint64(k))
-		o.sess.srv.stats.prefetched.Add(uint64(k))
+		srv.stats.prefetched.Add(uint64(k))
 		if rn.speculative && dst == hostLoc {
 			b.prefetchPending.Or(&spec)
 		}
 	}
+	o.residencyChanged()
+}
+
+// residencyChanged asks the remapper to look at the block when device
+// mappings there depend on where pages live.
+func (o *mover) residencyChanged() {
+	if o.b.advice != nil || o.b.maps != nil || o.b.thrash != nil {
+		o.sess.enqueueRemap(o.r, o.blockIndex())
+	}
 }
 
 // prefetch moves [addr, addr+length) to dst, as cuMemPrefetchAsync does,
-// synchronously. Pages never touched are populated (zero-filled) at dst.
+// synchronously. Pages never touched are populated (zero-filled) at dst;
+// read-mostly pages get a copy at dst and keep the others. Devices that
+// map the pages follow them before it returns.
 func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 	if err := sess.srv.checkDevice(dst, "prefetch"); err != nil {
 		return err
@@ -449,32 +478,44 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 	if err != nil {
 		return err
 	}
+	if r.kind != kindManaged {
+		return fmt.Errorf("%w: prefetch %#x: prefetch applies to managed memory, and this is %s", ErrInvalidValue, addr, r.kind)
+	}
 	dl := locationOf(dst)
-	for va := addr; va < addr+length; {
-		off := va - r.start
-		blockAddr := r.start + off&^(BlockSize-1)
-		end := min(addr+length, blockAddr+BlockSize)
-		b := r.block(int(off >> blockShift))
-		var want PageMask
-		want.FillRange(int(va-blockAddr)/PageSize, int(end-blockAddr)/PageSize)
-		b.mu.Lock()
-		if r.freed.Load() {
-			b.mu.Unlock()
-			return fmt.Errorf("%w: prefetch %#x+%d: the allocation was freed meanwhile", ErrInvalidValue, addr, length)
+	err = r.eachBlock(addr, length, true, func(o *mover, pages PageMask) error {
+		for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
+			o.b.lastPrefetch[p] = uint8(dl) + 1
 		}
-		op := mover{sess: sess, r: r, b: b, blockAddr: blockAddr}
-		var none PageMask
-		err = op.moveTo(dl, want, none, -1)
-		for p := int(va-blockAddr) / PageSize; p < int(end-blockAddr)/PageSize; p++ {
-			b.lastPrefetch[p] = uint8(dl) + 1
+		t := o.ownTarget(dl)
+		defer o.doneWith(t.via)
+		var err error
+		if adv := o.b.advice; adv != nil {
+			dup := pages
+			dup.And(&adv.readMostly)
+			dup.AndNot(&o.b.resident[dl])
+			var populated PageMask
+			for l := range o.b.resident {
+				populated.Or(&o.b.resident[l])
+			}
+			dup.And(&populated)
+			if !dup.Empty() {
+				err = o.duplicate(t, dup)
+				pages.AndNot(&dup)
+			}
 		}
-		b.mu.Unlock()
+		if err == nil {
+			var none PageMask
+			err = o.moveTo(t, pages, none, -1)
+		}
 		if err != nil {
 			return fmt.Errorf("prefetch %#x+%d to %v: %w", addr, length, dst, err)
 		}
-		va = end
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	return sess.remapRange(r, addr, length)
 }
 
 // checkDevice accepts CPU and the configured devices.
@@ -489,36 +530,4 @@ func (s *Server) checkDevice(d Device, what string) error {
 		return fmt.Errorf("%w: %s %v: this server has one device, 0 (or %d for the CPU)", ErrInvalidDevice, what, d, CPU)
 	}
 	return fmt.Errorf("%w: %s %v: this server has devices 0 to %d (or %d for the CPU)", ErrInvalidDevice, what, d, len(s.arenas)-1, CPU)
-}
-
-// rangeAttributes answers cuMemRangeGetAttribute's questions for a range.
-func (sess *session) rangeAttributes(addr, length uintptr) (RangeAttributes, error) {
-	r, err := sess.findRange(addr, length, "range attributes")
-	if err != nil {
-		return RangeAttributes{}, err
-	}
-	a := RangeAttributes{PreferredLocation: InvalidDevice, LastPrefetchLocation: InvalidDevice, AccessedBy: []Device{}}
-	last := -1 // lastPrefetch code shared by every page so far; -2 when they differ
-	for va := addr; va < addr+length; {
-		off := va - r.start
-		blockAddr := r.start + off&^(BlockSize-1)
-		end := min(addr+length, blockAddr+BlockSize)
-		b := r.block(int(off >> blockShift))
-		b.mu.Lock()
-		for p := int(va-blockAddr) / PageSize; p < int(end-blockAddr)/PageSize; p++ {
-			code := int(b.lastPrefetch[p])
-			switch {
-			case last == -1:
-				last = code
-			case last != code:
-				last = -2
-			}
-		}
-		b.mu.Unlock()
-		va = end
-	}
-	if last > 0 {
-		a.LastPrefetchLocation = location(last - 1).device()
-	}
-	return a, nil
 }

@@ -47,6 +47,7 @@ const (
 	msgSync          // client -> device process: wait for a stream
 	msgStreamDestroy // client -> device process: forget a stream
 	msgDeviceUp      // device process -> client: ready, with its workers
+	msgAdvise        // client -> server: cuMemAdvise
 	msgTypeEnd       // one past the last message type
 )
 
@@ -55,7 +56,7 @@ var msgTypeNames = [...]string{
 	msgRangeAttrs: "range-attributes", msgStats: "stats", msgInfo: "info",
 	msgDeviceConnect: "device-connect", msgDeviceHello: "device-hello", msgDeviceReady: "device-ready",
 	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
-	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up",
+	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up", msgAdvise: "advise",
 }
 
 func (t msgType) String() string {
@@ -102,6 +103,14 @@ type allocRequest struct {
 	flags              uint32
 	trackPrefetch      bool
 	prefetch           string
+	kind               rangeKind
+	device             int32 // the device of device memory
+}
+
+type adviseRequest struct {
+	addr, length uint64
+	advice       uint8
+	device       int32
 }
 
 type rangeRequest struct {
@@ -130,6 +139,24 @@ type deviceHelloRequest struct {
 }
 
 type deviceReadyRequest struct{}
+
+// deviceMapRequest asks a device process to map location loc's file over
+// [addr, addr+length): its own (a new range), or another's (a remote
+// mapping). The pages of wp (bit i: page i of the range, which is then at
+// most a block long) are write-protected in the new mapping from its
+// first instant.
+type deviceMapRequest struct {
+	addr, length uint64
+	loc          uint8
+	wp           PageMask
+}
+
+// mapping is a run of a device's layout: location loc's file over
+// [addr, addr+length).
+type mapping struct {
+	addr, length uint64
+	loc          uint8
+}
 
 // launchRequest runs kernel name with nthreads threads on stream, with a
 // copy of params.
@@ -319,9 +346,13 @@ func parseRequest(b []byte) (header, any, error) {
 		req = hr
 	case msgAlloc:
 		ar := allocRequest{addr: r.u64("address"), length: r.u64("length"), size: r.u64("size"),
-			flags: r.u32("flags"), trackPrefetch: r.boolean("track-prefetch"), prefetch: r.str("prefetch policy")}
+			flags: r.u32("flags"), trackPrefetch: r.boolean("track-prefetch"), prefetch: r.str("prefetch policy"),
+			kind: rangeKind(r.u8("kind")), device: r.i32("device")}
 		if r.err == nil {
 			r.err = checkRange(ar.addr, ar.length, "alloc")
+		}
+		if r.err == nil && ar.kind > kindDevice {
+			r.err = fmt.Errorf("%w: alloc of memory kind %d: want 0 (managed), 1 (pinned host) or 2 (device)", ErrInvalidValue, ar.kind)
 		}
 		if r.err == nil && (ar.size == 0 || ar.size > ar.length || ar.length-ar.size >= PageSize) {
 			r.err = fmt.Errorf("%w: alloc size %d does not fit mapped length %d", ErrInvalidValue, ar.size, ar.length)
@@ -355,7 +386,22 @@ func parseRequest(b []byte) (header, any, error) {
 		req = deviceHelloRequest{device: r.u32("device"), pid: r.u32("pid")}
 	case msgDeviceReady:
 		req = deviceReadyRequest{}
-	case msgDeviceMap, msgDeviceUnmap:
+	case msgDeviceMap:
+		mr := deviceMapRequest{addr: r.u64("address"), length: r.u64("length"), loc: r.u8("location")}
+		for i := range mr.wp {
+			mr.wp[i] = r.u64("write-protect mask")
+		}
+		if r.err == nil {
+			r.err = checkRange(mr.addr, mr.length, h.typ.String())
+		}
+		if r.err == nil && !mr.wp.Empty() && mr.length > BlockSize {
+			r.err = fmt.Errorf("%w: map of %d bytes with write-protected pages: at most one block (%d bytes)", ErrInvalidValue, mr.length, BlockSize)
+		}
+		if r.err == nil && mr.loc > maxDevices {
+			r.err = fmt.Errorf("%w: map of location %d: at most %d", ErrInvalidValue, mr.loc, maxDevices)
+		}
+		req = mr
+	case msgDeviceUnmap:
 		rr := rangeRequest{addr: r.u64("address"), length: r.u64("length")}
 		if r.err == nil {
 			r.err = checkRange(rr.addr, rr.length, h.typ.String())
@@ -369,6 +415,12 @@ func parseRequest(b []byte) (header, any, error) {
 		req = lr
 	case msgSync, msgStreamDestroy:
 		req = streamRequest{stream: r.u32("stream")}
+	case msgAdvise:
+		ar := adviseRequest{addr: r.u64("address"), length: r.u64("length"), advice: r.u8("advice"), device: r.i32("device")}
+		if r.err == nil {
+			r.err = checkRange(ar.addr, ar.length, "advise")
+		}
+		req = ar
 	default:
 		return h, nil, fmt.Errorf("%w: unknown request type %d", ErrInvalidValue, uint16(h.typ))
 	}
@@ -411,6 +463,17 @@ func encodeAlloc(seq uint32, ar allocRequest) []byte {
 	w.u32(ar.flags)
 	w.boolean(ar.trackPrefetch)
 	w.str(ar.prefetch)
+	w.u8(uint8(ar.kind))
+	w.i32(ar.device)
+	return w.b
+}
+
+func encodeAdvise(seq uint32, ar adviseRequest) []byte {
+	w := newMessage(header{typ: msgAdvise, seq: seq})
+	w.u64(ar.addr)
+	w.u64(ar.length)
+	w.u8(ar.advice)
+	w.i32(ar.device)
 	return w.b
 }
 
@@ -452,6 +515,24 @@ func encodeDeviceConnect(seq uint32, d Device) []byte {
 	return w.b
 }
 
+func encodeDeviceMap(seq uint32, mr deviceMapRequest) []byte {
+	w := newMessage(header{typ: msgDeviceMap, seq: seq})
+	w.u64(mr.addr)
+	w.u64(mr.length)
+	w.u8(mr.loc)
+	for _, x := range mr.wp {
+		w.u64(x)
+	}
+	return w.b
+}
+
+func encodeDeviceUnmap(seq uint32, addr, length uint64) []byte {
+	w := newMessage(header{typ: msgDeviceUnmap, seq: seq})
+	w.u64(addr)
+	w.u64(length)
+	return w.b
+}
+
 func encodeDeviceHello(seq uint32, dh deviceHelloRequest) []byte {
 	w := newMessage(header{typ: msgDeviceHello, seq: seq})
 	w.u32(dh.device)
@@ -474,31 +555,36 @@ func encodeStreamRequest(typ msgType, seq uint32, stream uint32) []byte {
 	return w.b
 }
 
-// encodeRangesReply lists ranges as address, length pairs.
-func encodeRangesReply(h header, ranges [][2]uint64) []byte {
+// encodeLayoutReply lists what a device maps, in order: each run maps
+// its location's file over the addresses, later runs over earlier ones.
+func encodeLayoutReply(h header, runs []mapping) []byte {
 	w := newMessage(header{typ: h.typ, seq: h.seq})
-	w.u32(uint32(len(ranges)))
-	for _, r := range ranges {
-		w.u64(r[0])
-		w.u64(r[1])
+	w.u32(uint32(len(runs)))
+	for _, m := range runs {
+		w.u64(m.addr)
+		w.u64(m.length)
+		w.u8(m.loc)
 	}
 	return w.b
 }
 
-func decodeRangesReply(r *wireReader) ([][2]uint64, error) {
-	n := r.u32("range count")
-	if r.err == nil && n > maxMessageSize/16 {
-		return nil, fmt.Errorf("%w: %d ranges", ErrInvalidValue, n)
+func decodeLayoutReply(r *wireReader) ([]mapping, error) {
+	n := r.u32("run count")
+	if r.err == nil && n > maxMessageSize/17 {
+		return nil, fmt.Errorf("%w: %d mapping runs", ErrInvalidValue, n)
 	}
-	out := make([][2]uint64, 0, n)
+	out := make([]mapping, 0, n)
 	for i := uint32(0); i < n && r.err == nil; i++ {
-		a, l := r.u64("range address"), r.u64("range length")
+		m := mapping{addr: r.u64("run address"), length: r.u64("run length"), loc: r.u8("run location")}
 		if r.err == nil {
-			r.err = checkRange(a, l, "range")
+			r.err = checkRange(m.addr, m.length, "mapping")
 		}
-		out = append(out, [2]uint64{a, l})
+		if r.err == nil && m.loc > maxDevices {
+			r.err = fmt.Errorf("%w: mapping of location %d: at most %d", ErrInvalidValue, m.loc, maxDevices)
+		}
+		out = append(out, m)
 	}
-	return out, r.done("ranges reply")
+	return out, r.done("layout reply")
 }
 
 // Replies.

@@ -126,12 +126,14 @@ func FuzzParseRequest(f *testing.F) {
 				again = encodeFree(h.seq, r.addr)
 			case msgRangeAttrs:
 				again = encodeRangeAttrs(h.seq, r)
-			default: // device map and unmap
+			default: // device unmap
 				w := newMessage(h)
 				w.u64(r.addr)
 				w.u64(r.length)
 				again = w.b
 			}
+		case deviceMapRequest:
+			again = encodeDeviceMap(h.seq, r)
 		case struct{}:
 			again = encodeInfo(h.seq)
 		case deviceConnectRequest:

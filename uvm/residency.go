@@ -1,6 +1,7 @@
 package uvm
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,9 @@ type managedRange struct {
 	length  uintptr // a multiple of PageSize
 	size    int64   // bytes asked for
 	flags   uint32
+
+	kind  rangeKind
+	owner location // the device of device memory
 
 	prefetch      PrefetchPolicy
 	trackPrefetch bool
@@ -49,6 +53,36 @@ type block struct {
 	// lastPrefetch[p] is 1 + the location page p was last explicitly
 	// prefetched to, 0 if never.
 	lastPrefetch [PagesPerBlock]uint8
+	// advice is the block's share of its range's cuMemAdvise state, nil
+	// until advice touches the block.
+	advice *blockAdvice
+	// maps[l] says which file device view l maps over each page, nil
+	// while it maps its own everywhere (remote.go).
+	maps []*viewMap
+	// thrash is the thrashing detector's state, nil until a fault moves
+	// a page of the block from one processor to another.
+	thrash *thrashState
+}
+
+// rangeKind is what sort of memory a range is.
+type rangeKind uint8
+
+const (
+	kindManaged    rangeKind = iota // MallocManaged: migrates on demand
+	kindPinnedHost                  // HostAlloc, HostRegister: host memory devices map
+	kindDevice                      // Malloc: device memory, only in its arena
+)
+
+func (k rangeKind) String() string {
+	switch k {
+	case kindManaged:
+		return "managed memory"
+	case kindPinnedHost:
+		return "pinned host memory"
+	case kindDevice:
+		return "device memory"
+	}
+	return fmt.Sprintf("memory kind %d", uint8(k))
 }
 
 func (r *managedRange) pages() int { return int(r.length / PageSize) }

@@ -40,7 +40,8 @@ type session struct {
 
 	ranges atomic.Pointer[rangeTable]
 
-	stats *counters // retired statistics of freed ranges
+	stats  *counters // retired statistics of freed ranges
+	remaps *remapper // device mapping changes that faults cause
 }
 
 // client is the session's client view, nil for a monitor.
@@ -72,7 +73,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 		return nil, err
 	}
 	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: peerPID, role: hello.role, conn: c, stats: newCounters(s.locations()),
-		views: make([]atomic.Pointer[view], s.locations())}
+		views: make([]atomic.Pointer[view], s.locations()), remaps: newRemapper()}
 	sess.ranges.Store(&rangeTable{})
 	if hello.role == roleClient {
 		if err := sess.adopt(fds[0], fds[1]); err != nil {
@@ -83,6 +84,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	s.sessionsMu.Lock()
 	s.sessions[sess.id] = sess
 	s.sessionsMu.Unlock()
+	go sess.remapLoop() // ended by endSession
 	var features uint64
 	if v := sess.client(); v != nil {
 		if err := s.watch(v); err != nil {
@@ -196,6 +198,8 @@ func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 		return encodeRangeAttrsReply(h, a), nil, nil
 	case prefetchRequest:
 		return encodeEmptyReply(h), nil, sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
+	case adviseRequest:
+		return encodeEmptyReply(h), nil, sess.advise(uintptr(r.addr), uintptr(r.length), Advice(r.advice), Device(r.device))
 	case statsRequest:
 		st, err := sess.statsFor(r)
 		if err != nil {
@@ -379,6 +383,7 @@ func (sess *session) deviceFileBytes() []int64 {
 // closes its files, and only then removes it from the server's table, so
 // that a session that is gone from the table holds nothing any more.
 func (s *Server) endSession(sess *session) {
+	close(sess.remaps.quit)
 	// Device processes first: they map the client's ranges.
 	for l := len(sess.views) - 1; l >= 0; l-- {
 		if v := sess.views[l].Load(); v != nil {

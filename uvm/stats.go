@@ -21,15 +21,22 @@ const (
 // allocation). Every field is updated with atomics from the fault path,
 // so readers never stop it.
 type counters struct {
-	locations  int
-	faults     [][numFaultKinds]atomic.Uint64 // by faulting processor
-	migrated   []atomic.Uint64                // pages, index from*locations+to
-	populated  []atomic.Uint64                // zero-filled pages, by processor
-	evicted    []atomic.Uint64                // pages evicted from each location
-	prefetched atomic.Uint64                  // pages brought speculatively
-	used       atomic.Uint64                  // of those, pages seen touched
-	unused     atomic.Uint64                  // of those, pages that left untouched
-	service    histogram                      // fault service time
+	locations int
+	faults    [][numFaultKinds]atomic.Uint64 // by faulting processor
+	migrated  []atomic.Uint64                // pages, index from*locations+to
+	populated []atomic.Uint64                // zero-filled pages, by processor
+	evicted   []atomic.Uint64                // pages evicted from each location
+	// By processor: pages a device's view came to map in another
+	// location's memory, pages copied to it by read duplication, faults
+	// of it throttled, and pins of pages it thrashed on.
+	remoteMapped   []atomic.Uint64
+	readDuplicated []atomic.Uint64
+	throttles      []atomic.Uint64
+	pins           []atomic.Uint64
+	prefetched     atomic.Uint64 // pages brought speculatively
+	used           atomic.Uint64 // of those, pages seen touched
+	unused         atomic.Uint64 // of those, pages that left untouched
+	service        histogram     // fault service time
 }
 
 // newCounters sizes counters for the host and devices-1 devices: a
@@ -42,6 +49,11 @@ func newCounters(locations int) *counters {
 		migrated:  make([]atomic.Uint64, locations*locations),
 		populated: make([]atomic.Uint64, locations),
 		evicted:   make([]atomic.Uint64, locations),
+
+		remoteMapped:   make([]atomic.Uint64, locations),
+		readDuplicated: make([]atomic.Uint64, locations),
+		throttles:      make([]atomic.Uint64, locations),
+		pins:           make([]atomic.Uint64, locations),
 	}
 }
 
@@ -54,6 +66,10 @@ func (c *counters) addFrom(o *counters) {
 		}
 		c.populated[l].Add(o.populated[l].Load())
 		c.evicted[l].Add(o.evicted[l].Load())
+		c.remoteMapped[l].Add(o.remoteMapped[l].Load())
+		c.readDuplicated[l].Add(o.readDuplicated[l].Load())
+		c.throttles[l].Add(o.throttles[l].Load())
+		c.pins[l].Add(o.pins[l].Load())
 	}
 	for i := range o.migrated {
 		c.migrated[i].Add(o.migrated[i].Load())
@@ -92,6 +108,18 @@ type Stats struct {
 	// the host when its arena was full, from the host to a device above
 	// the host budget.
 	Evicted []ProcessorPages `json:"evicted"`
+	// RemoteMapped counts pages a device came to map where they lie, in
+	// another processor's memory, instead of migrating them (preferred
+	// location, accessed-by, pinned thrashing pages).
+	RemoteMapped []ProcessorPages `json:"remote_mapped"`
+	// ReadDuplicated counts pages copied to a processor by read
+	// duplication (read-mostly advice), the other copies kept.
+	ReadDuplicated []ProcessorPages `json:"read_duplicated"`
+	// Throttles counts a processor's faults on thrashing pages that were
+	// made to wait; Pins counts pages pinned in host memory because the
+	// processor kept taking them.
+	Throttles []ProcessorCount `json:"throttles"`
+	Pins      []ProcessorCount `json:"pins"`
 	// PrefetchedPages counts pages brought in speculatively, beyond the
 	// faulted ones.
 	PrefetchedPages uint64 `json:"prefetched_pages"`
@@ -133,8 +161,14 @@ type ProcessorPages struct {
 	Pages     uint64 `json:"pages"`
 }
 
+// ProcessorCount counts events of one processor.
+type ProcessorCount struct {
+	Processor Device `json:"processor"`
+	Count     uint64 `json:"count"`
+}
+
 // TotalFaults sums faults over processors.
-func (s *Stats) TotalFaults() uint64 {
+func (s Stats) TotalFaults() uint64 {
 	var n uint64
 	for _, f := range s.Faults {
 		n += f.Total()
@@ -143,7 +177,7 @@ func (s *Stats) TotalFaults() uint64 {
 }
 
 // MigratedPages returns the pages moved from one processor to another.
-func (s *Stats) MigratedPages(from, to Device) uint64 {
+func (s Stats) MigratedPages(from, to Device) uint64 {
 	for _, m := range s.Migrations {
 		if m.From == from && m.To == to {
 			return m.Pages
@@ -153,7 +187,7 @@ func (s *Stats) MigratedPages(from, to Device) uint64 {
 }
 
 // FaultsBy returns the faults taken by one processor.
-func (s *Stats) FaultsBy(d Device) ProcessorFaults {
+func (s Stats) FaultsBy(d Device) ProcessorFaults {
 	for _, f := range s.Faults {
 		if f.Processor == d {
 			return f
@@ -163,8 +197,22 @@ func (s *Stats) FaultsBy(d Device) ProcessorFaults {
 }
 
 // EvictedPages returns the pages evicted from one processor's memory.
-func (s *Stats) EvictedPages(d Device) uint64 {
-	for _, p := range s.Evicted {
+func (s Stats) EvictedPages(d Device) uint64 { return pagesOf(s.Evicted, d) }
+
+// RemoteMappedPages returns the pages device d came to map remotely.
+func (s Stats) RemoteMappedPages(d Device) uint64 { return pagesOf(s.RemoteMapped, d) }
+
+// ReadDuplicatedPages returns the pages copied to d by read duplication.
+func (s Stats) ReadDuplicatedPages(d Device) uint64 { return pagesOf(s.ReadDuplicated, d) }
+
+// ThrottlesOf returns how many of d's faults were throttled.
+func (s Stats) ThrottlesOf(d Device) uint64 { return countOf(s.Throttles, d) }
+
+// PinsOf returns how many pages were pinned because d thrashed on them.
+func (s Stats) PinsOf(d Device) uint64 { return countOf(s.Pins, d) }
+
+func pagesOf(ps []ProcessorPages, d Device) uint64 {
+	for _, p := range ps {
 		if p.Processor == d {
 			return p.Pages
 		}
@@ -172,15 +220,17 @@ func (s *Stats) EvictedPages(d Device) uint64 {
 	return 0
 }
 
-// PopulatedPages returns the pages zero-filled on one processor.
-func (s *Stats) PopulatedPages(d Device) uint64 {
-	for _, p := range s.Populated {
-		if p.Processor == d {
-			return p.Pages
+func countOf(cs []ProcessorCount, d Device) uint64 {
+	for _, c := range cs {
+		if c.Processor == d {
+			return c.Count
 		}
 	}
 	return 0
 }
+
+// PopulatedPages returns the pages zero-filled on one processor.
+func (s Stats) PopulatedPages(d Device) uint64 { return pagesOf(s.Populated, d) }
 
 func (c *counters) snapshot() Stats {
 	var s Stats
@@ -194,8 +244,21 @@ func (c *counters) snapshot() Stats {
 		if n := c.populated[l].Load(); n > 0 {
 			s.Populated = append(s.Populated, ProcessorPages{Processor: location(l).device(), Pages: n})
 		}
+		d := location(l).device()
 		if n := c.evicted[l].Load(); n > 0 {
-			s.Evicted = append(s.Evicted, ProcessorPages{Processor: location(l).device(), Pages: n})
+			s.Evicted = append(s.Evicted, ProcessorPages{Processor: d, Pages: n})
+		}
+		if n := c.remoteMapped[l].Load(); n > 0 {
+			s.RemoteMapped = append(s.RemoteMapped, ProcessorPages{Processor: d, Pages: n})
+		}
+		if n := c.readDuplicated[l].Load(); n > 0 {
+			s.ReadDuplicated = append(s.ReadDuplicated, ProcessorPages{Processor: d, Pages: n})
+		}
+		if n := c.throttles[l].Load(); n > 0 {
+			s.Throttles = append(s.Throttles, ProcessorCount{Processor: d, Count: n})
+		}
+		if n := c.pins[l].Load(); n > 0 {
+			s.Pins = append(s.Pins, ProcessorCount{Processor: d, Count: n})
 		}
 		for to := 0; to < locations; to++ {
 			if n := c.migrated[l*locations+to].Load(); n > 0 {

@@ -173,16 +173,22 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	f, err := sess.deviceFile(int(l.device()))
-	if err != nil {
-		u.Close()
-		writeMessage(c, encodeError(h, err), nil)
-		return nil, err
+	// The device maps every location's file: its own over its ranges,
+	// the others' where it maps remotely.
+	fds = fds[:0]
+	for loc := range sess.views {
+		f, err := sess.file(location(loc))
+		if err != nil {
+			u.Close()
+			writeMessage(c, encodeError(h, err), nil)
+			return nil, err
+		}
+		fds = append(fds, f.Fd())
 	}
 	v := &view{sess: sess, loc: l, pid: int(dh.pid), uffd: u, conn: c, replies: make(chan []byte, 1)}
 
-	// The range table is frozen while the device maps and registers it:
-	// an allocation meanwhile would be missed.
+	// The range table is frozen while the device maps it: an allocation
+	// meanwhile would be missed.
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	if old := sess.views[l].Load(); old != nil {
@@ -191,16 +197,16 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	ranges := sess.ranges.Load().ranges
-	list := make([][2]uint64, len(ranges))
-	for i, r := range ranges {
-		list[i] = [2]uint64{uint64(r.start), uint64(r.length)}
+	layout, err := sess.layoutFor(l)
+	if err == nil {
+		err = writeMessage(c, encodeLayoutReply(h, layout), fds)
 	}
-	if err := writeMessage(c, encodeRangesReply(h, list), []int{f.Fd()}); err != nil {
+	if err != nil {
 		u.Close()
+		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	// The device maps them all and says so.
+	// The device maps and registers its layout and says so.
 	b, fds, err = readMessage(c, buf)
 	closeFDs(fds)
 	if err == nil {
@@ -213,14 +219,6 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		u.Close()
 		return nil, err
 	}
-	for _, r := range ranges {
-		if _, err := u.Register(r.start, r.length, hostViewMode); err != nil {
-			u.Close()
-			err = fmt.Errorf("%w: register %#x+%d in device %d: %v", ErrInternal, r.start, r.length, l.device(), err)
-			writeMessage(c, encodeError(h, err), nil)
-			return nil, err
-		}
-	}
 	if err := srv.watch(v); err != nil {
 		u.Close()
 		writeMessage(c, encodeError(h, err), nil)
@@ -230,6 +228,9 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		g.add(viewKey(sess.id, l), v.pid, u)
 	}
 	sess.views[l].Store(v)
+	// Published first, so that copies made from now on protect it too;
+	// the device runs no kernel before the reply.
+	sess.protectCopies(v)
 	if err := writeMessage(c, encodeEmptyReply(h), nil); err != nil {
 		sess.views[l].Store(nil)
 		srv.unwatch(v)
@@ -239,29 +240,98 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 	return v, nil
 }
 
+// layoutFor computes what a new process of device l maps: each range
+// from its own file (or, for pinned host and device memory, the owner's),
+// then the runs policy wants mapped remotely. It records them as the
+// view's mappings. sess.mu is held, so the ranges stand still.
+func (sess *session) layoutFor(l location) ([]mapping, error) {
+	var out []mapping
+	now := sess.srv.nowMicros()
+	for _, r := range sess.ranges.Load().ranges {
+		base := l
+		if f, ok := r.staticFile(l); ok {
+			base = f
+		}
+		out = append(out, mapping{addr: uint64(r.start), length: uint64(r.length), loc: uint8(base)})
+		if r.kind != kindManaged {
+			continue
+		}
+		for bi := range r.blocks {
+			b := r.blocks[bi].Load()
+			if b == nil {
+				continue
+			}
+			b.mu.Lock()
+			b.resetMaps(l)
+			o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*BlockSize}
+			for from := 0; ; {
+				first, outer, to, found := o.mismatch(l, from, now)
+				if !found {
+					break
+				}
+				b.setMapping(l, first, outer, to, false, sess.srv.locations())
+				out = append(out, mapping{addr: uint64(o.pageAddr(first)), length: uint64(outer-first) * PageSize, loc: uint8(to)})
+				if to != l {
+					r.stats.remoteMapped[l].Add(uint64(outer - first))
+					sess.srv.stats.remoteMapped[l].Add(uint64(outer - first))
+				}
+				from = outer
+			}
+			b.mu.Unlock()
+		}
+	}
+	if len(out) > maxMessageSize/20 {
+		return nil, fmt.Errorf("%w: device %d would map %d separate runs, more than one message holds; advise larger ranges", ErrNotSupported, l.device(), len(out))
+	}
+	return out, nil
+}
+
+// protectCopies write-protects, in a new device view, every page with
+// several copies (read duplication), so that its writes fault.
+func (sess *session) protectCopies(v *view) {
+	for _, r := range sess.ranges.Load().ranges {
+		for bi := range r.blocks {
+			b := r.blocks[bi].Load()
+			if b == nil {
+				continue
+			}
+			b.mu.Lock()
+			dup := b.duplicated()
+			for p, q := dup.NextRun(0); p >= 0; p, q = dup.NextRun(q) {
+				addr := r.start + uintptr(bi)*BlockSize + uintptr(p)*PageSize
+				if err := v.uffd.WriteProtect(addr, uintptr(q-p)*PageSize, true, true); err != nil {
+					sess.srv.logger.Printf("pid %d device %d: protect copies at %#x: %v", sess.pid, v.loc.device(), addr, err)
+				}
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
 // deviceRequestTimeout bounds how long the server waits for a device
 // process to map or unmap a range before it gives up on the process.
 const deviceRequestTimeout = 10 * time.Second
 
-// request asks the device process to act and waits for its reply. It is
-// called under sess.mu, which attach also takes, so v is attached.
-func (v *view) request(typ msgType, addr, length uint64) error {
+// request asks the device process to act and waits for its reply.
+func (v *view) request(b []byte, typ msgType) error {
 	v.reqMu.Lock()
 	defer v.reqMu.Unlock()
-	h := header{typ: typ, seq: v.seq.Add(1)}
-	w := newMessage(h)
-	w.u64(addr)
-	w.u64(length)
-	if err := writeMessage(v.conn, w.b, nil); err != nil {
+	return v.requestLocked(b, typ)
+}
+
+// requestLocked is request with v.reqMu held.
+func (v *view) requestLocked(b []byte, typ msgType) error {
+	h, _, _ := parseHeader(b)
+	if err := writeMessage(v.conn, b, nil); err != nil {
 		return fmt.Errorf("%w: device %d process: %v", ErrInternal, v.loc.device(), err)
 	}
 	select {
-	case b := <-v.replies:
-		_, err := parseReply(b, h)
+	case reply := <-v.replies:
+		_, err := parseReply(reply, h)
 		return err
 	case <-time.After(deviceRequestTimeout):
 		v.conn.Close() // its reader ends and detaches the view
-		return fmt.Errorf("%w: device %d process (pid %d) did not answer %s of %#x+%d within %v", ErrInternal, v.loc.device(), v.pid, typ, addr, length, deviceRequestTimeout)
+		return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", ErrInternal, v.loc.device(), v.pid, typ, deviceRequestTimeout)
 	}
 }
 
@@ -273,10 +343,11 @@ func (sess *session) mapInDevices(r *managedRange) error {
 		if v == nil {
 			continue
 		}
-		err := v.request(msgDeviceMap, uint64(r.start), uint64(r.length))
-		if err == nil {
-			_, err = v.uffd.Register(r.start, r.length, hostViewMode)
+		loc := location(l)
+		if f, ok := r.staticFile(loc); ok {
+			loc = f
 		}
+		err := v.request(encodeDeviceMap(v.seq.Add(1), deviceMapRequest{addr: uint64(r.start), length: uint64(r.length), loc: uint8(loc)}), msgDeviceMap)
 		v.release()
 		if err != nil {
 			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
@@ -290,7 +361,7 @@ func (sess *session) mapInDevices(r *managedRange) error {
 func (sess *session) unmapInDevices(r *managedRange) {
 	for l := 1; l < len(sess.views); l++ {
 		if v := sess.viewRef(location(l)); v != nil {
-			if err := v.request(msgDeviceUnmap, uint64(r.start), uint64(r.length)); err != nil {
+			if err := v.request(encodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), msgDeviceUnmap); err != nil {
 				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.start, r.length, l-1, err)
 			}
 			v.release()
