@@ -208,6 +208,19 @@ func ReturnToReservation(addr uintptr, length int64) error {
 	return nil
 }
 
+// MapAnonymousFixed replaces whatever is mapped at [addr, addr+length)
+// with private anonymous read-write memory, as ordinary memory of the
+// process is: it gives back memory that was aliased to a file.
+func MapAnonymousFixed(addr uintptr, length int64) error {
+	if addr%PageSize != 0 || length <= 0 || length%PageSize != 0 {
+		return fmt.Errorf("map anonymous %#x+%d: want a page-aligned address and a positive multiple of %d bytes", addr, length, PageSize)
+	}
+	if _, err := memsys.Mmap(addr, uintptr(length), memsys.ProtRead|memsys.ProtWrite, memsys.MapPrivate|memsys.MapAnonymous|memsys.MapFixed, -1, 0); err != nil {
+		return fmt.Errorf("map anonymous %#x+%d: %w", addr, length, err)
+	}
+	return nil
+}
+
 // ErrAddressInUse says a fixed reservation met an existing mapping.
 var ErrAddressInUse = errors.New("address range already in use")
 
@@ -235,4 +248,16 @@ func DontFork(addr uintptr, length int64) error {
 		return fmt.Errorf("dontfork %#x+%d: %w", addr, length, err)
 	}
 	return nil
+}
+
+// IsMapped reports whether every page of [addr, addr+length) is mapped
+// in this process, so that touching it cannot fault for lack of a
+// mapping.
+func IsMapped(addr uintptr, length int64) bool {
+	if length <= 0 || addr+uintptr(length) < addr {
+		return false
+	}
+	start := addr &^ (PageSize - 1)
+	end := (addr + uintptr(length) + PageSize - 1) &^ (PageSize - 1)
+	return memsys.MadviseNormal(start, end-start) == nil
 }

@@ -182,3 +182,37 @@ func TestMapOver(t *testing.T) {
 	require.ErrorContains(t, err, "refused")
 	assert.Equal(t, byte('a'), BytesAt(addr, PageSize)[0], "a refused prepare leaves the old mapping")
 }
+
+func TestMapAnonymousFixed(t *testing.T) {
+	addr, err := ReserveAddressSpace(PageSize, PageSize)
+	require.NoError(t, err)
+	defer ReleaseAddressSpace(addr, PageSize)
+	f, err := CreateFile("anon-fixed", FileSize)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.MapFixed(addr, 0, PageSize))
+	BytesAt(addr, PageSize)[0] = 'f'
+	require.NoError(t, MapAnonymousFixed(addr, PageSize))
+	mem := BytesAt(addr, PageSize)
+	assert.Zero(t, mem[0], "fresh anonymous memory")
+	mem[0] = 'x'
+	got := make([]byte, 1)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, byte('f'), got[0], "writes no longer reach the file")
+	assert.Error(t, MapAnonymousFixed(addr+1, PageSize), "unaligned")
+}
+
+func TestIsMapped(t *testing.T) {
+	m, err := CreateFile("is-mapped", FileSize)
+	require.NoError(t, err)
+	defer m.Close()
+	mp, err := m.Map(0, 2*PageSize)
+	require.NoError(t, err)
+	addr := mp.Addr()
+	assert.True(t, IsMapped(addr+10, 100))
+	assert.True(t, IsMapped(addr, 2*PageSize))
+	require.NoError(t, mp.Unmap())
+	assert.False(t, IsMapped(addr, PageSize), "unmapped")
+	assert.False(t, IsMapped(addr, 0), "empty")
+}

@@ -218,6 +218,16 @@ func MadviseDontFork(addr, length uintptr) error {
 	return nil
 }
 
+// MadviseNormal sets MADV_NORMAL on [addr, addr+length): a no-op that
+// fails with ENOMEM where part of the range is not mapped.
+func MadviseNormal(addr, length uintptr) error {
+	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_NORMAL)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
 // SchedSetaffinity restricts the calling thread to one CPU.
 func SchedSetaffinity(cpu int) error {
 	var set unix.CPUSet
