@@ -204,6 +204,9 @@ func (sess *session) rangeAttributes(addr, length uintptr) (RangeAttributes, err
 	if err != nil {
 		return RangeAttributes{}, err
 	}
+	if r.kind != kindManaged {
+		return RangeAttributes{}, fmt.Errorf("%w: range attributes of %#x: they describe managed memory, and this is %s", ErrInvalidValue, addr, r.kind)
+	}
 	locations := sess.srv.locations()
 	readMostly := true
 	preferred, last := -1, -1 // codes shared by every page so far; -2 when they differ

@@ -63,9 +63,13 @@ type Session struct {
 	features uffd.Feature
 	private  *privateServer // nil with a daemon
 
-	allocMu sync.RWMutex
-	allocs  []*Allocation // sorted by address, guarded by allocMu
-	window  vaWindow      // addresses of managed ranges
+	allocMu    sync.RWMutex
+	allocs     []*Allocation  // sorted by address, guarded by allocMu
+	registered []registration // HostRegister'ed memory, sorted by host address, guarded by allocMu
+	window     vaWindow       // addresses of managed ranges
+
+	stagingMu sync.Mutex
+	staging   *devmem.Mapping // host-file window for device-memory copies, made on first use
 
 	devMu sync.Mutex
 	devs  []*deviceProc // created on first use, guarded by devMu
@@ -86,15 +90,17 @@ type rpc struct {
 
 // Allocation is one managed allocation.
 type Allocation struct {
-	s        *Session
-	addr     uintptr
-	size     int64
-	length   uintptr // size rounded up to pages: what is mapped and managed
-	reserved uintptr // length rounded up to 2 MiB: the address space held
-	bufferID uint64
-	device   Device
-	kind     rangeKind
-	freed    atomic.Bool
+	s         *Session
+	addr      uintptr
+	size      int64
+	length    uintptr // size rounded up to pages: what is mapped and managed
+	reserved  uintptr // length rounded up to 2 MiB: the address space held
+	bufferID  uint64
+	device    Device
+	kind      rangeKind
+	flags     uint32  // HostAlloc's flags for pinned host memory
+	hostAlias uintptr // registered host memory: where the program has it
+	freed     atomic.Bool
 }
 
 // AllocOption tunes one allocation.
@@ -367,6 +373,14 @@ func (s *Session) Close() error {
 		}
 	}
 	s.devMu.Unlock()
+	// Registered memory goes back to the program before the server, and
+	// the host file its pages live in, go away.
+	s.allocMu.RLock()
+	registered := append([]registration(nil), s.registered...)
+	s.allocMu.RUnlock()
+	for _, r := range registered {
+		s.HostUnregister(r.host) // the server's side goes with the session anyway
+	}
 	s.allocMu.Lock()
 	allocs := s.allocs
 	s.allocs = nil
@@ -403,6 +417,13 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 			return nil, err
 		}
 	}
+	return s.allocate(size, req, nil)
+}
+
+// allocate reserves address space in the managed window, maps the host
+// file over it (prepare may fill it, as pinned memory is filled before it
+// is registered) and registers the range with the server.
+func (s *Session) allocate(size int64, req allocRequest, prepare func(addr uintptr, length int64) error) (*Allocation, error) {
 	length := roundUp(uintptr(size), PageSize)
 	reserved := roundUp(length, BlockSize)
 	addr, err := s.window.reserve(reserved)
@@ -418,6 +439,13 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 		s.window.release(addr, reserved)
 		return nil, fmt.Errorf("%w: map host file at %#x: %v", ErrMemoryAllocation, addr, err)
 	}
+	if prepare != nil {
+		if err := prepare(addr, int64(length)); err != nil {
+			s.host.Punch(int64(addr), int64(length))
+			s.window.release(addr, reserved)
+			return nil, err
+		}
+	}
 	req.addr, req.length = uint64(addr), uint64(length)
 	r, err := s.request(encodeAlloc(s.nextSeq(), req), msgAlloc)
 	var id uint64
@@ -426,11 +454,17 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 		err = r.done("alloc reply")
 	}
 	if err != nil {
+		if req.kind == kindPinnedHost {
+			s.host.Punch(int64(addr), int64(length))
+		}
 		s.window.release(addr, reserved)
 		return nil, err
 	}
-	a := &Allocation{s: s, addr: addr, size: size, length: length, reserved: reserved, bufferID: id, device: 0}
-	if len(s.devices) == 0 {
+	a := &Allocation{s: s, addr: addr, size: size, length: length, reserved: reserved, bufferID: id, device: 0, kind: req.kind}
+	switch {
+	case req.kind == kindDevice:
+		a.device = Device(req.device)
+	case len(s.devices) == 0 || req.kind == kindPinnedHost:
 		a.device = CPU
 	}
 	s.allocMu.Lock()
@@ -459,19 +493,37 @@ func (s *Session) notManaged(what string, addr uintptr) error {
 	return fmt.Errorf("%w: %s: %#x is not managed memory of this process", ErrInvalidValue, what, addr)
 }
 
-// Free releases an allocation, as cudaFree; addr must be its start. A
-// thread that touches the memory afterwards (or is blocked in a fault on
-// it) gets SIGSEGV or SIGBUS, never stale data.
+// Free releases managed or device memory, as cudaFree; addr must be the
+// allocation's start. A thread that touches the memory afterwards (or is
+// blocked in a fault on it) gets SIGSEGV or SIGBUS, never stale data.
+// Pinned host memory is freed by FreeHost.
 func (s *Session) Free(addr uintptr) error {
+	a, err := s.allocationAt(addr, "free")
+	if err != nil {
+		return err
+	}
+	if a.kind == kindPinnedHost {
+		return fmt.Errorf("%w: free %#x: it is pinned host memory; free it with FreeHost (or HostUnregister if it was registered)", ErrInvalidValue, addr)
+	}
+	return s.release(a)
+}
+
+// allocationAt returns the allocation that starts at addr.
+func (s *Session) allocationAt(addr uintptr, what string) (*Allocation, error) {
 	a := s.lookup(addr)
 	if a == nil {
-		return s.notManaged("free", addr)
+		return nil, s.notManaged(what, addr)
 	}
 	if a.addr != addr {
-		return fmt.Errorf("%w: free %#x: not the start of an allocation (it lies %d bytes into the one at %#x)", ErrInvalidValue, addr, addr-a.addr, a.addr)
+		return nil, fmt.Errorf("%w: %s %#x: not the start of an allocation (it lies %d bytes into the one at %#x)", ErrInvalidValue, what, addr, addr-a.addr, a.addr)
 	}
+	return a, nil
+}
+
+// release frees an allocation of any kind.
+func (s *Session) release(a *Allocation) error {
 	if a.freed.Swap(true) {
-		return fmt.Errorf("%w: free %#x: already freed", ErrInvalidValue, addr)
+		return fmt.Errorf("%w: free %#x: already freed", ErrInvalidValue, a.addr)
 	}
 	s.allocMu.Lock()
 	for i, x := range s.allocs {
@@ -484,7 +536,7 @@ func (s *Session) Free(addr uintptr) error {
 	// The server frees first, while the range is still registered: it
 	// sees which prefetched pages were used, and a thread blocked in a
 	// fault on the range is woken into SIGBUS rather than left waiting.
-	_, err := s.request(encodeFree(s.nextSeq(), uint64(addr)), msgFree)
+	_, err := s.request(encodeFree(s.nextSeq(), uint64(a.addr)), msgFree)
 	if rerr := s.window.release(a.addr, a.reserved); rerr != nil && err == nil {
 		err = fmt.Errorf("%w: unmap %#x: %v", ErrInternal, a.addr, rerr)
 	}
@@ -580,12 +632,28 @@ func (s *Session) RangeAttribute(addr uintptr, n int64, attr RangeAttr) (any, er
 // cuPointerGetAttribute; a pointer the runtime does not own is an error
 // (ErrInvalidValue), as there.
 func (s *Session) PointerAttributes(ptr uintptr) (PointerAttributes, error) {
+	if reg := s.registeredAt(ptr); reg != nil {
+		a := reg.alloc
+		return PointerAttributes{Type: MemoryHost, Device: CPU, DevicePointer: a.addr + (ptr - reg.host), HostPointer: ptr,
+			RangeStart: reg.host, RangeSize: a.size, BufferID: a.bufferID}, nil
+	}
 	a := s.lookup(ptr)
 	if a == nil || ptr >= a.addr+uintptr(a.size) {
 		return PointerAttributes{Type: MemoryUnregistered, Device: InvalidDevice}, s.notManaged("pointer attributes", ptr)
 	}
-	return PointerAttributes{Type: MemoryManaged, Device: a.device, DevicePointer: ptr, HostPointer: ptr,
-		RangeStart: a.addr, RangeSize: a.size, BufferID: a.bufferID, IsManaged: true}, nil
+	attrs := PointerAttributes{Type: MemoryManaged, Device: a.device, DevicePointer: ptr, HostPointer: ptr,
+		RangeStart: a.addr, RangeSize: a.size, BufferID: a.bufferID, IsManaged: true}
+	switch a.kind {
+	case kindPinnedHost:
+		attrs.Type, attrs.IsManaged = MemoryHost, false
+		if a.hostAlias != 0 {
+			attrs.HostPointer = a.hostAlias + (ptr - a.addr)
+			attrs.RangeStart = a.hostAlias
+		}
+	case kindDevice:
+		attrs.Type, attrs.IsManaged, attrs.HostPointer = MemoryDevice, false, 0
+	}
+	return attrs, nil
 }
 
 // Stats returns the counters of this process's allocations, freed ones

@@ -428,7 +428,7 @@ func (o *mover) account(rn run, done PageMask, dst location, speculative PageMas
 	if rn.populated && b.resident[rn.src].Empty() {
 		srv.lrus[rn.src].remove(b)
 	}
-	if o.r.kind != kindDevice {
+	if o.r.kind == kindManaged { // pinned and device memory are never evicted
 		srv.lrus[dst].touch(blockRef{r: o.r, i: o.blockIndex(), b: b})
 	}
 	if dst == hostLoc {

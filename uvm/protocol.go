@@ -48,6 +48,7 @@ const (
 	msgStreamDestroy // client -> device process: forget a stream
 	msgDeviceUp      // device process -> client: ready, with its workers
 	msgAdvise        // client -> server: cuMemAdvise
+	msgDeviceCopy    // client -> server: copy into, out of or between device memory
 	msgTypeEnd       // one past the last message type
 )
 
@@ -57,6 +58,7 @@ var msgTypeNames = [...]string{
 	msgDeviceConnect: "device-connect", msgDeviceHello: "device-hello", msgDeviceReady: "device-ready",
 	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
 	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up", msgAdvise: "advise",
+	msgDeviceCopy: "device-copy",
 }
 
 func (t msgType) String() string {
@@ -415,6 +417,15 @@ func parseRequest(b []byte) (header, any, error) {
 		req = lr
 	case msgSync, msgStreamDestroy:
 		req = streamRequest{stream: r.u32("stream")}
+	case msgDeviceCopy:
+		cr := deviceCopyRequest{op: r.u8("operation"), dst: r.u64("destination"), src: r.u64("source"), length: r.u64("length"), value: r.u8("value")}
+		if r.err == nil && (cr.op < copyToDevice || cr.op > fillDevice) {
+			r.err = fmt.Errorf("%w: device copy operation %d: want %d to %d", ErrInvalidValue, cr.op, copyToDevice, fillDevice)
+		}
+		if r.err == nil && (cr.length == 0 || cr.length > MaxAllocation) {
+			r.err = fmt.Errorf("%w: device copy of %d bytes: want 1 to %d", ErrInvalidValue, cr.length, uint64(MaxAllocation))
+		}
+		req = cr
 	case msgAdvise:
 		ar := adviseRequest{addr: r.u64("address"), length: r.u64("length"), advice: r.u8("advice"), device: r.i32("device")}
 		if r.err == nil {
@@ -465,6 +476,16 @@ func encodeAlloc(seq uint32, ar allocRequest) []byte {
 	w.str(ar.prefetch)
 	w.u8(uint8(ar.kind))
 	w.i32(ar.device)
+	return w.b
+}
+
+func encodeDeviceCopy(seq uint32, cr deviceCopyRequest) []byte {
+	w := newMessage(header{typ: msgDeviceCopy, seq: seq})
+	w.u8(cr.op)
+	w.u64(cr.dst)
+	w.u64(cr.src)
+	w.u64(cr.length)
+	w.u8(cr.value)
 	return w.b
 }
 

@@ -355,9 +355,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l location) error {
 		b.mu.Lock()
 		b.settle(l, first, outer, err == nil)
 		if err == nil && to != l {
-			n := uint64(outer - first)
-			r.stats.remoteMapped[l].Add(n)
-			sess.srv.stats.remoteMapped[l].Add(n)
+			r.countRemote(l, outer-first)
 		}
 		b.mu.Unlock()
 		if err != nil {
@@ -454,4 +452,10 @@ func (sess *session) scheduleRemap(r *managedRange, bi int, d time.Duration) {
 			sess.enqueueRemap(r, bi)
 		}
 	})
+}
+
+// countRemote counts pages device view l came to map remotely.
+func (r *managedRange) countRemote(l location, pages int) {
+	r.stats.remoteMapped[l].Add(uint64(pages))
+	r.sess.srv.stats.remoteMapped[l].Add(uint64(pages))
 }

@@ -190,3 +190,10 @@ func (r *managedRange) quiesce() {
 		}
 	}
 }
+
+// releaseReservation gives device memory's capacity back to its arena.
+func (r *managedRange) releaseReservation() {
+	if r.kind == kindDevice {
+		r.sess.srv.arenas[r.owner-1].Release(int64(r.length / PageSize))
+	}
+}

@@ -198,6 +198,8 @@ func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 		return encodeRangeAttrsReply(h, a), nil, nil
 	case prefetchRequest:
 		return encodeEmptyReply(h), nil, sess.prefetch(uintptr(r.addr), uintptr(r.length), Device(r.dst))
+	case deviceCopyRequest:
+		return encodeEmptyReply(h), nil, sess.deviceCopy(r)
 	case adviseRequest:
 		return encodeEmptyReply(h), nil, sess.advise(uintptr(r.addr), uintptr(r.length), Advice(r.advice), Device(r.device))
 	case statsRequest:
@@ -234,6 +236,25 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 		}
 	}
 	start, length := uintptr(r.addr), uintptr(r.length)
+	owner := hostLoc
+	if r.kind == kindDevice {
+		d := Device(r.device)
+		if d == CPU {
+			return 0, fmt.Errorf("%w: device memory on the CPU: use pinned host memory (HostAlloc)", ErrInvalidDevice)
+		}
+		if err := sess.srv.checkDevice(d, "device memory on"); err != nil {
+			return 0, err
+		}
+		// Device memory takes its capacity now, as cudaMalloc does,
+		// evicting managed pages if it must.
+		owner = locationOf(d)
+		if err := (&mover{sess: sess}).reserve(owner, int64(length/PageSize)); err != nil {
+			if !errors.Is(err, ErrMemoryAllocation) {
+				err = fmt.Errorf("%w: %v", ErrMemoryAllocation, err)
+			}
+			return 0, fmt.Errorf("%s of device memory on device %d: %w", FormatSize(int64(length)), d, err)
+		}
+	}
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	// The kernel gave this address to a new mapping, so any range still
@@ -244,6 +265,7 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 	sess.nextID++
 	mr := &managedRange{
 		sess: sess, id: sess.nextID, start: start, fileOff: int64(start), length: length, size: int64(r.size), flags: r.flags,
+		kind: r.kind, owner: owner,
 		prefetch: policy, trackPrefetch: r.trackPrefetch || sess.srv.cfg.TrackPrefetchUse,
 		stats:  newCounters(sess.srv.locations()),
 		blocks: make([]atomic.Pointer[block], (length+BlockSize-1)/BlockSize),
@@ -254,6 +276,7 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 	sess.ranges.Store(sess.ranges.Load().with(mr))
 	if _, err := sess.client().uffd.Register(start, length, hostViewMode); err != nil {
 		sess.ranges.Store(sess.ranges.Load().without(mr))
+		mr.releaseReservation()
 		return 0, fmt.Errorf("%w: register %#x+%d with userfaultfd (is it mapped from the host file at offset == address?): %v", ErrInvalidValue, start, length, err)
 	}
 	if err := sess.mapInDevices(mr); err != nil {
@@ -334,8 +357,11 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		if err := f.Punch(r.fileOff, int64(r.length)); err != nil {
 			sess.srv.logger.Printf("free %#x on device %d: %v", r.start, d, err)
 		}
-		sess.srv.arenas[d].Release(resident[d+1])
+		if r.kind != kindDevice {
+			sess.srv.arenas[d].Release(resident[d+1])
+		}
 	}
+	r.releaseReservation()
 	if wake {
 		// Threads of every view blocked on the range retry and fail.
 		for l := range sess.views {

@@ -254,6 +254,9 @@ func (sess *session) layoutFor(l location) ([]mapping, error) {
 		}
 		out = append(out, mapping{addr: uint64(r.start), length: uint64(r.length), loc: uint8(base)})
 		if r.kind != kindManaged {
+			if base != l {
+				r.countRemote(l, int(r.length/PageSize))
+			}
 			continue
 		}
 		for bi := range r.blocks {
@@ -272,8 +275,7 @@ func (sess *session) layoutFor(l location) ([]mapping, error) {
 				b.setMapping(l, first, outer, to, false, sess.srv.locations())
 				out = append(out, mapping{addr: uint64(o.pageAddr(first)), length: uint64(outer-first) * PageSize, loc: uint8(to)})
 				if to != l {
-					r.stats.remoteMapped[l].Add(uint64(outer - first))
-					sess.srv.stats.remoteMapped[l].Add(uint64(outer - first))
+					r.countRemote(l, outer-first)
 				}
 				from = outer
 			}
@@ -349,6 +351,9 @@ func (sess *session) mapInDevices(r *managedRange) error {
 		}
 		err := v.request(encodeDeviceMap(v.seq.Add(1), deviceMapRequest{addr: uint64(r.start), length: uint64(r.length), loc: uint8(loc)}), msgDeviceMap)
 		v.release()
+		if err == nil && loc != location(l) {
+			r.countRemote(location(l), int(r.length/PageSize))
+		}
 		if err != nil {
 			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
 		}
