@@ -2,6 +2,7 @@ package uvm
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -326,4 +327,46 @@ func TestAdviceBadInput(t *testing.T) {
 	}
 	// The device argument of read-mostly advice is ignored, as CUDA's.
 	require.NoError(t, s.MemAdvise(a.Addr(), 1, AdviseSetReadMostly, 99))
+}
+
+// TestWritesVisibleEverywhere: the host and two devices take turns writing
+// a whole range, with prefetches and advice between, and every write is
+// what the host reads next. It catches a migration that lets the
+// destination write before the source copy is gone: a reader of the
+// source then sees old bytes after the write.
+func TestWritesVisibleEverywhere(t *testing.T) {
+	s := newSession(t, twoDeviceConfig())
+	const size = 3 * PageSize
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	shadow := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for it := range 3000 {
+		seed := rng.Uint64()
+		switch op := rng.IntN(8); op {
+		case 0, 1:
+			for i := range shadow {
+				shadow[i] = seededByte(seed, i)
+			}
+			copy(a.Bytes(), shadow)
+		case 2, 3, 4:
+			d := Device(op % 2)
+			require.NoError(t, s.Launch(d, nil, "writeSeeded", 1+rng.IntN(2), params(uint64(a.Addr()), size, seed)))
+			require.NoError(t, s.DeviceSynchronize(d))
+			for i := range shadow {
+				shadow[i] = seededByte(seed, i)
+			}
+		case 5:
+			require.NoError(t, s.Prefetch(a.Addr(), size, Device(rng.IntN(3)-1)))
+		case 6:
+			advice := Advice(1 + rng.IntN(6))
+			require.NoError(t, s.MemAdvise(a.Addr(), size, advice, Device(rng.IntN(3)-1)))
+		}
+		got := a.Bytes()
+		for i := range shadow {
+			if got[i] != shadow[i] {
+				t.Fatalf("iteration %d: byte %d is %d, want %d", it, i, got[i], shadow[i])
+			}
+		}
+	}
 }

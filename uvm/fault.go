@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -204,14 +205,22 @@ func (o *mover) servePending(p int) error {
 }
 
 // installPending installs page p through the view and returns the
-// location whose file received it, and whether it moved there.
+// location whose file received it, and whether it moved there. As in
+// transfer, the source copy is punched before the install wakes the
+// faulting thread, and put back if the page did not move.
 func (o *mover) installPending(p int, src location, populated bool, oldFile, newFile location) (location, bool, error) {
 	v := o.fv
 	var holders []*view
 	addr := o.pageAddr(p)
+	off := o.fileOff(p)
 	var done, found PageMask
 	var err error
+	var srcFile *devmem.File
+	buf := o.staging()[:PageSize]
 	if populated {
+		if srcFile, err = o.sess.file(src); err != nil {
+			return 0, false, err
+		}
 		holders = o.holders(src, p, p+1)
 		defer o.doneWithAll(holders)
 		for _, h := range holders {
@@ -219,47 +228,55 @@ func (o *mover) installPending(p int, src location, populated bool, oldFile, new
 				return 0, false, err
 			}
 		}
-		srcFile, ferr := o.sess.file(src)
-		if ferr != nil {
+		if _, err := srcFile.ReadAt(buf, off); err != nil {
 			o.release(holders, addr, PageSize, true)
-			return 0, false, ferr
+			return 0, false, err
 		}
-		done, found, err = o.installFromFile(v, p, p+1, srcFile, false)
+		if src == hostLoc {
+			var one PageMask
+			one.Set(p)
+			o.auditLeaving(run{first: p, outer: p + 1, src: src, populated: true}, one)
+		}
+		if err := srcFile.Punch(off, PageSize); err != nil {
+			o.release(holders, addr, PageSize, true)
+			return 0, false, err
+		}
+		done, found, err = o.install(v, installCopy, p, p+1, buf, false)
 	} else {
 		done, found, err = o.install(v, installZero, p, p+1, nil, false)
 	}
-	if err != nil || done.Empty() || !found.Empty() {
-		// Nothing moved: the view maps a file that has the page (it
-		// was there), or the install failed.
+	// Which candidate file received the page?
+	landed := oldFile
+	if f, ferr := o.sess.file(newFile); ferr == nil {
+		if ext, _ := f.DataExtents(off, PageSize); len(ext) > 0 {
+			landed = newFile
+		}
+	}
+	moved := err == nil && !done.Empty() && found.Empty() && !(populated && landed == src)
+	if populated && !moved {
+		if landed != src || err != nil || !found.Empty() {
+			// Put the source copy back where it was.
+			if _, werr := srcFile.WriteAt(buf, off); werr != nil {
+				o.sess.srv.logger.Printf("put back %#x after a failed migration: %v (the data is lost)", addr, werr)
+			}
+		}
 		o.release(holders, addr, PageSize, true)
 		return 0, false, err
 	}
-	// Which candidate received it? The one that did not have it, if
-	// the source is the other; else ask the new file.
-	landed := oldFile
-	switch {
-	case populated && src == oldFile:
-		landed = newFile
-	case populated && src == newFile:
-		landed = oldFile
-	default:
-		f, ferr := o.sess.file(newFile)
-		if ferr == nil {
-			if ext, _ := f.DataExtents(o.fileOff(p), PageSize); len(ext) > 0 {
-				landed = newFile
-			}
-		}
+	if !moved {
+		return 0, false, err
 	}
 	if populated {
-		var one PageMask
-		one.Set(p)
-		if src == hostLoc {
-			o.auditLeaving(run{first: p, outer: p + 1, src: src, populated: true}, one)
-		}
-		o.drop(src, one)
+		o.released(src, one(p))
 		o.release(holders, addr, PageSize, false)
 	}
 	return landed, true, nil
+}
+
+func one(p int) PageMask {
+	var m PageMask
+	m.Set(p)
+	return m
 }
 
 func (o *mover) wake(addr uintptr) {

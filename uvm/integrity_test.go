@@ -9,7 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/stretchr/testify/require"
 )
 
@@ -139,4 +141,210 @@ func TestDataIntegrity(t *testing.T) {
 	t.Logf("%d operations %v; %d faults, %d pages to the device, %d back, %d zero-filled",
 		ops, fmt.Sprint(counts), st.TotalFaults(), st.MigratedPages(CPU, 0), st.MigratedPages(0, CPU), st.PopulatedPages(CPU)+st.PopulatedPages(0))
 	require.Positive(t, st.MigratedPages(0, CPU), "data really moved")
+}
+
+func init() {
+	// writeSeeded: params = address, length, seed; thread t of n writes
+	// its share with seededByte.
+	MustRegisterKernel("writeSeeded", func(tid, n int, p []byte) {
+		addr, length, seed := u64Params(p)
+		b := devmem.BytesAt(uintptr(addr), int64(length))
+		lo, hi := int(length)*tid/n, int(length)*(tid+1)/n
+		for i := lo; i < hi; i++ {
+			b[i] = seededByte(seed, i)
+		}
+	})
+	// fnv: params = address, length, out; thread 0 stores the FNV-1a hash
+	// of the range at out.
+	MustRegisterKernel("fnv", func(tid, n int, p []byte) {
+		if tid != 0 {
+			return
+		}
+		addr, length, out := u64Params(p)
+		*u64At(out) = fnv1a(devmem.BytesAt(uintptr(addr), int64(length)))
+	})
+}
+
+func seededByte(seed uint64, i int) byte {
+	return byte((seed*0x9E3779B97F4A7C15 + uint64(i)*0xBF58476D1CE4E5B9) >> 56)
+}
+
+func fnv1a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
+
+// TestDataIntegrityDevices is the integrity test with two devices whose
+// arenas are smaller than the data (eviction), kernels writing and
+// reading, prefetches between every pair of processors, and every
+// advice, all checked byte for byte against a shadow copy.
+func TestDataIntegrityDevices(t *testing.T) {
+	cfg := DefaultServerConfig()
+	cfg.Devices = DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)
+	cfg.DeviceWorkers = 2
+	s := newSession(t, cfg)
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("UVM_INTEGRITY_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (rerun with UVM_INTEGRITY_SEED)", seed)
+	rng := rand.New(rand.NewPCG(seed, 0xde71ce))
+	out, err := s.HostAlloc(16, HostAllocMapped)
+	require.NoError(t, err)
+	hashes := unsafe.Slice((*uint64)(out.Pointer()), 2)
+
+	newAlloc := func() shadowed {
+		size := 1 + rng.Int64N(4<<20)
+		if rng.IntN(4) == 0 {
+			size = 1 + rng.Int64N(3*PageSize)
+		}
+		a, err := s.MallocManaged(size)
+		require.NoError(t, err)
+		return shadowed{a: a, shadow: make([]byte, size)}
+	}
+	slots := make([]shadowed, 5)
+	for i := range slots {
+		slots[i] = newAlloc()
+	}
+	span := func(n int) (int, int) {
+		length := 1 + rng.IntN(min(n, []int{64, PageSize, 3 * PageSize, 256 << 10, 4 << 20}[rng.IntN(5)]))
+		return rng.IntN(n - length + 1), length
+	}
+	// history records what each operation did, so that a failure can say
+	// what happened to the byte that went wrong.
+	type event struct {
+		op       int
+		what     string
+		addr     uintptr
+		off, len int
+	}
+	var history []event
+	record := func(op int, what string, sl shadowed, off, length int) {
+		history = append(history, event{op, what, sl.a.Addr(), off, length})
+	}
+	explain := func(sl shadowed, at int) {
+		for _, e := range history {
+			if e.addr == sl.a.Addr() && e.off/BlockSize <= at/BlockSize && at/BlockSize <= (e.off+e.len-1)/BlockSize {
+				mark := ""
+				if e.off <= at && at < e.off+e.len {
+					mark = " *"
+				}
+				t.Logf("op %d: %s %#x+%#x+%d%s", e.op, e.what, e.addr, e.off, e.len, mark)
+			}
+		}
+	}
+	verify := func(op int, sl shadowed, off, length int) {
+		got := sl.a.Bytes()[off : off+length]
+		if !bytes.Equal(got, sl.shadow[off:off+length]) {
+			for i := range got {
+				if got[i] != sl.shadow[off+i] {
+					at := off + i
+					explain(sl, at)
+					t.Fatalf("op %d: byte %#x (page %d) of allocation %#x is %d, want %d", op, at, at/PageSize, sl.a.Addr(), got[i], sl.shadow[at])
+				}
+			}
+		}
+	}
+	processor := func() Device { return Device(rng.IntN(3) - 1) }
+	device := func() Device { return Device(rng.IntN(2)) }
+	counts := map[string]int{}
+	ops := integrityOps(t)
+	for op := 0; op < ops; op++ {
+		i := rng.IntN(len(slots))
+		sl := slots[i]
+		n := len(sl.shadow)
+		switch k := rng.IntN(100); {
+		case k < 25:
+			off, length := span(n)
+			src := make([]byte, length)
+			for j := range src {
+				src[j] = byte(rng.Uint32())
+			}
+			copy(sl.a.Bytes()[off:], src)
+			copy(sl.shadow[off:], src)
+			record(op, "host-write", sl, off, length)
+			counts["host-write"]++
+		case k < 45:
+			off, length := span(n)
+			verify(op, sl, off, length)
+			record(op, "host-read", sl, off, length)
+			counts["host-read"]++
+		case k < 55:
+			// Kernels on both devices at once, on different allocations.
+			j := (i + 1 + rng.IntN(len(slots)-1)) % len(slots)
+			for d, x := range []shadowed{sl, slots[j]} {
+				off, length := span(len(x.shadow))
+				kseed := rng.Uint64()
+				require.NoError(t, s.Launch(Device(d), nil, "writeSeeded", 1+rng.IntN(3), params(uint64(x.a.Addr())+uint64(off), uint64(length), kseed)))
+				for b := range length {
+					x.shadow[off+b] = seededByte(kseed, b)
+				}
+				record(op, fmt.Sprintf("device %d write", d), x, off, length)
+			}
+			require.NoError(t, s.DeviceSynchronize(0), "op %d", op)
+			require.NoError(t, s.DeviceSynchronize(1), "op %d", op)
+			counts["kernel-write"]++
+		case k < 62:
+			d := device()
+			off, length := span(n)
+			require.NoError(t, s.Launch(d, nil, "fnv", 1, params(uint64(sl.a.Addr())+uint64(off), uint64(length), uint64(out.Addr()))))
+			require.NoError(t, s.DeviceSynchronize(d), "op %d", op)
+			if got, want := hashes[0], fnv1a(sl.shadow[off:off+length]); got != want {
+				verify(op, sl, off, length) // names the byte if the host sees it too
+				explain(sl, off)
+				t.Fatalf("op %d: device %d read allocation %#x+%d+%d with hash %#x, want %#x", op, d, sl.a.Addr(), off, length, got, want)
+			}
+			record(op, fmt.Sprintf("device %d read", d), sl, off, length)
+			counts["kernel-read"]++
+		case k < 66:
+			d := device()
+			off, length := span(n)
+			require.NoError(t, s.Launch(d, nil, "addOne", 1+rng.IntN(2), rangeParams(sl.a.Addr()+uintptr(off), int64(length), 0)))
+			require.NoError(t, s.DeviceSynchronize(d), "op %d", op)
+			for b := off; b < off+length; b++ {
+				sl.shadow[b]++
+			}
+			record(op, fmt.Sprintf("device %d add", d), sl, off, length)
+			counts["kernel-add"]++
+		case k < 82:
+			off, length := span(n)
+			if rng.IntN(8) == 0 {
+				off, length = 0, n
+			}
+			p := processor()
+			require.NoError(t, s.Prefetch(sl.a.Addr()+uintptr(off), int64(length), p), "op %d", op)
+			record(op, "prefetch to "+p.String(), sl, off, length)
+			counts["prefetch"]++
+		case k < 92:
+			off, length := span(n)
+			advice := Advice(1 + rng.IntN(6))
+			p := processor()
+			require.NoError(t, s.MemAdvise(sl.a.Addr()+uintptr(off), int64(length), advice, p), "op %d", op)
+			record(op, advice.String()+" "+p.String(), sl, off, length)
+			counts[advice.String()]++
+		case k < 97:
+			verify(op, sl, 0, n)
+			counts["verify-all"]++
+		default:
+			require.NoError(t, sl.a.Free())
+			slots[i] = newAlloc()
+			verify(op, slots[i], 0, len(slots[i].shadow))
+			counts["free"]++
+		}
+	}
+	for _, sl := range slots {
+		verify(ops, sl, 0, len(sl.shadow))
+	}
+	st, err := s.Stats()
+	require.NoError(t, err)
+	t.Logf("%d operations %v", ops, fmt.Sprint(counts))
+	t.Logf("faults: cpu %d, device 0 %d, device 1 %d; migrations %v; evicted %v; remote-mapped %v; read-duplicated %v; throttles %v; pins %v",
+		st.FaultsBy(CPU).Total(), st.FaultsBy(0).Total(), st.FaultsBy(1).Total(), st.Migrations, st.Evicted, st.RemoteMapped, st.ReadDuplicated, st.Throttles, st.Pins)
+	require.Positive(t, st.MigratedPages(0, 1)+st.MigratedPages(1, 0), "data moved between devices")
+	require.Positive(t, st.EvictedPages(0)+st.EvictedPages(1), "arenas overflowed")
+	require.Positive(t, st.ReadDuplicatedPages(CPU)+st.ReadDuplicatedPages(0)+st.ReadDuplicatedPages(1), "pages were duplicated")
+	require.Positive(t, st.RemoteMappedPages(0)+st.RemoteMappedPages(1), "devices mapped remotely")
 }

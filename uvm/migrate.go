@@ -353,18 +353,99 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error
 		}
 	}
 	if rn.mapped {
-		done, _, err = o.installFromFile(t.via, rn.first, rn.outer, srcFile, false)
-	} else if _, err = dstFile.CopyFrom(srcFile, off, off, length); err == nil {
-		done.FillRange(rn.first, rn.outer)
+		if rn.src == hostLoc {
+			var all PageMask
+			all.FillRange(rn.first, rn.outer)
+			o.auditLeaving(rn, all)
+		}
+		done, err = o.transfer(viewTarget{o, t.via}, rn.first, rn.outer, srcFile)
+		o.released(rn.src, done)
+	} else {
+		if rn.src == hostLoc {
+			var all PageMask
+			all.FillRange(rn.first, rn.outer)
+			o.auditLeaving(rn, all)
+		}
+		done, err = o.transfer(fileTarget{o, dstFile}, rn.first, rn.outer, srcFile)
+		o.released(rn.src, done)
 	}
-	if rn.src == hostLoc {
-		o.auditLeaving(rn, done)
-	}
-	o.drop(rn.src, done)
 	// Writers held by the protection retry now and fault the pages
 	// back; pages that did not move are writable again.
 	o.release(holders, addr, span, done.CountRange(rn.first, rn.outer) < rn.outer-rn.first)
 	return done, err
+}
+
+// transfer moves pages [first, outer) from file src to dst, a staging
+// buffer at a time: read the pages, punch them from src, then put them
+// in dst. The source goes first because once the pages are in dst a
+// thread there may write them (the install wakes the faulting one): a
+// reader of the source copy must not see the old bytes after that write;
+// it faults instead, and waits for the block. Pages that fail to arrive
+// are written back to src.
+func (o *mover) transfer(dst pageSink, first, outer int, src *devmem.File) (PageMask, error) {
+	var done PageMask
+	buf := o.staging()
+	for p := first; p < outer; {
+		q := min(outer, p+stagingPages)
+		n := (q - p) * PageSize
+		if _, err := src.ReadAt(buf[:n], o.fileOff(p)); err != nil {
+			return done, err
+		}
+		if err := src.Punch(o.fileOff(p), int64(n)); err != nil {
+			return done, err
+		}
+		got, err := dst.put(p, q, buf[:n])
+		done.Or(&got)
+		if err != nil {
+			var failed PageMask
+			failed.FillRange(p, q)
+			failed.AndNot(&got)
+			for x, y := failed.NextRun(0); x >= 0; x, y = failed.NextRun(y) {
+				if _, werr := src.WriteAt(buf[(x-p)*PageSize:(y-p)*PageSize], o.fileOff(x)); werr != nil {
+					o.sess.srv.logger.Printf("put back %#x+%d after a failed migration: %v (the data is lost)", o.pageAddr(x), (y-x)*PageSize, werr)
+				}
+			}
+			return done, err
+		}
+		p = q
+	}
+	return done, nil
+}
+
+// pageSink is where transfer puts pages: a view (installed, mapped) or a
+// file (unmapped).
+type pageSink interface {
+	put(first, outer int, data []byte) (PageMask, error)
+}
+
+type viewTarget struct {
+	o *mover
+	v *view
+}
+
+func (t viewTarget) put(first, outer int, data []byte) (PageMask, error) {
+	done, _, err := t.o.install(t.v, installCopy, first, outer, data, false)
+	return done, err
+}
+
+type fileTarget struct {
+	o *mover
+	f *devmem.File
+}
+
+func (t fileTarget) put(first, outer int, data []byte) (PageMask, error) {
+	var done PageMask
+	n, err := t.f.WriteAt(data, t.o.fileOff(first))
+	done.FillRange(first, first+n/PageSize)
+	return done, err
+}
+
+// released accounts for location l's copies of pages that transfer
+// already punched.
+func (o *mover) released(l location, pages PageMask) {
+	if l != hostLoc && o.r.kind != kindDevice {
+		o.sess.srv.arenas[l-1].Release(int64(pages.Count()))
+	}
 }
 
 // drop frees location l's copies of pages (their data lives elsewhere
@@ -380,9 +461,7 @@ func (o *mover) drop(l location, pages PageMask) {
 			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", l.device(), o.fileOff(p), (q-p)*PageSize, perr)
 		}
 	}
-	if l != hostLoc && o.r.kind != kindDevice {
-		o.sess.srv.arenas[l-1].Release(int64(pages.Count()))
-	}
+	o.released(l, pages)
 }
 
 // release lets the writers that holders held go: with unprotect (some

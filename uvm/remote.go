@@ -339,13 +339,13 @@ func (sess *session) remapBlock(r *managedRange, bi int, l location) error {
 			b.mu.Unlock()
 			return nil
 		}
-		// Pages with several copies must stay write-protected in the new
-		// mapping, from its first instant.
+		// The new mapping starts write-protected everywhere: a page with
+		// several copies must never be writable, and one may get a second
+		// copy while the remap is in flight, protected by then only in the
+		// old mapping. A page with one copy costs a write-protect fault on
+		// its first write, which lifts the protection.
 		var wp PageMask
-		dup := b.duplicated()
-		for p := dup.NextSet(first); p >= 0 && p < outer; p = dup.NextSet(p + 1) {
-			wp.Set(p - first)
-		}
+		wp.FillRange(0, outer-first)
 		b.setMapping(l, first, outer, to, true, sess.srv.locations())
 		b.mu.Unlock()
 
