@@ -145,3 +145,80 @@ func TestDeviceProcessKilledMidKernel(t *testing.T) {
 	assert.NotEqual(t, pid, s.DevicePID(0), "a new process")
 	require.Equal(t, wantFill(size, 10), a.Bytes())
 }
+
+// TestLaunchBadInput: every misuse of launches and streams is an error that
+// names the value, never a crash.
+func TestLaunchBadInput(t *testing.T) {
+	s := newSession(t, twoDeviceConfig())
+	st, err := s.StreamCreate(1)
+	require.NoError(t, err)
+	stale, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, stale, "nothing", 1, nil))
+	require.NoError(t, s.DeviceReset(0))
+	for _, tc := range []struct {
+		name string
+		err  error
+		is   error
+		msg  string
+	}{
+		{"unknown device", s.Launch(2, nil, "nothing", 1, nil), ErrInvalidDevice, "device 2"},
+		{"the CPU", s.Launch(CPU, nil, "nothing", 1, nil), ErrInvalidDevice, "cpu"},
+		{"unregistered kernel", s.Launch(0, nil, "no-such-kernel", 1, nil), ErrInvalidValue, `"no-such-kernel"`},
+		{"params too large", s.Launch(0, nil, "nothing", 1, make([]byte, MaxKernelParams+1)), ErrInvalidValue, "4097 bytes of parameters"},
+		{"no threads", s.Launch(0, nil, "nothing", 0, nil), ErrInvalidValue, "0 threads"},
+		{"stream of another device", s.Launch(0, st, "nothing", 1, nil), ErrInvalidValue, "stream 1 of device 1"},
+		{"stream after reset", s.Launch(0, stale, "nothing", 1, nil), ErrInvalidValue, "destroyed (by StreamDestroy or DeviceReset)"},
+		{"sync after reset", s.StreamSynchronize(stale), ErrInvalidValue, "destroyed"},
+		{"sync nil stream", s.StreamSynchronize(nil), ErrInvalidValue, "DefaultStreamSynchronize"},
+		{"destroy nil stream", s.StreamDestroy(nil), ErrInvalidValue, "default stream"},
+		{"sync unknown device", s.DeviceSynchronize(5), ErrInvalidDevice, "device 5"},
+		{"attribute of unknown device", second(s.DeviceGetAttribute(AttrWorkerCount, 9)), ErrInvalidDevice, "device 9"},
+		{"unknown attribute", second(s.DeviceGetAttribute(DeviceAttr(99), 0)), ErrInvalidValue, "device attribute 99"},
+	} {
+		require.Error(t, tc.err, tc.name)
+		assert.ErrorIs(t, tc.err, tc.is, tc.name)
+		assert.Contains(t, tc.err.Error(), tc.msg, tc.name)
+	}
+	// The device works after its reset.
+	require.NoError(t, s.Launch(0, nil, "nothing", 1, nil))
+	require.NoError(t, s.DeviceSynchronize(0))
+}
+
+// TestDeviceAttributes reports what the configuration says.
+func TestDeviceAttributes(t *testing.T) {
+	s := newSession(t, twoDeviceConfig())
+	assert.Equal(t, 2, s.DeviceCount())
+	for attr, want := range map[DeviceAttr]int64{
+		AttrArenaCapacity: 64 << 20, AttrConcurrentManagedAccess: 1, AttrCanMapHostMemory: 1,
+		AttrPageableMemoryAccess: 0, AttrWorkerCount: 2,
+	} {
+		got, err := s.DeviceGetAttribute(attr, 1)
+		require.NoError(t, err, "%v", attr)
+		assert.Equal(t, want, got, "%v", attr)
+	}
+}
+
+// TestStreamsOrderAndPrefetchBetweenDevices: work on one stream runs in
+// order, prefetches on a stream wait for the kernels before them, and a
+// prefetch moves pages from one device to another.
+func TestStreamsOrderAndPrefetchBetweenDevices(t *testing.T) {
+	s := newSession(t, twoDeviceConfig())
+	const size = 1 << 20
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	st, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, st, "fill", 2, rangeParams(a.Addr(), size, 1)))
+	for range 5 {
+		require.NoError(t, s.Launch(0, st, "addOne", 2, rangeParams(a.Addr(), size, 0)))
+	}
+	require.NoError(t, s.PrefetchAsync(a.Addr(), size, 1, st), "after the kernels")
+	st1 := stats(t, a)
+	assert.Equal(t, uint64(size/PageSize), st1.MigratedPages(0, 1), "device 0 to device 1")
+	pa, err := s.RangeAttribute(a.Addr(), size, AttrLastPrefetchLocation)
+	require.NoError(t, err)
+	assert.Equal(t, Device(1), pa)
+	sameBytes(t, wantFill(size, 6), a.Bytes(), "fill then five increments, in order")
+	require.NoError(t, s.StreamDestroy(st))
+}

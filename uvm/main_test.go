@@ -63,7 +63,14 @@ func newSession(t testing.TB, cfg ServerConfig) *Session {
 	requireRoot(t)
 	s, err := Connect(Config{Server: "private", Private: cfg})
 	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() {
+		s.Close()
+		// A server that crashed, or did not exit when its client left,
+		// fails the test even if the client saw nothing.
+		if ps := s.private; ps != nil && ps.cmd.ProcessState != nil && !ps.cmd.ProcessState.Success() {
+			t.Errorf("the private server ended badly: %v", ps.cmd.ProcessState)
+		}
+	})
 	return s
 }
 

@@ -31,8 +31,9 @@ type view struct {
 	// view's own handlers (a fault of another view write-protecting pages
 	// here, a prefetch), and for writing by detach before uffd is closed.
 	// Nobody holds it while waiting for a block lock.
-	use  sync.RWMutex
-	gone bool // guarded by use
+	use        sync.RWMutex
+	gone       bool // guarded by use
+	detachOnce sync.Once
 
 	// Device views: the server's requests to the device process (map and
 	// unmap ranges), one at a time; replies arrive on the connection's
@@ -75,6 +76,12 @@ const hostViewMode = uffd.RegisterMissing | uffd.RegisterWP
 // users in flight finish, and its userfaultfd is closed. The data it held
 // stays in its location's file.
 func (sess *session) detach(v *view) {
+	// Both the end of the session and the end of a device's connection
+	// detach; the first does the work and the other waits for it.
+	v.detachOnce.Do(func() { sess.detachOnce(v) })
+}
+
+func (sess *session) detachOnce(v *view) {
 	sess.views[v.loc].CompareAndSwap(v, nil)
 	sess.srv.unwatch(v)
 	v.use.Lock()
