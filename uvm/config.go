@@ -81,6 +81,10 @@ type ServerConfig struct {
 	FaultDelay Duration `json:"fault_delay,omitempty"`
 }
 
+// DeviceWorkers is the number of threads each device process of a server
+// configured with c runs kernels on.
+func DeviceWorkers(c ServerConfig) int { return c.workers() }
+
 func (c ServerConfig) workers() int {
 	if c.DeviceWorkers > 0 {
 		return c.DeviceWorkers

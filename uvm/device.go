@@ -2,8 +2,9 @@ package uvm
 
 import (
 	"errors"
+
 	"fmt"
-	"net"
+	"github.com/softuvm/softuvm/devmem"
 	"os"
 	"os/exec"
 	"sort"
@@ -24,8 +25,12 @@ type deviceProc struct {
 
 	// mu serializes the use of the process: launches, synchronizations,
 	// restarts. Guards every field below.
-	mu      sync.Mutex
-	conn    *net.UnixConn
+	mu sync.Mutex
+	// control opens streams in the process; streams holds the
+	// connection of each stream in use, 0 the default stream's. Nil
+	// while no process runs.
+	control *directConn
+	streams map[uint32]*directConn
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when cmd has been waited for
 	gen     uint64        // incremented by each reset: older streams are stale
@@ -165,8 +170,11 @@ func (s *Session) StreamDestroy(st *Stream) error {
 	}
 	defer dp.mu.Unlock()
 	st.gen = ^uint64(0) // stale from now on
-	if dp.conn != nil {
-		dp.send(encodeStreamRequest(msgStreamDestroy, dp.nextSeq(), st.id))
+	if c := dp.streams[st.id]; c != nil {
+		// The process runs what is queued, then ends the stream.
+		c.write(encodeStreamRequest(msgStreamDestroy, dp.nextSeq(), st.id))
+		c.Close()
+		delete(dp.streams, st.id)
 	}
 	return nil
 }
@@ -224,8 +232,16 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	if err := dp.ensureRunning(); err != nil {
 		return err
 	}
+	c, err := dp.stream(stream)
+	if err != nil {
+		return err
+	}
 	dp.outstanding[stream] = append(dp.outstanding[stream], name)
-	if err := dp.send(encodeLaunch(dp.nextSeq(), launchRequest{stream: stream, nthreads: uint32(nthreads), name: name, params: params})); err != nil {
+	cpu, err := devmem.CurrentCPU()
+	if err != nil {
+		cpu = -1
+	}
+	if err := c.write(encodeLaunch(dp.nextSeq(), launchRequest{stream: stream, nthreads: uint32(nthreads), name: name, params: params, cpu: int32(cpu)})); err != nil {
 		dp.died(err) // reported by the next synchronize
 	}
 	return nil
@@ -307,11 +323,25 @@ func (s *Session) PrefetchAsync(addr uintptr, n int64, dst Device, st *Stream) e
 
 func (dp *deviceProc) nextSeq() uint32 { dp.seq++; return dp.seq }
 
-func (dp *deviceProc) send(b []byte) error {
-	if dp.conn == nil {
-		return fmt.Errorf("device %d has no process", dp.index)
+// stream returns the connection of stream id, opening it in the process
+// on first use. dp.mu is held and the process runs.
+func (dp *deviceProc) stream(id uint32) (*directConn, error) {
+	if c := dp.streams[id]; c != nil {
+		return c, nil
 	}
-	return writeMessage(dp.conn, b, nil)
+	local, remote, err := directSocketPair(fmt.Sprintf("softuvm-device-%d-stream-%d", dp.index, id))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInternal, err)
+	}
+	err = dp.control.writeFDs(encodeStreamRequest(msgStreamOpen, dp.nextSeq(), id), []int{int(remote.Fd())})
+	remote.Close()
+	if err != nil {
+		local.Close()
+		dp.died(err)
+		return nil, fmt.Errorf("%w: open stream %d on device %d: %v", ErrLaunchFailure, id, dp.index, err)
+	}
+	dp.streams[id] = local
+	return local, nil
 }
 
 // sync waits for stream (or allStreams) and returns the kernels' errors
@@ -322,20 +352,38 @@ func (dp *deviceProc) sync(stream uint32) error {
 		errs = append(errs, dp.pending)
 		dp.pending = nil
 	}
-	if dp.conn != nil {
-		h := header{typ: msgSync, seq: dp.nextSeq()}
-		err := dp.send(encodeStreamRequest(msgSync, h.seq, stream))
-		var reply []byte
-		if err == nil {
-			reply, _, err = readMessage(dp.conn, dp.buf)
+	type waiting struct {
+		c *directConn
+		h header
+	}
+	var waits []waiting
+	for id, c := range dp.streams {
+		if stream != allStreams && id != stream {
+			continue
 		}
+		h := header{typ: msgSync, seq: dp.nextSeq()}
+		if err := c.write(encodeStreamRequest(msgSync, h.seq, id)); err != nil {
+			dp.died(err)
+			break
+		}
+		waits = append(waits, waiting{c, h})
+	}
+	for _, w := range waits {
+		if dp.control == nil {
+			break // died while waiting for an earlier stream
+		}
+		reply, err := w.c.read(dp.buf, 0)
 		if err != nil {
 			dp.died(err)
-			errs = append(errs, dp.pending)
-			dp.pending = nil
-		} else if _, err := parseReply(reply, h); err != nil {
+			break
+		}
+		if _, err := parseReply(reply, w.h); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if dp.pending != nil {
+		errs = append(errs, dp.pending)
+		dp.pending = nil
 	}
 	if stream == allStreams {
 		clear(dp.outstanding)
@@ -383,8 +431,20 @@ func (dp *deviceProc) died(error) {
 	} else {
 		dp.pending = errors.Join(dp.pending, err)
 	}
-	dp.conn.Close()
-	dp.conn, dp.cmd = nil, nil
+	dp.closeConns()
+	dp.cmd = nil
+}
+
+// closeConns closes the control and stream connections. dp.mu is held.
+func (dp *deviceProc) closeConns() {
+	for _, c := range dp.streams {
+		c.Close()
+	}
+	dp.streams = nil
+	if dp.control != nil {
+		dp.control.Close()
+		dp.control = nil
+	}
 }
 
 func processEnd(ps *os.ProcessState) string {
@@ -400,7 +460,7 @@ func processEnd(ps *os.ProcessState) string {
 // ensureRunning starts the device's process if it has none. dp.mu is
 // held.
 func (dp *deviceProc) ensureRunning() error {
-	if dp.conn != nil {
+	if dp.control != nil {
 		select {
 		case <-dp.exited:
 			dp.died(errors.New("exited"))
@@ -422,24 +482,28 @@ func (dp *deviceProc) ensureRunning() error {
 	}
 	serverEnd := os.NewFile(uintptr(fds[0]), "softuvm-device-server")
 	defer serverEnd.Close()
-	local, remote, err := socketPair(fmt.Sprintf("softuvm-device-%d-control", dp.index))
+	local, remote, err := directSocketPair(fmt.Sprintf("softuvm-device-%d-control", dp.index))
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
 	defer remote.Close()
-	cmd, err := reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), []*os.File{serverEnd, remote},
+	defStream, defRemote, err := directSocketPair(fmt.Sprintf("softuvm-device-%d-stream-0", dp.index))
+	if err != nil {
+		local.Close()
+		return fmt.Errorf("%w: %v", ErrInitialization, err)
+	}
+	defer defRemote.Close()
+	cmd, err := reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), []*os.File{serverEnd, remote, defRemote},
 		deviceEnv+"="+strconv.Itoa(dp.index), deviceWorkersEnv+"="+strconv.Itoa(max(1, s.devices[dp.index].Workers)))
 	if err != nil {
 		local.Close()
+		defStream.Close()
 		return err
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	// Wait for the process to say it is up (it has mapped every range).
-	local.SetReadDeadline(time.Now().Add(30 * time.Second))
-	b, fds, err := readMessage(local, dp.buf)
-	closeFDs(fds)
-	local.SetReadDeadline(time.Time{})
+	b, err := local.read(dp.buf, 30*time.Second)
 	if err == nil {
 		var h header
 		if h, _, err = parseHeader(b); err == nil && h.typ != msgDeviceUp {
@@ -450,13 +514,15 @@ func (dp *deviceProc) ensureRunning() error {
 		cmd.Process.Kill()
 		<-exited
 		local.Close()
+		defStream.Close()
 		hint := ""
 		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3 {
 			hint = "; the program must call uvm.Main() first in main"
 		}
 		return fmt.Errorf("%w: start device %d's process: %v (%s%s)", ErrInitialization, dp.index, err, processEnd(cmd.ProcessState), hint)
 	}
-	dp.conn, dp.cmd, dp.exited = local, cmd, exited
+	dp.control, dp.cmd, dp.exited = local, cmd, exited
+	dp.streams = map[uint32]*directConn{0: defStream}
 	return nil
 }
 
@@ -465,14 +531,14 @@ func (dp *deviceProc) stop() {
 	if dp.cmd == nil {
 		return
 	}
-	dp.conn.Close() // the process exits when its client connection closes
+	dp.closeConns() // the process exits when its control connection closes
 	select {
 	case <-dp.exited:
 	case <-time.After(2 * time.Second):
 		dp.cmd.Process.Kill()
 		<-dp.exited
 	}
-	dp.conn, dp.cmd = nil, nil
+	dp.cmd = nil
 }
 
 // DevicePID returns the process id of device d's process, 0 if none runs.

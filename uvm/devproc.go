@@ -52,20 +52,25 @@ func runDevice() int {
 	if err != nil {
 		return fail("server connection: %v", err)
 	}
-	client, err := fileConn(4)
+	control, err := newDirectConn(os.NewFile(4, "softuvm-client"))
 	if err != nil {
 		return fail("client connection: %v", err)
+	}
+	defaultStream, err := newDirectConn(os.NewFile(5, "softuvm-default-stream"))
+	if err != nil {
+		return fail("default stream connection: %v", err)
 	}
 	dev, err := attachToServer(server, d)
 	if err != nil {
 		return fail("%v", err)
 	}
-	rt := newDeviceRuntime(d, workers, client)
+	rt := newDeviceRuntime(d, workers)
 	go dev.serveServer(server)
-	if err := writeMessage(client, newMessage(header{typ: msgDeviceUp}).b, nil); err != nil {
+	if err := control.write(newMessage(header{typ: msgDeviceUp}).b); err != nil {
 		return 0 // the client is gone
 	}
-	rt.serveClient()
+	go rt.serveStream(0, defaultStream)
+	rt.serveControl(control)
 	return 0
 }
 
@@ -248,17 +253,14 @@ func (dev *deviceMapping) serveServer(c *net.UnixConn) {
 	}
 }
 
-// deviceRuntime runs launched kernels: each stream is an ordered queue
-// with a goroutine that drains it, and a kernel's threads are spread over
-// the worker threads.
+// deviceRuntime runs launched kernels. Each stream is a connection of its
+// own, served by a goroutine that reads its launches in order and runs
+// them, so that a launch and a synchronize cross no goroutine: the thread
+// the kernel wakes when a message arrives runs the kernel and answers.
+// A kernel's threads beyond the first are spread over the worker threads.
 type deviceRuntime struct {
 	index   int
-	client  *net.UnixConn
-	writeMu sync.Mutex // replies to the client come from several streams
 	workers []chan *kernelChunk
-
-	streamsMu sync.Mutex
-	streams   map[uint32]*deviceStream
 }
 
 // kernelChunk is the threads [first, outer) of one launch, run by one
@@ -273,21 +275,8 @@ type kernelChunk struct {
 	wg           *sync.WaitGroup
 }
 
-// streamItem is a launch or a synchronization point in a stream.
-type streamItem struct {
-	launch *launchRequest
-	synced chan<- error // a sync: receives the stream's errors since the last one
-}
-
-type deviceStream struct {
-	rt    *deviceRuntime
-	id    uint32
-	items chan streamItem
-	errs  []error // since the last sync, owned by the stream's goroutine
-}
-
-func newDeviceRuntime(index, workers int, client *net.UnixConn) *deviceRuntime {
-	rt := &deviceRuntime{index: index, client: client, streams: map[uint32]*deviceStream{}}
+func newDeviceRuntime(index, workers int) *deviceRuntime {
+	rt := &deviceRuntime{index: index}
 	ncpu := runtime.NumCPU()
 	for w := 0; w < workers; w++ {
 		ch := make(chan *kernelChunk, 1)
@@ -327,38 +316,90 @@ func runChunk(c *kernelChunk, device int) (err error) {
 	return nil
 }
 
-func (rt *deviceRuntime) stream(id uint32) *deviceStream {
-	rt.streamsMu.Lock()
-	defer rt.streamsMu.Unlock()
-	s := rt.streams[id]
-	if s == nil {
-		s = &deviceStream{rt: rt, id: id, items: make(chan streamItem, 4096)}
-		rt.streams[id] = s
-		go s.run()
-	}
-	return s
-}
-
-func (s *deviceStream) run() {
-	for it := range s.items {
-		if it.launch != nil {
-			if err := s.rt.launch(it.launch); err != nil {
-				s.errs = append(s.errs, err)
+// serveControl accepts the client's new streams until the client goes
+// away; then the process ends: it exists for its client.
+func (rt *deviceRuntime) serveControl(control *directConn) {
+	buf := make([]byte, maxMessageSize)
+	for {
+		b, fds, err := control.readFDs(buf, 0)
+		if err != nil {
+			return
+		}
+		h, req, err := parseRequest(b)
+		sr, ok := req.(streamRequest)
+		if err != nil || !ok || h.typ != msgStreamOpen || len(fds) != 1 {
+			closeFDs(fds)
+			if err == nil {
+				err = fmt.Errorf("%w: %s with %d descriptors is not a request a client sends a device's control connection", ErrInvalidValue, h.typ, len(fds))
 			}
+			fmt.Fprintf(os.Stderr, "softuvm device %d process %d: %v\n", rt.index, os.Getpid(), err)
 			continue
 		}
-		var err error
-		if len(s.errs) > 0 {
-			err = joinErrors(s.errs)
-			s.errs = nil
-		}
-		it.synced <- err
+		go rt.serveStream(sr.stream, &directConn{fd: fds[0]})
 	}
 }
 
-// launch runs one kernel to completion on the workers. One thread, or a
-// device with one worker, runs on the stream's goroutine: there is no
-// one to share with, and a hand-off would cost a wake-up.
+// serveStream runs one stream: its launches in order, and answers its
+// synchronizations with the errors of the kernels since the last one.
+func (rt *deviceRuntime) serveStream(id uint32, conn *directConn) {
+	defer conn.Close()
+	// The stream's thread follows the thread that launches on it: the
+	// synchronize that follows waits there, and a wake-up on the same CPU
+	// is several times cheaper than one across CPUs.
+	runtime.LockOSThread()
+	pinned := -1
+	// A single-threaded kernel runs on this goroutine.
+	debug.SetPanicOnFault(true)
+	buf := make([]byte, maxMessageSize)
+	var errs []error
+	for {
+		b, err := conn.read(buf, 0)
+		if err != nil {
+			return
+		}
+		h, req, err := parseRequest(b)
+		switch r := req.(type) {
+		case launchRequest:
+			if r.cpu >= 0 && int(r.cpu) != pinned && devmem.PinCurrentThread(int(r.cpu)) == nil {
+				pinned = int(r.cpu)
+			}
+			if err := rt.launch(&r); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		case streamRequest:
+			if h.typ == msgStreamDestroy {
+				return
+			}
+			if err == nil && h.typ != msgSync {
+				err = fmt.Errorf("%w: %s is not a request a client sends a stream", ErrInvalidValue, h.typ)
+			}
+		default:
+			if err == nil {
+				err = fmt.Errorf("%w: %s is not a request a client sends a stream", ErrInvalidValue, h.typ)
+			}
+		}
+		if err == nil && len(errs) > 0 {
+			err = joinErrors(errs)
+			errs = nil
+		}
+		reply := encodeEmptyReply(h)
+		if err != nil {
+			reply = encodeError(h, err)
+		}
+		if conn.write(reply) != nil {
+			return
+		}
+	}
+}
+
+// streamSpin is how long a stream's thread polls for the next message
+// before it sleeps: a synchronize usually follows its launch at once, and
+// catching it awake saves a wake-up, which costs a VM like this one tens
+// of microseconds across CPUs.
+// launch runs one kernel to completion. One thread, or a device with one
+// worker, runs on the stream's goroutine: there is no one to share with,
+// and a hand-off would cost a wake-up.
 func (rt *deviceRuntime) launch(lr *launchRequest) error {
 	k, ok := lookupKernel(lr.name)
 	if !ok {
@@ -369,7 +410,6 @@ func (rt *deviceRuntime) launch(lr *launchRequest) error {
 	var wg sync.WaitGroup
 	if parts <= 1 {
 		c := &kernelChunk{k: k, name: lr.name, first: 0, outer: n, nthreads: n, params: lr.params, wg: &wg}
-		debug.SetPanicOnFault(true)
 		return runChunk(c, rt.index)
 	}
 	chunks := make([]kernelChunk, parts)
@@ -386,79 +426,4 @@ func (rt *deviceRuntime) launch(lr *launchRequest) error {
 		}
 	}
 	return joinErrors(errs)
-}
-
-// serveClient reads launches and synchronizations until the client goes
-// away, and then the process exits: it exists for its client.
-func (rt *deviceRuntime) serveClient() {
-	buf := make([]byte, maxMessageSize)
-	for {
-		b, fds, err := readMessage(rt.client, buf)
-		closeFDs(fds)
-		if err != nil {
-			return
-		}
-		h, req, err := parseRequest(b)
-		if err != nil {
-			rt.reply(encodeError(h, err))
-			continue
-		}
-		switch r := req.(type) {
-		case launchRequest:
-			rt.stream(r.stream).items <- streamItem{launch: &r}
-		case streamRequest:
-			if h.typ == msgStreamDestroy {
-				rt.destroy(r.stream)
-				continue
-			}
-			go rt.sync(h, r.stream)
-		default:
-			rt.reply(encodeError(h, fmt.Errorf("%w: %s is not a request a client sends a device", ErrInvalidValue, h.typ)))
-		}
-	}
-}
-
-// sync replies once every item queued on the stream (or on every stream)
-// before the request has run, with their errors.
-func (rt *deviceRuntime) sync(h header, stream uint32) {
-	var targets []*deviceStream
-	if stream == allStreams {
-		rt.streamsMu.Lock()
-		for _, s := range rt.streams {
-			targets = append(targets, s)
-		}
-		rt.streamsMu.Unlock()
-	} else {
-		targets = []*deviceStream{rt.stream(stream)}
-	}
-	results := make(chan error, len(targets))
-	for _, s := range targets {
-		s.items <- streamItem{synced: results}
-	}
-	var errs []error
-	for range targets {
-		if err := <-results; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	reply := encodeEmptyReply(h)
-	if err := joinErrors(errs); err != nil {
-		reply = encodeError(h, err)
-	}
-	rt.reply(reply)
-}
-
-func (rt *deviceRuntime) destroy(stream uint32) {
-	rt.streamsMu.Lock()
-	defer rt.streamsMu.Unlock()
-	if s := rt.streams[stream]; s != nil {
-		close(s.items) // its goroutine drains what is queued and ends
-		delete(rt.streams, stream)
-	}
-}
-
-func (rt *deviceRuntime) reply(b []byte) {
-	rt.writeMu.Lock()
-	defer rt.writeMu.Unlock()
-	writeMessage(rt.client, b, nil)
 }

@@ -49,6 +49,7 @@ const (
 	msgDeviceUp      // device process -> client: ready, with its workers
 	msgAdvise        // client -> server: cuMemAdvise
 	msgDeviceCopy    // client -> server: copy into, out of or between device memory
+	msgStreamOpen    // client -> device process: a stream's connection
 	msgTypeEnd       // one past the last message type
 )
 
@@ -58,7 +59,7 @@ var msgTypeNames = [...]string{
 	msgDeviceConnect: "device-connect", msgDeviceHello: "device-hello", msgDeviceReady: "device-ready",
 	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
 	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up", msgAdvise: "advise",
-	msgDeviceCopy: "device-copy",
+	msgDeviceCopy: "device-copy", msgStreamOpen: "stream-open",
 }
 
 func (t msgType) String() string {
@@ -167,6 +168,7 @@ type launchRequest struct {
 	nthreads uint32
 	name     string
 	params   []byte
+	cpu      int32 // the launching thread's CPU, -1 if unknown
 }
 
 // streamRequest names a stream; allStreams means every stream.
@@ -410,12 +412,12 @@ func parseRequest(b []byte) (header, any, error) {
 		}
 		req = rr
 	case msgLaunch:
-		lr := launchRequest{stream: r.u32("stream"), nthreads: r.u32("threads"), name: r.str("kernel name"), params: r.bytes("parameters", MaxKernelParams)}
+		lr := launchRequest{stream: r.u32("stream"), nthreads: r.u32("threads"), name: r.str("kernel name"), params: r.bytes("parameters", MaxKernelParams), cpu: r.i32("cpu")}
 		if r.err == nil && (lr.nthreads == 0 || lr.nthreads > maxLaunchThreads) {
 			r.err = fmt.Errorf("%w: launch of %q with %d threads: want 1 to %d", ErrInvalidValue, lr.name, lr.nthreads, maxLaunchThreads)
 		}
 		req = lr
-	case msgSync, msgStreamDestroy:
+	case msgSync, msgStreamDestroy, msgStreamOpen:
 		req = streamRequest{stream: r.u32("stream")}
 	case msgDeviceCopy:
 		cr := deviceCopyRequest{op: r.u8("operation"), dst: r.u64("destination"), src: r.u64("source"), length: r.u64("length"), value: r.u8("value")}
@@ -567,6 +569,7 @@ func encodeLaunch(seq uint32, lr launchRequest) []byte {
 	w.u32(lr.nthreads)
 	w.str(lr.name)
 	w.bytes(lr.params)
+	w.i32(lr.cpu)
 	return w.b
 }
 

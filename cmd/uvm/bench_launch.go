@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -27,7 +28,17 @@ func init() {
 		}
 	})
 	uvm.MustRegisterKernel("uvm-bench-nothing", func(tid, n int, p []byte) {})
+	// stream: params = address, length; thread t of n reads its share,
+	// eight bytes at a time, once.
+	uvm.MustRegisterKernel("uvm-bench-stream", func(tid, n int, p []byte) {
+		addr, length := uintptr(binary.LittleEndian.Uint64(p)), int64(binary.LittleEndian.Uint64(p[8:]))
+		b := devmem.BytesAt(addr, length)
+		lo, hi := length*int64(tid)/int64(n)&^7, length*int64(tid+1)/int64(n)&^7
+		streamSink.Add(sumWords(b[lo:hi]))
+	})
 }
+
+var streamSink atomic.Uint64
 
 // launchRow is one size of the launch-and-touch experiment.
 type launchRow struct {
@@ -50,6 +61,19 @@ type launchReport struct {
 	PipeRTTUS     float64 `json:"pipe_rtt_us"`
 	NullLaunchRTT float64 `json:"null_launch_to_pipe_rtt"`
 	Workers       int     `json:"device_workers"`
+	// OversubMemcpyFraction is the bandwidth of a kernel reading once
+	// through a managed range twice the device's arena (faulting it in,
+	// evicting as it goes), as a fraction of single-thread memcpy in the
+	// same run.
+	OversubMemcpyFraction float64 `json:"oversub_memcpy_fraction"`
+	OversubGBps           float64 `json:"oversub_gbps"`
+	OversubMemcpyGBps     float64 `json:"oversub_memcpy_1t_gbps"`
+	OversubArena          string  `json:"oversub_arena"`
+	// Thrashing is the server's thrashing detection: off by default here,
+	// because the experiment is a page taken back and forth every
+	// iteration, which the detector exists to stop (it would pin the
+	// pages and map them remotely, and nothing would come back).
+	Thrashing string `json:"thrashing"`
 }
 
 func benchLaunch(args []string) error {
@@ -58,8 +82,19 @@ func benchLaunch(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	maxKB := fs.Int("max-kb", 65536, "largest buffer, in KiB")
 	seconds := fs.Float64("seconds", 0.3, "time spent on each size")
+	oversubArena := fs.String("oversub-arena", "64MiB", "arena of the oversubscription run, which streams through twice as much")
+	runs := fs.Int("runs", 5, "runs of the oversubscription stream (median)")
+	thrashing := fs.String("thrashing", "off", "thrashing detection of the server (on, off, or settings); off measures migration every iteration, as the experiment means to")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	thrash, err := uvm.ParseThrashingSpec(*thrashing)
+	if err != nil {
+		return fmt.Errorf("--thrashing: %w", err)
+	}
+	arena, err := uvm.ParseSize(*oversubArena)
+	if err != nil || arena < uvm.BlockSize || *runs < 1 {
+		return fmt.Errorf("want --oversub-arena of at least 2 MiB and --runs >= 1 (have %q, %d)", *oversubArena, *runs)
 	}
 	if *maxKB < 4 || *seconds <= 0 {
 		return fmt.Errorf("want --max-kb >= 4 and --seconds > 0")
@@ -67,13 +102,14 @@ func benchLaunch(args []string) error {
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 	cfg := uvm.DefaultServerConfig()
 	cfg.Devices = uvm.DeviceSpecs(1, []int64{max(uvm.DefaultArenaSize, 2*int64(*maxKB)<<10)}, cfg.Devices[0].Backend)
+	cfg.Thrashing = thrash
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	workers, _ := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
-	rep := launchReport{Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}, Workers: int(workers)}
+	rep := launchReport{Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}, Workers: int(workers), Thrashing: thrash.String()}
 
 	progress("null launch: an empty kernel plus synchronize")
 	if rep.NullLaunchUS, err = nullLaunch(s); err != nil {
@@ -97,12 +133,17 @@ func benchLaunch(args []string) error {
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
+	s.Close()
+	progress("oversubscription: a kernel streams once through %s of managed memory on a %s arena, %d runs", uvm.FormatSize(2*arena), uvm.FormatSize(arena), *runs)
+	if err := oversubStream(arena, *runs, thrash, &rep); err != nil {
+		return err
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	fmt.Printf("machine: %d CPUs, Linux %s, %s; device 0 has %d workers\n\n", rep.Machine.CPUs, rep.Machine.Kernel, rep.Machine.Go, rep.Workers)
+	fmt.Printf("machine: %d CPUs, Linux %s, %s; device 0 has %d workers; thrashing detection %s\n\n", rep.Machine.CPUs, rep.Machine.Kernel, rep.Machine.Go, rep.Workers, rep.Thrashing)
 	fmt.Printf("null launch + synchronize %7.2f us, pipe round trip %7.2f us, ratio %.2f\n\n", rep.NullLaunchUS, rep.PipeRTTUS, rep.NullLaunchRTT)
 	fmt.Printf("%10s %12s %14s\n", "KB", "us/iter", "MB/s (back)")
 	for _, r := range rep.Rows {
@@ -112,6 +153,64 @@ func benchLaunch(args []string) error {
 		}
 		fmt.Printf("%10d %12.2f %14s\n", r.KB, r.USPerIter, mb)
 	}
+	fmt.Printf("\noversubscription: a kernel streams once through %s on a %s arena: %.2f GB/s, memcpy (one thread) %.2f GB/s, fraction %.3f\n",
+		uvm.FormatSize(2*arena), rep.OversubArena, rep.OversubGBps, rep.OversubMemcpyGBps, rep.OversubMemcpyFraction)
+	return nil
+}
+
+// oversubStream times a kernel reading once through a managed range twice
+// the arena's size, which the host wrote first (so every page comes from
+// the host and half of them are evicted again on the way), against a
+// single-thread memcpy of the same size.
+func oversubStream(arena int64, runs int, thrash uvm.ThrashingSpec, rep *launchReport) error {
+	cfg := uvm.DefaultServerConfig()
+	cfg.Devices = uvm.DeviceSpecs(1, []int64{arena}, cfg.Devices[0].Backend)
+	cfg.Thrashing = thrash
+	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	workers, _ := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
+	size := 2 * arena
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	var bw, mc []float64
+	params := make([]byte, 16)
+	for r := 0; r <= runs; r++ { // run 0 warms up
+		a, err := s.MallocManaged(size)
+		if err != nil {
+			return err
+		}
+		copy(a.Bytes(), src) // resident on the host
+		binary.LittleEndian.PutUint64(params, uint64(a.Addr()))
+		binary.LittleEndian.PutUint64(params[8:], uint64(size))
+		t0 := time.Now()
+		err = s.Launch(0, nil, "uvm-bench-stream", int(workers), params)
+		if err == nil {
+			err = s.DefaultStreamSynchronize(0)
+		}
+		secs := time.Since(t0).Seconds()
+		if ferr := a.Free(); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return err
+		}
+		t0 = time.Now()
+		copy(dst, src)
+		mcSecs := time.Since(t0).Seconds()
+		if r > 0 {
+			bw = append(bw, float64(size)/secs/1e9)
+			mc = append(mc, float64(size)/mcSecs/1e9)
+		}
+	}
+	rep.OversubGBps, rep.OversubMemcpyGBps = median(bw), median(mc)
+	rep.OversubMemcpyFraction = rep.OversubGBps / rep.OversubMemcpyGBps
+	rep.OversubArena = uvm.FormatSize(arena)
 	return nil
 }
 

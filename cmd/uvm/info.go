@@ -23,6 +23,8 @@ type machineInfo struct {
 	Private         []int          `json:"private_servers"`
 	Configured      []arenaPlan    `json:"configured_devices"`
 	Prefetch        string         `json:"configured_prefetch"`
+	Workers         int            `json:"configured_device_workers"`
+	Thrashing       string         `json:"configured_thrashing"`
 }
 
 type serverSummary struct {
@@ -77,6 +79,8 @@ func runInfo(args []string) error {
 	cfg, cfgErr := uvm.ServerConfigFromEnv()
 	if cfgErr == nil {
 		mi.Prefetch = cfg.Prefetch.String()
+		mi.Workers = uvm.DeviceWorkers(cfg)
+		mi.Thrashing = cfg.Thrashing.String()
 		for _, spec := range cfg.Devices {
 			plan := arenaPlan{Spec: spec.String()}
 			if a, err := devmem.NewArena(spec); err != nil {
@@ -117,9 +121,10 @@ func runInfo(args []string) error {
 			if p.Error != "" {
 				fmt.Printf("  device %d      %s: %s\n", i, p.Spec, p.Error)
 			} else {
-				fmt.Printf("  device %d      %s\n", i, p.Resolved)
+				fmt.Printf("  device %d      %s, %d workers\n", i, p.Resolved, mi.Workers)
 			}
 		}
+		fmt.Printf("thrashing       %s\n", mi.Thrashing)
 	}
 	if mi.Daemon == nil {
 		fmt.Printf("daemon          none at %s (programs start a private server)\n", uvm.DefaultSocketPath())
@@ -141,7 +146,7 @@ func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch)
 	fmt.Printf("                features granted to clients: %s\n", in.Features)
 	for _, d := range in.Devices {
-		fmt.Printf("  %-13v %s used of %s (%s, node %d)\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity), d.Backend, d.Node)
+		fmt.Printf("  %-13v %s used of %s (%s, node %d, %d workers)\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity), d.Backend, d.Node, d.Workers)
 	}
 	for _, s := range in.Sessions {
 		if s.Role == "client" {

@@ -96,11 +96,15 @@ Environment (read by programs using softuvm and by private servers):
   %-18s %s
   %-18s follow (default), per-cpu or single
   %-18s 1: record which prefetched pages get used
+  %-18s threads that run each device's kernels (default: one per CPU)
+  %-18s managed memory kept on the host before pages go to devices (default: unbounded)
+  %-18s on (default), off, or settings: %s
 
 Run 'uvm help COMMAND' for a command's flags.
 `, uvm.EnvSocket, uvm.DefaultSocketPath(), uvm.EnvServer, uvm.EnvDevices, uvm.DefaultDevices,
 		uvm.EnvArenaSize, uvm.FormatSize(uvm.DefaultArenaSize), uvm.EnvArenaBackend, uvm.EnvPrefetch,
-		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch)
+		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch,
+		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing)
 }
 
 // newFlagSet makes a flag set whose usage names the command.
@@ -137,6 +141,9 @@ type serverFlags struct {
 	prefetch     string
 	handlers     string
 	track        bool
+	workers      int
+	hostBudget   string
+	thrashing    string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -155,6 +162,13 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(uvm.PrefetchPolicyNames(), ", "))
 	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
 	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
+	fs.IntVar(&f.workers, "device-workers", base.DeviceWorkers, "threads that run each device's kernels (0: one per CPU)")
+	budget := ""
+	if base.HostBudget > 0 {
+		budget = uvm.FormatSize(base.HostBudget)
+	}
+	fs.StringVar(&f.hostBudget, "host-budget", budget, "managed memory kept on the host; above it, pages go to the device with the most room (empty: unbounded)")
+	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms")
 }
 
 func (f *serverFlags) config() (uvm.ServerConfig, error) {
@@ -180,6 +194,15 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	}
 	cfg.Handlers = uvm.HandlerPlacement(f.handlers)
 	cfg.TrackPrefetchUse = f.track
+	cfg.DeviceWorkers = f.workers
+	if f.hostBudget != "" {
+		if cfg.HostBudget, err = uvm.ParseSize(f.hostBudget); err != nil {
+			return cfg, fmt.Errorf("--host-budget: %w", err)
+		}
+	}
+	if cfg.Thrashing, err = uvm.ParseThrashingSpec(f.thrashing); err != nil {
+		return cfg, fmt.Errorf("--thrashing: %w", err)
+	}
 	return cfg, cfg.Validate()
 }
 

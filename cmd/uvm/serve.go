@@ -24,8 +24,8 @@ func runServe(args []string) error {
 	return uvm.ListenAndServe(cfg, *socket, func(s *uvm.Server) {
 		fmt.Fprintf(os.Stderr, "uvm serve: pid %d listening on %s\n", os.Getpid(), *socket)
 		for _, d := range s.Devices() {
-			fmt.Fprintf(os.Stderr, "  %v: %s arena, backend %s, NUMA node %d\n", d.Device, uvm.FormatSize(d.Capacity), d.Backend, d.Node)
+			fmt.Fprintf(os.Stderr, "  %v: %s arena, backend %s, NUMA node %d, %d workers\n", d.Device, uvm.FormatSize(d.Capacity), d.Backend, d.Node, d.Workers)
 		}
-		fmt.Fprintf(os.Stderr, "  prefetch %s, handlers %s, guard %v\n", cfg.Prefetch, cfg.Handlers, cfg.Guard)
+		fmt.Fprintf(os.Stderr, "  prefetch %s, handlers %s, guard %v, thrashing %s\n", cfg.Prefetch, cfg.Handlers, cfg.Guard, cfg.Thrashing)
 	})
 }

@@ -135,6 +135,21 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	for _, p := range st.Populated {
 		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("zero-filled on %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
 	}
+	for _, p := range st.Evicted {
+		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("evicted from %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
+	}
+	for _, p := range st.RemoteMapped {
+		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("mapped remotely by %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
+	}
+	for _, p := range st.ReadDuplicated {
+		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("read copies on %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
+	}
+	for _, c := range st.Throttles {
+		fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("throttled faults of %v", c.Processor), c.Count)
+	}
+	for _, c := range st.Pins {
+		fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("pins after %v thrashed", c.Processor), c.Count)
+	}
 	fmt.Fprintf(w, "\nprefetched pages %d (used %d, unused %d, the rest not tracked or not yet known)\n", st.PrefetchedPages, st.PrefetchedUsed, st.PrefetchedUnused)
 	h := st.FaultService
 	fmt.Fprintf(w, "fault service    %d faults: p50 %v  p99 %v  max %v  mean %v\n", h.Count, h.Quantile(0.5), h.Quantile(0.99), time.Duration(h.MaxNS), h.Mean())
