@@ -21,9 +21,10 @@ test: build ## run every test (as root: userfaultfd is root-only here)
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m ./...
 
-bench: build ## run the Go benchmarks and `uvm bench faults`
+bench: build ## run the Go benchmarks, `uvm bench faults` and `uvm bench launch`
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./...
 	$(BIN)/uvm bench faults
+	$(BIN)/uvm bench launch
 
 lint: ## gofmt, go vet, the import fence, and a tidy go.mod
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }

@@ -52,6 +52,19 @@
 // punches the device file, which frees those pages. It never waits for the
 // client or any other process.
 //
+// # Devices
+//
+// A device is a process with its own page table: a re-execution of the
+// program (which must call Main first in main) that maps every managed
+// range at the same address from the device's file and runs kernels,
+// registered by name with RegisterKernel, on its worker threads. Its
+// faults are served by the server like the client's. Launch and the
+// synchronizations go from the client to the device directly, one socket
+// per stream (devproc.go); errors of kernels and the death of the process
+// come back from the next synchronize, and the next launch starts a new
+// process. Malloc, HostAlloc and HostRegister make device memory and
+// pinned host memory; Memcpy moves data between every kind.
+//
 // # Advice and remote mappings
 //
 // MemAdvise records cuMemAdvise advice per page. Read-mostly pages get a

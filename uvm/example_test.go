@@ -1,8 +1,10 @@
 package uvm_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log"
+	"unsafe"
 
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -81,4 +83,84 @@ func (nextPage) Expand(c *uvm.PrefetchContext) (m uvm.PageMask) {
 		}
 	}
 	return m
+}
+
+// Kernels are registered by name in an init function, and the program
+// calls uvm.Main first in main: the same binary runs the fault server and
+// the device processes.
+func ExampleSession_Launch() {
+	// In an init function:
+	//	uvm.MustRegisterKernel("double", func(tid, n int, p []byte) { ... })
+	s, err := uvm.Default()
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := s.MallocManaged(1 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Free()
+	params := make([]byte, 16)
+	binary.LittleEndian.PutUint64(params, uint64(a.Addr()))
+	binary.LittleEndian.PutUint64(params[8:], uint64(a.Size()))
+	st, err := s.StreamCreate(0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.StreamDestroy(st)
+	if err := s.Launch(0, st, "double", 64, params); err != nil {
+		log.Fatal(err)
+	}
+	// A panic in the kernel, or the death of the device's process, comes
+	// back here, naming the kernel.
+	if err := s.StreamSynchronize(st); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Read-mostly data is copied to each reader instead of moving; a device
+// that keeps an accessed-by mapping reads it where it lies.
+func ExampleSession_MemAdvise() {
+	s, err := uvm.Default()
+	if err != nil {
+		log.Fatal(err)
+	}
+	table, err := s.MallocManaged(16 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer table.Free()
+	if err := s.MemAdvise(table.Addr(), table.Size(), uvm.AdviseSetReadMostly, 0); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.MemAdvise(table.Addr(), table.Size(), uvm.AdviseSetAccessedBy, 0); err != nil {
+		log.Fatal(err)
+	}
+	attrs, err := s.RangeAttributes(table.Addr(), table.Size())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(attrs.ReadMostly, attrs.AccessedBy)
+}
+
+// Device memory is filled and read with Memcpy; the host cannot touch it.
+func ExampleSession_Memcpy() {
+	s, err := uvm.Default()
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := s.Malloc(0, 4096)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Free()
+	in := []byte("hello, device")
+	if err := s.Memcpy(d.Addr(), uintptr(unsafe.Pointer(&in[0])), int64(len(in)), uvm.MemcpyHostToDevice); err != nil {
+		log.Fatal(err)
+	}
+	out := make([]byte, len(in))
+	if err := s.Memcpy(uintptr(unsafe.Pointer(&out[0])), d.Addr(), int64(len(out)), uvm.MemcpyDefault); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(out))
 }
