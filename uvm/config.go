@@ -19,7 +19,7 @@ const (
 	EnvServer        = "UVM_SERVER"         // "auto" (default), "private" or "daemon"
 	EnvDevices       = "UVM_DEVICES"        // number of devices
 	EnvArenaSize     = "UVM_ARENA_SIZE"     // bytes per device, or a comma list, e.g. "1GiB" or "512MiB,2GiB"
-	EnvArenaBackend  = "UVM_ARENA_BACKEND"  // auto, memfd or numa
+	EnvArenaBackend  = "UVM_ARENA_BACKEND"  // auto, memfd or numa, or a comma list, one per device
 	EnvPrefetch      = "UVM_PREFETCH"       // density[:PERCENT], window:PAGES, none
 	EnvHandlers      = "UVM_HANDLERS"       // follow (default), per-cpu or single
 	EnvTrackPrefetch = "UVM_TRACK_PREFETCH" // 1: track which prefetched pages get used
@@ -169,18 +169,17 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 			sizes = append(sizes, n)
 		}
 	}
-	backend := devmem.BackendAuto
+	backends := []devmem.Backend{devmem.BackendAuto}
 	if len(c.Devices) > 0 {
-		backend = c.Devices[0].Backend
+		backends = []devmem.Backend{c.Devices[0].Backend}
 	}
 	if v := getenv(EnvArenaBackend); v != "" {
-		b, err := devmem.ParseBackend(v)
-		if err != nil {
-			return fmt.Errorf("%w: %s=%q: %v", ErrInvalidValue, EnvArenaBackend, v, err)
+		var err error
+		if backends, err = ParseBackends(v); err != nil {
+			return fmt.Errorf("%s=%q: %w", EnvArenaBackend, v, err)
 		}
-		backend = b
 	}
-	c.Devices = DeviceSpecs(devices, sizes, backend)
+	c.Devices = DeviceSpecsEach(devices, sizes, backends)
 	if v := getenv(EnvPrefetch); v != "" {
 		p, err := ParsePrefetchSpec(v)
 		if err != nil {
@@ -208,7 +207,7 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 	if v := getenv(EnvThrashing); v != "" {
 		t, err := ParseThrashingSpec(v)
 		if err != nil {
-			return fmt.Errorf("%s: %w", EnvThrashing, err)
+			return fmt.Errorf("%s=%q: %w", EnvThrashing, v, err)
 		}
 		c.Thrashing = t
 	}
@@ -222,18 +221,43 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 	return c.Validate()
 }
 
-// DeviceSpecs builds n device specs; device i gets sizes[i], or the last
-// size given when there are fewer sizes than devices.
+// DeviceSpecs builds n device specs with one backend; device i gets
+// sizes[i], or the last size given when there are fewer sizes than
+// devices.
 func DeviceSpecs(n int, sizes []int64, backend devmem.Backend) []devmem.ArenaSpec {
+	return DeviceSpecsEach(n, sizes, []devmem.Backend{backend})
+}
+
+// DeviceSpecsEach is DeviceSpecs with a backend per device, the last one
+// given repeating.
+func DeviceSpecsEach(n int, sizes []int64, backends []devmem.Backend) []devmem.ArenaSpec {
 	specs := make([]devmem.ArenaSpec, n)
 	for i := range specs {
 		size := int64(DefaultArenaSize)
 		if len(sizes) > 0 {
 			size = sizes[min(i, len(sizes)-1)]
 		}
+		backend := devmem.BackendAuto
+		if len(backends) > 0 {
+			backend = backends[min(i, len(backends)-1)]
+		}
 		specs[i] = devmem.ArenaSpec{Device: i, Capacity: size, Backend: backend, Node: -1}
 	}
 	return specs
+}
+
+// ParseBackends reads one arena backend, or a comma list of one per
+// device.
+func ParseBackends(text string) ([]devmem.Backend, error) {
+	var out []devmem.Backend
+	for _, part := range strings.Split(text, ",") {
+		b, err := devmem.ParseBackend(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("%w: arena backend %q: %v", ErrInvalidValue, part, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 func (c ServerConfig) marshal() string {

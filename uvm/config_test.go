@@ -2,6 +2,7 @@ package uvm
 
 import (
 	"testing"
+	"time"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/stretchr/testify/assert"
@@ -26,22 +27,30 @@ func TestParseSize(t *testing.T) {
 }
 
 func TestServerConfigEnv(t *testing.T) {
-	env := map[string]string{EnvDevices: "2", EnvArenaSize: "64MiB,128MiB", EnvArenaBackend: "memfd", EnvPrefetch: "window:8", EnvHandlers: "single", EnvTrackPrefetch: "1"}
+	env := map[string]string{EnvDevices: "3", EnvArenaSize: "64MiB,128MiB", EnvArenaBackend: "memfd,numa", EnvPrefetch: "window:8", EnvHandlers: "single",
+		EnvTrackPrefetch: "1", EnvWorkers: "3", EnvHostBudget: "1GiB", EnvThrashing: "threshold=4,pin=1s"}
 	c := DefaultServerConfig()
 	require.NoError(t, c.applyEnv(func(k string) string { return env[k] }))
 	assert.Equal(t, []devmem.ArenaSpec{
 		{Device: 0, Capacity: 64 << 20, Backend: devmem.BackendMemfd, Node: -1},
-		{Device: 1, Capacity: 128 << 20, Backend: devmem.BackendMemfd, Node: -1},
-	}, c.Devices)
+		{Device: 1, Capacity: 128 << 20, Backend: devmem.BackendNUMA, Node: -1},
+		{Device: 2, Capacity: 128 << 20, Backend: devmem.BackendNUMA, Node: -1},
+	}, c.Devices, "sizes and backends per device, the last repeating")
 	assert.Equal(t, PrefetchSpec{Policy: "window", Window: 8}, c.Prefetch)
 	assert.Equal(t, HandlersSingle, c.Handlers)
 	assert.True(t, c.TrackPrefetchUse)
+	assert.Equal(t, 3, c.DeviceWorkers)
+	assert.Equal(t, int64(1<<30), c.HostBudget)
+	want := DefaultThrashing
+	want.Threshold, want.Pin = 4, Duration(time.Second)
+	assert.Equal(t, want, c.Thrashing)
 
 	back, err := unmarshalServerConfig(c.marshal())
 	require.NoError(t, err)
 	assert.Equal(t, c, back, "the configuration survives the trip to a private server")
 
-	for k, v := range map[string]string{EnvDevices: "99", EnvArenaSize: "lots", EnvArenaBackend: "tape", EnvPrefetch: "psychic", EnvHandlers: "many", EnvTrackPrefetch: "maybe"} {
+	for k, v := range map[string]string{EnvDevices: "99", EnvArenaSize: "lots", EnvArenaBackend: "memfd,tape", EnvPrefetch: "psychic", EnvHandlers: "many",
+		EnvTrackPrefetch: "maybe", EnvWorkers: "0", EnvHostBudget: "much", EnvThrashing: "threshold=1"} {
 		c := DefaultServerConfig()
 		err := c.applyEnv(func(key string) string {
 			if key == k {

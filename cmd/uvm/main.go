@@ -92,7 +92,7 @@ Environment (read by programs using softuvm and by private servers):
   %-18s auto (daemon if one runs, else a private server), private, daemon
   %-18s number of devices (default %d)
   %-18s arena size per device, or a comma list (default %s)
-  %-18s auto, memfd or numa
+  %-18s auto, memfd or numa, or a comma list, one per device
   %-18s %s
   %-18s follow (default), per-cpu or single
   %-18s 1: record which prefetched pages get used
@@ -158,7 +158,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	}
 	fs.IntVar(&f.devices, "devices", len(base.Devices), "number of devices")
 	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
-	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa")
+	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa, or a comma list, one per device")
 	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(uvm.PrefetchPolicyNames(), ", "))
 	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
 	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
@@ -181,14 +181,14 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 		}
 		sizes = append(sizes, n)
 	}
-	backend, err := devmem.ParseBackend(f.arenaBackend)
+	backends, err := uvm.ParseBackends(f.arenaBackend)
 	if err != nil {
 		return cfg, fmt.Errorf("--arena-backend: %w", err)
 	}
 	if f.devices < 0 {
 		return cfg, fmt.Errorf("--devices %d: want 0 or more", f.devices)
 	}
-	cfg.Devices = uvm.DeviceSpecs(f.devices, sizes, backend)
+	cfg.Devices = uvm.DeviceSpecsEach(f.devices, sizes, backends)
 	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
 		return cfg, fmt.Errorf("--prefetch: %w", err)
 	}
