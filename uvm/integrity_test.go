@@ -34,6 +34,29 @@ type shadowed struct {
 	shadow []byte
 }
 
+// newShadowed allocates up to maxSize bytes (a quarter of the time at
+// most three pages) with a zeroed shadow.
+func newShadowed(t *testing.T, s *Session, rng *rand.Rand, maxSize int64) shadowed {
+	size := 1 + rng.Int64N(maxSize)
+	if rng.IntN(4) == 0 {
+		size = 1 + rng.Int64N(3*PageSize)
+	}
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	return shadowed{a: a, shadow: make([]byte, size)}
+}
+
+// write writes random bytes at [off, off+length) from the host, and into
+// the shadow.
+func (sl shadowed) write(rng *rand.Rand, off, length int) {
+	src := make([]byte, length)
+	for j := range src {
+		src[j] = byte(rng.Uint32())
+	}
+	copy(sl.a.Bytes()[off:], src)
+	copy(sl.shadow[off:], src)
+}
+
 // TestDataIntegrity runs random host writes, reads, kernel-mode writes
 // (read(2) into managed memory), prefetches to the device and back, and
 // frees, and checks every byte against a shadow copy.
@@ -50,15 +73,7 @@ func TestDataIntegrity(t *testing.T) {
 	defer syscall.Close(pipe[0])
 	defer syscall.Close(pipe[1])
 
-	newAlloc := func() shadowed {
-		size := 1 + rng.Int64N(2<<20)
-		if rng.IntN(4) == 0 {
-			size = 1 + rng.Int64N(3*PageSize)
-		}
-		a, err := s.MallocManaged(size)
-		require.NoError(t, err)
-		return shadowed{a: a, shadow: make([]byte, size)}
-	}
+	newAlloc := func() shadowed { return newShadowed(t, s, rng, 2<<20) }
 	slots := make([]shadowed, 4)
 	for i := range slots {
 		slots[i] = newAlloc()
@@ -86,12 +101,7 @@ func TestDataIntegrity(t *testing.T) {
 		switch k := rng.IntN(100); {
 		case k < 40:
 			off, length := span(n)
-			src := make([]byte, length)
-			for j := range src {
-				src[j] = byte(rng.Uint32())
-			}
-			copy(sl.a.Bytes()[off:], src)
-			copy(sl.shadow[off:], src)
+			sl.write(rng, off, length)
 			counts["write"]++
 		case k < 70:
 			off, length := span(n)
@@ -196,15 +206,7 @@ func TestDataIntegrityDevices(t *testing.T) {
 	require.NoError(t, err)
 	hashes := unsafe.Slice((*uint64)(out.Pointer()), 2)
 
-	newAlloc := func() shadowed {
-		size := 1 + rng.Int64N(4<<20)
-		if rng.IntN(4) == 0 {
-			size = 1 + rng.Int64N(3*PageSize)
-		}
-		a, err := s.MallocManaged(size)
-		require.NoError(t, err)
-		return shadowed{a: a, shadow: make([]byte, size)}
-	}
+	newAlloc := func() shadowed { return newShadowed(t, s, rng, 4<<20) }
 	slots := make([]shadowed, 5)
 	for i := range slots {
 		slots[i] = newAlloc()
@@ -259,12 +261,7 @@ func TestDataIntegrityDevices(t *testing.T) {
 		switch k := rng.IntN(100); {
 		case k < 25:
 			off, length := span(n)
-			src := make([]byte, length)
-			for j := range src {
-				src[j] = byte(rng.Uint32())
-			}
-			copy(sl.a.Bytes()[off:], src)
-			copy(sl.shadow[off:], src)
+			sl.write(rng, off, length)
 			record(op, "host-write", sl, off, length)
 			counts["host-write"]++
 		case k < 45:

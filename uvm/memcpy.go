@@ -302,25 +302,23 @@ func (sess *session) deviceCopy(r deviceCopyRequest) error {
 	return nil
 }
 
-// deviceRange returns the device memory holding [addr, addr+n).
-func (sess *session) deviceRange(addr, n uintptr, what string) (*managedRange, error) {
+// deviceFileAt returns the device memory holding [addr, addr+n) and the
+// file its pages live in.
+func (sess *session) deviceFileAt(addr, n uintptr, what string) (*managedRange, *devmem.File, error) {
 	r := sess.ranges.Load().lookup(addr)
 	if r == nil || r.kind != kindDevice {
-		return nil, fmt.Errorf("%w: %s %#x: not device memory of pid %d", ErrInvalidValue, what, addr, sess.pid)
+		return nil, nil, fmt.Errorf("%w: %s %#x: not device memory of pid %d", ErrInvalidValue, what, addr, sess.pid)
 	}
 	if n > r.end()-addr {
-		return nil, fmt.Errorf("%w: %s %#x+%d runs past the end of the device memory %#x+%d", ErrInvalidValue, what, addr, n, r.start, r.length)
+		return nil, nil, fmt.Errorf("%w: %s %#x+%d runs past the end of the device memory %#x+%d", ErrInvalidValue, what, addr, n, r.start, r.length)
 	}
-	return r, nil
+	f, err := sess.file(r.owner)
+	return r, f, err
 }
 
 // readDevice reads device memory, block by block.
 func (sess *session) readDevice(addr uintptr, p []byte) error {
-	r, err := sess.deviceRange(addr, uintptr(len(p)), "read device memory")
-	if err != nil {
-		return err
-	}
-	f, err := sess.file(r.owner)
+	r, f, err := sess.deviceFileAt(addr, uintptr(len(p)), "read device memory")
 	if err != nil {
 		return err
 	}
@@ -334,11 +332,7 @@ func (sess *session) readDevice(addr uintptr, p []byte) error {
 // writeDevice writes device memory, block by block, and records the pages
 // as resident on the device.
 func (sess *session) writeDevice(addr uintptr, p []byte) error {
-	r, err := sess.deviceRange(addr, uintptr(len(p)), "write device memory")
-	if err != nil {
-		return err
-	}
-	f, err := sess.file(r.owner)
+	r, f, err := sess.deviceFileAt(addr, uintptr(len(p)), "write device memory")
 	if err != nil {
 		return err
 	}

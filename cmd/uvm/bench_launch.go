@@ -100,10 +100,7 @@ func benchLaunch(args []string) error {
 		return fmt.Errorf("want --max-kb >= 4 and --seconds > 0")
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
-	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{max(uvm.DefaultArenaSize, 2*int64(*maxKB)<<10)}, cfg.Devices[0].Backend)
-	cfg.Thrashing = thrash
-	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	s, err := oneDeviceSession(max(uvm.DefaultArenaSize, 2*int64(*maxKB)<<10), thrash)
 	if err != nil {
 		return err
 	}
@@ -158,15 +155,20 @@ func benchLaunch(args []string) error {
 	return nil
 }
 
+// oneDeviceSession starts a private server with one device.
+func oneDeviceSession(arena int64, thrash uvm.ThrashingSpec) (*uvm.Session, error) {
+	cfg := uvm.DefaultServerConfig()
+	cfg.Devices = uvm.DeviceSpecs(1, []int64{arena}, cfg.Devices[0].Backend)
+	cfg.Thrashing = thrash
+	return uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+}
+
 // oversubStream times a kernel reading once through a managed range twice
 // the arena's size, which the host wrote first (so every page comes from
 // the host and half of them are evicted again on the way), against a
 // single-thread memcpy of the same size.
 func oversubStream(arena int64, runs int, thrash uvm.ThrashingSpec, rep *launchReport) error {
-	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{arena}, cfg.Devices[0].Backend)
-	cfg.Thrashing = thrash
-	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	s, err := oneDeviceSession(arena, thrash)
 	if err != nil {
 		return err
 	}
