@@ -107,6 +107,9 @@ type blockAdvice struct {
 	readMostly PageMask
 	preferred  [PagesPerBlock]uint8 // 1 + the preferred location; 0: none
 	accessedBy []PageMask           // by location
+	// remote is set once preferred-location or accessed-by advice touched
+	// the block: device mappings may then follow residency.
+	remote bool
 }
 
 // advise applies advice to [addr, addr+length) and brings device
@@ -141,6 +144,7 @@ func (sess *session) advise(addr, length uintptr, advice Advice, d Device) error
 			adv.readMostly.AndNot(&pages)
 			o.collapseAll(pages)
 		case AdviseSetPreferredLocation, AdviseUnsetPreferredLocation:
+			adv.remote = true
 			code := fileCode(loc)
 			if advice == AdviseUnsetPreferredLocation {
 				code = 0
@@ -149,6 +153,7 @@ func (sess *session) advise(addr, length uintptr, advice Advice, d Device) error
 				adv.preferred[p] = code
 			}
 		case AdviseSetAccessedBy:
+			adv.remote = true
 			adv.accessedBy[loc].Or(&pages)
 		case AdviseUnsetAccessedBy:
 			adv.accessedBy[loc].AndNot(&pages)

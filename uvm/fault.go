@@ -112,7 +112,7 @@ func (o *mover) expand(l, m location, faulted PageMask, t *target) PageMask {
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p] == fileCode(m)
 	}
-	if th := b.thrash; th != nil {
+	if th := b.thrash; th != nil && o.sess.srv.cfg.Thrashing.Enabled {
 		now := o.sess.srv.nowMicros()
 		for p := 0; p < b.pages; p++ {
 			if th.pinnedTill[p] > now || int(th.count[p]) >= o.sess.srv.cfg.Thrashing.Threshold-1 {
@@ -306,6 +306,9 @@ func (o *mover) failFault(addr uintptr, err error) {
 func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 	srv := sess.srv
 	addr := uintptr(fr.msg.Address) &^ pageMask
+	if h == nil && !sess.live(v) {
+		return // a deferred fault of a view that went away, and its thread with it
+	}
 	r := sess.ranges.Load().lookup(addr)
 	if r == nil {
 		sess.stray(v, addr)
@@ -434,4 +437,11 @@ func (sess *session) event(v *view, m *uffd.Msg) {
 	default:
 		// Unmap and remove events are not requested.
 	}
+}
+
+// live reports whether v is still its location's view.
+func (sess *session) live(v *view) bool {
+	ref := sess.viewRef(v.loc)
+	ref.release()
+	return ref == v
 }

@@ -540,9 +540,16 @@ func (o *mover) account(rn run, done PageMask, dst location, speculative PageMas
 // residencyChanged asks the remapper to look at the block when device
 // mappings there depend on where pages live.
 func (o *mover) residencyChanged() {
-	if o.b.advice != nil || o.b.maps != nil || o.b.thrash != nil {
+	if o.b.remoteMappable(o.sess.srv.nowMicros()) {
 		o.sess.enqueueRemap(o.r, o.blockIndex())
 	}
+}
+
+// remoteMappable reports whether a device may map another location's
+// file over some page of the block: it does, or advice or a pin may make
+// it. Blocks without are left alone by the remapper.
+func (b *block) remoteMappable(now int64) bool {
+	return b.maps != nil || (b.advice != nil && b.advice.remote) || (b.thrash != nil && b.thrash.pinnedMax > now)
 }
 
 // prefetch moves [addr, addr+length) to dst, as cuMemPrefetchAsync does,

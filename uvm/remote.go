@@ -327,9 +327,9 @@ func (sess *session) remapBlock(r *managedRange, bi int, l location) error {
 			return nil
 		}
 		b.mu.Lock()
-		if r.freed.Load() || sess.views[l].Load() != v || (b.advice == nil && b.maps == nil && b.thrash == nil) {
-			// Without advice, remote mappings or pins, every device
-			// maps its own file: nothing to do.
+		if r.freed.Load() || sess.views[l].Load() != v || !b.remoteMappable(sess.srv.nowMicros()) {
+			// Without remote advice, remote mappings or pins, every
+			// device maps its own file: nothing to do.
 			b.mu.Unlock()
 			return nil
 		}

@@ -124,6 +124,7 @@ type thrashState struct {
 	count      [PagesPerBlock]uint8
 	throttles  [PagesPerBlock]uint8
 	pinnedTill [PagesPerBlock]int64
+	pinnedMax  int64 // the latest pinnedTill: no page is pinned after it
 }
 
 // nowMicros is the server's clock for thrashing, never 0.
@@ -195,6 +196,7 @@ func (o *mover) checkThrashing(l location, p int, now int64) thrashAction {
 	if int(th.throttles[p]) >= spec.PinThreshold && pref == hostLoc {
 		th.throttles[p] = 0
 		th.pinnedTill[p] = now + time.Duration(spec.Pin).Microseconds()
+		th.pinnedMax = max(th.pinnedMax, th.pinnedTill[p])
 		o.r.stats.pins[l].Add(1)
 		o.sess.srv.stats.pins[l].Add(1)
 		// Devices map the page in host memory now, and their own again
