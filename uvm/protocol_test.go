@@ -102,6 +102,12 @@ func FuzzParseRequest(f *testing.F) {
 		encodeDeviceHello(9, deviceHelloRequest{device: 1, pid: 42}),
 		encodeLaunch(10, launchRequest{stream: 2, nthreads: 8, name: "k", params: []byte{1, 2}}),
 		encodeStreamRequest(msgSync, 11, allStreams),
+		encodeStreamRequest(msgStreamOpen, 12, 3),
+		encodeAdvise(13, adviseRequest{addr: 1 << 30, length: 4096, advice: uint8(AdviseSetAccessedBy), device: 1}),
+		encodeDeviceCopy(14, deviceCopyRequest{op: copyToDevice, dst: 1 << 30, length: 100}),
+		encodeDeviceMap(15, deviceMapRequest{addr: 1 << 30, length: 8192, loc: 2, wp: PageMask{3}}),
+		encodeDeviceUnmap(16, 1<<30, 8192),
+		encodeAlloc(17, allocRequest{addr: 1 << 30, length: 4096, size: 4096, kind: kindDevice, device: 1}),
 	} {
 		f.Add(b)
 	}
@@ -127,11 +133,12 @@ func FuzzParseRequest(f *testing.F) {
 			case msgRangeAttrs:
 				again = encodeRangeAttrs(h.seq, r)
 			default: // device unmap
-				w := newMessage(h)
-				w.u64(r.addr)
-				w.u64(r.length)
-				again = w.b
+				again = encodeDeviceUnmap(h.seq, r.addr, r.length)
 			}
+		case adviseRequest:
+			again = encodeAdvise(h.seq, r)
+		case deviceCopyRequest:
+			again = encodeDeviceCopy(h.seq, r)
 		case deviceMapRequest:
 			again = encodeDeviceMap(h.seq, r)
 		case struct{}:
