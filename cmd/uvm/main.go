@@ -39,8 +39,8 @@ func main() {
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && args[0] == "__pingpong" { // the child of `uvm bench launch`'s pipe round trip
-		return pingPong()
+	if len(args) == 2 && args[0] == "__pingpong" { // the child of `uvm bench launch`'s pipe round trip
+		return pingPong(args[1])
 	}
 	if len(args) == 0 {
 		usage(stderr)
