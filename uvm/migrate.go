@@ -352,23 +352,17 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error
 			return done, err
 		}
 	}
-	if rn.mapped {
-		if rn.src == hostLoc {
-			var all PageMask
-			all.FillRange(rn.first, rn.outer)
-			o.auditLeaving(rn, all)
-		}
-		done, err = o.transfer(viewTarget{o, t.via}, rn.first, rn.outer, srcFile)
-		o.released(rn.src, done)
-	} else {
-		if rn.src == hostLoc {
-			var all PageMask
-			all.FillRange(rn.first, rn.outer)
-			o.auditLeaving(rn, all)
-		}
-		done, err = o.transfer(fileTarget{o, dstFile}, rn.first, rn.outer, srcFile)
-		o.released(rn.src, done)
+	if rn.src == hostLoc {
+		var all PageMask
+		all.FillRange(rn.first, rn.outer)
+		o.auditLeaving(rn, all)
 	}
+	var sink pageSink = fileTarget{o, dstFile}
+	if rn.mapped {
+		sink = viewTarget{o, t.via}
+	}
+	done, err = o.transfer(sink, rn.first, rn.outer, srcFile)
+	o.released(rn.src, done)
 	// Writers held by the protection retry now and fault the pages
 	// back; pages that did not move are writable again.
 	o.release(holders, addr, span, done.CountRange(rn.first, rn.outer) < rn.outer-rn.first)

@@ -213,8 +213,12 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	// The device maps and registers its layout and says so.
+	// The device maps and registers its layout and says so. sess.mu is
+	// held meanwhile, so a device that never answers must not hold every
+	// allocation of its client up.
+	c.SetReadDeadline(time.Now().Add(deviceRequestTimeout))
 	b, fds, err = readMessage(c, buf)
+	c.SetReadDeadline(time.Time{})
 	closeFDs(fds)
 	if err == nil {
 		h, req, err = parseRequest(b)
