@@ -78,9 +78,11 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		case thrashThrottle:
 			return errDeferred
 		case thrashPinned:
-			if m != hostLoc {
-				// Pinned in host memory: bring it there, and wait for the
-				// device to map the host copy (the remapper is on it).
+			// Pinned in host memory: bring it there, and wait for the
+			// device to map the host copy (the remapper is on it), unless
+			// policy keeps the device on its own file (read-mostly pages
+			// are copied instead).
+			if m != hostLoc && o.desiredFile(l, p, now) == hostLoc {
 				if fr.waits < maxPinWaits {
 					host := o.ownTarget(hostLoc)
 					err := o.moveTo(host, faulted, PageMask{}, -1)

@@ -175,6 +175,8 @@ func roleClientExit() int {
 	if os.Getenv("UVM_TEST_WAIT") != "" {
 		time.Sleep(time.Hour)
 	}
+	// Until the parent has looked (it closes our standard input).
+	io.Copy(io.Discard, os.Stdin)
 	return 0 // exits without freeing or closing
 }
 
@@ -191,6 +193,8 @@ func TestClientExitLeavesNothing(t *testing.T) {
 		}
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
 		var stderr syncBuffer
 		cmd.Stderr = &stderr
 		require.NoError(t, cmd.Start())
@@ -203,6 +207,7 @@ func TestClientExitLeavesNothing(t *testing.T) {
 		if kill {
 			require.NoError(t, cmd.Process.Kill())
 		}
+		stdin.Close() // the child exits now
 		cmd.Wait()
 		eventually(t, 5*time.Second, func() bool { return srv.SessionCount() == 0 }, "the session outlived its client (killed=%v)", kill)
 		in = srv.info()
