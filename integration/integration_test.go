@@ -146,7 +146,7 @@ func TestDemo(t *testing.T) {
 	requireRoot(t)
 	out, errOut, err := uvmCmd(t, nil, "demo", "--size", "16MiB")
 	require.NoError(t, err, "stderr: %s", errOut)
-	for _, want := range []string{"MallocManaged(16 MiB)", "first touch", "pages cpu -> device 0", "pages device 0 -> cpu", "data intact", "last prefetch location device 0"} {
+	for _, want := range []string{"MallocManaged(16 MiB)", "first touch", "pages cpu -> device 0", "pages device 0 -> cpu", "a kernel on device 0", "the host sees the kernel's writes", "last prefetch location device 0"} {
 		assert.Contains(t, out, want)
 	}
 }

@@ -1,15 +1,30 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uvm"
 )
 
+// The demo's kernel: params = address, length; thread t of n adds one to
+// the first byte of each page of its share.
+func init() {
+	uvm.MustRegisterKernel("uvm-demo-add", func(tid, n int, p []byte) {
+		addr, length := uintptr(binary.LittleEndian.Uint64(p)), int64(binary.LittleEndian.Uint64(p[8:]))
+		pages := (length + uvm.PageSize - 1) / uvm.PageSize
+		b := devmem.BytesAt(addr, length)
+		for pg := int64(tid) * pages / int64(n); pg < int64(tid+1)*pages/int64(n); pg++ {
+			b[pg*uvm.PageSize]++
+		}
+	})
+}
+
 func runDemo(args []string) error {
 	fs := newFlagSet("demo", "[--size SIZE] [server flags]",
-		"Allocate managed memory, touch it on the host, prefetch it to device 0, read it back on the host (page faults migrate it), and show what each step did and cost")
+		"Allocate managed memory, touch it on the host, prefetch it to device 0, read it back on the host (page faults migrate it), let a kernel on device 0 change it (its faults migrate it there), and show what each step did and cost")
 	var sf serverFlags
 	sf.register(fs)
 	sizeText := fs.String("size", "64MiB", "bytes to allocate")
@@ -94,11 +109,37 @@ func runDemo(args []string) error {
 	if bad > 0 {
 		return fmt.Errorf("%d pages came back wrong", bad)
 	}
+	workers, err := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
+	if err != nil {
+		return err
+	}
+	params := make([]byte, 16)
+	binary.LittleEndian.PutUint64(params, uint64(a.Addr()))
+	binary.LittleEndian.PutUint64(params[8:], uint64(a.Size()))
+	var kerr error
+	if err := step(fmt.Sprintf("5. a kernel on device 0 (%d threads) adds one to every page (its faults migrate them)", workers), func() {
+		if kerr = s.Launch(0, nil, "uvm-demo-add", int(workers), params); kerr == nil {
+			kerr = s.DeviceSynchronize(0)
+		}
+	}); err != nil {
+		return err
+	}
+	if kerr != nil {
+		return kerr
+	}
+	for i := 0; i < len(b); i += uvm.PageSize {
+		if b[i] != byte(i>>12)+1 {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d pages came back from the kernel wrong", bad)
+	}
 	attrs, err := s.RangeAttributes(a.Addr(), a.Size())
 	if err != nil {
 		return err
 	}
-	fmt.Printf("5. data intact; range attributes: last prefetch location %v, preferred location %v, read-mostly %v\n", attrs.LastPrefetchLocation, attrs.PreferredLocation, attrs.ReadMostly)
+	fmt.Printf("6. the host sees the kernel's writes; range attributes: last prefetch location %v, preferred location %v, read-mostly %v\n", attrs.LastPrefetchLocation, attrs.PreferredLocation, attrs.ReadMostly)
 	st, err := a.Stats()
 	if err != nil {
 		return err
