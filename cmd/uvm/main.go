@@ -27,7 +27,7 @@ func init() {
 		{"serve", "[flags]", "run a fault server daemon on a Unix socket", runServe},
 		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
-		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, and show what it cost", runDemo},
+		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
 		{"bench", "faults|launch [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch)", runBench},
 		{"help", "[COMMAND]", "show help", nil},
 	}
