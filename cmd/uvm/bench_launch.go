@@ -17,13 +17,18 @@ import (
 	"github.com/softuvm/softuvm/uvm"
 )
 
+// touchKernel is the name of the kernel that touches every page of a
+// range once.
+const touchKernel = "uvm-bench-touch"
+
 // Kernels of the launch benchmark.
 func init() {
-	// touchPages: params = address, length; thread t of n touches one
-	// byte of every page of its share, as the seed experiment's kernel.
-	uvm.MustRegisterKernel("uvm-bench-touch", func(tid, n int, p []byte) {
+	// touchPages: params = address, length; thread t of n adds one to the
+	// first byte of every page of its share, as the seed experiment's
+	// kernel. `uvm demo` runs it too.
+	uvm.MustRegisterKernel(touchKernel, func(tid, n int, p []byte) {
 		addr, length := uintptr(binary.LittleEndian.Uint64(p)), int64(binary.LittleEndian.Uint64(p[8:]))
-		pages := length / uvm.PageSize
+		pages := (length + uvm.PageSize - 1) / uvm.PageSize
 		b := devmem.BytesAt(addr, length)
 		for pg := int64(tid) * pages / int64(n); pg < int64(tid+1)*pages/int64(n); pg++ {
 			b[pg*uvm.PageSize]++
@@ -321,7 +326,7 @@ func launchTouch(s *uvm.Session, kb, workers int, budget time.Duration) (launchR
 		binary.LittleEndian.PutUint64(params, uint64(a.Addr()))
 		binary.LittleEndian.PutUint64(params[8:], uint64(size))
 	}
-	kernel, threads := "uvm-bench-touch", max(1, min(workers, int(size/uvm.PageSize)))
+	kernel, threads := touchKernel, max(1, min(workers, int(size/uvm.PageSize)))
 	if size == 0 {
 		kernel = "uvm-bench-nothing"
 	}

@@ -5,22 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uvm"
 )
-
-// The demo's kernel: params = address, length; thread t of n adds one to
-// the first byte of each page of its share.
-func init() {
-	uvm.MustRegisterKernel("uvm-demo-add", func(tid, n int, p []byte) {
-		addr, length := uintptr(binary.LittleEndian.Uint64(p)), int64(binary.LittleEndian.Uint64(p[8:]))
-		pages := (length + uvm.PageSize - 1) / uvm.PageSize
-		b := devmem.BytesAt(addr, length)
-		for pg := int64(tid) * pages / int64(n); pg < int64(tid+1)*pages/int64(n); pg++ {
-			b[pg*uvm.PageSize]++
-		}
-	})
-}
 
 func runDemo(args []string) error {
 	fs := newFlagSet("demo", "[--size SIZE] [server flags]",
@@ -118,7 +104,7 @@ func runDemo(args []string) error {
 	binary.LittleEndian.PutUint64(params[8:], uint64(a.Size()))
 	var kerr error
 	if err := step(fmt.Sprintf("5. a kernel on device 0 (%d threads) adds one to every page (its faults migrate them)", workers), func() {
-		if kerr = s.Launch(0, nil, "uvm-demo-add", int(workers), params); kerr == nil {
+		if kerr = s.Launch(0, nil, touchKernel, int(workers), params); kerr == nil {
 			kerr = s.DeviceSynchronize(0)
 		}
 	}); err != nil {
