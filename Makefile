@@ -5,14 +5,54 @@ GO     ?= go
 CC     ?= gcc
 CFLAGS ?= -O2 -Wall -Wextra
 BIN    := bin
+PREFIX ?= /usr/local
 
-.PHONY: all build demo test bench lint generate help clean
+# libuvm: the C library (uvm.h), static and shared, and the preload
+# library `uvm run` puts under unmodified programs. Built with
+# -fvisibility=hidden: only uvm.h's names (and the interposed allocator
+# functions in the preload library) are exported.
+LIBUVM_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -fvisibility=hidden -pthread -Ilibuvm/include \
+	-DUVM_BINDIR='"$(PREFIX)/bin"'
+LIBUVM_SRC := $(wildcard libuvm/src/*.c)
+LIBUVM_OBJ := $(patsubst libuvm/src/%.c,$(BIN)/obj/%.o,$(LIBUVM_SRC))
+PRELOAD_OBJ := $(BIN)/obj/preload.o
+LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a
+
+.PHONY: all build lib demo test bench lint generate help clean install
 
 all: build demo ## build bin/uvm and bin/uvm-cfloor, then run `uvm demo`
 
-build: ## build bin/uvm and the C fault-handler floor bin/uvm-cfloor
+build: lib ## build bin/uvm, the C fault-handler floor bin/uvm-cfloor and libuvm
 	$(GO) build -o $(BIN)/uvm ./cmd/uvm
 	$(CC) $(CFLAGS) -o $(BIN)/uvm-cfloor cmd/uvm-cfloor/cfloor.c -lpthread
+
+lib: $(LIBS) ## build libuvm.so, libuvm.a and libuvm-preload.so into bin/
+
+$(BIN)/obj/%.o: libuvm/src/%.c libuvm/src/internal.h libuvm/include/uvm.h
+	@mkdir -p $(BIN)/obj
+	$(CC) $(LIBUVM_CFLAGS) -c -o $@ $<
+
+$(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/include/uvm.h
+	@mkdir -p $(BIN)/obj
+	$(CC) $(LIBUVM_CFLAGS) -Ilibuvm/src -c -o $@ $<
+
+$(BIN)/libuvm.so: $(LIBUVM_OBJ)
+	$(CC) -shared -pthread -Wl,-soname,libuvm.so -o $@ $^
+
+$(BIN)/libuvm.a: $(LIBUVM_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BIN)/libuvm-preload.so: $(LIBUVM_OBJ) $(PRELOAD_OBJ)
+	$(CC) -shared -pthread -Wl,-soname,libuvm-preload.so -o $@ $^
+
+install: build ## install uvm, uvm.h, libuvm and uvm.pc under PREFIX (default /usr/local)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(BIN)/uvm $(DESTDIR)$(PREFIX)/bin/uvm
+	install -m 644 libuvm/include/uvm.h $(DESTDIR)$(PREFIX)/include/uvm.h
+	install -m 755 $(BIN)/libuvm.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BIN)/libuvm.a $(DESTDIR)$(PREFIX)/lib/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' libuvm/uvm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvm.pc
 
 demo: build ## run `uvm demo`: allocate, touch, prefetch to a device and back
 	$(BIN)/uvm demo

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var binDir string // holds uvm and uvm-cfloor, built by TestMain
+var binDir string // holds uvm, uvm-cfloor and libuvm, built by TestMain
 
 const roleEnv = "UVM_INTEGRATION_ROLE"
 
@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 	}
 	build("go", "build", "-o", filepath.Join(dir, "uvm"), "./cmd/uvm")
 	build("gcc", "-O2", "-o", filepath.Join(dir, "uvm-cfloor"), "cmd/uvm-cfloor/cfloor.c", "-lpthread")
+	build("make", "-s", "lib", "BIN="+dir)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -159,18 +159,24 @@ func startPrivateServer(cfg ServerConfig) (*net.UnixConn, *privateServer, error)
 // runPrivateServer is the main function of a private server: it serves the
 // client on fd 3 until that client goes away, and answers monitors (`uvm
 // stat`) on its own socket meanwhile.
+//
+// Go clients pass their configuration in SOFTUVM_SERVER_CONFIG. The C
+// library (libuvm) starts the `uvm` binary in this role without it: the
+// server then reads the same UVM_* variables `uvm serve` does.
 func runPrivateServer() int {
-	cfg, err := unmarshalServerConfig(os.Getenv(serverConfigEnv))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "softuvm server: %v\n", err)
-		return 2
+	var cfg ServerConfig
+	var err error
+	if text := os.Getenv(serverConfigEnv); text != "" {
+		cfg, err = unmarshalServerConfig(text)
+	} else {
+		cfg, err = ServerConfigFromEnv()
 	}
 	os.Unsetenv(serverConfigEnv)
 	f := os.NewFile(3, "softuvm-control")
-	c, err := net.FileConn(f)
+	c, cerr := net.FileConn(f)
 	f.Close()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "softuvm server: control socket: %v\n", err)
+	if cerr != nil {
+		fmt.Fprintf(os.Stderr, "softuvm server: control socket: %v\n", cerr)
 		return 2
 	}
 	conn, ok := c.(*net.UnixConn)
@@ -178,7 +184,10 @@ func runPrivateServer() int {
 		fmt.Fprintf(os.Stderr, "softuvm server: fd 3 is not a unix socket\n")
 		return 2
 	}
-	srv, err := NewServer(cfg)
+	var srv *Server
+	if err == nil {
+		srv, err = NewServer(cfg)
+	}
 	if err != nil {
 		// The client learns why from the error reply to its hello.
 		buf := make([]byte, maxMessageSize)

@@ -1,0 +1,54 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// buildC compiles C sources against uvm.h and the static libuvm into
+// binDir/name.
+func buildC(t *testing.T, name string, sources ...string) string {
+	t.Helper()
+	out := filepath.Join(binDir, name)
+	args := []string{"-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-I../libuvm/include", "-I../libuvm/tests", "-o", out}
+	args = append(args, sources...)
+	args = append(args, filepath.Join(binDir, "libuvm.a"), "-pthread")
+	cmd := exec.Command("gcc", args...)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "gcc %s:\n%s", strings.Join(args, " "), b)
+	return out
+}
+
+// cEnv is the environment C tests run in: a private server from the
+// freshly built uvm, two small devices.
+func cEnv(extra ...string) []string {
+	env := append(os.Environ(), "UVM_BIN="+filepath.Join(binDir, "uvm"), "UVM_SERVER=private",
+		"UVM_DEVICES=2", "UVM_ARENA_SIZE=64MiB", "UVM_DEVICE_WORKERS=2")
+	return append(env, extra...)
+}
+
+// TestLibuvm runs each C test of libuvm/tests: one program per file,
+// built against the static library, which prints "N checks passed".
+func TestLibuvm(t *testing.T) {
+	requireRoot(t)
+	files, err := filepath.Glob("../libuvm/tests/*_test.c")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no C tests found")
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".c")
+		t.Run(name, func(t *testing.T) {
+			bin := buildC(t, name, f)
+			cmd := exec.Command(bin)
+			cmd.Env = cEnv()
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s:\n%s", name, out)
+			assert.Contains(t, string(out), "checks passed")
+		})
+	}
+}

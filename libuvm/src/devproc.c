@@ -1,0 +1,891 @@
+/*
+ * devproc.c: a device process of a C program, the other half of device.c.
+ *
+ * A device is a process of its own because a process has one page table:
+ * the device's accesses to managed memory must fault where the host's do
+ * not. The Go runtime re-executes the program (uvm/devproc.go) and finds
+ * kernels by name; a C program's kernels are function pointers, which
+ * only a fork of the program understands. So device.c forks the program
+ * at the device's first launch, and the child runs uvm__device_main:
+ *
+ *  - it becomes a process of its own: every descriptor but its three
+ *    sockets and stdio closed (a copy of another device's socket would
+ *    hide that device's death from the client), default signal actions,
+ *    its own process group (a Ctrl-C meant for the program reaches the
+ *    device only through its client's death), and the managed window
+ *    reserved: the client's ranges are MADV_DONTFORK, so the child starts
+ *    with none of them;
+ *  - it says hello to the fault server with a userfaultfd of its own and
+ *    maps what the server says (each run of a location's file at offset
+ *    == address), registered MISSING|WP, as the Go device does;
+ *  - it serves the server's map and unmap requests on one thread, each
+ *    stream (one SOCK_SEQPACKET socket from the client) on a thread of
+ *    its own, and spreads wide launches over pinned worker threads.
+ *
+ * A kernel that crashes kills the process, as it would kill the program.
+ * Before it dies, the signal handler tells the client which kernel,
+ * thread and address it was; the client reports that at the next
+ * synchronize and forks a new process at the next launch. The data is in
+ * the device's file, which the server owns, so nothing is lost.
+ *
+ * The child was forked from a thread of a program whose other threads may
+ * have held any lock at that instant. It never touches the session (whose
+ * mutexes may be held forever) and it exits with _exit, never exit: the
+ * program's atexit handlers and stdio buffers belong to the program.
+ * glibc's allocator and stdio reset their locks in a fork's child.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdio_ext.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int uvm__device_process = -1;
+
+/* The largest launch thread count, as uvm/protocol.go maxLaunchThreads. */
+#define MAX_LAUNCH_THREADS (1u << 30)
+/* The alternate signal stack of a kernel thread: a kernel that overflows
+ * its stack must still be reported. Far more than a signal frame takes,
+ * even with AMX state. */
+#define ALT_STACK_SIZE (64u << 10)
+/* A stream's receive buffer: a launch is at most a header, a short
+ * kernel name and uvmMaxKernelParams bytes. */
+#define STREAM_BUF_SIZE (16u << 10)
+
+/* The process's state, written before any thread but the main one
+ * exists and read-only afterwards. */
+static int dev_index;
+static int server_sock = -1;
+static int control_sock = -1;
+static int uffd = -1;
+static int files[UVM_MAX_DEVICES + 1]; /* files[l]: location l's file */
+static int nfiles;
+static uint8_t *server_buf; /* UVM_MAX_MESSAGE bytes, mmap'ed */
+
+/* ---- messages ---- */
+
+/* send_reply answers the request (typ, seq) with status and, if status
+ * is not OK, msg: the reply shape of uvm/protocol.go encodeError and
+ * encodeEmptyReply. */
+static void send_reply(int sock, uint16_t typ, uint32_t seq, uint32_t status, const char *msg)
+{
+	uint8_t buf[4096];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, typ, seq, status);
+	if (status != UVM_WIRE_OK) {
+		size_t n = strlen(msg);
+		if (n > sizeof buf - UVM_WIRE_HEADER - 4)
+			n = sizeof buf - UVM_WIRE_HEADER - 4;
+		uvm__put_bytes(&m, msg, n);
+	}
+	uvm__send(sock, m.buf, m.len, NULL, 0);
+}
+
+/* setup_fail tells the client why the process could not come up (as the
+ * reply to the device-up it waits for) and ends the process. */
+static void setup_fail(uint32_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void setup_fail(uint32_t status, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	send_reply(control_sock, UVM_MSG_DEVICE_UP, 0, status, msg);
+	_exit(1);
+}
+
+/* ---- becoming a process of its own ---- */
+
+static void close_fd_range(unsigned lo, unsigned hi)
+{
+	if (lo > hi)
+		return;
+	if (syscall(SYS_close_range, lo, hi, 0) == 0)
+		return;
+	/* Kernels before 5.9 have no close_range. */
+	unsigned top = 65536;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < top)
+		top = (unsigned)rl.rlim_cur;
+	for (unsigned fd = lo; fd <= hi && fd < top; fd++)
+		close((int)fd);
+}
+
+/* close_other_fds closes every descriptor but stdio and keep[]. */
+static void close_other_fds(const int *keep, int nkeep)
+{
+	int k[8] = {0, 1, 2};
+	int n = 3;
+	for (int i = 0; i < nkeep; i++)
+		k[n++] = keep[i];
+	for (int i = 1; i < n; i++) /* insertion sort: a handful of numbers */
+		for (int j = i; j > 0 && k[j - 1] > k[j]; j--) {
+			int t = k[j];
+			k[j] = k[j - 1];
+			k[j - 1] = t;
+		}
+	unsigned lo = 0;
+	for (int i = 0; i < n; i++) {
+		if ((unsigned)k[i] < lo)
+			continue; /* a duplicate */
+		if ((unsigned)k[i] > lo)
+			close_fd_range(lo, (unsigned)k[i] - 1);
+		lo = (unsigned)k[i] + 1;
+	}
+	close_fd_range(lo, ~0u);
+}
+
+/* reset_signals gives every signal the program handles its default
+ * action, as exec would (ignored ones stay ignored), and unblocks them
+ * all: the program's handlers make no sense in a device. */
+static void reset_signals(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue; /* glibc's own signals refuse sigaction */
+		if (!(sa.sa_flags & SA_SIGINFO) && (sa.sa_handler == SIG_IGN || sa.sa_handler == SIG_DFL))
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_DFL;
+		sigaction(sig, &sa, NULL);
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	pthread_sigmask(SIG_SETMASK, &none, NULL);
+}
+
+static int open_userfaultfd(void)
+{
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	int sys_errno = errno;
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev >= 0) {
+		fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC);
+		close(dev);
+		if (fd >= 0)
+			return fd;
+	}
+	errno = sys_errno;
+	return -1;
+}
+
+/* ---- mappings ---- */
+
+/* check_run validates a run the server asks for; returns NULL or what is
+ * wrong with it, in msg. */
+static const char *check_run(uint64_t addr, uint64_t length, unsigned loc, char *msg, size_t cap)
+{
+	if (addr % UVM_PAGE_SIZE || length % UVM_PAGE_SIZE || length == 0)
+		snprintf(msg, cap, "range %#lx+%lu: want a nonempty, page-aligned range", (unsigned long)addr, (unsigned long)length);
+	else if (addr < UVM_WINDOW_START || length > UVM_WINDOW_SIZE || addr - UVM_WINDOW_START > UVM_WINDOW_SIZE - length)
+		snprintf(msg, cap, "range %#lx+%lu lies outside the managed window %#lx+%#lx", (unsigned long)addr, (unsigned long)length,
+			 UVM_WINDOW_START, UVM_WINDOW_SIZE);
+	else if (loc >= (unsigned)nfiles)
+		snprintf(msg, cap, "map location %u: this session has %d", loc, nfiles);
+	else
+		return NULL;
+	return msg;
+}
+
+static int uffd_register(uintptr_t addr, size_t length)
+{
+	struct uffdio_register r = {.range = {.start = addr, .len = length}, .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
+	return ioctl(uffd, UFFDIO_REGISTER, &r);
+}
+
+/* map_fixed maps location loc's file over [addr, addr+length) at offset
+ * addr and registers it, while no kernel runs (the initial layout): no
+ * thread can touch the run between the two. DONTFORK keeps the shared
+ * file out of any fork a kernel makes, as in the client. */
+static const char *map_fixed(uint64_t addr, uint64_t length, unsigned loc, char *msg, size_t cap)
+{
+	if (check_run(addr, length, loc, msg, cap))
+		return msg;
+	void *at = (void *)(uintptr_t)addr;
+	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[loc], (off_t)addr) == MAP_FAILED)
+		snprintf(msg, cap, "map location %u's file over %#lx+%lu: %s", loc, (unsigned long)addr, (unsigned long)length, strerror(errno));
+	else if (uffd_register(addr, length) < 0)
+		snprintf(msg, cap, "register %#lx+%lu with the userfaultfd: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+	else if (madvise(at, length, MADV_DONTFORK) < 0)
+		snprintf(msg, cap, "dontfork %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+	else
+		return NULL;
+	return msg;
+}
+
+/* map_over maps location loc's file over [addr, addr+length) while
+ * kernels may run (uvm/devproc.go mapFile): the new mapping is made at a
+ * scratch address, registered and write-protected where wp says (bit i:
+ * page i), and only then moved over the old one, so that no thread sees
+ * it unregistered (a hole would fill with zeros) or writable where it
+ * must not be (a read-duplicated page). The move keeps the protection
+ * because the server asked for remap events. The caller checked the run. */
+static const char *map_over(uint64_t addr, uint64_t length, unsigned loc, const uint64_t wp[8], char *msg, size_t cap)
+{
+	bool any = false;
+	for (int i = 0; i < 8; i++)
+		any |= wp[i] != 0;
+	void *scratch = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[loc], (off_t)addr);
+	if (scratch == MAP_FAILED) {
+		snprintf(msg, cap, "map location %u's file at %#lx+%lu: %s", loc, (unsigned long)addr, (unsigned long)length, strerror(errno));
+		return msg;
+	}
+	uintptr_t s = (uintptr_t)scratch;
+	if (uffd_register(s, length) < 0) {
+		snprintf(msg, cap, "register the new mapping of %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+		goto fail;
+	}
+	size_t npages = length / UVM_PAGE_SIZE;
+	for (size_t p = 0; p < npages && any;) {
+		if (!(wp[p / 64] >> (p % 64) & 1)) {
+			p++;
+			continue;
+		}
+		size_t q = p + 1;
+		while (q < npages && (wp[q / 64] >> (q % 64) & 1))
+			q++;
+		struct uffdio_writeprotect w = {.range = {.start = s + p * UVM_PAGE_SIZE, .len = (q - p) * UVM_PAGE_SIZE},
+						.mode = UFFDIO_WRITEPROTECT_MODE_WP};
+		if (ioctl(uffd, UFFDIO_WRITEPROTECT, &w) < 0) {
+			snprintf(msg, cap, "write-protect pages %zu to %zu of %#lx: %s", p, q, (unsigned long)addr, strerror(errno));
+			goto fail;
+		}
+		p = q;
+	}
+	if (mremap(scratch, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)addr) == MAP_FAILED) {
+		snprintf(msg, cap, "move the new mapping over %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+		goto fail;
+	}
+	if (madvise((void *)(uintptr_t)addr, length, MADV_DONTFORK) < 0) {
+		snprintf(msg, cap, "dontfork %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+		return msg;
+	}
+	return NULL;
+fail:
+	munmap(scratch, length);
+	return msg;
+}
+
+/* unmap returns a freed range to the window's reservation, so that
+ * nothing else is placed there (devmem.ReturnToReservation). The caller
+ * checked the run. */
+static const char *unmap(uint64_t addr, uint64_t length, char *msg, size_t cap)
+{
+	if (mmap((void *)(uintptr_t)addr, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+		snprintf(msg, cap, "unmap %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+		return msg;
+	}
+	return NULL;
+}
+
+/* attach hands the server this process's userfaultfd, maps the layout it
+ * answers with, and says it is ready (uvm/devproc.go attachToServer). */
+static void attach(void)
+{
+	uffd = open_userfaultfd();
+	if (uffd < 0)
+		setup_fail(UVM_WIRE_INITIALIZATION, "userfaultfd: %s (as root, or with vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)", strerror(errno));
+	uint8_t hb[64];
+	struct uvm_msg m = {.buf = hb, .cap = sizeof hb};
+	uvm__msg_start(&m, UVM_MSG_DEVICE_HELLO, 1, 0);
+	uvm__put_u32(&m, (uint32_t)dev_index);
+	uvm__put_u32(&m, (uint32_t)getpid());
+	int e = uvm__send(server_sock, m.buf, m.len, &uffd, 1);
+	if (e)
+		setup_fail(UVM_WIRE_INITIALIZATION, "send the device hello to the fault server: %s", strerror(e));
+
+	int nfds = 0;
+	ssize_t n = uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, files, UVM_MAX_DEVICES + 1, &nfds);
+	nfiles = nfds;
+	if (n <= 0)
+		setup_fail(UVM_WIRE_INITIALIZATION, "the fault server did not answer the device hello (%s)",
+			   n == 0 ? "it closed the connection" : strerror((int)-n));
+	struct uvm_header h;
+	struct uvm_reader r;
+	if (!uvm__parse_header(server_buf, (size_t)n, &h, &r) || h.type != UVM_MSG_DEVICE_HELLO || h.seq != 1)
+		setup_fail(UVM_WIRE_INTERNAL, "the fault server's answer to the device hello is malformed");
+	if (h.status != UVM_WIRE_OK) {
+		uint32_t len;
+		const uint8_t *p = uvm__get_bytes(&r, &len);
+		setup_fail(h.status, "the fault server refused the device: %.*s", (int)len, p ? (const char *)p : "");
+	}
+	if (nfiles < dev_index + 2)
+		setup_fail(UVM_WIRE_INTERNAL, "the device hello reply came with %d files, want one per location (at least %d)",
+			   nfiles, dev_index + 2);
+
+	/* No kernel runs yet, so nothing touches a run between its mapping
+	 * and its registration. Later runs map over earlier ones (remote
+	 * mappings over the device's own file). */
+	char msg[512];
+	uint32_t runs = uvm__get_u32(&r);
+	for (uint32_t i = 0; i < runs && !r.err; i++) {
+		uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
+		uint8_t loc = uvm__get_u8(&r);
+		if (!r.err && map_fixed(addr, length, loc, msg, sizeof msg))
+			setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+	}
+	if (r.err || r.n != 0)
+		setup_fail(UVM_WIRE_INTERNAL, "the layout in the device hello reply is truncated or has trailing bytes");
+
+	uvm__msg_start(&m, UVM_MSG_DEVICE_READY, 2, 0);
+	e = uvm__send(server_sock, m.buf, m.len, NULL, 0);
+	n = e ? -e : uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, NULL, 0, NULL);
+	if (n <= 0)
+		setup_fail(UVM_WIRE_INITIALIZATION, "the fault server did not answer device-ready (%s)",
+			   n == 0 ? "it closed the connection" : strerror((int)-n));
+	if (!uvm__parse_header(server_buf, (size_t)n, &h, &r) || h.type != UVM_MSG_DEVICE_READY || h.seq != 2)
+		setup_fail(UVM_WIRE_INTERNAL, "the fault server's answer to device-ready is malformed");
+	if (h.status != UVM_WIRE_OK) {
+		uint32_t len;
+		const uint8_t *p = uvm__get_bytes(&r, &len);
+		setup_fail(h.status, "device-ready: %.*s", (int)len, p ? (const char *)p : "");
+	}
+}
+
+/* serve_server answers the server's requests to map and unmap ranges.
+ * When the server goes away the device's memory is gone, and so is the
+ * process. */
+static void *serve_server(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int fds[8], nfds = 0;
+		ssize_t n = uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, fds, 8, &nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+			/* When the program exits, its private server follows it:
+			 * that is no news if the client is gone too. */
+			struct pollfd p = {.fd = control_sock, .events = POLLIN | POLLRDHUP};
+			if (!(poll(&p, 1, 100) == 1 && (p.revents & (POLLHUP | POLLRDHUP))))
+				fprintf(stderr, "softuvm device %d process %d: the fault server went away (%s); exiting\n", dev_index, (int)getpid(),
+					n == 0 ? "end of file" : strerror((int)-n));
+			fflush(stdout);
+			_exit(1);
+		}
+		struct uvm_header h;
+		struct uvm_reader r;
+		char msg[512];
+		const char *err = NULL;
+		if (n < 0 || !uvm__parse_header(server_buf, (size_t)n, &h, &r)) {
+			fprintf(stderr, "softuvm device %d process %d: a malformed message from the fault server; ignored\n", dev_index, (int)getpid());
+			continue;
+		}
+		/* A request the server should not have sent is a bad value; a
+		 * system call that fails on a good one is internal. */
+		uint32_t status = UVM_WIRE_INVALID_VALUE;
+		if (h.type == UVM_MSG_DEVICE_MAP) {
+			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
+			uint8_t loc = uvm__get_u8(&r);
+			uint64_t wp[8];
+			for (int i = 0; i < 8; i++)
+				wp[i] = uvm__get_u64(&r);
+			if (r.err || r.n)
+				err = "device-map request: truncated or with trailing bytes";
+			else if ((wp[0] | wp[1] | wp[2] | wp[3] | wp[4] | wp[5] | wp[6] | wp[7]) && length > UVM_BLOCK_SIZE) {
+				snprintf(msg, sizeof msg, "map of %lu bytes with write-protected pages: at most one block (%lu bytes)",
+					 (unsigned long)length, UVM_BLOCK_SIZE);
+				err = msg;
+			} else if (!(err = check_run(addr, length, loc, msg, sizeof msg)) && (err = map_over(addr, length, loc, wp, msg, sizeof msg)))
+				status = UVM_WIRE_INTERNAL;
+		} else if (h.type == UVM_MSG_DEVICE_UNMAP) {
+			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
+			if (r.err || r.n)
+				err = "device-unmap request: truncated or with trailing bytes";
+			else if (!(err = check_run(addr, length, 0, msg, sizeof msg)) && (err = unmap(addr, length, msg, sizeof msg)))
+				status = UVM_WIRE_INTERNAL;
+		} else {
+			snprintf(msg, sizeof msg, "message type %u is not a request the server sends a device", h.type);
+			err = msg;
+		}
+		send_reply(server_sock, h.type, h.seq, err ? status : UVM_WIRE_OK, err);
+	}
+	return NULL;
+}
+
+/* ---- kernels ---- */
+
+/* What the calling thread runs, for the crash handler. */
+struct running {
+	uintptr_t kernel;
+	uint32_t stream, tid, nthreads;
+	bool active;
+};
+static __thread struct running running;
+static int crash_reported;
+
+/* on_crash reports a crashing kernel to the client and lets the signal
+ * kill the process. A device process cannot go on after a kernel's wild
+ * write: it might have hit the runtime's own memory. Only
+ * async-signal-safe calls here: the message is built by hand, and send
+ * and raise are safe. */
+static void on_crash(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (running.active && !__atomic_exchange_n(&crash_reported, 1, __ATOMIC_SEQ_CST)) {
+		/* A failed launch as the launch's reply, which launches
+		 * otherwise never get: kernel, stream, thread, thread count,
+		 * signal, si_code, address. */
+		uint8_t b[64];
+		struct uvm_msg m = {.buf = b, .cap = sizeof b};
+		uvm__msg_start(&m, UVM_MSG_LAUNCH, 0, UVM_WIRE_LAUNCH_FAILURE);
+		uvm__put_u64(&m, running.kernel);
+		uvm__put_u32(&m, running.stream);
+		uvm__put_u32(&m, running.tid);
+		uvm__put_u32(&m, running.nthreads);
+		uvm__put_i32(&m, sig);
+		uvm__put_i32(&m, si->si_code);
+		uvm__put_u64(&m, (uint64_t)(uintptr_t)si->si_addr);
+		send(control_sock, b, m.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	/* SA_RESETHAND restored the default action; the raised copy is
+	 * delivered when the handler returns (a faulting instruction would
+	 * fault again anyway; abort's signal would not). */
+	raise(sig);
+}
+
+static void install_crash_handlers(void)
+{
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_sigaction = on_crash;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+/* kernel_thread_start gives a thread that runs kernels an alternate
+ * signal stack (a kernel that overflows its stack is still reported).
+ * Returns the stack, for kernel_thread_end. */
+static void *kernel_thread_start(void)
+{
+	void *p = mmap(NULL, ALT_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL; /* the crash is still fatal, only not reported as precisely */
+	stack_t ss = {.ss_sp = p, .ss_size = ALT_STACK_SIZE};
+	sigaltstack(&ss, NULL);
+	return p;
+}
+
+static void kernel_thread_end(void *altstack)
+{
+	if (!altstack)
+		return;
+	stack_t ss = {.ss_flags = SS_DISABLE};
+	sigaltstack(&ss, NULL);
+	munmap(altstack, ALT_STACK_SIZE);
+}
+
+static void run_threads(uvmKernel_t fn, uintptr_t kernel, uint32_t stream, unsigned first, unsigned outer, unsigned n, const void *params)
+{
+	running.kernel = kernel;
+	running.stream = stream;
+	running.nthreads = n;
+	running.active = true;
+	for (unsigned tid = first; tid < outer; tid++) {
+		running.tid = tid;
+		/* The handler runs on this thread: the compiler must not sink
+		 * the stores past the call (it cannot, but say so). */
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		fn(tid, n, params);
+	}
+	running.active = false;
+}
+
+/* pin_to pins the calling thread to one CPU; best effort: an unpinned
+ * thread still works. */
+static void pin_to(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof set, &set);
+}
+
+/* Worker threads run the chunks of launches wider than one thread, each
+ * pinned to one CPU: a device's threads stay put, as a GPU's do, and the
+ * fault server serves their faults on the CPUs they take them. */
+struct launch_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned remaining;
+};
+
+struct chunk {
+	struct chunk *next;
+	uvmKernel_t fn;
+	uintptr_t kernel;
+	uint32_t stream;
+	unsigned first, outer, n;
+	const void *params;
+	struct launch_wait *wait;
+};
+
+struct worker {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct chunk *head, *tail;
+	int cpu;
+};
+
+static struct worker *workers;
+static unsigned nworkers;
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	if (w->cpu >= 0)
+		pin_to(w->cpu);
+	kernel_thread_start();
+	for (;;) {
+		pthread_mutex_lock(&w->mu);
+		while (!w->head)
+			pthread_cond_wait(&w->cv, &w->mu);
+		struct chunk *c = w->head;
+		w->head = c->next;
+		if (!w->head)
+			w->tail = NULL;
+		pthread_mutex_unlock(&w->mu);
+		run_threads(c->fn, c->kernel, c->stream, c->first, c->outer, c->n, c->params);
+		/* Under the mutex: the launching thread may free the wait as
+		 * soon as it sees zero. */
+		struct launch_wait *lw = c->wait;
+		pthread_mutex_lock(&lw->mu);
+		if (--lw->remaining == 0)
+			pthread_cond_signal(&lw->cv);
+		pthread_mutex_unlock(&lw->mu);
+	}
+	return NULL;
+}
+
+/* nth_allowed_cpu returns the i-th CPU (modulo their count) this process
+ * may run on, or -1. */
+static int nth_allowed_cpu(unsigned i)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) < 0)
+		return -1;
+	int count = CPU_COUNT(&set);
+	if (count == 0)
+		return -1;
+	unsigned want = i % (unsigned)count;
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+		if (CPU_ISSET(cpu, &set) && want-- == 0)
+			return cpu;
+	return -1;
+}
+
+static void start_workers(unsigned n)
+{
+	workers = uvm__sys_calloc(n, sizeof *workers);
+	if (!workers)
+		setup_fail(UVM_WIRE_MEMORY_ALLOCATION, "no memory for %u workers", n);
+	for (unsigned i = 0; i < n; i++) {
+		struct worker *w = &workers[i];
+		pthread_mutex_init(&w->mu, NULL);
+		pthread_cond_init(&w->cv, NULL);
+		w->cpu = nth_allowed_cpu(i);
+		pthread_t t;
+		int e = pthread_create(&t, NULL, worker_main, w);
+		if (e)
+			setup_fail(UVM_WIRE_INITIALIZATION, "start worker %u of %u: %s", i, n, strerror(e));
+		pthread_detach(t);
+	}
+	nworkers = n;
+}
+
+/* ---- streams ---- */
+
+struct stream {
+	int sock;
+	uint32_t id;
+	uint8_t *buf;    /* STREAM_BUF_SIZE */
+	uint8_t *params; /* uvmMaxKernelParams, page-aligned */
+	struct chunk *chunks;
+	/* The errors since the last synchronize: the first one's status,
+	 * and every message. */
+	uint32_t err_status;
+	char errs[2048];
+	size_t errs_len;
+};
+
+static void stream_error(struct stream *st, uint32_t status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void stream_error(struct stream *st, uint32_t status, const char *fmt, ...)
+{
+	if (st->err_status == UVM_WIRE_OK)
+		st->err_status = status;
+	else if (st->errs_len + 2 < sizeof st->errs)
+		st->errs_len += (size_t)snprintf(st->errs + st->errs_len, sizeof st->errs - st->errs_len, "; ");
+	if (st->errs_len + 1 >= sizeof st->errs)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(st->errs + st->errs_len, sizeof st->errs - st->errs_len, fmt, ap);
+	va_end(ap);
+	if (k > 0)
+		st->errs_len = st->errs_len + (size_t)k < sizeof st->errs ? st->errs_len + (size_t)k : sizeof st->errs - 1;
+}
+
+/* parse_kernel reads a C kernel's name, "c:0x<hex>": the function's
+ * address in the program, which is this process's too. */
+static bool parse_kernel(const uint8_t *name, uint32_t len, uintptr_t *out)
+{
+	if (len < 5 || len > 4 + 2 * sizeof(uintptr_t) || memcmp(name, "c:0x", 4) != 0)
+		return false;
+	uintptr_t v = 0;
+	for (uint32_t i = 4; i < len; i++) {
+		int c = name[i], d;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			d = c - 'A' + 10;
+		else
+			return false;
+		v = v << 4 | (uintptr_t)d;
+	}
+	*out = v;
+	return v != 0;
+}
+
+/* launch runs one kernel to completion. One thread, or a device with one
+ * worker, runs on the stream's thread: there is no one to share with,
+ * and a hand-off would cost a wake-up. */
+static void launch(struct stream *st, struct uvm_reader *r)
+{
+	uint32_t stream = uvm__get_u32(r), n = uvm__get_u32(r), name_len, params_len;
+	const uint8_t *name = uvm__get_bytes(r, &name_len);
+	const uint8_t *params = uvm__get_bytes(r, &params_len);
+	int32_t cpu = uvm__get_i32(r);
+	uintptr_t kernel;
+	if (r->err || r->n != 0) {
+		stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: a launch message truncated or with trailing bytes", dev_index, st->id);
+		return;
+	}
+	if (n == 0 || n > MAX_LAUNCH_THREADS || params_len > uvmMaxKernelParams) {
+		stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: launch of %u threads with %u bytes of parameters: want 1 to %u threads and at most %d bytes",
+			     dev_index, st->id, n, params_len, MAX_LAUNCH_THREADS, uvmMaxKernelParams);
+		return;
+	}
+	if (!parse_kernel(name, name_len, &kernel)) {
+		stream_error(st, UVM_WIRE_LAUNCH_FAILURE, "device %d: kernel %.*s is not a C kernel (want c:0x<address>)", dev_index,
+			     (int)(name_len > 64 ? 64 : name_len), name ? (const char *)name : "");
+		return;
+	}
+	/* The stream's thread follows the thread that launches on it: the
+	 * synchronize that follows waits there, and a wake-up on the same CPU
+	 * is several times cheaper than one across CPUs. */
+	static __thread int pinned = -1;
+	if (cpu >= 0 && cpu < CPU_SETSIZE && cpu != pinned) {
+		pin_to(cpu);
+		pinned = cpu;
+	}
+	/* The message puts params at an odd offset; a kernel may cast them to
+	 * a struct of doubles or vectors, so it gets them page-aligned. */
+	if (params_len)
+		memcpy(st->params, params, params_len);
+	uvmKernel_t fn = (uvmKernel_t)kernel;
+	unsigned parts = n < nworkers ? n : nworkers;
+	if (parts <= 1) {
+		run_threads(fn, kernel, stream, 0, n, n, st->params);
+		return;
+	}
+	struct launch_wait lw = {.remaining = parts};
+	pthread_mutex_init(&lw.mu, NULL);
+	pthread_cond_init(&lw.cv, NULL);
+	for (unsigned i = 0; i < parts; i++) {
+		struct chunk *c = &st->chunks[i];
+		*c = (struct chunk){.fn = fn, .kernel = kernel, .stream = stream, .n = n, .params = st->params, .wait = &lw,
+				    .first = (unsigned)((uint64_t)i * n / parts), .outer = (unsigned)((uint64_t)(i + 1) * n / parts)};
+		struct worker *w = &workers[i];
+		pthread_mutex_lock(&w->mu);
+		if (w->tail)
+			w->tail->next = c;
+		else
+			w->head = c;
+		w->tail = c;
+		pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	pthread_mutex_lock(&lw.mu);
+	while (lw.remaining)
+		pthread_cond_wait(&lw.cv, &lw.mu);
+	pthread_mutex_unlock(&lw.mu);
+	pthread_cond_destroy(&lw.cv);
+	pthread_mutex_destroy(&lw.mu);
+}
+
+/* serve_stream runs one stream: its launches in order, and answers its
+ * synchronizations with the errors since the last one. */
+static void *serve_stream(void *arg)
+{
+	struct stream *st = arg;
+	void *altstack = kernel_thread_start();
+	for (;;) {
+		ssize_t n = uvm__recv(st->sock, st->buf, STREAM_BUF_SIZE, NULL, 0, NULL);
+		if (n == 0 || (n < 0 && n != -EMSGSIZE))
+			break; /* the client closed the stream, or went away */
+		struct uvm_header h;
+		struct uvm_reader r;
+		if (n < 0 || !uvm__parse_header(st->buf, (size_t)n, &h, &r)) {
+			stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: a malformed message (%zd bytes)", dev_index, st->id, n);
+			continue;
+		}
+		if (h.type == UVM_MSG_LAUNCH) {
+			launch(st, &r);
+			continue;
+		}
+		if (h.type == UVM_MSG_STREAM_DESTROY)
+			break; /* what was queued before it has run */
+		if (h.type != UVM_MSG_SYNC) {
+			stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: message type %u is not a request a client sends a stream",
+				     dev_index, st->id, h.type);
+			continue;
+		}
+		/* What kernels printed shows by the time the synchronize
+		 * returns, as CUDA's device printf does. */
+		fflush(stdout);
+		st->errs[st->errs_len] = '\0';
+		send_reply(st->sock, h.type, h.seq, st->err_status, st->errs);
+		st->err_status = UVM_WIRE_OK;
+		st->errs_len = 0;
+	}
+	close(st->sock);
+	kernel_thread_end(altstack);
+	munmap(st->buf, STREAM_BUF_SIZE);
+	munmap(st->params, uvmMaxKernelParams);
+	uvm__sys_free(st->chunks);
+	uvm__sys_free(st);
+	return NULL;
+}
+
+/* start_stream serves stream id on sock, on a thread of its own. */
+static bool start_stream(uint32_t id, int sock)
+{
+	struct stream *st = uvm__sys_calloc(1, sizeof *st);
+	if (!st)
+		return false;
+	st->sock = sock;
+	st->id = id;
+	st->buf = mmap(NULL, STREAM_BUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	st->params = mmap(NULL, uvmMaxKernelParams, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	st->chunks = uvm__sys_calloc(nworkers ? nworkers : 1, sizeof *st->chunks);
+	pthread_t t;
+	if (st->buf == MAP_FAILED || st->params == MAP_FAILED || !st->chunks || pthread_create(&t, NULL, serve_stream, st) != 0) {
+		if (st->buf != MAP_FAILED)
+			munmap(st->buf, STREAM_BUF_SIZE);
+		if (st->params != MAP_FAILED)
+			munmap(st->params, uvmMaxKernelParams);
+		uvm__sys_free(st->chunks);
+		uvm__sys_free(st);
+		return false;
+	}
+	pthread_detach(t);
+	return true;
+}
+
+/* serve_control accepts the client's new streams until the client goes
+ * away; then the process ends: it exists for its client. */
+static void serve_control(void) __attribute__((noreturn));
+static void serve_control(void)
+{
+	uint8_t buf[256];
+	for (;;) {
+		int fd = -1, nfds = 0;
+		ssize_t n = uvm__recv(control_sock, buf, sizeof buf, &fd, 1, &nfds);
+		if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+			fflush(stdout);
+			_exit(0);
+		}
+		struct uvm_header h;
+		struct uvm_reader r;
+		bool ok = n > 0 && uvm__parse_header(buf, (size_t)n, &h, &r) && h.type == UVM_MSG_STREAM_OPEN && nfds == 1;
+		uint32_t id = ok ? uvm__get_u32(&r) : 0;
+		if (!ok || r.err) {
+			fprintf(stderr, "softuvm device %d process %d: a control message that is not a stream-open with one socket; ignored\n", dev_index,
+				(int)getpid());
+			if (nfds)
+				close(fd);
+			continue;
+		}
+		if (!start_stream(id, fd)) {
+			/* The client would wait forever on a stream nobody serves:
+			 * dying is the failure it can see, and report. */
+			fprintf(stderr, "softuvm device %d process %d: no memory or thread for stream %u; exiting\n", dev_index, (int)getpid(), id);
+			fflush(stdout);
+			_exit(1);
+		}
+	}
+}
+
+void uvm__device_main(int device, int nwork, int server, int control, int stream0)
+{
+	uvm__device_process = device;
+	dev_index = device;
+	server_sock = server;
+	control_sock = control;
+	int keep[] = {server, control, stream0};
+	close_other_fds(keep, 3);
+	reset_signals();
+	/* The fork copied the launching thread's CPU affinity, which the
+	 * program may have narrowed; the device's threads choose their own
+	 * CPUs among all it may use (the kernel intersects this mask with
+	 * the cpuset). */
+	cpu_set_t all;
+	memset(&all, 0xff, sizeof all);
+	sched_setaffinity(0, sizeof all, &all);
+	setpgid(0, 0);
+	char name[16];
+	snprintf(name, sizeof name, "uvm-device-%d", device);
+	prctl(PR_SET_NAME, name);
+	/* Output the program buffered before the fork is the program's to
+	 * write, not this copy's. */
+	__fpurge(stdout);
+	__fpurge(stderr);
+
+	/* The window is where the client's ranges live: this process maps
+	 * them at the same addresses. The client's own are MADV_DONTFORK, so
+	 * what the fork left here is at most a reservation in progress: map
+	 * over it rather than fail. */
+	if (mmap((void *)UVM_WINDOW_START, UVM_WINDOW_SIZE, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+		setup_fail(UVM_WIRE_INITIALIZATION, "reserve the managed window %#lx+%#lx: %s", UVM_WINDOW_START, UVM_WINDOW_SIZE,
+			   strerror(errno));
+	server_buf = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (server_buf == MAP_FAILED)
+		setup_fail(UVM_WIRE_MEMORY_ALLOCATION, "map a message buffer: %s", strerror(errno));
+
+	attach();
+	install_crash_handlers();
+	start_workers(nwork > 0 ? (unsigned)nwork : 1);
+	pthread_t t;
+	int e = pthread_create(&t, NULL, serve_server, NULL);
+	if (e)
+		setup_fail(UVM_WIRE_INITIALIZATION, "start the thread that serves the fault server: %s", strerror(e));
+	pthread_detach(t);
+	if (!start_stream(0, stream0))
+		setup_fail(UVM_WIRE_INITIALIZATION, "start the default stream's thread");
+	send_reply(control_sock, UVM_MSG_DEVICE_UP, 0, UVM_WIRE_OK, NULL);
+	serve_control();
+}

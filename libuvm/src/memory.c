@@ -1,0 +1,609 @@
+/*
+ * memory.c: managed, device and pinned host memory; prefetch, advice,
+ * attributes, copies. Each function checks its arguments here, with a
+ * message naming the bad value, before the server sees anything; the
+ * server checks again and its message is passed on.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+#define KIND_BIT(k) (1u << (k))
+#define REGISTERED_BIT (1u << 3)
+
+/* session_or_fail returns the session, or NULL with the error in *err. */
+static struct uvm_session *session_or_fail(uvmError_t *err) { return uvm__session(err); }
+
+static int device_of_new_managed(struct uvm_session *s) { return s->ndevices > 0 ? uvm__current_device() : uvmCpuDeviceId; }
+
+static uvmError_t check_size(const char *what, size_t size)
+{
+	if (size == 0)
+		return uvm__fail(uvmErrorInvalidValue, "%s of 0 bytes: want at least 1 byte", what);
+	if (size > UVM_MAX_ALLOCATION)
+		return uvm__fail(uvmErrorInvalidValue, "%s of %zu bytes: the limit is %lu (64 TiB)", what, size, UVM_MAX_ALLOCATION);
+	return uvmSuccess;
+}
+
+uvmError_t uvmMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+	if (!devPtr)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMallocManaged: devPtr is NULL; want the address of a pointer to set");
+	*devPtr = NULL;
+	uvmError_t err = check_size("uvmMallocManaged", size);
+	if (err)
+		return err;
+	if (flags != uvmMemAttachGlobal && flags != uvmMemAttachHost)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMallocManaged: flags %#x: want uvmMemAttachGlobal (%#x) or uvmMemAttachHost (%#x)", flags,
+				 uvmMemAttachGlobal, uvmMemAttachHost);
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	struct uvm_alloc a;
+	if ((err = uvm__allocate(size, UVM_KIND_MANAGED, device_of_new_managed(s), flags, NULL, NULL, &a)))
+		return err;
+	*devPtr = (void *)a.addr;
+	return uvmSuccess;
+}
+
+uvmError_t uvm__managed_alloc(void **p, size_t size)
+{
+	return uvmMallocManaged(p, size, uvmMemAttachGlobal);
+}
+
+uvmError_t uvmMalloc(void **devPtr, size_t size)
+{
+	if (!devPtr)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMalloc: devPtr is NULL; want the address of a pointer to set");
+	*devPtr = NULL;
+	uvmError_t err = check_size("uvmMalloc", size);
+	if (err)
+		return err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	int d = uvm__current_device();
+	if (d < 0 || d >= s->ndevices)
+		return uvm__fail(uvmErrorInvalidDevice, "uvmMalloc on device %d: there are %d devices", d, s->ndevices);
+	struct uvm_alloc a;
+	if ((err = uvm__allocate(size, UVM_KIND_DEVICE, d, 0, NULL, NULL, &a)))
+		return err;
+	*devPtr = (void *)a.addr;
+	return uvmSuccess;
+}
+
+uvmError_t uvmFree(void *devPtr)
+{
+	if (!devPtr)
+		return uvmSuccess; /* as cudaFree(NULL) */
+	return uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
+}
+
+/* pin_host fills a pinned allocation's host pages before the server
+ * learns of it: pinned memory exists from the start, as cudaHostAlloc's. */
+static uvmError_t pin_host(uintptr_t addr, size_t length, void *arg)
+{
+	struct uvm_session *s = arg;
+	if (fallocate(s->host_fd, 0, (off_t)addr, (off_t)length) < 0)
+		return uvm__fail(uvmErrorMemoryAllocation, "pin %zu bytes of host memory: %s", length, strerror(errno));
+	return uvmSuccess;
+}
+
+uvmError_t uvmHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+	const unsigned known = uvmHostAllocPortable | uvmHostAllocMapped | uvmHostAllocWriteCombined;
+	if (!pHost)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostAlloc: pHost is NULL; want the address of a pointer to set");
+	*pHost = NULL;
+	if (flags & ~known)
+		return uvm__fail(uvmErrorInvalidValue,
+				 "uvmHostAlloc: flags %#x: want a combination of uvmHostAllocPortable (%#x), uvmHostAllocMapped (%#x) and uvmHostAllocWriteCombined (%#x)",
+				 flags, uvmHostAllocPortable, uvmHostAllocMapped, uvmHostAllocWriteCombined);
+	uvmError_t err = check_size("uvmHostAlloc", size);
+	if (err)
+		return err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	struct uvm_alloc a;
+	if ((err = uvm__allocate(size, UVM_KIND_PINNED_HOST, uvmCpuDeviceId, flags, pin_host, s, &a)))
+		return err;
+	*pHost = (void *)a.addr;
+	return uvmSuccess;
+}
+
+uvmError_t uvmMallocHost(void **ptr, size_t size) { return uvmHostAlloc(ptr, size, uvmHostAllocDefault); }
+
+uvmError_t uvmFreeHost(void *ptr)
+{
+	struct uvm_alloc a;
+	if (!ptr)
+		return uvmSuccess;
+	if (!uvm__in_window((uintptr_t)ptr) && uvm__alloc_lookup((uintptr_t)ptr, &a))
+		return uvm__fail(uvmErrorInvalidValue, "uvmFreeHost %p: it is registered host memory; release it with uvmHostUnregister", ptr);
+	return uvm__release((uintptr_t)ptr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmFreeHost");
+}
+
+uvmError_t uvmHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+	struct uvm_alloc a;
+	if (!pDevice)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostGetDevicePointer: pDevice is NULL; want the address of a pointer to set");
+	*pDevice = NULL;
+	if (flags != 0)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostGetDevicePointer: flags %#x: want 0", flags);
+	uintptr_t p = (uintptr_t)pHost;
+	if (!pHost || !uvm__alloc_lookup(p, &a) || a.kind != UVM_KIND_PINNED_HOST)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostGetDevicePointer %p: not memory from uvmHostAlloc or uvmHostRegister", pHost);
+	*pDevice = (void *)(a.host_alias && !uvm__in_window(p) ? a.addr + (p - a.host_alias) : p);
+	return uvmSuccess;
+}
+
+/* copy_in fills a registration's pinned allocation with the program's
+ * bytes. */
+static uvmError_t copy_in(uintptr_t addr, size_t length, void *arg)
+{
+	memcpy((void *)addr, arg, length);
+	return uvmSuccess;
+}
+
+uvmError_t uvmHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+	const unsigned known = uvmHostRegisterPortable | uvmHostRegisterMapped;
+	uintptr_t p = (uintptr_t)ptr;
+	if (!ptr)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostRegister: ptr is NULL");
+	if (flags & ~known)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostRegister: flags %#x: want a combination of uvmHostRegisterPortable (%#x) and uvmHostRegisterMapped (%#x)",
+				 flags, uvmHostRegisterPortable, uvmHostRegisterMapped);
+	uvmError_t err = check_size("uvmHostRegister", size);
+	if (err)
+		return err;
+	if (p % UVM_PAGE_SIZE || size % UVM_PAGE_SIZE)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostRegister %p+%zu: address and size must be multiples of the page size (%lu)", ptr, size, UVM_PAGE_SIZE);
+	if (p + size > UVM_WINDOW_START && p < UVM_WINDOW_START + UVM_WINDOW_SIZE)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostRegister %p+%zu: the range is in the runtime's own window; it is already managed, pinned or device memory", ptr, size);
+	if (msync(ptr, size, MS_ASYNC) < 0)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostRegister %p+%zu: part of the range is not mapped memory", ptr, size);
+	struct uvm_alloc other;
+	if (uvm__alias_overlap(p, size, &other))
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostRegister %p+%zu: overlaps the registration at %p+%zu", ptr, size, (void *)other.host_alias, other.length);
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	/* The contents go to a pinned allocation, and then the program's
+	 * pages become an alias of it. Nothing may write the range meanwhile. */
+	struct uvm_alloc a;
+	if ((err = uvm__allocate(size, UVM_KIND_PINNED_HOST, uvmCpuDeviceId, flags, copy_in, ptr, &a)))
+		return err;
+	if (mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)a.addr) == MAP_FAILED) {
+		int e = errno;
+		uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmHostRegister");
+		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostRegister %p+%zu: map the pinned pages: %s", ptr, size, strerror(e));
+	}
+	uvm__alloc_set_alias(a.addr, p);
+	return uvmSuccess;
+}
+
+uvmError_t uvmHostUnregister(void *ptr)
+{
+	struct uvm_alloc a;
+	uintptr_t p = (uintptr_t)ptr;
+	if (!ptr)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostUnregister: ptr is NULL");
+	if (uvm__in_window(p) || !uvm__alloc_lookup(p, &a) || a.host_alias != p)
+		return uvm__fail(uvmErrorInvalidValue, "uvmHostUnregister %p: not the start of registered host memory", ptr);
+	/* The program gets ordinary memory back with the same contents: a
+	 * private copy moved over the alias in one step. */
+	void *copy = mmap(NULL, a.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (copy == MAP_FAILED)
+		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostUnregister %p: %s", ptr, strerror(errno));
+	memcpy(copy, ptr, a.length);
+	if (mremap(copy, a.length, a.length, MREMAP_MAYMOVE | MREMAP_FIXED, ptr) == MAP_FAILED) {
+		int e = errno;
+		munmap(copy, a.length);
+		return uvm__fail(uvmErrorUnknown, "uvmHostUnregister %p: move the copy back: %s", ptr, strerror(e));
+	}
+	return uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST) | REGISTERED_BIT, "uvmHostUnregister");
+}
+
+/* page_range rounds [p, p+n) out to pages, as CUDA does for prefetch and
+ * advice, and checks that it lies in one allocation of the library. */
+static uvmError_t page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length)
+{
+	uintptr_t p = (uintptr_t)ptr;
+	if (!ptr)
+		return uvm__fail(uvmErrorInvalidValue, "%s: the pointer is NULL", what);
+	if (n == 0)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p: count 0, want at least 1 byte", what, ptr);
+	if (!uvm__in_window(p) || !uvm__alloc_lookup(p, a))
+		return uvm__fail(uvmErrorInvalidValue, "%s %p: not managed memory of this process", what, ptr);
+	if (a->forked)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p: a copy this process got from fork, now ordinary memory", what, ptr);
+	if (n > a->addr + a->length - p)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p+%zu runs past the end of the allocation %p+%zu", what, ptr, n, (void *)a->addr, a->size);
+	*start = p & ~(UVM_PAGE_SIZE - 1);
+	*length = ((p + n + UVM_PAGE_SIZE - 1) & ~(UVM_PAGE_SIZE - 1)) - *start;
+	return uvmSuccess;
+}
+
+static uvmError_t check_processor(struct uvm_session *s, const char *what, int d)
+{
+	if (d == uvmCpuDeviceId || (d >= 0 && d < s->ndevices))
+		return uvmSuccess;
+	if (s->ndevices == 0)
+		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: there are no devices; want uvmCpuDeviceId (-1)", what, d);
+	return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want uvmCpuDeviceId (-1) or a device from 0 to %d", what, d, s->ndevices - 1);
+}
+
+uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream)
+{
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	struct uvm_alloc a;
+	uint64_t start, length;
+	if ((err = page_range("uvmMemPrefetchAsync", devPtr, count, &a, &start, &length)))
+		return err;
+	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
+		return err;
+	if (a.kind != UVM_KIND_MANAGED)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemPrefetchAsync %p: prefetch applies to managed memory, and this is %s", devPtr,
+				 a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
+	/* In stream order: after the work queued before it. */
+	if (stream && (err = uvm__stream_wait(stream, "uvmMemPrefetchAsync")))
+		return err;
+	uint8_t buf[64], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, UVM_MSG_PREFETCH, 0, 0);
+	uvm__put_u64(&m, start);
+	uvm__put_u64(&m, length);
+	uvm__put_i32(&m, dstDevice);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemPrefetchAsync");
+}
+
+uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device)
+{
+	if (advice < uvmMemAdviseSetReadMostly || advice > uvmMemAdviseUnsetAccessedBy)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemAdvise: advice %d: want one of uvmMemAdviseSetReadMostly (1) to uvmMemAdviseUnsetAccessedBy (6)", (int)advice);
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	bool uses_device = advice != uvmMemAdviseSetReadMostly && advice != uvmMemAdviseUnsetReadMostly;
+	if (uses_device && (err = check_processor(s, "uvmMemAdvise for", device)))
+		return err;
+	if (!uses_device)
+		device = uvmCpuDeviceId; /* ignored, as cudaMemAdvise ignores it */
+	struct uvm_alloc a;
+	uint64_t start, length;
+	if ((err = page_range("uvmMemAdvise", devPtr, count, &a, &start, &length)))
+		return err;
+	if (a.kind != UVM_KIND_MANAGED)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemAdvise %p: advice applies to managed memory, and this is %s", devPtr,
+				 a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
+	uint8_t buf[64], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, UVM_MSG_ADVISE, 0, 0);
+	uvm__put_u64(&m, start);
+	uvm__put_u64(&m, length);
+	uvm__put_u8(&m, (uint8_t)advice);
+	uvm__put_i32(&m, device);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemAdvise");
+}
+
+uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttribute attribute, const void *devPtr, size_t count)
+{
+	if (!data)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttribute: data is NULL");
+	if (attribute < uvmMemRangeAttributeReadMostly || attribute > uvmMemRangeAttributeLastPrefetchLocation)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttribute: attribute %d: want 1 (read-mostly) to 4 (last prefetch location)", (int)attribute);
+	if (attribute == uvmMemRangeAttributeAccessedBy ? (dataSize == 0 || dataSize % 4) : dataSize != 4)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttribute: dataSize %zu: want %s", dataSize,
+				 attribute == uvmMemRangeAttributeAccessedBy ? "a nonzero multiple of 4 (an int per device)" : "4 (one int)");
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	struct uvm_alloc a;
+	uint64_t start, length;
+	if ((err = page_range("uvmMemRangeGetAttribute", devPtr, count, &a, &start, &length)))
+		return err;
+	uint8_t buf[64], reply[512];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, UVM_MSG_RANGE_ATTRS, 0, 0);
+	uvm__put_u64(&m, start);
+	uvm__put_u64(&m, length);
+	struct uvm_reader r;
+	if ((err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemRangeGetAttribute")))
+		return err;
+	int read_mostly = uvm__get_u8(&r);
+	int preferred = uvm__get_i32(&r);
+	int last_prefetch = uvm__get_i32(&r);
+	uint32_t n = uvm__get_u32(&r);
+	int *out = data;
+	switch (attribute) {
+	case uvmMemRangeAttributeReadMostly:
+		*out = read_mostly;
+		break;
+	case uvmMemRangeAttributePreferredLocation:
+		*out = preferred;
+		break;
+	case uvmMemRangeAttributeLastPrefetchLocation:
+		*out = last_prefetch;
+		break;
+	case uvmMemRangeAttributeAccessedBy:
+		/* As CUDA: the devices, then uvmInvalidDeviceId to the end. */
+		for (size_t i = 0; i < dataSize / 4; i++)
+			out[i] = uvmInvalidDeviceId;
+		for (uint32_t i = 0; i < n && !r.err; i++) {
+			int d = uvm__get_i32(&r);
+			if (i < dataSize / 4)
+				out[i] = d;
+		}
+		break;
+	}
+	if (r.err)
+		return uvm__fail(uvmErrorUnknown, "uvmMemRangeGetAttribute: the server's reply is truncated");
+	return uvmSuccess;
+}
+
+uvmError_t uvmPointerGetAttributes(uvmPointerAttributes *attributes, const void *ptr)
+{
+	if (!attributes)
+		return uvm__fail(uvmErrorInvalidValue, "uvmPointerGetAttributes: attributes is NULL");
+	uintptr_t p = (uintptr_t)ptr;
+	struct uvm_alloc a;
+	/* As CUDA 11 and later: memory the runtime does not know is not an
+	 * error, it is "unregistered". */
+	*attributes = (uvmPointerAttributes){.type = uvmMemoryTypeUnregistered, .device = uvmInvalidDeviceId};
+	if (!ptr || !uvm__alloc_lookup(p, &a) || a.forked)
+		return uvmSuccess;
+	bool alias = a.host_alias && !uvm__in_window(p);
+	uintptr_t in_window = alias ? a.addr + (p - a.host_alias) : p;
+	switch (a.kind) {
+	case UVM_KIND_MANAGED:
+		attributes->type = uvmMemoryTypeManaged;
+		attributes->device = a.device;
+		attributes->devicePointer = attributes->hostPointer = (void *)p;
+		break;
+	case UVM_KIND_PINNED_HOST:
+		attributes->type = uvmMemoryTypeHost;
+		attributes->device = uvmCpuDeviceId;
+		attributes->devicePointer = (void *)in_window;
+		attributes->hostPointer = (void *)(a.host_alias ? a.host_alias + (in_window - a.addr) : p);
+		break;
+	default:
+		attributes->type = uvmMemoryTypeDevice;
+		attributes->device = a.device;
+		attributes->devicePointer = (void *)p;
+		attributes->hostPointer = NULL;
+	}
+	return uvmSuccess;
+}
+
+/* ---- copies ---- */
+
+/* A side of a copy: memory of the library (kind, flags) or not. */
+struct side {
+	uintptr_t p;
+	bool ours;
+	int kind;
+	unsigned flags;
+	bool registered;
+};
+
+static bool side_device(const struct side *s) { return s->ours && s->kind == UVM_KIND_DEVICE; }
+static bool side_write_combined(const struct side *s) { return s->ours && s->kind == UVM_KIND_PINNED_HOST && (s->flags & uvmHostAllocWriteCombined); }
+
+static const char *side_name(const struct side *s)
+{
+	if (!s->ours)
+		return "ordinary host memory";
+	if (s->registered)
+		return "registered host memory";
+	switch (s->kind) {
+	case UVM_KIND_MANAGED:
+		return "managed memory";
+	case UVM_KIND_PINNED_HOST:
+		return "pinned host memory";
+	}
+	return "device memory";
+}
+
+static uvmError_t side_of(const char *what, const char *which, const void *ptr, size_t n, struct side *out)
+{
+	uintptr_t p = (uintptr_t)ptr;
+	struct uvm_alloc a;
+	*out = (struct side){.p = p};
+	if (!ptr)
+		return uvm__fail(uvmErrorInvalidValue, "%s: the %s is NULL", what, which);
+	if (uvm__alloc_lookup(p, &a) && !a.forked) {
+		bool alias = a.host_alias && !uvm__in_window(p);
+		uintptr_t base = alias ? a.host_alias : a.addr;
+		size_t limit = alias ? a.length : a.size;
+		if (n > base + limit - p)
+			return uvm__fail(uvmErrorInvalidValue, "%s: the %s %p+%zu runs past the end of the allocation %p+%zu", what, which, ptr, n, (void *)base, limit);
+		*out = (struct side){.p = p, .ours = true, .kind = a.kind, .flags = a.flags, .registered = a.host_alias != 0};
+		return uvmSuccess;
+	}
+	/* Ordinary memory: refuse what is not mapped rather than crash. */
+	uintptr_t start = p & ~(UVM_PAGE_SIZE - 1);
+	if (msync((void *)start, p + n - start, MS_ASYNC) < 0)
+		return uvm__fail(uvmErrorInvalidValue, "%s: the %s %p+%zu is not mapped memory", what, which, ptr, n);
+	return uvmSuccess;
+}
+
+/* copy_nt copies with non-temporal stores where it can, as writes into
+ * write-combined memory should be made. */
+static void copy_nt(void *dst, const void *src, size_t n)
+{
+#if defined(__x86_64__)
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+	if (head > n)
+		head = n;
+	memcpy(d, s, head);
+	d += head, s += head, n -= head;
+	for (; n >= 16; n -= 16, d += 16, s += 16)
+		_mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
+	memcpy(d, s, n);
+	_mm_sfence();
+#else
+	memcpy(dst, src, n);
+#endif
+}
+
+static void host_copy(const struct side *d, void *dst, const void *src, size_t n)
+{
+	if (side_write_combined(d))
+		copy_nt(dst, src, n);
+	else
+		memcpy(dst, src, n);
+}
+
+enum { COPY_TO_DEVICE = 1, COPY_FROM_DEVICE = 2, COPY_DEVICE_TO_DEVICE = 3, FILL_DEVICE = 4 };
+
+static uvmError_t device_copy(struct uvm_session *s, int op, uint64_t dst, uint64_t src, uint64_t length, uint8_t value, const char *what)
+{
+	uint8_t buf[64], reply[16];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, UVM_MSG_DEVICE_COPY, 0, 0);
+	uvm__put_u8(&m, (uint8_t)op);
+	uvm__put_u64(&m, dst);
+	uvm__put_u64(&m, src);
+	uvm__put_u64(&m, length);
+	uvm__put_u8(&m, value);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
+}
+
+/* staging returns the window of the host file through which device
+ * memory is read and written (uvm/memcpy.go stagingOffset), mapping it on
+ * first use. staging_mu is held. */
+static uint8_t *staging(struct uvm_session *s)
+{
+	if (!s->staging) {
+		void *m = mmap(NULL, UVM_STAGING_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, s->host_fd, (off_t)UVM_STAGING_OFFSET);
+		if (m == MAP_FAILED)
+			return NULL;
+		s->staging = m;
+	}
+	return s->staging;
+}
+
+static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const struct side *sr)
+{
+	static const char *const names[] = {"uvmMemcpyHostToHost", "uvmMemcpyHostToDevice", "uvmMemcpyDeviceToHost", "uvmMemcpyDeviceToDevice"};
+	if (kind == uvmMemcpyDefault)
+		return uvmSuccess;
+	bool src_host = kind == uvmMemcpyHostToHost || kind == uvmMemcpyHostToDevice;
+	bool dst_host = kind == uvmMemcpyHostToHost || kind == uvmMemcpyDeviceToHost;
+	const struct side *bad = NULL;
+	const char *which = NULL, *want = NULL;
+	if (src_host && side_device(sr))
+		bad = sr, which = "source", want = "reachable from the host";
+	else if (!src_host && !sr->ours)
+		bad = sr, which = "source", want = "reachable from a device";
+	else if (dst_host && side_device(d))
+		bad = d, which = "destination", want = "reachable from the host";
+	else if (!dst_host && !d->ours)
+		bad = d, which = "destination", want = "reachable from a device";
+	if (!bad)
+		return uvmSuccess;
+	return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy %s: the %s %p is %s, which is not %s; use uvmMemcpyDefault to let the pointers decide", names[kind], which,
+			 (void *)bad->p, side_name(bad), want);
+}
+
+uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+{
+	if ((int)kind < uvmMemcpyHostToHost || kind > uvmMemcpyDefault)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy: kind %d: want uvmMemcpyHostToHost (0) to uvmMemcpyDefault (4)", (int)kind);
+	if (count == 0)
+		return uvmSuccess;
+	struct side d, sr;
+	uvmError_t err;
+	if ((err = side_of("uvmMemcpy", "destination", dst, count, &d)) || (err = side_of("uvmMemcpy", "source", src, count, &sr)))
+		return err;
+	if ((err = check_kind(kind, &d, &sr)))
+		return err;
+	if ((uintptr_t)dst < (uintptr_t)src + count && (uintptr_t)src < (uintptr_t)dst + count)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy %p <- %p of %zu bytes: the ranges overlap", dst, src, count);
+	if (!side_device(&d) && !side_device(&sr)) {
+		host_copy(&d, dst, src, count);
+		return uvmSuccess;
+	}
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	if (side_device(&d) && side_device(&sr))
+		return device_copy(s, COPY_DEVICE_TO_DEVICE, (uintptr_t)dst, (uintptr_t)src, count, 0, "uvmMemcpy");
+	pthread_mutex_lock(&s->staging_mu);
+	uint8_t *stage = staging(s);
+	if (!stage) {
+		pthread_mutex_unlock(&s->staging_mu);
+		return uvm__fail(uvmErrorMemoryAllocation, "uvmMemcpy: map the copy staging window: %s", strerror(errno));
+	}
+	for (size_t off = 0; off < count && !err; off += UVM_STAGING_SIZE) {
+		size_t c = count - off < UVM_STAGING_SIZE ? count - off : UVM_STAGING_SIZE;
+		if (side_device(&d)) {
+			memcpy(stage, (const uint8_t *)src + off, c);
+			err = device_copy(s, COPY_TO_DEVICE, (uintptr_t)dst + off, 0, c, 0, "uvmMemcpy");
+		} else if ((err = device_copy(s, COPY_FROM_DEVICE, 0, (uintptr_t)src + off, c, 0, "uvmMemcpy")) == uvmSuccess)
+			host_copy(&d, (uint8_t *)dst + off, stage, c);
+	}
+	pthread_mutex_unlock(&s->staging_mu);
+	return err;
+}
+
+uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream)
+{
+	uvmError_t err;
+	if (stream && (err = uvm__stream_wait(stream, "uvmMemcpyAsync")))
+		return err;
+	return uvmMemcpy(dst, src, count, kind);
+}
+
+uvmError_t uvmMemset(void *devPtr, int value, size_t count)
+{
+	if (count == 0)
+		return uvmSuccess;
+	struct side d;
+	uvmError_t err;
+	if ((err = side_of("uvmMemset", "destination", devPtr, count, &d)))
+		return err;
+	if (side_device(&d)) {
+		struct uvm_session *s = session_or_fail(&err);
+		if (!s)
+			return err;
+		return device_copy(s, FILL_DEVICE, (uintptr_t)devPtr, 0, count, (uint8_t)value, "uvmMemset");
+	}
+	if (!side_write_combined(&d)) {
+		memset(devPtr, value, count);
+		return uvmSuccess;
+	}
+	uint8_t pattern[4096];
+	memset(pattern, value, sizeof pattern);
+	for (size_t off = 0; off < count; off += sizeof pattern)
+		copy_nt((uint8_t *)devPtr + off, pattern, count - off < sizeof pattern ? count - off : sizeof pattern);
+	return uvmSuccess;
+}
+
+uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t stream)
+{
+	uvmError_t err;
+	if (stream && (err = uvm__stream_wait(stream, "uvmMemsetAsync")))
+		return err;
+	return uvmMemset(devPtr, value, count);
+}

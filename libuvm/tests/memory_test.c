@@ -1,0 +1,380 @@
+/*
+ * memory_test.c: uvm.h's memory functions, with their error codes for
+ * bad input. Run by integration/libuvm_test.go with a private server and
+ * two devices.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define MiB (1u << 20)
+
+static int local_variable_target;
+
+static void test_errors(void)
+{
+	CHECK(strcmp(uvmGetErrorName(uvmErrorInvalidValue), "uvmErrorInvalidValue") == 0);
+	CHECK(strcmp(uvmGetErrorString(uvmSuccess), "no error") == 0);
+	CHECK(strcmp(uvmGetErrorString((uvmError_t)12345), "unrecognized error code") == 0);
+	void *p;
+	CHECK_ERR(uvmMallocManaged(&p, 0, uvmMemAttachGlobal), uvmErrorInvalidValue);
+	CHECK(uvmPeekAtLastError() == uvmErrorInvalidValue);
+	CHECK(uvmGetLastError() == uvmErrorInvalidValue);
+	CHECK(uvmGetLastError() == uvmSuccess); /* reset by the read */
+	CHECK(strstr(uvmGetLastErrorMessage(), "0 bytes") != NULL);
+}
+
+static void test_managed(void)
+{
+	void *p = (void *)1;
+	CHECK_ERR(uvmMallocManaged(NULL, 4096, uvmMemAttachGlobal), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMallocManaged(&p, 0, uvmMemAttachGlobal), uvmErrorInvalidValue);
+	CHECK(p == NULL);
+	CHECK_ERR(uvmMallocManaged(&p, 4096, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMallocManaged(&p, 4096, 0x10), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMallocManaged(&p, (size_t)1 << 62, uvmMemAttachGlobal), uvmErrorInvalidValue);
+
+	size_t n = 8 * MiB + 123;
+	unsigned char *b;
+	CHECK_OK(uvmMallocManaged((void **)&b, n, uvmMemAttachGlobal));
+	if (!b)
+		return;
+	CHECK(((uintptr_t)b & (4096 - 1)) == 0);
+	CHECK(b[0] == 0 && b[n - 1] == 0); /* fresh memory reads as zeros */
+	for (size_t i = 0; i < n; i++)
+		b[i] = (unsigned char)(i * 7);
+	/* To each device and back: the data follows. */
+	CHECK_OK(uvmMemPrefetchAsync(b, n, 0, NULL));
+	int loc = -5;
+	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, b, n));
+	CHECK(loc == 0);
+	CHECK_OK(uvmMemPrefetchAsync(b, n, 1, NULL));
+	CHECK_OK(uvmMemPrefetchAsync(b + 4096, 4096, uvmCpuDeviceId, NULL));
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += b[i] != (unsigned char)(i * 7);
+	CHECK(bad == 0);
+
+	/* Prefetch misuse. */
+	CHECK_ERR(uvmMemPrefetchAsync(b, n, 2, NULL), uvmErrorInvalidDevice);
+	CHECK_ERR(uvmMemPrefetchAsync(b, n, -7, NULL), uvmErrorInvalidDevice);
+	CHECK_ERR(uvmMemPrefetchAsync(b, 0, 0, NULL), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemPrefetchAsync(NULL, 10, 0, NULL), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemPrefetchAsync(&local_variable_target, 4, 0, NULL), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemPrefetchAsync(b, n + 8192, 0, NULL), uvmErrorInvalidValue);
+
+	/* Free: once, at the start. */
+	CHECK_ERR(uvmFree(b + 4096), uvmErrorInvalidValue);
+	CHECK(strstr(uvmGetLastErrorMessage(), "not the start") != NULL);
+	CHECK_ERR(uvmFreeHost(b), uvmErrorInvalidValue);
+	CHECK_OK(uvmFree(b));
+	CHECK_ERR(uvmFree(b), uvmErrorInvalidValue);
+	CHECK_ERR(uvmFree(&local_variable_target), uvmErrorInvalidValue);
+	CHECK_OK(uvmFree(NULL));
+}
+
+static void test_advice(void)
+{
+	size_t n = 4 * MiB;
+	char *b;
+	CHECK_OK(uvmMallocManaged((void **)&b, n, uvmMemAttachGlobal));
+	if (!b)
+		return;
+	int v = -5;
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseSetReadMostly, 0));
+	CHECK_OK(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributeReadMostly, b, n));
+	CHECK(v == 1);
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseUnsetReadMostly, 0));
+	CHECK_OK(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributeReadMostly, b, n));
+	CHECK(v == 0);
+
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseSetPreferredLocation, 1));
+	CHECK_OK(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributePreferredLocation, b, n));
+	CHECK(v == 1);
+	CHECK_OK(uvmMemAdvise(b, n / 2, uvmMemAdviseSetPreferredLocation, uvmCpuDeviceId));
+	CHECK_OK(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributePreferredLocation, b, n));
+	CHECK(v == uvmInvalidDeviceId); /* the halves disagree */
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseUnsetPreferredLocation, 0));
+	CHECK_OK(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributePreferredLocation, b, n));
+	CHECK(v == uvmInvalidDeviceId);
+
+	int by[4] = {7, 7, 7, 7};
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseSetAccessedBy, 1));
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseSetAccessedBy, 0));
+	CHECK_OK(uvmMemRangeGetAttribute(by, sizeof by, uvmMemRangeAttributeAccessedBy, b, n));
+	CHECK((by[0] == 0 && by[1] == 1) || (by[0] == 1 && by[1] == 0));
+	CHECK(by[2] == uvmInvalidDeviceId && by[3] == uvmInvalidDeviceId);
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseUnsetAccessedBy, 1));
+	CHECK_OK(uvmMemRangeGetAttribute(by, sizeof by, uvmMemRangeAttributeAccessedBy, b, n));
+	CHECK(by[0] == 0 && by[1] == uvmInvalidDeviceId);
+	CHECK_OK(uvmMemAdvise(b, n, uvmMemAdviseUnsetAccessedBy, 0));
+
+	/* Misuse. */
+	CHECK_ERR(uvmMemAdvise(b, n, (uvmMemoryAdvise)0, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemAdvise(b, n, (uvmMemoryAdvise)7, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemAdvise(b, n, uvmMemAdviseSetPreferredLocation, 9), uvmErrorInvalidDevice);
+	CHECK_ERR(uvmMemAdvise(b, n, uvmMemAdviseSetAccessedBy, -3), uvmErrorInvalidDevice);
+	CHECK_ERR(uvmMemAdvise(b, 0, uvmMemAdviseSetReadMostly, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemAdvise(NULL, n, uvmMemAdviseSetReadMostly, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemAdvise(&local_variable_target, 4, uvmMemAdviseSetReadMostly, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(NULL, 4, uvmMemRangeAttributeReadMostly, b, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(&v, 8, uvmMemRangeAttributeReadMostly, b, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(by, 6, uvmMemRangeAttributeAccessedBy, b, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, (uvmMemRangeAttribute)5, b, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributeReadMostly, b, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributeReadMostly, &local_variable_target, 4), uvmErrorInvalidValue);
+	CHECK_OK(uvmFree(b));
+}
+
+static void test_device_memory(void)
+{
+	size_t n = 3 * MiB + 17;
+	unsigned char *d0, *d1, *h = malloc(n), *back = malloc(n);
+	CHECK_ERR(uvmMalloc(NULL, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMalloc((void **)&d0, 0), uvmErrorInvalidValue);
+	CHECK_OK(uvmMalloc((void **)&d0, n));
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmMalloc((void **)&d1, n));
+	CHECK_OK(uvmSetDevice(0));
+	if (!d0 || !d1 || !h || !back)
+		return;
+	for (size_t i = 0; i < n; i++)
+		h[i] = (unsigned char)(i % 251);
+	CHECK_OK(uvmMemcpy(d0, h, n, uvmMemcpyHostToDevice));
+	CHECK_OK(uvmMemcpy(d1, d0, n, uvmMemcpyDeviceToDevice));
+	memset(back, 0, n);
+	CHECK_OK(uvmMemcpy(back, d1, n, uvmMemcpyDeviceToHost));
+	CHECK(memcmp(back, h, n) == 0);
+	CHECK_OK(uvmMemset(d0 + 10, 0xab, 100));
+	CHECK_OK(uvmMemcpy(back, d0, 200, uvmMemcpyDefault));
+	CHECK(back[9] == h[9] && back[10] == 0xab && back[109] == 0xab && back[110] == h[110]);
+
+	uvmPointerAttributes at;
+	CHECK_OK(uvmPointerGetAttributes(&at, d1 + 5));
+	CHECK(at.type == uvmMemoryTypeDevice && at.device == 1 && at.devicePointer == d1 + 5 && at.hostPointer == NULL);
+
+	/* Kinds that disagree with the pointers, overlaps, bad pointers. */
+	CHECK_ERR(uvmMemcpy(back, d0, n, uvmMemcpyHostToHost), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(d0, h, n, uvmMemcpyDeviceToHost), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(h, back, n, uvmMemcpyHostToDevice), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(h, back, n, (uvmMemcpyKind)9), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(h, h + 10, 100, uvmMemcpyHostToHost), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(NULL, h, 100, uvmMemcpyDefault), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(h, (void *)8, 100, uvmMemcpyDefault), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpy(d0, h, n + 4096, uvmMemcpyDefault), uvmErrorInvalidValue);
+	CHECK_OK(uvmMemcpy(NULL, NULL, 0, uvmMemcpyDefault));
+	CHECK_ERR(uvmMemset(NULL, 0, 10), uvmErrorInvalidValue);
+	CHECK_OK(uvmMemsetAsync(d0, 0, n, NULL));
+	CHECK_OK(uvmMemcpyAsync(back, d0, 4096, uvmMemcpyDeviceToHost, NULL));
+	CHECK(back[10] == 0);
+	CHECK_ERR(uvmMemPrefetchAsync(d0, n, 1, NULL), uvmErrorInvalidValue);
+	CHECK_ERR(uvmFreeHost(d0), uvmErrorInvalidValue);
+	CHECK_OK(uvmFree(d0));
+	CHECK_OK(uvmFree(d1));
+	free(h);
+	free(back);
+}
+
+static void test_pinned(void)
+{
+	size_t n = 2 * MiB + 5;
+	unsigned char *p, *wc;
+	void *dp;
+	CHECK_ERR(uvmHostAlloc(NULL, n, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostAlloc((void **)&p, 0, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostAlloc((void **)&p, n, 0x80), uvmErrorInvalidValue);
+	CHECK_OK(uvmHostAlloc((void **)&p, n, uvmHostAllocMapped | uvmHostAllocPortable));
+	CHECK_OK(uvmHostAlloc((void **)&wc, n, uvmHostAllocWriteCombined));
+	if (!p || !wc)
+		return;
+	CHECK(p[0] == 0 && p[n - 1] == 0);
+	memset(p, 3, n);
+	CHECK_OK(uvmMemcpy(wc, p, n, uvmMemcpyHostToHost));
+	CHECK(wc[0] == 3 && wc[n - 1] == 3);
+	CHECK_OK(uvmMemset(wc + 1, 9, n - 2));
+	CHECK(wc[0] == 3 && wc[1] == 9 && wc[n - 2] == 9 && wc[n - 1] == 3);
+	CHECK_OK(uvmHostGetDevicePointer(&dp, p + 100, 0));
+	CHECK(dp == p + 100);
+	CHECK_ERR(uvmHostGetDevicePointer(&dp, p, 1), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostGetDevicePointer(NULL, p, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostGetDevicePointer(&dp, &local_variable_target, 0), uvmErrorInvalidValue);
+	uvmPointerAttributes at;
+	CHECK_OK(uvmPointerGetAttributes(&at, p));
+	CHECK(at.type == uvmMemoryTypeHost && at.device == uvmCpuDeviceId && at.hostPointer == p && at.devicePointer == p);
+	CHECK_ERR(uvmFree(p), uvmErrorInvalidValue);
+	CHECK(strstr(uvmGetLastErrorMessage(), "uvmFreeHost") != NULL);
+	CHECK_OK(uvmFreeHost(p));
+	CHECK_ERR(uvmFreeHost(p), uvmErrorInvalidValue);
+	CHECK_OK(uvmMallocHost((void **)&p, 4096));
+	CHECK_OK(uvmFreeHost(p));
+	CHECK_OK(uvmFreeHost(wc));
+	CHECK_OK(uvmFreeHost(NULL));
+}
+
+static void test_register(void)
+{
+	size_t n = 1 * MiB;
+	unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED);
+	if (m == MAP_FAILED)
+		return;
+	for (size_t i = 0; i < n; i++)
+		m[i] = (unsigned char)(i >> 12);
+	CHECK_ERR(uvmHostRegister(NULL, n, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostRegister(m, 0, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostRegister(m + 1, 4096, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostRegister(m, 100, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostRegister(m, n, 0x40), uvmErrorInvalidValue);
+	CHECK_OK(uvmHostRegister(m, n, uvmHostRegisterMapped));
+	CHECK_ERR(uvmHostRegister(m + 4096, 4096, 0), uvmErrorInvalidValue); /* overlaps */
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += m[i] != (unsigned char)(i >> 12);
+	CHECK(bad == 0);
+	unsigned char *dp;
+	CHECK_OK(uvmHostGetDevicePointer((void **)&dp, m + 8192, 0));
+	CHECK(dp != NULL && dp != m + 8192);
+	if (dp) {
+		m[8192] = 42; /* the alias and the device pointer are one page */
+		CHECK(dp[0] == 42);
+	}
+	uvmPointerAttributes at;
+	CHECK_OK(uvmPointerGetAttributes(&at, m + 8192));
+	CHECK(at.type == uvmMemoryTypeHost && at.hostPointer == m + 8192 && at.devicePointer == dp);
+	CHECK_ERR(uvmFreeHost(m), uvmErrorInvalidValue);
+	CHECK_ERR(uvmHostUnregister(m + 4096), uvmErrorInvalidValue);
+	CHECK_OK(uvmHostUnregister(m));
+	CHECK(m[8192] == 42 && m[4096] == 1 && m[n - 1] == (unsigned char)((n - 1) >> 12));
+	CHECK_ERR(uvmHostUnregister(m), uvmErrorInvalidValue);
+	CHECK_OK(uvmPointerGetAttributes(&at, m));
+	CHECK(at.type == uvmMemoryTypeUnregistered);
+	munmap(m, n);
+	unsigned char *unmapped = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(unmapped, 8192);
+	CHECK_ERR(uvmHostRegister(unmapped, 8192, 0), uvmErrorInvalidValue);
+}
+
+static void test_pointer_attributes(void)
+{
+	uvmPointerAttributes at;
+	CHECK_ERR(uvmPointerGetAttributes(NULL, &at), uvmErrorInvalidValue);
+	CHECK_OK(uvmPointerGetAttributes(&at, &local_variable_target));
+	CHECK(at.type == uvmMemoryTypeUnregistered && at.device == uvmInvalidDeviceId && at.devicePointer == NULL);
+	char *b;
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmMallocManaged((void **)&b, 10000, uvmMemAttachHost));
+	CHECK_OK(uvmSetDevice(0));
+	CHECK_OK(uvmPointerGetAttributes(&at, b + 9999));
+	CHECK(at.type == uvmMemoryTypeManaged && at.device == 1 && at.devicePointer == b + 9999 && at.hostPointer == b + 9999);
+	CHECK_OK(uvmFree(b));
+}
+
+struct worker {
+	int id;
+	int failures;
+};
+
+static void *alloc_worker(void *arg)
+{
+	struct worker *w = arg;
+	for (int round = 0; round < 20; round++) {
+		unsigned *p;
+		size_t n = (size_t)(1 + (w->id + round) % 3) * MiB;
+		if (uvmMallocManaged((void **)&p, n, uvmMemAttachGlobal) != uvmSuccess) {
+			w->failures++;
+			continue;
+		}
+		for (size_t i = 0; i < n / 4; i += 1024)
+			p[i] = (unsigned)(w->id * 1000 + round);
+		if (round % 4 == 0 && uvmMemPrefetchAsync(p, n, w->id % 2, NULL) != uvmSuccess)
+			w->failures++;
+		for (size_t i = 0; i < n / 4; i += 1024)
+			w->failures += p[i] != (unsigned)(w->id * 1000 + round);
+		if (uvmFree(p) != uvmSuccess)
+			w->failures++;
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	pthread_t t[4];
+	struct worker w[4];
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){.id = i};
+		pthread_create(&t[i], NULL, alloc_worker, &w[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(w[i].failures == 0);
+	}
+}
+
+/* A forked child keeps a private copy of managed memory: its writes do
+ * not reach the parent, the parent's later writes do not reach it, and
+ * it may free its copy. */
+static void test_fork(void)
+{
+	size_t n = 4 * MiB;
+	unsigned char *b;
+	CHECK_OK(uvmMallocManaged((void **)&b, n, uvmMemAttachGlobal));
+	if (!b)
+		return;
+	memset(b, 'p', n);
+	CHECK_OK(uvmMemPrefetchAsync(b, n / 2, 0, NULL)); /* half of it on a device */
+	int pipefd[2];
+	CHECK(pipe(pipefd) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char go;
+		if (read(pipefd[0], &go, 1) != 1)
+			_exit(10);
+		int rc = 0;
+		for (size_t i = 0; i < n; i += 4096)
+			if (b[i] != 'p')
+				rc = 11;
+		memset(b, 'c', n);
+		uvmPointerAttributes at;
+		if (uvmPointerGetAttributes(&at, b) != uvmSuccess || at.type != uvmMemoryTypeUnregistered)
+			rc = 12;
+		if (uvmFree(b) != uvmSuccess)
+			rc = 13;
+		/* A new session in the child works. */
+		unsigned char *c;
+		if (uvmMallocManaged((void **)&c, MiB, uvmMemAttachGlobal) != uvmSuccess || uvmMemPrefetchAsync(c, MiB, 1, NULL) != uvmSuccess)
+			rc = 14;
+		else if (c[5] != 0 || uvmFree(c) != uvmSuccess)
+			rc = 15;
+		_exit(rc);
+	}
+	memset(b, 'q', 4096); /* after the fork: the child must not see it */
+	CHECK(write(pipefd[1], "g", 1) == 1);
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		fprintf(stderr, "fork child: status %#x\n", status);
+	CHECK(b[0] == 'q' && b[4096] == 'p' && b[n - 1] == 'p');
+	close(pipefd[0]);
+	close(pipefd[1]);
+	CHECK_OK(uvmFree(b));
+}
+
+int main(void)
+{
+	test_errors();
+	test_managed();
+	test_advice();
+	test_device_memory();
+	test_pinned();
+	test_register();
+	test_pointer_attributes();
+	test_threads();
+	test_fork();
+	return check_done("memory_test");
+}
