@@ -365,6 +365,80 @@ static void test_fork(void)
 	CHECK_OK(uvmFree(b));
 }
 
+/* sum_kernel adds up n ints at src into *dst: run with one thread. */
+struct sum_params {
+	const int *src;
+	size_t n;
+	long *dst;
+};
+
+static void sum_kernel(unsigned tid, unsigned nthreads, const void *params)
+{
+	const struct sum_params *p = params;
+	(void)tid, (void)nthreads;
+	long sum = 0;
+	for (size_t i = 0; i < p->n; i++)
+		sum += p->src[i];
+	*p->dst = sum;
+}
+
+/* Kernels reach pinned and registered host memory through the device
+ * pointer, in place (zero-copy), and managed memory prefetched on a
+ * stream. */
+static void test_kernels_reach_host_memory(void)
+{
+	size_t n = 1 << 18;
+	int *pinned, *dpinned, *managed;
+	long *out;
+	CHECK_OK(uvmHostAlloc((void **)&pinned, n * sizeof(int), uvmHostAllocMapped));
+	CHECK_OK(uvmMallocManaged((void **)&out, sizeof(long), uvmMemAttachGlobal));
+	CHECK_OK(uvmMallocManaged((void **)&managed, n * sizeof(int), uvmMemAttachGlobal));
+	int *reg = mmap(NULL, n * sizeof(int), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!pinned || !out || !managed || reg == MAP_FAILED)
+		return;
+	long want = 0;
+	for (size_t i = 0; i < n; i++) {
+		pinned[i] = reg[i] = managed[i] = (int)(i % 1000);
+		want += (long)(i % 1000);
+	}
+	CHECK_OK(uvmHostGetDevicePointer((void **)&dpinned, pinned, 0));
+	struct sum_params sp = {.src = dpinned, .n = n, .dst = out};
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, sum_kernel, &sp, sizeof sp));
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK(*out == want);
+
+	int *dreg;
+	CHECK_OK(uvmHostRegister(reg, n * sizeof(int), uvmHostRegisterMapped));
+	CHECK_OK(uvmHostGetDevicePointer((void **)&dreg, reg, 0));
+	reg[7] += 1000; /* the host writes the registered memory in place */
+	sp.src = dreg;
+	CHECK_OK(uvmLaunchKernel(1, NULL, 1, sum_kernel, &sp, sizeof sp));
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK_OK(uvmSetDevice(0));
+	CHECK(*out == want + 1000);
+	CHECK_OK(uvmHostUnregister(reg));
+
+	uvmStream_t st;
+	CHECK_OK(uvmStreamCreate(&st));
+	CHECK_OK(uvmMemPrefetchAsync(managed, n * sizeof(int), 0, st));
+	int loc = -5;
+	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, managed, n * sizeof(int)));
+	CHECK(loc == 0);
+	sp.src = managed;
+	CHECK_OK(uvmLaunchKernel(0, st, 1, sum_kernel, &sp, sizeof sp));
+	long host_copy = 0;
+	CHECK_OK(uvmMemcpyAsync(&host_copy, out, sizeof host_copy, uvmMemcpyDeviceToHost, st));
+	CHECK(host_copy == want); /* the copy ran after the kernel */
+	CHECK_OK(uvmStreamSynchronize(st));
+	CHECK_OK(uvmStreamDestroy(st));
+	CHECK_ERR(uvmMemPrefetchAsync(managed, 4096, 0, st), uvmErrorInvalidValue); /* destroyed */
+	munmap(reg, n * sizeof(int));
+	CHECK_OK(uvmFreeHost(pinned));
+	CHECK_OK(uvmFree(managed));
+	CHECK_OK(uvmFree(out));
+}
+
 int main(void)
 {
 	test_errors();
@@ -375,6 +449,7 @@ int main(void)
 	test_register();
 	test_pointer_attributes();
 	test_threads();
+	test_kernels_reach_host_memory();
 	test_fork();
 	return check_done("memory_test");
 }
