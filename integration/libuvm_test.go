@@ -49,6 +49,7 @@ func TestLibuvm(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s:\n%s", name, out)
 			assert.Contains(t, string(out), "checks passed")
+			assert.NotContains(t, string(out), "poisoned", "the server poisoned a page")
 		})
 	}
 }

@@ -22,11 +22,15 @@ const maxPinWaits = 20
 // faultRequest is one fault being served: the message, and how many
 // times it was deferred already.
 type faultRequest struct {
-	msg     uffd.Msg
-	kind    faultKind
-	write   bool
-	waits   int  // naps already taken
-	noNap   bool // served once throttled: do not throttle again
+	msg   uffd.Msg
+	kind  faultKind
+	write bool
+	waits int  // naps already taken
+	noNap bool // served once throttled: do not throttle again
+	// started is when the server read the message. Messages are read in
+	// batches, so it may be well before this one is served: a message
+	// read before its range was freed, or before the range now at its
+	// address was made, is stale.
 	started time.Time
 }
 
@@ -313,7 +317,14 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 	}
 	r := sess.ranges.Load().lookup(addr)
 	if r == nil {
-		sess.stray(v, addr)
+		sess.stray(v, addr, fr.started)
+		return
+	}
+	if fr.started.Before(r.born) {
+		// Raised on a range freed since, whose thread the free (or the
+		// fault that resolved its page) woke; if it still waits, it
+		// faults again on the new range.
+		_ = v.uffd.Wake(addr, PageSize)
 		return
 	}
 	if d := srv.cfg.FaultDelay; d > 0 && fr.waits == 0 {
@@ -379,13 +390,18 @@ func faultRequestOf(m *uffd.Msg, started time.Time) faultRequest {
 }
 
 // stray handles a fault on an address no range owns. A stale message (the
-// range was freed and unmapped) only needs a wake; a registered mapping
-// the server does not know (freed but not yet unmapped, or moved by
-// mremap) gets the page poisoned, so that the thread sees SIGBUS instead
-// of faulting forever.
-func (sess *session) stray(v *view, addr uintptr) {
+// range was freed and unmapped, or freed after the message was read: its
+// thread was woken by the fault that resolved the page, or by the free)
+// only needs a wake; a registered mapping the server does not know (freed
+// but not yet unmapped, or moved by mremap) gets the page poisoned, so
+// that the thread sees SIGBUS instead of faulting forever.
+func (sess *session) stray(v *view, addr uintptr, read time.Time) {
 	srv := sess.srv
 	srv.strayFaults.Add(1)
+	if sess.freedSince(addr, read) {
+		_ = v.uffd.Wake(addr, PageSize)
+		return
+	}
 	_, err := v.uffd.Poison(addr, PageSize, false)
 	switch {
 	case err == nil:

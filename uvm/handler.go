@@ -125,8 +125,9 @@ func (h *handler) run(ready chan<- error) {
 			continue
 		}
 		park := false
+		read := time.Now()
 		for i := 0; i < n; i++ {
-			h.serve(&h.msgs[i])
+			h.serve(&h.msgs[i], read)
 			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault && h.place.served(h, h.view.pid, h.msgs[i].TID, time.Now()) {
 				park = true
 			}
@@ -141,11 +142,11 @@ func (h *handler) run(ready chan<- error) {
 	}
 }
 
-func (h *handler) serve(m *uffd.Msg) {
+func (h *handler) serve(m *uffd.Msg, read time.Time) {
 	if m.Event != uffd.EventPagefault {
 		h.sess.event(h.view, m)
 		return
 	}
-	h.fr = faultRequestOf(m, time.Now())
+	h.fr = faultRequestOf(m, read)
 	h.sess.serveFaultMsg(h.view, h, &h.fr)
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // managedRange is one allocation as the server sees it. Its page k lives
@@ -19,8 +20,9 @@ type managedRange struct {
 	// every block lock; fileOff never changes.
 	start   uintptr
 	fileOff int64
-	length  uintptr // a multiple of PageSize
-	size    int64   // bytes asked for
+	born    time.Time // when the server made it: older fault messages are stale
+	length  uintptr   // a multiple of PageSize
+	size    int64     // bytes asked for
 	flags   uint32
 
 	kind  rangeKind

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
@@ -39,6 +40,13 @@ type session struct {
 	devFiles []*devmem.File // one per device, created on first use
 
 	ranges atomic.Pointer[rangeTable]
+	// recentFrees remembers the last ranges freed and when, guarded by
+	// freedMu: a fault message read before its range was freed (another
+	// thread's fault on the same page, read in the same batch and served
+	// after the free) is stale, not a touch of freed memory.
+	freedMu     sync.Mutex
+	recentFrees [64]freedRange
+	nextFreed   int
 
 	stats  *counters // retired statistics of freed ranges
 	remaps *remapper // device mapping changes that faults cause
@@ -269,6 +277,7 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 		prefetch: policy, trackPrefetch: r.trackPrefetch || sess.srv.cfg.TrackPrefetchUse,
 		stats:  newCounters(sess.srv.locations()),
 		blocks: make([]atomic.Pointer[block], (length+BlockSize-1)/BlockSize),
+		born:   time.Now(),
 	}
 	// Publish before registering: a stale fault message that names this
 	// address once it is registered must find the range, not be taken
@@ -282,6 +291,14 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 	if err := sess.mapInDevices(mr); err != nil {
 		sess.freeRangeLocked(mr, false)
 		return 0, err
+	}
+	if r.kind == kindManaged {
+		// sess.stats, not mr.stats: an allocation's counters retire into
+		// its session's when it is freed, and would count it twice.
+		for _, c := range []*counters{sess.stats, sess.srv.stats} {
+			c.allocations.Add(1)
+			c.allocatedBytes.Add(r.size)
+		}
 	}
 	return mr.id, nil
 }
@@ -322,6 +339,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	if r.freed.Load() {
 		return
 	}
+	sess.noteFreed(r.start, r.end())
 	sess.ranges.Store(sess.ranges.Load().without(r))
 	resident := make([]int64, sess.srv.locations())
 	for i := range r.blocks {
@@ -528,4 +546,31 @@ func closeFDs(fds []int) {
 // zeros.
 func (sess *session) remapped(from, to, length uintptr) {
 	sess.srv.logger.Printf("pid %d moved managed memory %#x+%d to %#x with mremap, which softuvm does not support: the moved pages are no longer managed", sess.pid, from, length, to)
+}
+
+// freedRange is a range freed at a time.
+type freedRange struct {
+	start, end uintptr
+	at         time.Time
+}
+
+func (sess *session) noteFreed(start, end uintptr) {
+	sess.freedMu.Lock()
+	sess.recentFrees[sess.nextFreed%len(sess.recentFrees)] = freedRange{start, end, time.Now()}
+	sess.nextFreed++
+	sess.freedMu.Unlock()
+}
+
+// freedSince reports whether addr lies in a range freed after read: a
+// fault message read at that time belongs to the range's life, not to a
+// touch of freed memory.
+func (sess *session) freedSince(addr uintptr, read time.Time) bool {
+	sess.freedMu.Lock()
+	defer sess.freedMu.Unlock()
+	for _, f := range sess.recentFrees {
+		if f.start <= addr && addr < f.end && !read.After(f.at) {
+			return true
+		}
+	}
+	return false
 }

@@ -34,6 +34,11 @@ type counters struct {
 	throttles      []atomic.Uint64
 	pins           []atomic.Uint64
 	prefetched     atomic.Uint64 // pages brought speculatively
+	// Managed allocations made and the bytes they asked for. Only the
+	// server's and the sessions' counters count them (an allocation's
+	// own would be retired into its session's twice).
+	allocations    atomic.Uint64
+	allocatedBytes atomic.Uint64
 	used           atomic.Uint64 // of those, pages seen touched
 	unused         atomic.Uint64 // of those, pages that left untouched
 	service        histogram     // fault service time
@@ -75,6 +80,8 @@ func (c *counters) addFrom(o *counters) {
 		c.migrated[i].Add(o.migrated[i].Load())
 	}
 	c.prefetched.Add(o.prefetched.Load())
+	c.allocations.Add(o.allocations.Load())
+	c.allocatedBytes.Add(o.allocatedBytes.Load())
 	c.used.Add(o.used.Load())
 	c.unused.Add(o.unused.Load())
 	for b := range o.service.buckets {
@@ -96,6 +103,13 @@ func (c *counters) addMigrated(from, to location, pages int) {
 
 // Stats is a snapshot of counters, as `uvm stat` and the API report them.
 type Stats struct {
+	// Allocations counts the managed allocations made (MallocManaged,
+	// uvmMallocManaged, the allocations libuvm-preload.so turns into
+	// managed memory), and AllocatedBytes the bytes they asked for,
+	// freed or not. The server and session scopes count them; an
+	// allocation's own statistics leave them zero.
+	Allocations    uint64 `json:"allocations"`
+	AllocatedBytes uint64 `json:"allocated_bytes"`
 	// Faults counts faults by the processor that took them.
 	Faults []ProcessorFaults `json:"faults"`
 	// Migrations counts pages moved between processors, one entry per
@@ -266,6 +280,8 @@ func (c *counters) snapshot() Stats {
 			}
 		}
 	}
+	s.Allocations = c.allocations.Load()
+	s.AllocatedBytes = c.allocatedBytes.Load()
 	s.PrefetchedPages = c.prefetched.Load()
 	s.PrefetchedUsed = c.used.Load()
 	s.PrefetchedUnused = c.unused.Load()

@@ -56,6 +56,8 @@ func TestCountersSnapshotAndMerge(t *testing.T) {
 	c.populated[hostLoc].Add(7)
 	c.prefetched.Add(3)
 	c.service.record(8 * time.Microsecond)
+	c.allocations.Add(2)
+	c.allocatedBytes.Add(3 << 20)
 	s := c.snapshot()
 	assert.Equal(t, uint64(6), s.TotalFaults())
 	assert.Equal(t, ProcessorFaults{Processor: CPU, Missing: 5}, s.FaultsBy(CPU))
@@ -73,4 +75,44 @@ func TestCountersSnapshotAndMerge(t *testing.T) {
 	assert.Equal(t, 2*s.TotalFaults(), t2.TotalFaults())
 	assert.Equal(t, uint64(20), t2.MigratedPages(CPU, 0))
 	assert.Equal(t, 2*s.FaultService.Count, t2.FaultService.Count)
+	assert.Equal(t, uint64(2), s.Allocations)
+	assert.Equal(t, uint64(3<<20), s.AllocatedBytes)
+	assert.Equal(t, uint64(4), t2.Allocations, "allocation counts merge")
+	assert.Equal(t, uint64(6<<20), t2.AllocatedBytes)
+}
+
+// TestAllocationsCounted: the server and the session count managed
+// allocations and the bytes asked for, freed ones included, once each;
+// other kinds of memory are not managed allocations.
+func TestAllocationsCounted(t *testing.T) {
+	s := newSession(t, testServerConfig())
+	a, err := s.MallocManaged(3<<20 + 5)
+	require.NoError(t, err)
+	b, err := s.MallocManaged(PageSize)
+	require.NoError(t, err)
+	b.Bytes()[0] = 1
+	require.NoError(t, b.Free(), "a freed allocation stays counted")
+	d, err := s.Malloc(0, 1<<20)
+	require.NoError(t, err)
+	h, err := s.HostAlloc(1<<20, 0)
+	require.NoError(t, err)
+
+	want := uint64(3<<20 + 5 + PageSize)
+	sess, err := s.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), sess.Allocations, "session scope")
+	assert.Equal(t, want, sess.AllocatedBytes)
+	srv, err := s.ServerStats()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), srv.Allocations, "server scope")
+	assert.Equal(t, want, srv.AllocatedBytes)
+	own, err := a.Stats()
+	require.NoError(t, err)
+	assert.Zero(t, own.Allocations, "an allocation's own statistics do not count allocations")
+	require.NoError(t, a.Free())
+	require.NoError(t, d.Free())
+	require.NoError(t, s.FreeHost(h.Addr()))
+	sess, err = s.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), sess.Allocations, "frees do not uncount")
 }
