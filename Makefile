@@ -16,11 +16,11 @@ LIBUVM_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -fvisibility=hidden -pthread -Ilibuv
 LIBUVM_SRC := $(wildcard libuvm/src/*.c)
 LIBUVM_OBJ := $(patsubst libuvm/src/%.c,$(BIN)/obj/%.o,$(LIBUVM_SRC))
 PRELOAD_OBJ := $(BIN)/obj/preload.o
-LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a
+LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a $(BIN)/libuvm-preload.so
 
 .PHONY: all build lib demo test bench lint generate help clean install
 
-all: build demo ## build bin/uvm and bin/uvm-cfloor, then run `uvm demo`
+all: build demo ## build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
 
 build: lib ## build bin/uvm, the C fault-handler floor bin/uvm-cfloor and libuvm
 	$(GO) build -o $(BIN)/uvm ./cmd/uvm
@@ -50,7 +50,7 @@ install: build ## install uvm, uvm.h, libuvm and uvm.pc under PREFIX (default /u
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BIN)/uvm $(DESTDIR)$(PREFIX)/bin/uvm
 	install -m 644 libuvm/include/uvm.h $(DESTDIR)$(PREFIX)/include/uvm.h
-	install -m 755 $(BIN)/libuvm.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BIN)/libuvm.so $(BIN)/libuvm-preload.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(BIN)/libuvm.a $(DESTDIR)$(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' libuvm/uvm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvm.pc
 

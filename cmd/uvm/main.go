@@ -25,6 +25,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"serve", "[flags]", "run a fault server daemon on a Unix socket", runServe},
+		{"run", "[flags] [--] PROGRAM [ARGS...]", "run an unmodified program with its large allocations in managed memory, served by a fault server of its own", runRun},
 		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
@@ -57,7 +58,10 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	for _, c := range commands {
 		if c.name == name && c.run != nil {
 			err := c.run(args[1:])
+			var status exitStatus
 			switch {
+			case errors.As(err, &status): // `uvm run`: the program's status
+				return int(status)
 			case err == nil:
 				return 0
 			case errors.Is(err, flag.ErrHelp):
@@ -75,6 +79,12 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage error")
+
+// exitStatus is an error that makes uvm exit with that status and print
+// nothing more: `uvm run` passes the program's status on.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, `uvm: CUDA-style unified memory for CPU devices, served by a userfaultfd fault server.
@@ -99,12 +109,15 @@ Environment (read by programs using softuvm and by private servers):
   %-18s threads that run each device's kernels (default: one per CPU)
   %-18s managed memory kept on the host before pages go to devices (default: unbounded)
   %-18s on (default), off, or settings: %s
+  %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
+  %-18s 1: libuvm-preload.so reports its allocations at exit
+  %-18s uvm run: the path of libuvm-preload.so
 
 Run 'uvm help COMMAND' for a command's flags.
 `, uvm.EnvSocket, uvm.DefaultSocketPath(), uvm.EnvServer, uvm.EnvDevices, uvm.DefaultDevices,
 		uvm.EnvArenaSize, uvm.FormatSize(uvm.DefaultArenaSize), uvm.EnvArenaBackend, uvm.EnvPrefetch,
 		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch,
-		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing)
+		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
 }
 
 // newFlagSet makes a flag set whose usage names the command.

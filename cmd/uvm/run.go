@@ -1,0 +1,418 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/softuvm/softuvm/uvm"
+)
+
+// `uvm run` runs an unmodified program on managed memory: a fault server
+// in this process, on a socket of its own, and the program under
+// libuvm-preload.so, which turns its large allocations (malloc and its
+// family, anonymous mmap) into managed memory served by that server.
+
+// Exit statuses of `uvm run` itself, as shells and env(1) use them, so
+// that they are not taken for the program's own.
+const (
+	runStatusFailed      = 125 // uvm run could not run the program: no preload library, no server
+	runStatusNotRunnable = 126 // the program is not executable
+	runStatusNotFound    = 127 // the program does not exist
+)
+
+const preloadName = "libuvm-preload.so"
+
+// runReport is what --stats-json writes: the program, how it ended, the
+// figures of the summary, and the server's full counters.
+type runReport struct {
+	Program     []string `json:"program"`
+	ExitStatus  int      `json:"exit_status"`
+	Signal      string   `json:"signal,omitempty"`
+	WallSeconds float64  `json:"wall_seconds"`
+	MinSize     int64    `json:"min_size"`
+	HostBudget  int64    `json:"host_budget,omitempty"`
+	Devices     int      `json:"devices"`
+
+	Allocations       uint64                `json:"allocations"`
+	AllocatedBytes    uint64                `json:"allocated_bytes"`
+	Faults            []uvm.ProcessorFaults `json:"faults"`
+	HostToDeviceBytes uint64                `json:"host_to_device_bytes"`
+	DeviceToHostBytes uint64                `json:"device_to_host_bytes"`
+	EvictedPages      uint64                `json:"evicted_pages"`
+	FaultServiceP50NS int64                 `json:"fault_service_p50_ns"`
+	FaultServiceP99NS int64                 `json:"fault_service_p99_ns"`
+	Stats             uvm.Stats             `json:"stats"`
+}
+
+func runRun(args []string) error {
+	flags := newFlagSet("run", "[flags] [--] PROGRAM [ARGS...]",
+		"Run an unmodified program with its large allocations in managed memory. A fault server runs in this process; the program runs with "+preloadName+
+			" preloaded, which makes each malloc, calloc, realloc, aligned allocation and anonymous private mmap of at least --min-size bytes managed memory "+
+			"(smaller ones, and everything the server cannot serve, go to the system allocator). At exit a summary of what the server did goes to standard error. "+
+			"The exit status is the program's (128+N if signal N killed it); 127 if the program is not found, 126 if it cannot be executed, 2 for bad flags, "+
+			"125 if uvm run itself failed")
+	var sf serverFlags
+	sf.register(flags)
+	minSize := flags.String("min-size", "1MiB", "the smallest allocation that becomes managed memory (smaller ones stay in the system allocator)")
+	preload := flags.String("preload", "", "path of "+preloadName+" (default: $UVM_PRELOAD, else next to the uvm binary, else ../lib from it)")
+	statsJSON := flags.String("stats-json", "", "also write the summary and the server's counters as JSON to this file")
+	quiet := flags.Bool("quiet", false, "print no summary on standard error")
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	usageErr := func(format string, a ...any) error {
+		fmt.Fprintf(flags.Output(), "uvm run: "+format+"\n", a...)
+		fmt.Fprintf(flags.Output(), "Run 'uvm help run' for the flags.\n")
+		return errUsage
+	}
+	argv := flags.Args()
+	if len(argv) == 0 {
+		return usageErr("no program given: want uvm run [flags] -- PROGRAM [ARGS...]")
+	}
+	minBytes, err := uvm.ParseSize(*minSize)
+	if err != nil {
+		return usageErr("--min-size: %v", err)
+	}
+	if minBytes < 1 {
+		return usageErr("--min-size %q: want at least 1 byte", *minSize)
+	}
+	cfg, err := sf.config()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+
+	path, err := exec.LookPath(argv[0])
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // found in a relative PATH entry: a shell runs it too
+	}
+	if err != nil {
+		status := runStatusNotFound
+		what := "command not found"
+		switch {
+		case strings.Contains(argv[0], "/") && errors.Is(err, fs.ErrNotExist):
+			what = "no such file or directory"
+		case errors.Is(err, fs.ErrPermission):
+			status, what = runStatusNotRunnable, "permission denied"
+		}
+		fmt.Fprintf(os.Stderr, "uvm run: %s: %s\n", argv[0], what)
+		return exitStatus(status)
+	}
+	lib, err := findPreload(*preload)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: %v\n", err)
+		return exitStatus(runStatusFailed)
+	}
+	var jsonOut *os.File
+	if *statsJSON != "" {
+		// Created now: a path that cannot be written fails before a long run.
+		if jsonOut, err = os.Create(*statsJSON); err != nil {
+			fmt.Fprintf(os.Stderr, "uvm run: --stats-json: %v\n", err)
+			return exitStatus(runStatusFailed)
+		}
+		defer jsonOut.Close() // closed after writing; this covers the early returns
+	}
+
+	srv, sock, cleanup, err := startRunServer(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: cannot start the fault server: %v\n", err)
+		if jsonOut != nil {
+			os.Remove(*statsJSON) // no report: the program never ran
+		}
+		return exitStatus(runStatusFailed)
+	}
+	defer cleanup()
+
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args = argv
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = runEnv(os.Environ(), sock, minBytes, lib)
+	// Caught before the program starts, so that none is lost between
+	// its start and the forwarding.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		status := runStatusNotRunnable
+		if errors.Is(err, fs.ErrNotExist) {
+			status = runStatusNotFound
+		}
+		fmt.Fprintf(os.Stderr, "uvm run: %s: %v\n", argv[0], err)
+		return exitStatus(status)
+	}
+	done := make(chan struct{})
+	go forwardSignals(cmd.Process, sigs, done)
+	waitErr := cmd.Wait()
+	close(done)
+	wall := time.Since(start)
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "uvm run: %s: %v\n", argv[0], waitErr)
+		return exitStatus(runStatusFailed)
+	}
+
+	st := srv.Stats()
+	rep := makeRunReport(argv, ws, wall, minBytes, cfg, st)
+	if !*quiet {
+		var b strings.Builder
+		renderRunSummary(&b, filepath.Base(argv[0]), rep)
+		os.Stderr.WriteString(b.String())
+	}
+	if jsonOut != nil {
+		enc := json.NewEncoder(jsonOut)
+		enc.SetIndent("", "  ")
+		err := enc.Encode(rep)
+		if cerr := jsonOut.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "uvm run: --stats-json %s: %v\n", *statsJSON, err)
+		}
+	}
+	return exitStatus(rep.ExitStatus)
+}
+
+// startRunServer starts a fault server in this process, listening on a
+// socket in a fresh private directory (and on the monitor socket of a
+// private server, so that `uvm stat` and `uvm info` find it). cleanup
+// closes the server and removes both sockets.
+func startRunServer(cfg uvm.ServerConfig) (*uvm.Server, string, func(), error) {
+	dir, err := os.MkdirTemp("", "uvm-run-") // 0700
+	if err != nil {
+		return nil, "", nil, err
+	}
+	srv, err := uvm.NewServer(cfg)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	sock := filepath.Join(dir, "uvm.sock")
+	if err := srv.Listen(sock); err != nil {
+		srv.Close()
+		os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	monitor := uvm.PrivateServerSocketPath(os.Getpid())
+	if srv.Listen(monitor) != nil {
+		monitor = "" // only `uvm stat` misses it
+	}
+	cleanup := func() {
+		srv.Close()
+		if monitor != "" {
+			os.Remove(monitor)
+		}
+		os.RemoveAll(dir)
+	}
+	return srv, sock, cleanup, nil
+}
+
+// findPreload finds libuvm-preload.so: the flag, $UVM_PRELOAD, next to
+// this executable, or in ../lib from it (an installed prefix).
+func findPreload(flagPath string) (string, error) {
+	check := func(p, from string) (string, error) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %v", from, p, err)
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %v", from, p, err)
+		}
+		if fi.IsDir() {
+			return "", fmt.Errorf("%s %s: a directory, want the path of %s", from, p, preloadName)
+		}
+		return abs, nil
+	}
+	if flagPath != "" {
+		return check(flagPath, "--preload")
+	}
+	if env := os.Getenv("UVM_PRELOAD"); env != "" {
+		return check(env, "UVM_PRELOAD")
+	}
+	var looked []string
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		dir := filepath.Dir(exe)
+		for _, p := range []string{filepath.Join(dir, preloadName), filepath.Join(filepath.Dir(dir), "lib", preloadName)} {
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+				return p, nil
+			}
+			looked = append(looked, p)
+		}
+	}
+	return "", fmt.Errorf("cannot find %s: not at %s, and neither --preload nor UVM_PRELOAD names it (build it with `make lib`)", preloadName, strings.Join(looked, " or "))
+}
+
+// runEnv is the program's environment: the server's socket, the
+// threshold, and the preload library ahead of any the caller preloads.
+func runEnv(env []string, sock string, minSize int64, lib string) []string {
+	out := make([]string, 0, len(env)+4)
+	preload := lib
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "LD_PRELOAD":
+			if strings.TrimSpace(v) != "" {
+				preload = lib + ":" + v
+			}
+			continue
+		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out,
+		uvm.EnvSocket+"="+sock,
+		uvm.EnvServer+"=daemon", // this server, never a private one of its own
+		"UVM_MIN_SIZE="+strconv.FormatInt(minSize, 10),
+		"LD_PRELOAD="+preload)
+}
+
+// forwardSignals passes the signals uvm run receives on to the program
+// until done. A SIGINT or SIGQUIT typed at the terminal already went to
+// the whole foreground process group, the program included (it shares
+// uvm run's group, so that job control stops and resumes both): while
+// uvm run is in the terminal's foreground, those two are not sent a
+// second time.
+func forwardSignals(p *os.Process, sigs <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case sig := <-sigs:
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && inForeground() {
+				continue
+			}
+			p.Signal(sig)
+		}
+	}
+}
+
+// inForeground says whether this process's group is the foreground group
+// of the terminal on its standard input, output or error.
+func inForeground() bool {
+	me := syscall.Getpgrp()
+	for fd := 0; fd <= 2; fd++ {
+		var pgrp int32
+		if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); e == 0 {
+			return int(pgrp) == me
+		}
+	}
+	return false
+}
+
+func makeRunReport(argv []string, ws syscall.WaitStatus, wall time.Duration, minSize int64, cfg uvm.ServerConfig, st uvm.Stats) runReport {
+	rep := runReport{
+		Program: argv, WallSeconds: wall.Seconds(), MinSize: minSize, HostBudget: cfg.HostBudget, Devices: len(cfg.Devices),
+		Allocations: st.Allocations, AllocatedBytes: st.AllocatedBytes, Faults: st.Faults,
+		FaultServiceP50NS: int64(st.FaultService.Quantile(0.5)), FaultServiceP99NS: int64(st.FaultService.Quantile(0.99)),
+		Stats: st,
+	}
+	if rep.Faults == nil {
+		rep.Faults = []uvm.ProcessorFaults{}
+	}
+	switch {
+	case ws.Signaled():
+		rep.ExitStatus = 128 + int(ws.Signal())
+		rep.Signal = unixSignalName(ws.Signal())
+	default:
+		rep.ExitStatus = ws.ExitStatus()
+	}
+	for _, m := range st.Migrations {
+		switch {
+		case m.From == uvm.CPU && m.To != uvm.CPU:
+			rep.HostToDeviceBytes += m.Bytes
+		case m.From != uvm.CPU && m.To == uvm.CPU:
+			rep.DeviceToHostBytes += m.Bytes
+		}
+	}
+	for _, e := range st.Evicted {
+		rep.EvictedPages += e.Pages
+	}
+	return rep
+}
+
+// unixSignalName is a signal's name as kill -l gives it, SIG prefix
+// included.
+func unixSignalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+		syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+		syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+	}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(s))
+}
+
+// renderRunSummary writes the summary uvm run prints at exit.
+func renderRunSummary(w io.Writer, name string, r runReport) {
+	how := fmt.Sprintf("exited with status %d", r.ExitStatus)
+	if r.Signal != "" {
+		how = fmt.Sprintf("was killed by %s (status %d)", r.Signal, r.ExitStatus)
+	}
+	fmt.Fprintf(w, "uvm run: %s %s after %.2fs\n", name, how, r.WallSeconds)
+	fmt.Fprintf(w, "  %-20s %d (%s), threshold %s\n", "managed allocations", r.Allocations, humanSize(r.AllocatedBytes), humanSize(uint64(r.MinSize)))
+	var faults []string
+	for _, f := range r.Faults {
+		faults = append(faults, fmt.Sprintf("%v %d (missing %d, minor %d, write-protect %d)", f.Processor, f.Total(), f.Missing, f.Minor, f.WriteProtect))
+	}
+	if len(faults) == 0 {
+		faults = []string{"none"}
+	}
+	fmt.Fprintf(w, "  %-20s %s\n", "faults", strings.Join(faults, "; "))
+	fmt.Fprintf(w, "  %-20s host -> device %s, device -> host %s\n", "migrated", humanSize(r.HostToDeviceBytes), humanSize(r.DeviceToHostBytes))
+	for _, m := range r.Stats.Migrations {
+		fmt.Fprintf(w, "  %-20s %d pages (%s)\n", fmt.Sprintf("  %v -> %v", m.From, m.To), m.Pages, humanSize(m.Bytes))
+	}
+	fmt.Fprintf(w, "  %-20s %d pages (%s)", "evicted", r.EvictedPages, humanSize(r.EvictedPages*uvm.PageSize))
+	if r.HostBudget > 0 {
+		fmt.Fprintf(w, ", host budget %s", humanSize(uint64(r.HostBudget)))
+	}
+	fmt.Fprintln(w)
+	h := r.Stats.FaultService
+	if h.Count > 0 {
+		fmt.Fprintf(w, "  %-20s %d faults: p50 %v, p99 %v, max %v\n", "fault service", h.Count, time.Duration(r.FaultServiceP50NS), time.Duration(r.FaultServiceP99NS), time.Duration(h.MaxNS))
+	} else {
+		fmt.Fprintf(w, "  %-20s no faults\n", "fault service")
+	}
+}
+
+// humanSize renders bytes in the largest binary unit they reach, with one
+// decimal unless they are a whole number of it ("18.6 GiB", not
+// "19482324 KiB").
+func humanSize(n uint64) string {
+	for _, u := range []struct {
+		name string
+		size uint64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			if n%u.size == 0 {
+				return fmt.Sprintf("%d %s", n/u.size, u.name)
+			}
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(u.size), u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/softuvm/softuvm/uvm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunEnv(t *testing.T) {
+	env := runEnv([]string{"PATH=/bin", "LD_PRELOAD=/a.so /b.so", "UVM_SOCKET=/old", "UVM_SERVER=private", "UVM_MIN_SIZE=7", "HOME=/root"},
+		"/tmp/x/uvm.sock", 65536, "/lib/libuvm-preload.so")
+	assert.Equal(t, []string{"PATH=/bin", "HOME=/root", "UVM_SOCKET=/tmp/x/uvm.sock", "UVM_SERVER=daemon", "UVM_MIN_SIZE=65536",
+		"LD_PRELOAD=/lib/libuvm-preload.so:/a.so /b.so"}, env, "ours replace the caller's; the library goes ahead of the caller's preloads")
+	env = runEnv([]string{"LD_PRELOAD="}, "/s", 1, "/l.so")
+	assert.Contains(t, env, "LD_PRELOAD=/l.so", "an empty LD_PRELOAD leaves no stray colon")
+}
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[uint64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 16 << 20: "16 MiB",
+		19482324 << 10: "18.6 GiB", 3<<40 + 1: "3.0 TiB",
+	} {
+		assert.Equal(t, want, humanSize(n), "%d bytes", n)
+	}
+}
+
+func TestFindPreload(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, preloadName)
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+
+	got, err := findPreload(lib)
+	require.NoError(t, err)
+	assert.Equal(t, lib, got)
+	_, err = findPreload(filepath.Join(dir, "missing.so"))
+	assert.ErrorContains(t, err, "--preload "+filepath.Join(dir, "missing.so"))
+	_, err = findPreload(dir)
+	assert.ErrorContains(t, err, "a directory, want the path of "+preloadName)
+
+	t.Setenv("UVM_PRELOAD", lib)
+	got, err = findPreload("")
+	require.NoError(t, err)
+	assert.Equal(t, lib, got, "UVM_PRELOAD when there is no flag")
+	t.Setenv("UVM_PRELOAD", "")
+	// The test binary has no library beside it: both places are named.
+	_, err = findPreload("")
+	exe, _ := os.Executable()
+	exe, _ = filepath.EvalSymlinks(exe)
+	assert.ErrorContains(t, err, "cannot find "+preloadName+": not at "+filepath.Join(filepath.Dir(exe), preloadName)+" or "+
+		filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", preloadName))
+}
+
+func TestRunReportAndSummary(t *testing.T) {
+	st := uvm.Stats{
+		Allocations: 2, AllocatedBytes: 3 << 20,
+		Faults: []uvm.ProcessorFaults{{Processor: uvm.CPU, Missing: 10, WriteProtect: 2}, {Processor: 0, Missing: 4}},
+		Migrations: []uvm.Migration{
+			{From: uvm.CPU, To: 0, Pages: 100, Bytes: 100 * uvm.PageSize},
+			{From: 0, To: uvm.CPU, Pages: 60, Bytes: 60 * uvm.PageSize},
+			{From: 0, To: 1, Pages: 5, Bytes: 5 * uvm.PageSize}, // peer traffic is neither way
+		},
+		Evicted: []uvm.ProcessorPages{{Processor: uvm.CPU, Pages: 90}, {Processor: 0, Pages: 3}},
+		FaultService: uvm.Histogram{Count: 16, SumNS: 16000, MaxNS: 4000,
+			Buckets: []uvm.Bucket{{UpperNS: 1000, Count: 15}, {UpperNS: 4096, Count: 1}}},
+	}
+	cfg := uvm.DefaultServerConfig()
+	cfg.HostBudget = 4 << 20
+	rep := makeRunReport([]string{"prog", "x"}, syscall.WaitStatus(3<<8), 1500*time.Millisecond, 1<<20, cfg, st)
+	assert.Equal(t, 3, rep.ExitStatus)
+	assert.Empty(t, rep.Signal)
+	assert.Equal(t, uint64(100*uvm.PageSize), rep.HostToDeviceBytes)
+	assert.Equal(t, uint64(60*uvm.PageSize), rep.DeviceToHostBytes)
+	assert.Equal(t, uint64(93), rep.EvictedPages)
+	assert.Equal(t, int64(1000), rep.FaultServiceP50NS)
+	assert.Equal(t, int64(4000), rep.FaultServiceP99NS)
+	assert.Equal(t, 1, rep.Devices)
+
+	var b strings.Builder
+	renderRunSummary(&b, "prog", rep)
+	for _, want := range []string{
+		"uvm run: prog exited with status 3 after 1.50s",
+		"managed allocations  2 (3 MiB), threshold 1 MiB",
+		"faults               cpu 12 (missing 10, minor 0, write-protect 2); device 0 4 (missing 4, minor 0, write-protect 0)",
+		"migrated             host -> device 400 KiB, device -> host 240 KiB",
+		"cpu -> device 0",
+		"evicted              93 pages (372 KiB), host budget 4 MiB",
+		"fault service        16 faults: p50 1µs, p99 4µs, max 4µs",
+	} {
+		assert.Contains(t, b.String(), want)
+	}
+
+	killed := makeRunReport([]string{"prog"}, syscall.WaitStatus(syscall.SIGKILL), time.Second, 1<<20, cfg, uvm.Stats{})
+	assert.Equal(t, 137, killed.ExitStatus)
+	assert.Equal(t, "SIGKILL", killed.Signal)
+	assert.NotNil(t, killed.Faults, "JSON says [] rather than null")
+	b.Reset()
+	renderRunSummary(&b, "prog", killed)
+	assert.Contains(t, b.String(), "uvm run: prog was killed by SIGKILL (status 137)")
+	assert.Contains(t, b.String(), "faults               none")
+	assert.Contains(t, b.String(), "fault service        no faults")
+}

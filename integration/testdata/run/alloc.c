@@ -1,0 +1,145 @@
+/* alloc: the C allocator's whole family at the default threshold (1 MiB):
+ * realloc across the threshold both ways keeps the contents, calloc
+ * gives zeros (also where a dirty managed buffer was just freed), the
+ * aligned allocators align, malloc_usable_size covers the request. */
+#include "run.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#define MiB (1u << 20)
+
+/* Through volatiles: the compiler would reject (rightly, were they not
+ * deliberate) the overflowing sizes and the use of a pointer after a
+ * reallocarray that must fail. */
+static void *(*volatile reallocarray_v)(void *, size_t, size_t) = reallocarray;
+static volatile size_t huge = (size_t)1 << 40;
+
+static int aligned_to(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+int main(void)
+{
+	/* realloc: small -> managed -> bigger managed -> shrink in place -> small. */
+	unsigned char *p = malloc(1000);
+	CHECK(p != NULL);
+	NOT_MANAGED(p);
+	fill(p, 1000, 1);
+	p = realloc(p, 4 * MiB);
+	CHECK(p != NULL);
+	MANAGED(p);
+	CHECK(verify(p, 1000, 1) == 0);
+	fill(p, 4 * MiB, 2);
+	p = realloc(p, 16 * MiB);
+	CHECK(p != NULL);
+	MANAGED(p);
+	CHECK(verify(p, 4 * MiB, 2) == 0);
+	fill(p, 16 * MiB, 3);
+	unsigned char *same = realloc(p, 2 * MiB + 5);
+	CHECK(same != NULL);
+	if (expect_managed())
+		CHECK(same == p); /* shrinking managed memory stays in place */
+	p = same;
+	CHECK(verify(p, 2 * MiB + 5, 3) == 0);
+	CHECK(malloc_usable_size(p) >= 2 * MiB + 5);
+	p = realloc(p, 3000);
+	CHECK(p != NULL);
+	NOT_MANAGED(p);
+	CHECK(verify(p, 3000, 3) == 0);
+	free(p);
+
+	unsigned char *ra = reallocarray(NULL, 1024, 4096);
+	CHECK(ra != NULL);
+	MANAGED(ra);
+	fill(ra, 4 * MiB, 4);
+	CHECK(verify(ra, 4 * MiB, 4) == 0);
+	errno = 0;
+	CHECK(reallocarray_v(ra, huge, huge) == NULL && errno == ENOMEM); /* overflow: ra untouched */
+	CHECK(verify(ra, 4 * MiB, 4) == 0);
+	free(ra);
+
+	/* calloc: zeros, also where dirty managed memory was just freed. */
+	for (int round = 0; round < 3; round++) {
+		unsigned char *c = calloc(1, 8 * MiB);
+		CHECK(c != NULL);
+		if (!c)
+			break;
+		MANAGED(c);
+		size_t nonzero = 0;
+		for (size_t i = 0; i < 8 * MiB; i++)
+			nonzero += c[i] != 0;
+		CHECK(nonzero == 0);
+		memset(c, 0xff, 8 * MiB);
+		free(c);
+	}
+	unsigned char *exact = calloc(1024, 1024); /* exactly the threshold */
+	CHECK(exact != NULL);
+	MANAGED(exact);
+	free(exact);
+	unsigned char *below = malloc(MiB - 1);
+	CHECK(below != NULL);
+	NOT_MANAGED(below);
+	free(below);
+	errno = 0;
+	CHECK(calloc(huge, huge) == NULL && errno == ENOMEM);
+
+	/* The aligned allocators. Managed memory is 2 MiB aligned, so any
+	 * alignment up to 2 MiB is managed; a larger one is the system's. */
+	void *a = NULL;
+	CHECK(posix_memalign(&a, 4096, 4 * MiB) == 0 && aligned_to(a, 4096));
+	MANAGED(a);
+	free(a);
+	CHECK(posix_memalign(&a, 2 * MiB, 4 * MiB) == 0 && aligned_to(a, 2 * MiB));
+	MANAGED(a);
+	free(a);
+	CHECK(posix_memalign(&a, 8 * MiB, 4 * MiB) == 0 && aligned_to(a, 8 * MiB));
+	NOT_MANAGED(a);
+	free(a);
+	void *untouched = (void *)0x1234;
+	a = untouched;
+	CHECK(posix_memalign(&a, 3, 4 * MiB) == EINVAL && a == untouched);
+	a = aligned_alloc(64, 4 * MiB);
+	CHECK(a != NULL && aligned_to(a, 64));
+	MANAGED(a);
+	free(a);
+	a = memalign(MiB, 4 * MiB);
+	CHECK(a != NULL && aligned_to(a, MiB));
+	MANAGED(a);
+	free(a);
+	a = valloc(4 * MiB);
+	CHECK(a != NULL && aligned_to(a, (size_t)sysconf(_SC_PAGESIZE)));
+	MANAGED(a);
+	CHECK(malloc_usable_size(a) >= 4 * MiB);
+	free(a);
+	a = pvalloc(4 * MiB + 1);
+	CHECK(a != NULL && aligned_to(a, (size_t)sysconf(_SC_PAGESIZE)));
+	MANAGED(a);
+	CHECK(malloc_usable_size(a) >= 4 * MiB + 4096);
+	free(a);
+
+	/* Small allocations are glibc's, untouched. */
+	void *z = malloc(0);
+	CHECK(z != NULL);
+	NOT_MANAGED(z);
+	free(z);
+	free(NULL);
+	char *s = strdup("unmodified");
+	CHECK(s && strcmp(s, "unmodified") == 0);
+	free(s);
+
+	/* Many at once, freed out of order. */
+	unsigned char *many[40];
+	for (int i = 0; i < 40; i++) {
+		many[i] = malloc(MiB + (size_t)i * 4096);
+		CHECK(many[i] != NULL);
+		if (many[i])
+			fill(many[i], MiB, (unsigned)i);
+	}
+	for (int i = 39; i >= 0; i -= 2)
+		free(many[i]);
+	for (int i = 0; i < 40; i += 2) {
+		CHECK(verify(many[i], MiB, (unsigned)i) == 0);
+		free(many[i]);
+	}
+	return run_done("alloc");
+}
