@@ -67,6 +67,7 @@ func runRun(args []string) error {
 	var sf serverFlags
 	sf.register(flags)
 	minSize := flags.String("min-size", "1MiB", "the smallest allocation that becomes managed memory (smaller ones stay in the system allocator)")
+	statics := flags.Bool("statics", true, "also make the program's own static arrays managed where its writable data segment holds at least --min-size bytes (gzip's buffers, say, are static)")
 	preload := flags.String("preload", "", "path of "+preloadName+" (default: $UVM_PRELOAD, else next to the uvm binary, else ../lib from it)")
 	statsJSON := flags.String("stats-json", "", "also write the summary and the server's counters as JSON to this file")
 	quiet := flags.Bool("quiet", false, "print no summary on standard error")
@@ -141,7 +142,7 @@ func runRun(args []string) error {
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args = argv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = runEnv(os.Environ(), sock, minBytes, lib)
+	cmd.Env = runEnv(os.Environ(), sock, minBytes, *statics, lib)
 	// Caught before the program starts, so that none is lost between
 	// its start and the forwarding.
 	sigs := make(chan os.Signal, 4)
@@ -263,7 +264,7 @@ func findPreload(flagPath string) (string, error) {
 
 // runEnv is the program's environment: the server's socket, the
 // threshold, and the preload library ahead of any the caller preloads.
-func runEnv(env []string, sock string, minSize int64, lib string) []string {
+func runEnv(env []string, sock string, minSize int64, statics bool, lib string) []string {
 	out := make([]string, 0, len(env)+4)
 	preload := lib
 	for _, kv := range env {
@@ -274,7 +275,7 @@ func runEnv(env []string, sock string, minSize int64, lib string) []string {
 				preload = lib + ":" + v
 			}
 			continue
-		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE":
+		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_STATICS":
 			continue
 		}
 		out = append(out, kv)
@@ -283,6 +284,7 @@ func runEnv(env []string, sock string, minSize int64, lib string) []string {
 		uvm.EnvSocket+"="+sock,
 		uvm.EnvServer+"=daemon", // this server, never a private one of its own
 		"UVM_MIN_SIZE="+strconv.FormatInt(minSize, 10),
+		"UVM_STATICS="+map[bool]string{true: "1", false: "0"}[statics],
 		"LD_PRELOAD="+preload)
 }
 

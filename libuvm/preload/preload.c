@@ -639,11 +639,79 @@ static void child_after_fork(void)
 static void before_fork(void) { pthread_mutex_lock(&trimmed_mu); }
 static void parent_after_fork(void) { pthread_mutex_unlock(&trimmed_mu); }
 
+/* ---- the program's static arrays ----
+ *
+ * Some programs keep their big buffers in static arrays (gzip's window
+ * and buffers are 800 KB of .bss) and allocate nothing. Where the main
+ * program's writable data segment holds at least the threshold, its
+ * page-aligned part past RELRO (which the loader made read-only) becomes
+ * managed memory, contents kept, before main runs: constructors run
+ * before the program has threads, so nothing touches it meanwhile.
+ * UVM_STATICS=0 (uvm run --statics=false) leaves it alone. */
+
+struct statics_scan {
+	uintptr_t start[4], end[4];
+	int n;
+};
+
+static int find_statics(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct statics_scan *sc = arg;
+	uintptr_t relro_end = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_GNU_RELRO)
+			relro_end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	}
+	for (int i = 0; i < info->dlpi_phnum && sc->n < 4; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
+			continue;
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+		if (relro_end > lo && relro_end < hi)
+			lo = relro_end;
+		lo = (lo + UVM_PAGE_SIZE - 1) & ~(UVM_PAGE_SIZE - 1);
+		hi &= ~(UVM_PAGE_SIZE - 1);
+		if (hi > lo) {
+			sc->start[sc->n] = lo;
+			sc->end[sc->n] = hi;
+			sc->n++;
+		}
+	}
+	return 1; /* the first object is the main program: stop there */
+}
+
+static void adopt_statics(void)
+{
+	const char *env = getenv("UVM_STATICS");
+	if (!env || strcmp(env, "1") != 0)
+		return; /* only under uvm run, which says so */
+	struct statics_scan sc = {.n = 0};
+	dl_iterate_phdr(find_statics, &sc);
+	for (int i = 0; i < sc.n; i++) {
+		size_t n = sc.end[i] - sc.start[i];
+		if (n < threshold() || atomic_load(&mode) != MODE_ON)
+			continue;
+		in_core = true;
+		uvmError_t err = uvm__adopt(sc.start[i], n);
+		in_core = false;
+		if (err == uvmSuccess) {
+			atomic_fetch_add_explicit(&n_managed, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&managed_bytes, n, memory_order_relaxed);
+		} else if (err == uvmErrorInitializationError || err == uvmErrorServerGone || err == uvmErrorNotSupported)
+			turn_off(MODE_OFF_NO_SERVER, err);
+		else
+			say("the program's static data at %p+%zu stays ordinary memory: %s", (void *)sc.start[i], n, uvmGetLastErrorMessage());
+	}
+}
+
 __attribute__((constructor)) static void preload_init(void)
 {
-	/* No connection here: the library stays inert until a large
-	 * allocation. */
 	pthread_atfork(before_fork, parent_after_fork, child_after_fork);
+	/* Otherwise no connection here: the library stays inert until a
+	 * large allocation (or a large static array). */
+	adopt_statics();
 }
 
 __attribute__((destructor)) static void preload_report(void)

@@ -248,7 +248,12 @@ UVM_HIDDEN uvmError_t uvm__managed_alloc(void **p, size_t size);
 /* uvm__managed_size returns the usable size (the page-rounded length) of
  * the managed allocation that starts at p, 0 if there is none. */
 UVM_HIDDEN size_t uvm__managed_size(const void *p);
-/* Counters of the interposer, for its summary. */
+/* uvm__adopt makes the program's own memory at [addr, addr+length)
+ * (page-aligned, below the managed window) managed, contents kept: the
+ * host file is mapped over it. Nothing else may touch the range
+ * meanwhile. The preload library adopts a program's large static arrays
+ * this way, before main. The range is never freed. */
+UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 
 /* ---- devices (device.c) ---- */
 

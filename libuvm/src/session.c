@@ -406,13 +406,11 @@ bool uvm__alloc_lookup(uintptr_t p, struct uvm_alloc *out)
 {
 	bool found = false;
 	pthread_rwlock_rdlock(&allocs_mu);
-	if (uvm__in_window(p)) {
-		size_t i = index_of(p);
-		if (i < nallocs && !allocs[i].pending && allocs[i].addr <= p && p < allocs[i].addr + allocs[i].length) {
-			*out = allocs[i];
-			found = true;
-		}
-	} else {
+	size_t i = index_of(p);
+	if (i < nallocs && !allocs[i].pending && allocs[i].addr <= p && p < allocs[i].addr + allocs[i].length) {
+		*out = allocs[i];
+		found = true;
+	} else if (!uvm__in_window(p)) {
 		for (size_t i = 0; i < nallocs && !found; i++) {
 			const struct uvm_alloc *a = &allocs[i];
 			if (a->host_alias && !a->pending && a->host_alias <= p && p < a->host_alias + a->length) {
@@ -471,8 +469,9 @@ static uintptr_t insert_pending(size_t reserved)
 			goto out;
 		allocs = grown, allocs_cap = cap;
 	}
+	/* Adopted program memory (uvm__adopt) lies below the window. */
 	uintptr_t start = UVM_WINDOW_START;
-	size_t i = 0;
+	size_t i = index_of(UVM_WINDOW_START);
 	for (;;) {
 		uintptr_t end = i < nallocs ? allocs[i].addr : UVM_WINDOW_START + UVM_WINDOW_SIZE;
 		while (start + reserved <= end) {
@@ -576,6 +575,91 @@ uvmError_t uvm__allocate(size_t size, int kind, int device, unsigned flags, uvmE
 	pthread_rwlock_unlock(&allocs_mu);
 	if (out)
 		*out = a;
+	return uvmSuccess;
+}
+
+uvmError_t uvm__adopt(uintptr_t addr, size_t length)
+{
+	uvmError_t err;
+	if (addr % UVM_PAGE_SIZE || length % UVM_PAGE_SIZE || length == 0 || addr + length > UVM_WINDOW_START)
+		return uvm__fail(uvmErrorInvalidValue, "adopt %#lx+%zu: want page-aligned memory below the managed window", addr, length);
+	struct uvm_session *s = uvm__session(&err);
+	if (!s)
+		return err;
+	/* The contents wait in a copy while the host file takes the range
+	 * over and the server registers it; nothing else runs (the caller
+	 * makes sure), so nothing sees the zeros in between. */
+	void *copy = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (copy == MAP_FAILED)
+		return uvm__fail(uvmErrorMemoryAllocation, "adopt %#lx+%zu: %s", addr, length, strerror(errno));
+	memcpy(copy, (void *)addr, length);
+	pthread_rwlock_wrlock(&allocs_mu);
+	size_t i = index_of(addr);
+	bool taken = i < nallocs && allocs[i].addr < addr + length;
+	bool room = nallocs < allocs_cap;
+	if (!taken && !room) {
+		size_t cap = allocs_cap ? 2 * allocs_cap : 64;
+		struct uvm_alloc *grown = uvm__sys_realloc(allocs, cap * sizeof *allocs);
+		if (grown)
+			allocs = grown, allocs_cap = cap, room = true;
+	}
+	if (taken || !room) {
+		pthread_rwlock_unlock(&allocs_mu);
+		munmap(copy, length);
+		return uvm__fail(taken ? uvmErrorInvalidValue : uvmErrorMemoryAllocation, "adopt %#lx+%zu: %s", addr, length,
+				 taken ? "it overlaps memory of the runtime" : "no memory for the allocation table");
+	}
+	memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
+	allocs[i] = (struct uvm_alloc){.addr = addr, .size = length, .length = length, .reserved = length, .kind = UVM_KIND_MANAGED,
+				       .device = uvmCpuDeviceId, .flags = uvmMemAttachGlobal, .pending = true};
+	nallocs++;
+	pthread_rwlock_unlock(&allocs_mu);
+	if (mmap((void *)addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)addr) == MAP_FAILED) {
+		/* MAP_FIXED failed before replacing anything: the memory is the
+		 * program's as before. */
+		int e = errno;
+		pthread_rwlock_wrlock(&allocs_mu);
+		remove_at_locked(addr);
+		pthread_rwlock_unlock(&allocs_mu);
+		munmap(copy, length);
+		return uvm__fail(uvmErrorMemoryAllocation, "adopt %#lx+%zu: map the host file: %s", addr, length, strerror(e));
+	}
+	madvise((void *)addr, length, MADV_DONTFORK);
+	uint8_t buf[128], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, UVM_MSG_ALLOC, 0, 0);
+	uvm__put_u64(&m, addr);
+	uvm__put_u64(&m, length);
+	uvm__put_u64(&m, length);
+	uvm__put_u32(&m, uvmMemAttachGlobal);
+	uvm__put_u8(&m, 0);
+	uvm__put_str(&m, "");
+	uvm__put_u8(&m, UVM_KIND_MANAGED);
+	uvm__put_i32(&m, uvmCpuDeviceId);
+	struct uvm_reader r;
+	err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "adopt");
+	pthread_rwlock_wrlock(&allocs_mu);
+	i = index_of(addr);
+	if (err == uvmSuccess) {
+		allocs[i].buffer_id = uvm__get_u64(&r);
+		allocs[i].pending = false;
+	} else
+		remove_at_locked(addr);
+	pthread_rwlock_unlock(&allocs_mu);
+	if (err != uvmSuccess) {
+		/* Give the program its private memory with the contents back. */
+		mremap(copy, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)addr);
+		return err;
+	}
+	/* The contents go back through the registered range, so that the
+	 * server sees every page it holds (a page written into the file
+	 * behind its back would be taken for a hole). Pages of zeros stay
+	 * holes, as untouched managed memory is. */
+	static const uint8_t zero[UVM_PAGE_SIZE];
+	for (size_t off = 0; off < length; off += UVM_PAGE_SIZE)
+		if (memcmp((uint8_t *)copy + off, zero, UVM_PAGE_SIZE) != 0)
+			memcpy((uint8_t *)addr + off, (uint8_t *)copy + off, UVM_PAGE_SIZE);
+	munmap(copy, length);
 	return uvmSuccess;
 }
 
