@@ -772,9 +772,11 @@ static void atfork_prepare(void)
 	off_t off = 0;
 	for (size_t i = 0; i < nallocs; i++) {
 		const struct uvm_alloc *a = &allocs[i];
+		if (a->forked)
+			continue; /* ordinary memory this process got from a fork: the child inherits it as such */
 		struct fork_copy *c = &fork_copies[nfork_copies++];
 		*c = (struct fork_copy){.addr = a->addr, .alias = a->host_alias, .length = a->length, .reserved = a->reserved, .offset = -1};
-		if (a->pending || a->forked || a->kind == UVM_KIND_DEVICE)
+		if (a->pending || a->kind == UVM_KIND_DEVICE)
 			continue;
 		if (!write_all(snapshot_fd, (const void *)a->addr, a->length, off)) {
 			fprintf(stderr, "softuvm: fork: copy %zu bytes of managed memory at %p for the child: %s; the child will find it unmapped\n",

@@ -342,13 +342,22 @@ static void test_fork(void)
 		uvmPointerAttributes at;
 		if (uvmPointerGetAttributes(&at, b) != uvmSuccess || at.type != uvmMemoryTypeUnregistered)
 			rc = 12;
-		if (uvmFree(b) != uvmSuccess)
-			rc = 13;
 		/* A new session in the child works. */
 		unsigned char *c;
 		if (uvmMallocManaged((void **)&c, MiB, uvmMemAttachGlobal) != uvmSuccess || uvmMemPrefetchAsync(c, MiB, 1, NULL) != uvmSuccess)
-			rc = 14;
-		else if (c[5] != 0 || uvmFree(c) != uvmSuccess)
+			_exit(14);
+		c[5] = 'g';
+		/* A grandchild inherits the child's copy as ordinary memory, and
+		 * gets its own copy of the child's new managed memory. */
+		pid_t grandchild = fork();
+		if (grandchild == 0)
+			_exit(b[0] != 'c' || b[n - 1] != 'c' || c[5] != 'g' || c[6] != 0 ? 20 : 0);
+		int gstatus = 0;
+		if (waitpid(grandchild, &gstatus, 0) != grandchild || !WIFEXITED(gstatus) || WEXITSTATUS(gstatus) != 0)
+			rc = 16;
+		if (uvmFree(b) != uvmSuccess)
+			rc = 13;
+		if (c[5] != 'g' || uvmFree(c) != uvmSuccess)
 			rc = 15;
 		_exit(rc);
 	}
