@@ -8,9 +8,10 @@
  *    allocator, reached by its __libc_ names), or mmap.
  *  - Report every failure through uvm__fail, which records the thread's
  *    last error and message and returns the code.
- *  - Lock order: session.req_mu (one request on the server connection at
- *    a time) may be taken while holding allocs_mu for reading... never
- *    the other way round. Device locks (device.c) come before both.
+ *  - Lock order: a device's mu, then streams_mu (device.c), before any
+ *    session lock; init_mu, then allocs_mu (the fork handlers hold both
+ *    across a fork); staging_mu, then req_mu. allocs_mu is never held
+ *    across a request to the server.
  */
 #ifndef UVM_INTERNAL_H
 #define UVM_INTERNAL_H
@@ -246,7 +247,8 @@ UVM_HIDDEN uvmError_t uvm__release(uintptr_t addr, unsigned kinds_mask, const ch
  * allocator: 2 MiB aligned, AttachGlobal. */
 UVM_HIDDEN uvmError_t uvm__managed_alloc(void **p, size_t size);
 /* uvm__managed_size returns the usable size (the page-rounded length) of
- * the managed allocation that starts at p, 0 if there is none. */
+ * the allocation of any kind that starts at p in the managed window, 0 if
+ * there is none; uvm__alloc_lookup tells the kinds apart. */
 UVM_HIDDEN size_t uvm__managed_size(const void *p);
 /* uvm__adopt makes the program's own memory at [addr, addr+length)
  * (page-aligned, below the managed window) managed, contents kept: the
