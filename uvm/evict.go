@@ -122,15 +122,20 @@ func (o *mover) evict(from location, want int64) int64 {
 // evictBlock moves every page of the block resident at from to its
 // eviction destination. The block's lock is held.
 func evictBlock(v blockRef, from location) int64 {
-	srv := v.r.sess.srv
-	if v.r.freed.Load() {
-		srv.lrus[from].remove(v.b)
+	if v.r.freed.Load() || v.b.resident[from].Empty() {
+		v.r.sess.srv.lrus[from].remove(v.b)
 		return 0
 	}
-	pages := v.b.resident[from]
+	return evictPages(v, from, v.b.resident[from])
+}
+
+// evictPages moves the block's pages of pages, resident at from, to their
+// eviction destination. The block's lock is held.
+func evictPages(v blockRef, from location, pages PageMask) int64 {
+	srv := v.r.sess.srv
+	pages.And(&v.b.resident[from])
 	n := int64(pages.Count())
-	if n == 0 {
-		srv.lrus[from].remove(v.b)
+	if n == 0 || v.r.freed.Load() {
 		return 0
 	}
 	dst := hostLoc
@@ -180,8 +185,9 @@ func (s *Server) roomiestDevice(n int64) (location, bool) {
 }
 
 // overBudget moves host pages to devices while the host holds more than
-// the host budget. It runs after pages arrived on the host.
-func (o *mover) overBudget() {
+// the host budget. It runs after pages arrived on the host, those of
+// keep, which stay.
+func (o *mover) overBudget(keep PageMask) {
 	srv := o.sess.srv
 	budget := srv.cfg.HostBudget
 	if budget <= 0 {
@@ -191,5 +197,21 @@ func (o *mover) overBudget() {
 	if over <= 0 {
 		return
 	}
-	o.evict(hostLoc, (over+PageSize-1)/PageSize)
+	want := (over + PageSize - 1) / PageSize
+	moved := o.evict(hostLoc, want)
+	if moved >= want {
+		return
+	}
+	// No other block can give more: the budget is below what this block
+	// holds on the host (a working set inside one block). Its other host
+	// pages go, lowest first, never those this move just brought.
+	pages := o.b.resident[hostLoc]
+	pages.AndNot(&keep)
+	var victims PageMask
+	for p, k := pages.NextSet(0), int64(0); p >= 0 && k < want-moved; p, k = pages.NextSet(p+1), k+1 {
+		victims.Set(p)
+	}
+	if !victims.Empty() {
+		evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, hostLoc, victims)
+	}
 }

@@ -251,7 +251,9 @@ func (o *mover) runs(want, speculative PageMask, t target, lazy bool, lead int) 
 func (o *mover) moveTo(t target, demand, speculative PageMask, lead int) error {
 	moved, err := o.move(t, demand, speculative, lead)
 	if t.dst == hostLoc && moved > 0 {
-		o.overBudget()
+		keep := demand
+		keep.Or(&speculative)
+		o.overBudget(keep)
 	}
 	return err
 }
