@@ -402,11 +402,26 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n)
 	return 0;
 }
 
+static void *(*sys_aligned_alloc)(size_t, size_t);
+
 EXPORT void *aligned_alloc(size_t align, size_t n)
 {
 	if (!power_of_two(align)) {
-		errno = EINVAL;
-		return NULL;
+		/* What glibc does with such an alignment depends on its
+		 * version: up to 2.37 aligned_alloc is memalign, which rounds
+		 * it up; 2.38 and later fail with EINVAL. Ask glibc's own (dlsym
+		 * as for malloc_usable_size: it may allocate, never calls
+		 * aligned_alloc). */
+		void *(*f)(size_t, size_t) = __atomic_load_n(&sys_aligned_alloc, __ATOMIC_ACQUIRE);
+		if (!f) {
+			f = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
+			if (!f) {
+				errno = EINVAL;
+				return NULL;
+			}
+			__atomic_store_n(&sys_aligned_alloc, f, __ATOMIC_RELEASE);
+		}
+		return f(align, n);
 	}
 	return aligned(align, n);
 }
@@ -594,6 +609,12 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 	if ((uintptr_t)old != a.addr || (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) || new_len == 0) {
 		say("mremap(%p, %zu, %zu, %#x): managed memory can only be resized from its start (%p), without MREMAP_FIXED or MREMAP_DONTUNMAP",
 		    old, old_len, new_len, (unsigned)flags, (void *)a.addr);
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	if (new_len > SIZE_MAX - (UVM_PAGE_SIZE - 1)) {
+		/* page_round would wrap to 0 and "shrink" in place: the kernel
+		 * refuses a length that overflows when rounded up. */
 		errno = EINVAL;
 		return MAP_FAILED;
 	}

@@ -18,6 +18,8 @@ static unsigned char *anon(size_t n, int prot, int flags)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+static volatile size_t huge_len = ~(size_t)0 - 100; /* volatile: the compiler must not see it */
+
 int main(void)
 {
 	int managed = expect_managed();
@@ -54,6 +56,11 @@ int main(void)
 		errno = 0;
 		CHECK(mremap(q, 4 * MiB, 64 * MiB, 0) == MAP_FAILED && errno == ENOMEM); /* cannot grow in place */
 	}
+	/* A new length that overflows when rounded up to pages: EINVAL, as
+	 * the kernel says, and the mapping stays as it was. */
+	errno = 0;
+	CHECK(mremap(q, 4 * MiB, huge_len, MREMAP_MAYMOVE) == MAP_FAILED && errno == EINVAL);
+	CHECK(verify(q, 4 * MiB, 2) == 0);
 	unsigned char *g = mremap(q, 4 * MiB, 12 * MiB, MREMAP_MAYMOVE);
 	CHECK(g != MAP_FAILED);
 	if (g == MAP_FAILED)
