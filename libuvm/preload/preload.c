@@ -679,19 +679,27 @@ static int find_statics(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	(void)size;
 	struct statics_scan *sc = arg;
-	uintptr_t relro_end = 0;
+	uintptr_t relro_start = 0, relro_end = 0;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type == PT_GNU_RELRO)
-			relro_end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+		if (ph->p_type == PT_GNU_RELRO) {
+			relro_start = info->dlpi_addr + ph->p_vaddr;
+			relro_end = relro_start + ph->p_memsz;
+		}
 	}
 	for (int i = 0; i < info->dlpi_phnum && sc->n < 4; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
 			continue;
 		uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-		if (relro_end > lo && relro_end < hi)
+		if (relro_end > lo && relro_start < hi) {
+			/* RELRO is read-only after relocation: only what follows
+			 * it is the program's to write (lld may make a whole
+			 * writable segment RELRO). */
+			if (relro_end >= hi)
+				continue;
 			lo = relro_end;
+		}
 		lo = (lo + UVM_PAGE_SIZE - 1) & ~(UVM_PAGE_SIZE - 1);
 		hi &= ~(UVM_PAGE_SIZE - 1);
 		if (hi > lo) {

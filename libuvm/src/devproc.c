@@ -706,10 +706,12 @@ static void launch(struct stream *st, struct uvm_reader *r)
 	 * a struct of doubles or vectors, so it gets them page-aligned. */
 	if (params_len)
 		memcpy(st->params, params, params_len);
+	/* A launch without params gets NULL, never the last launch's. */
+	const void *kparams = params_len ? st->params : NULL;
 	uvmKernel_t fn = (uvmKernel_t)kernel;
 	unsigned parts = n < nworkers ? n : nworkers;
 	if (parts <= 1) {
-		run_threads(fn, kernel, stream, 0, n, n, st->params);
+		run_threads(fn, kernel, stream, 0, n, n, kparams);
 		return;
 	}
 	struct launch_wait lw = {.remaining = parts};
@@ -717,7 +719,7 @@ static void launch(struct stream *st, struct uvm_reader *r)
 	pthread_cond_init(&lw.cv, NULL);
 	for (unsigned i = 0; i < parts; i++) {
 		struct chunk *c = &st->chunks[i];
-		*c = (struct chunk){.fn = fn, .kernel = kernel, .stream = stream, .n = n, .params = st->params, .wait = &lw,
+		*c = (struct chunk){.fn = fn, .kernel = kernel, .stream = stream, .n = n, .params = kparams, .wait = &lw,
 				    .first = (unsigned)((uint64_t)i * n / parts), .outer = (unsigned)((uint64_t)(i + 1) * n / parts)};
 		struct worker *w = &workers[i];
 		pthread_mutex_lock(&w->mu);

@@ -405,6 +405,8 @@ static size_t index_of(uintptr_t p)
 bool uvm__alloc_lookup(uintptr_t p, struct uvm_alloc *out)
 {
 	bool found = false;
+	if (uvm__device_process >= 0)
+		return false; /* the table is the program's, its lock maybe held forever */
 	pthread_rwlock_rdlock(&allocs_mu);
 	size_t i = index_of(p);
 	if (i < nallocs && !allocs[i].pending && allocs[i].addr <= p && p < allocs[i].addr + allocs[i].length) {
@@ -756,7 +758,10 @@ static bool write_all(int fd, const void *p, size_t n, off_t off)
 
 static void atfork_prepare(void)
 {
-	if (uvm__in_device_fork)
+	/* A device process's copies of these locks are the program's, and
+	 * may be held by threads that do not exist there: a kernel that
+	 * forks must not wait for them. */
+	if (uvm__in_device_fork || uvm__device_process >= 0)
 		return;
 	pthread_mutex_lock(&init_mu);
 	pthread_rwlock_wrlock(&allocs_mu);

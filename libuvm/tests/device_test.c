@@ -392,6 +392,37 @@ static void test_bad_launches(void)
 	CHECK_OK(uvmDeviceSynchronize());
 }
 
+/* saw_params records, in a global of the device process, what params
+ * pointer a kernel got; report copies it to managed memory. */
+static const void *saw_params;
+static void record_params(unsigned tid, unsigned nthreads, const void *params)
+{
+	(void)tid, (void)nthreads;
+	saw_params = params;
+}
+
+static void report_params(unsigned tid, unsigned nthreads, const void *params)
+{
+	(void)tid, (void)nthreads;
+	**(int *const *)params = saw_params == NULL;
+}
+
+/* A launch without params gives the kernel NULL, not the buffer of the
+ * launch before it. */
+static void test_no_params_is_null(void)
+{
+	int *out;
+	CHECK_OK(uvmMallocManaged((void **)&out, sizeof *out, uvmMemAttachGlobal));
+	if (!out)
+		return;
+	*out = -1;
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, record_params, NULL, 0));
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, report_params, &out, sizeof out));
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK(*out == 1);
+	CHECK_OK(uvmFree(out));
+}
+
 int main(void)
 {
 	test_count_and_attributes();
@@ -399,6 +430,7 @@ int main(void)
 	test_bad_launches();
 	test_launch_writes_managed_memory();
 	test_params_are_copied();
+	test_no_params_is_null();
 	test_streams();
 	test_crash_is_reported_and_survived();
 	test_concurrent_launches();
