@@ -292,10 +292,9 @@ func TestRunRealPrograms(t *testing.T) {
 		{name: "xz", argv: []string{"xz", "-0", "-c", logs}, flags: []string{"--min-size", "64KiB", "--host-budget", "2MiB"}, migrates: true},
 		// sha256sum freads the file in 32 KiB blocks: with a 4 KiB
 		// threshold its read buffer and stdio's buffers are managed and
-		// read(2) faults on them, but its working set (45 KiB) never
-		// exceeds the host, whatever the budget: the page a fault brings
-		// is never evicted by its own fault, and nothing else is used.
-		// So no migration is asked of it.
+		// read(2) faults on them, but its 45 KiB stayed on the host under
+		// every budget tried, down to 16 KiB (not understood yet; see the
+		// README). So no migration is asked of it.
 		{name: "sha256sum", argv: []string{"sha256sum", lines}, flags: []string{"--min-size", "4KiB", "--host-budget", "16MiB"}},
 		// The bytearray is one 500 MB malloc, written twice and read
 		// once, sequentially: with 16 MiB of host it all goes to the
