@@ -170,23 +170,6 @@ static void reset_signals(void)
 	pthread_sigmask(SIG_SETMASK, &none, NULL);
 }
 
-static int open_userfaultfd(void)
-{
-	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
-	if (fd >= 0)
-		return fd;
-	int sys_errno = errno;
-	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-	if (dev >= 0) {
-		fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC);
-		close(dev);
-		if (fd >= 0)
-			return fd;
-	}
-	errno = sys_errno;
-	return -1;
-}
-
 /* ---- mappings ---- */
 
 /* check_run validates a run the server asks for; returns NULL or what is
@@ -300,7 +283,7 @@ static const char *unmap(uint64_t addr, uint64_t length, char *msg, size_t cap)
  * answers with, and says it is ready (uvm/devproc.go attachToServer). */
 static void attach(void)
 {
-	uffd = open_userfaultfd();
+	uffd = uvm__open_userfaultfd();
 	if (uffd < 0)
 		setup_fail(UVM_WIRE_INITIALIZATION, "userfaultfd: %s (as root, or with vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)", strerror(errno));
 	uint8_t hb[64];

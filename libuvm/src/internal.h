@@ -191,6 +191,10 @@ struct uvm_session {
  *   struct uvm_session *s = uvm__session(); if (!s) return uvmGetLastError-ish...
  * use uvm__session_err to get the code. */
 UVM_HIDDEN struct uvm_session *uvm__session(uvmError_t *err);
+/* uvm__open_userfaultfd opens a blocking, close-on-exec userfaultfd (the
+ * system call, else /dev/userfaultfd), not handshaken: the server does
+ * that. Returns -1 with errno set. */
+UVM_HIDDEN int uvm__open_userfaultfd(void);
 
 /* uvm__request sends req (with fds) and waits for the reply, which is
  * copied into out (cap bytes) and read through *reply. Descriptors the

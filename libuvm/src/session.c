@@ -57,7 +57,7 @@ static void init_fail(uvmError_t err, const char *fmt, ...)
 	init_err = err;
 }
 
-static int open_userfaultfd(void)
+int uvm__open_userfaultfd(void)
 {
 	int fd = syscall(SYS_userfaultfd, O_CLOEXEC);
 	if (fd >= 0)
@@ -284,7 +284,7 @@ static void connect_session(void)
 		init_fail(uvmErrorInitializationError, "create the host file: %s", strerror(errno));
 		goto fail;
 	}
-	int uffd = open_userfaultfd();
+	int uffd = uvm__open_userfaultfd();
 	if (uffd < 0) {
 		init_fail(uvmErrorInitializationError, "userfaultfd: %s (as root, or with vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)", strerror(errno));
 		goto fail;
