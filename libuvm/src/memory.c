@@ -234,6 +234,18 @@ static uvmError_t page_range(const char *what, const void *ptr, size_t n, struct
 	return uvmSuccess;
 }
 
+/* managed_page_range is page_range for the calls that apply to managed
+ * memory only (prefetch, advice). */
+static uvmError_t managed_page_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length)
+{
+	struct uvm_alloc a;
+	uvmError_t err = page_range(what, ptr, n, &a, start, length);
+	if (err == uvmSuccess && a.kind != UVM_KIND_MANAGED)
+		err = uvm__fail(uvmErrorInvalidValue, "%s %p: it applies to managed memory, and this is %s", what, ptr,
+				a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
+	return err;
+}
+
 static uvmError_t check_processor(struct uvm_session *s, const char *what, int d)
 {
 	if (d == uvmCpuDeviceId || (d >= 0 && d < s->ndevices))
@@ -249,15 +261,11 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 	struct uvm_session *s = session_or_fail(&err);
 	if (!s)
 		return err;
-	struct uvm_alloc a;
 	uint64_t start, length;
-	if ((err = page_range("uvmMemPrefetchAsync", devPtr, count, &a, &start, &length)))
+	if ((err = managed_page_range("uvmMemPrefetchAsync", devPtr, count, &start, &length)))
 		return err;
 	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
 		return err;
-	if (a.kind != UVM_KIND_MANAGED)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemPrefetchAsync %p: prefetch applies to managed memory, and this is %s", devPtr,
-				 a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
 	/* In stream order: after the work queued before it. */
 	if (stream && (err = uvm__stream_wait(stream, "uvmMemPrefetchAsync")))
 		return err;
@@ -284,13 +292,9 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 		return err;
 	if (!uses_device)
 		device = uvmCpuDeviceId; /* ignored, as cudaMemAdvise ignores it */
-	struct uvm_alloc a;
 	uint64_t start, length;
-	if ((err = page_range("uvmMemAdvise", devPtr, count, &a, &start, &length)))
+	if ((err = managed_page_range("uvmMemAdvise", devPtr, count, &start, &length)))
 		return err;
-	if (a.kind != UVM_KIND_MANAGED)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemAdvise %p: advice applies to managed memory, and this is %s", devPtr,
-				 a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
 	uint8_t buf[64], reply[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
 	uvm__msg_start(&m, UVM_MSG_ADVISE, 0, 0);

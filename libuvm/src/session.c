@@ -525,6 +525,29 @@ static void drop_pending(uintptr_t addr, size_t reserved)
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
+/* register_range asks the server to manage [addr, addr+length), mapped
+ * from the host file, as memory of kind; *id is its buffer id. */
+static uvmError_t register_range(struct uvm_session *s, uintptr_t addr, size_t length, size_t size, unsigned flags, int kind, int device,
+				 const char *what, uint64_t *id)
+{
+	uint8_t buf[128], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__msg_start(&m, UVM_MSG_ALLOC, 0, 0);
+	uvm__put_u64(&m, addr);
+	uvm__put_u64(&m, length);
+	uvm__put_u64(&m, size);
+	uvm__put_u32(&m, flags);
+	uvm__put_u8(&m, 0);  /* prefetch-use tracking: the server's default */
+	uvm__put_str(&m, ""); /* prefetch policy: the server's default */
+	uvm__put_u8(&m, (uint8_t)kind);
+	uvm__put_i32(&m, device);
+	struct uvm_reader r;
+	uvmError_t err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
+	if (err == uvmSuccess)
+		*id = uvm__get_u64(&r);
+	return err;
+}
+
 uvmError_t uvm__allocate(size_t size, int kind, int device, unsigned flags, uvmError_t (*prepare)(uintptr_t, size_t, void *),
 			 void *arg, struct uvm_alloc *out)
 {
@@ -551,25 +574,14 @@ uvmError_t uvm__allocate(size_t size, int kind, int device, unsigned flags, uvmE
 		drop_pending(addr, reserved);
 		return err;
 	}
-	uint8_t buf[128], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_ALLOC, 0, 0);
-	uvm__put_u64(&m, addr);
-	uvm__put_u64(&m, length);
-	uvm__put_u64(&m, size);
-	uvm__put_u32(&m, flags);
-	uvm__put_u8(&m, 0);  /* prefetch-use tracking: the server's default */
-	uvm__put_str(&m, ""); /* prefetch policy: the server's default */
-	uvm__put_u8(&m, (uint8_t)kind);
-	uvm__put_i32(&m, device);
-	struct uvm_reader r;
-	err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "allocate");
+	uint64_t id;
+	err = register_range(s, addr, length, size, flags, kind, device, "allocate", &id);
 	if (err != uvmSuccess) {
 		fallocate(s->host_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)addr, (off_t)length);
 		drop_pending(addr, reserved);
 		return err;
 	}
-	struct uvm_alloc a = {.addr = addr, .size = size, .length = length, .reserved = reserved, .buffer_id = uvm__get_u64(&r),
+	struct uvm_alloc a = {.addr = addr, .size = size, .length = length, .reserved = reserved, .buffer_id = id,
 			      .kind = kind, .device = device, .flags = flags};
 	pthread_rwlock_wrlock(&allocs_mu);
 	size_t i = index_of(addr);
@@ -627,23 +639,12 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 		return uvm__fail(uvmErrorMemoryAllocation, "adopt %#lx+%zu: map the host file: %s", addr, length, strerror(e));
 	}
 	madvise((void *)addr, length, MADV_DONTFORK);
-	uint8_t buf[128], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_ALLOC, 0, 0);
-	uvm__put_u64(&m, addr);
-	uvm__put_u64(&m, length);
-	uvm__put_u64(&m, length);
-	uvm__put_u32(&m, uvmMemAttachGlobal);
-	uvm__put_u8(&m, 0);
-	uvm__put_str(&m, "");
-	uvm__put_u8(&m, UVM_KIND_MANAGED);
-	uvm__put_i32(&m, uvmCpuDeviceId);
-	struct uvm_reader r;
-	err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "adopt");
+	uint64_t id;
+	err = register_range(s, addr, length, length, uvmMemAttachGlobal, UVM_KIND_MANAGED, uvmCpuDeviceId, "adopt", &id);
 	pthread_rwlock_wrlock(&allocs_mu);
 	i = index_of(addr);
 	if (err == uvmSuccess) {
-		allocs[i].buffer_id = uvm__get_u64(&r);
+		allocs[i].buffer_id = id;
 		allocs[i].pending = false;
 	} else
 		remove_at_locked(addr);
