@@ -126,7 +126,10 @@ func TestHelpAndBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"bench", "memcpy"}, 1, "not built yet"},
+		{[]string{"bench", "access"}, 1, "not built yet"},
+		{[]string{"bench", "memcpy", "--size", "1MiB"}, 1, "want --size of at least 4 MiB"},
+		{[]string{"bench", "memcpy", "--producers", "0"}, 1, `"0" is not a count from 1 to 1024`},
+		{[]string{"serve", "--copy-threads", "-2"}, 1, "-2 copy threads"},
 		{[]string{"bench", "nonsense"}, 1, `unknown benchmark "nonsense"`},
 		{[]string{"demo", "--size", "lots"}, 1, `size "lots"`},
 		{[]string{"demo", "--size", "1MiB", "--devices", "0"}, 1, "needs a device"},
@@ -175,6 +178,27 @@ func TestInfo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, text, "devices         2 configured")
 	assert.Contains(t, text, "capacity=134217728")
+}
+
+// TestBenchMemcpy runs the copy engine's benchmark small and checks that
+// it measured every figure the issue names.
+func TestBenchMemcpy(t *testing.T) {
+	requireRoot(t)
+	out, errOut, err := uvmCmd(t, nil, "bench", "memcpy", "--json", "--size", "8MiB", "--runs", "1", "--producers", "1,2")
+	require.NoError(t, err, "stderr: %s", errOut)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	for _, k := range []string{"memcpy_1t_gbps", "memcpy_all_gbps", "engine_h2d_gbps", "engine_d2h_gbps", "prefetch_h2d_gbps", "prefetch_d2h_gbps",
+		"prefetch_engine_h2d_gbps", "prefetch_direct_d2h_gbps", "fresh_page_write_gbps"} {
+		v, ok := rep[k].(float64)
+		assert.True(t, ok && v > 0, "%s = %v", k, rep[k])
+	}
+	sizes, _ := rep["sizes"].([]any)
+	assert.Len(t, sizes, 4, "64 KiB, 256 KiB, 1 MiB, 4 MiB: sizes up to 8 MiB, by four")
+	producers, _ := rep["producers"].([]any)
+	assert.Len(t, producers, 2)
+	engine, _ := rep["engine"].(map[string]any)
+	assert.Positive(t, engine["copy_producers"], "the server's calibration is reported")
 }
 
 // TestDaemon: `uvm serve` on a socket, two client processes using it,

@@ -68,8 +68,12 @@ type Session struct {
 	registered []registration // HostRegister'ed memory, sorted by host address, guarded by allocMu
 	window     vaWindow       // addresses of managed ranges
 
-	stagingMu sync.Mutex
-	staging   *devmem.Mapping // host-file window for device-memory copies, made on first use
+	// copyMu guards the copy engine's parameters, engine and the device
+	// files, all fetched from the server on first use (copyside.go).
+	copyMu      sync.Mutex
+	copyParams  *copyParams
+	engine      *copyEngine
+	deviceFiles []*devmem.File
 
 	devMu sync.Mutex
 	devs  []*deviceProc // created on first use, guarded by devMu
@@ -101,6 +105,13 @@ type Allocation struct {
 	flags     uint32  // HostAlloc's flags for pinned host memory
 	hostAlias uintptr // registered host memory: where the program has it
 	freed     atomic.Bool
+
+	// shadow maps device memory's pages from the device's file, for
+	// Memcpy and Memset, on first use; noted has a bit for each of its
+	// pages the server was told were written. Guarded by shadowMu.
+	shadowMu sync.Mutex
+	shadow   *devmem.Mapping
+	noted    []uint64
 }
 
 // AllocOption tunes one allocation.
@@ -387,8 +398,10 @@ func (s *Session) Close() error {
 	s.allocMu.Unlock()
 	for _, a := range allocs {
 		a.freed.Store(true)
+		a.unmapShadow()
 		s.window.release(a.addr, a.reserved)
 	}
+	s.closeCopies()
 	s.closeConn()
 	return s.host.Close()
 }
@@ -533,6 +546,7 @@ func (s *Session) release(a *Allocation) error {
 		}
 	}
 	s.allocMu.Unlock()
+	a.unmapShadow()
 	// The server frees first, while the range is still registered: it
 	// sees which prefetched pages were used, and a thread blocked in a
 	// fault on the range is woken into SIGBUS rather than left waiting.

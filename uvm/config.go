@@ -26,6 +26,7 @@ const (
 	EnvWorkers       = "UVM_DEVICE_WORKERS" // threads per device process (default: one per CPU)
 	EnvHostBudget    = "UVM_HOST_BUDGET"    // bytes of managed memory kept on the host (default: unbounded)
 	EnvThrashing     = "UVM_THRASHING"      // on (default), off, or settings: threshold=3,lapse=500us,...
+	EnvCopyThreads   = "UVM_COPY_THREADS"   // the copy engine's producer threads (default: calibrated)
 
 	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
 	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON
@@ -74,6 +75,12 @@ type ServerConfig struct {
 	// DeviceWorkers is the number of threads each device process runs
 	// kernels on; 0 means one per CPU.
 	DeviceWorkers int `json:"device_workers,omitempty"`
+	// CopyProducers overrides the copy engine's N_P, the number of
+	// producer threads of a bulk move (0: chosen from the calibration).
+	CopyProducers int `json:"copy_producers,omitempty"`
+	// CopyDirectBelow overrides the size under which a migration or a
+	// copy does not use the copy engine (0: calibrated).
+	CopyDirectBelow int64 `json:"copy_direct_below,omitempty"`
 	// Thrashing configures thrashing detection (thrash.go).
 	Thrashing ThrashingSpec `json:"thrashing"`
 	// FaultDelay stalls every fault this long before serving it. Tests
@@ -135,6 +142,12 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.FaultDelay < 0 {
 		return fmt.Errorf("%w: fault delay %d: must not be negative", ErrInvalidValue, c.FaultDelay)
+	}
+	if c.CopyProducers < 0 || c.CopyProducers > 1024 {
+		return fmt.Errorf("%w: %d copy threads: want 0 (calibrated) to 1024", ErrInvalidValue, c.CopyProducers)
+	}
+	if c.CopyDirectBelow < 0 {
+		return fmt.Errorf("%w: copy direct-path size %d: must not be negative", ErrInvalidValue, c.CopyDirectBelow)
 	}
 	return c.Thrashing.Validate()
 }
@@ -203,6 +216,13 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 			return fmt.Errorf("%w: %s=%q: want 1 to 1024 threads", ErrInvalidValue, EnvWorkers, v)
 		}
 		c.DeviceWorkers = n
+	}
+	if v := getenv(EnvCopyThreads); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > 1024 {
+			return fmt.Errorf("%w: %s=%q: want 1 to 1024 threads", ErrInvalidValue, EnvCopyThreads, v)
+		}
+		c.CopyProducers = n
 	}
 	if v := getenv(EnvThrashing); v != "" {
 		t, err := ParseThrashingSpec(v)

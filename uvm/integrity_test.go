@@ -195,6 +195,9 @@ func TestDataIntegrityDevices(t *testing.T) {
 	cfg := DefaultServerConfig()
 	cfg.Devices = DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2
+	// Every move and copy through the copy engine's threads, however
+	// small (TestDataIntegrity keeps the calibrated choice).
+	cfg.CopyDirectBelow, cfg.CopyProducers = 1, 2
 	s := newSession(t, cfg)
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("UVM_INTEGRITY_SEED"); v != "" {

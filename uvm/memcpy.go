@@ -3,6 +3,7 @@ package uvm
 import (
 	"fmt"
 	"strconv"
+	"syscall"
 
 	"github.com/softuvm/softuvm/devmem"
 )
@@ -35,14 +36,6 @@ func (k MemcpyKind) String() string {
 	}
 	return "memcpy-kind(" + strconv.Itoa(int(k)) + ")"
 }
-
-// stagingOffset is where, in the client's host file, the window through
-// which device memory is read and written lies: below the managed window,
-// at offsets no range uses.
-const (
-	stagingSize   = 1 << 20
-	stagingOffset = managedWindowStart - stagingSize
-)
 
 // side is one end of a copy.
 type side struct {
@@ -98,8 +91,13 @@ func (s *Session) sideOf(what string, ptr uintptr, n int64) (side, error) {
 // they are there. The kind must agree with the pointers (MemcpyDefault
 // infers it): device memory is what Malloc returns; managed and pinned
 // memory count as either side; other memory is host memory. The ranges
-// must not overlap. Copies into write-combined memory use non-temporal
-// stores.
+// must not overlap.
+//
+// The copy runs in this process: device memory is reached through a
+// mapping of the device's file, and copies from the calibrated size up are
+// shared among the copy engine's producer threads (copyside.go). Copies
+// into write-combined memory, and large copies into device memory, use
+// non-temporal stores.
 func (s *Session) Memcpy(dst, src uintptr, n int64, kind MemcpyKind) error {
 	if kind < MemcpyHostToHost || kind > MemcpyDefault {
 		return fmt.Errorf("%w: memcpy kind %d: want %v to %v", ErrInvalidValue, int(kind), MemcpyHostToHost, MemcpyDefault)
@@ -124,25 +122,23 @@ func (s *Session) Memcpy(dst, src uintptr, n int64, kind MemcpyKind) error {
 	if dst < src+uintptr(n) && src < dst+uintptr(n) {
 		return fmt.Errorf("%w: memcpy %#x <- %#x of %d bytes: the ranges overlap", ErrInvalidValue, dst, src, n)
 	}
-	switch {
-	case d.device() && sr.device():
-		return s.deviceCopy(deviceCopyRequest{op: copyDeviceToDevice, dst: uint64(dst), src: uint64(src), length: uint64(n)})
-	case d.device():
-		return s.throughStaging(n, func(off, c int64, stage []byte) error {
-			copy(stage[:c], devmem.BytesAt(src+uintptr(off), c))
-			return s.deviceCopy(deviceCopyRequest{op: copyToDevice, dst: uint64(dst) + uint64(off), length: uint64(c)})
-		})
-	case sr.device():
-		return s.throughStaging(n, func(off, c int64, stage []byte) error {
-			if err := s.deviceCopy(deviceCopyRequest{op: copyFromDevice, src: uint64(src) + uint64(off), length: uint64(c)}); err != nil {
-				return err
-			}
-			hostCopy(d, devmem.BytesAt(dst+uintptr(off), c), stage[:c])
-			return nil
-		})
+	to, err := s.bytesOf(d, n, "memcpy")
+	if err != nil {
+		return err
 	}
-	hostCopy(d, devmem.BytesAt(dst, n), devmem.BytesAt(src, n))
-	return nil
+	from, err := s.bytesOf(sr, n, "memcpy")
+	if err != nil {
+		return err
+	}
+	p, err := s.copyParameters()
+	if err != nil {
+		return err
+	}
+	nt := d.writeCombined() || (d.device() && p.nonTemporalAbove > 0 && n >= p.nonTemporalAbove)
+	if _, err := s.copyEngine(p).run(copyBytesJob(to, from, nt)); err != nil {
+		return err
+	}
+	return s.noteWritten(d, n)
 }
 
 // checkKind checks that the pointers agree with the kind.
@@ -166,16 +162,6 @@ func checkKind(kind MemcpyKind, d, sr side) error {
 	return nil
 }
 
-// hostCopy copies on the host, with non-temporal stores into
-// write-combined memory.
-func hostCopy(d side, dst, src []byte) {
-	if d.writeCombined() {
-		copyNonTemporal(dst, src)
-		return
-	}
-	copy(dst, src)
-}
-
 // Memset sets n bytes at ptr to value, as cudaMemset.
 func (s *Session) Memset(ptr uintptr, value byte, n int64) error {
 	if n < 0 {
@@ -188,45 +174,35 @@ func (s *Session) Memset(ptr uintptr, value byte, n int64) error {
 	if err != nil {
 		return err
 	}
-	if d.device() {
-		return s.deviceCopy(deviceCopyRequest{op: fillDevice, dst: uint64(ptr), length: uint64(n), value: value})
+	b, err := s.bytesOf(d, n, "memset")
+	if err != nil {
+		return err
 	}
-	b := devmem.BytesAt(ptr, n)
 	if d.writeCombined() {
 		pattern := make([]byte, min(n, 64<<10))
-		for i := range pattern {
-			pattern[i] = value
-		}
+		fillBytes(pattern, value)
 		for off := int64(0); off < n; off += int64(len(pattern)) {
 			copyNonTemporal(b[off:], pattern)
 		}
-		return nil
+	} else {
+		fillBytes(b, value)
 	}
-	for i := range b {
-		b[i] = value
-	}
-	return nil
+	return s.noteWritten(d, n)
 }
 
-// throughStaging runs step over [0, n) in chunks of the staging window,
-// one copy at a time.
-func (s *Session) throughStaging(n int64, step func(off, c int64, stage []byte) error) error {
-	s.stagingMu.Lock()
-	defer s.stagingMu.Unlock()
-	if s.staging == nil {
-		m, err := s.host.Map(stagingOffset, stagingSize)
-		if err != nil {
-			return fmt.Errorf("%w: map the copy staging window: %v", ErrMemoryAllocation, err)
-		}
-		s.staging = m
+// fillBytes sets every byte of b to v.
+func fillBytes(b []byte, v byte) {
+	if v == 0 {
+		clear(b)
+		return
 	}
-	stage := s.staging.Bytes()
-	for off := int64(0); off < n; off += stagingSize {
-		if err := step(off, min(stagingSize, n-off), stage); err != nil {
-			return err
-		}
+	if len(b) == 0 {
+		return
 	}
-	return nil
+	b[0] = v
+	for done := 1; done < len(b); done *= 2 {
+		copy(b[done:], b[:done])
+	}
 }
 
 func (s *Session) deviceCopy(req deviceCopyRequest) error {
@@ -246,13 +222,41 @@ func Memcpy(dst, src uintptr, n int64, kind MemcpyKind) error {
 	return s.Memcpy(dst, src, n, kind)
 }
 
-// Device copy operations, done by the server on device memory.
+// Device copy operations. The client copies device memory itself, through
+// its mapping of the device's file; only the bookkeeping is the server's.
+// Operations 1 to 4 were copies through a staging window, before the
+// copy engine.
 const (
-	copyToDevice       = 1 // the client's staging window -> device memory at dst
-	copyFromDevice     = 2 // device memory at src -> the staging window
-	copyDeviceToDevice = 3 // device memory at src -> device memory at dst
-	fillDevice         = 4 // value -> device memory at dst
+	// deviceWritten says the client wrote device memory at dst through
+	// its mapping of the device's file (msgDeviceFile): the server records
+	// the pages as populated.
+	deviceWritten = 5
 )
+
+// deviceFileReply answers msgDeviceFile: the session's file of device d,
+// which the client maps to copy device memory in and out itself, with
+// the copy engine's parameters (copy producers, the size from which
+// non-temporal stores pay, the size from which the engine pays); for the
+// CPU, the parameters only.
+func (sess *session) deviceFileReply(h header, d Device) ([]byte, []int, error) {
+	if err := sess.srv.checkDevice(d, "device file of"); err != nil {
+		return nil, nil, err
+	}
+	c := sess.srv.copyCalibration()
+	reply := encodeU64Reply(h, uint64(c.CopyProducers), uint64(c.NonTemporalAbove), uint64(c.CopyDirectBelow))
+	if d == CPU { // the parameters only: host memory is in the host file
+		return reply, nil, nil
+	}
+	f, err := sess.deviceFile(int(d))
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := syscall.Dup(f.Fd())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: device %d file: %v", ErrMemoryAllocation, d, err)
+	}
+	return reply, []int{fd}, nil
+}
 
 type deviceCopyRequest struct {
 	op       uint8
@@ -261,45 +265,12 @@ type deviceCopyRequest struct {
 	value    uint8
 }
 
-// deviceCopy carries out a copy involving device memory. Pages written
-// become resident on the owning device; holes read as zeros.
+// deviceCopy carries out a device copy operation.
 func (sess *session) deviceCopy(r deviceCopyRequest) error {
-	n := uintptr(r.length)
-	if (r.op == copyToDevice || r.op == copyFromDevice) && r.length > stagingSize {
-		return fmt.Errorf("%w: device copy of %d bytes: at most %d at a time", ErrInvalidValue, r.length, stagingSize)
+	if r.op != deviceWritten {
+		return fmt.Errorf("%w: device copy operation %d: want %d (device memory written)", ErrInvalidValue, r.op, deviceWritten)
 	}
-	buf := make([]byte, min(n, 1<<20))
-	for off := uintptr(0); off < n; {
-		c := min(n-off, uintptr(len(buf)))
-		chunk := buf[:c]
-		var err error
-		switch r.op {
-		case copyToDevice:
-			if _, err = sess.host.ReadAt(chunk, stagingOffset+int64(off)); err == nil {
-				err = sess.writeDevice(uintptr(r.dst)+off, chunk)
-			}
-		case copyFromDevice:
-			if err = sess.readDevice(uintptr(r.src)+off, chunk); err == nil {
-				_, err = sess.host.WriteAt(chunk, stagingOffset+int64(off))
-			}
-		case copyDeviceToDevice:
-			if err = sess.readDevice(uintptr(r.src)+off, chunk); err == nil {
-				err = sess.writeDevice(uintptr(r.dst)+off, chunk)
-			}
-		case fillDevice:
-			for i := range chunk {
-				chunk[i] = r.value
-			}
-			err = sess.writeDevice(uintptr(r.dst)+off, chunk)
-		default:
-			err = fmt.Errorf("%w: device copy operation %d", ErrInvalidValue, r.op)
-		}
-		if err != nil {
-			return err
-		}
-		off += c
-	}
-	return nil
+	return sess.noteDeviceWritten(uintptr(r.dst), uintptr(r.length))
 }
 
 // deviceFileAt returns the device memory holding [addr, addr+n) and the
@@ -316,31 +287,14 @@ func (sess *session) deviceFileAt(addr, n uintptr, what string) (*managedRange, 
 	return r, f, err
 }
 
-// readDevice reads device memory, block by block.
-func (sess *session) readDevice(addr uintptr, p []byte) error {
-	r, f, err := sess.deviceFileAt(addr, uintptr(len(p)), "read device memory")
+// noteDeviceWritten records the pages of [addr, addr+n), which the client
+// wrote through its own mapping of the device's file, as resident there.
+func (sess *session) noteDeviceWritten(addr, n uintptr) error {
+	r, _, err := sess.deviceFileAt(addr, n, "note device memory written")
 	if err != nil {
 		return err
 	}
-	return r.eachBlock(addr&^pageMask, roundUp(addr+uintptr(len(p)), PageSize)-addr&^pageMask, true, func(o *mover, pages PageMask) error {
-		lo, hi := blockSpan(o, pages, addr, len(p))
-		_, err := f.ReadAt(p[lo-addr:hi-addr], int64(lo))
-		return err
-	})
-}
-
-// writeDevice writes device memory, block by block, and records the pages
-// as resident on the device.
-func (sess *session) writeDevice(addr uintptr, p []byte) error {
-	r, f, err := sess.deviceFileAt(addr, uintptr(len(p)), "write device memory")
-	if err != nil {
-		return err
-	}
-	return r.eachBlock(addr&^pageMask, roundUp(addr+uintptr(len(p)), PageSize)-addr&^pageMask, true, func(o *mover, pages PageMask) error {
-		lo, hi := blockSpan(o, pages, addr, len(p))
-		if _, err := f.WriteAt(p[lo-addr:hi-addr], int64(lo)); err != nil {
-			return err
-		}
+	return r.eachBlock(addr&^pageMask, roundUp(addr+n, PageSize)-addr&^pageMask, true, func(o *mover, pages PageMask) error {
 		fresh := pages
 		fresh.AndNot(&o.b.resident[r.owner])
 		if k := fresh.Count(); k > 0 {
@@ -350,16 +304,4 @@ func (sess *session) writeDevice(addr uintptr, p []byte) error {
 		}
 		return nil
 	})
-}
-
-// blockSpan returns the part of [addr, addr+n) in the block's pages.
-func blockSpan(o *mover, pages PageMask, addr uintptr, n int) (uintptr, uintptr) {
-	first := pages.NextSet(0)
-	last := first
-	for p := first; p >= 0; p = pages.NextSet(p + 1) {
-		last = p
-	}
-	lo := max(addr, o.pageAddr(first))
-	hi := min(addr+uintptr(n), o.pageAddr(last)+PageSize)
-	return lo, hi
 }

@@ -149,34 +149,36 @@ func kindName(k installKind) string {
 }
 
 // stagingPages sizes the buffer that carries pages from a source file to
-// UFFDIO_COPY: small enough to stay in the CPU's cache between the read
-// that fills it and the copy that drains it.
-const stagingPages = 64
+// UFFDIO_COPY on the direct path: a copy engine chunk, small enough to
+// stay in the CPU's cache between the read that fills it and the copy
+// that drains it.
+const stagingPages = chunkBytes / PageSize
 
 // installFromFile copies pages [first, outer) from f (at the same file
-// offsets) into view v through a staging buffer. Measured on this kind of
-// VM, pread plus UFFDIO_COPY beats the alternatives: UFFDIO_COPY straight
-// from a mapping of f takes a slow path for every page the server has not
-// mapped (and leaves the server's mapping for the punch to zap), and
-// copy_file_range into the destination file plus UFFDIO_CONTINUE
-// serializes on that file's inode lock.
+// offsets) into view v through the copy engine's staging buffers.
+// Measured on this kind of VM, pread plus UFFDIO_COPY beats the
+// alternatives: UFFDIO_COPY straight from a mapping of f takes a slow
+// path for every page the server has not mapped (and leaves the server's
+// mapping for the punch to zap), and copy_file_range into the destination
+// file plus UFFDIO_CONTINUE serializes on that file's inode lock.
 func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File, wp bool) (done, found PageMask, err error) {
-	buf := o.staging()
-	for p := first; p < outer; {
-		q := min(outer, p+stagingPages)
-		n := (q - p) * PageSize
-		if _, err := f.ReadAt(buf[:n], o.fileOff(p)); err != nil {
-			return done, found, err
-		}
-		got, seen, err := o.install(v, installCopy, p, q, buf[:n], wp)
-		done.Or(&got)
-		found.Or(&seen)
-		if err != nil {
-			return done, found, err
-		}
-		p = q
-	}
-	return done, found, nil
+	span := o.chunkSpan(first, outer)
+	_, err = o.sess.srv.copyEngine().run(&copyJob{
+		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: o.staging(),
+		produce: func(i int, buf []byte) error {
+			p, q := span.pages(i)
+			_, err := f.ReadAt(buf[:(q-p)*PageSize], o.fileOff(p))
+			return err
+		},
+		install: func(i int, buf []byte) error {
+			p, q := span.pages(i)
+			got, seen, err := o.install(v, installCopy, p, q, buf[:(q-p)*PageSize], wp)
+			done.Or(&got)
+			found.Or(&seen)
+			return err
+		},
+	})
+	return done, found, err
 }
 
 // staging returns the calling thread's staging buffer.
@@ -371,41 +373,67 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error
 	return done, err
 }
 
-// transfer moves pages [first, outer) from file src to dst, a staging
-// buffer at a time: read the pages, punch them from src, then put them
-// in dst. The source goes first because once the pages are in dst a
-// thread there may write them (the install wakes the faulting one): a
-// reader of the source copy must not see the old bytes after that write;
-// it faults instead, and waits for the block. Pages that fail to arrive
-// are written back to src.
+// transfer moves pages [first, outer) from file src to dst through the
+// copy engine, a chunk at a time: read the pages into a staging buffer
+// (the producers), punch them from src (the releaser), then put them in
+// dst (the consumer, this goroutine). The source goes before the
+// destination because once the pages are in dst a thread there may write
+// them (the install wakes the faulting one): a reader of the source copy
+// must not see the old bytes after that write; it faults instead, and
+// waits for the block. Pages that fail to arrive are written back to src.
 func (o *mover) transfer(dst pageSink, first, outer int, src *devmem.File) (PageMask, error) {
 	var done PageMask
-	buf := o.staging()
-	for p := first; p < outer; {
-		q := min(outer, p+stagingPages)
-		n := (q - p) * PageSize
-		if _, err := src.ReadAt(buf[:n], o.fileOff(p)); err != nil {
-			return done, err
+	span := o.chunkSpan(first, outer)
+	writeBack := func(x, y, p int, buf []byte) {
+		if _, err := src.WriteAt(buf[(x-p)*PageSize:(y-p)*PageSize], o.fileOff(x)); err != nil {
+			o.sess.srv.logger.Printf("put back %#x+%d after a failed migration: %v (the data is lost)", o.pageAddr(x), (y-x)*PageSize, err)
 		}
-		if err := src.Punch(o.fileOff(p), int64(n)); err != nil {
-			return done, err
-		}
-		got, err := dst.put(p, q, buf[:n])
-		done.Or(&got)
-		if err != nil {
-			var failed PageMask
-			failed.FillRange(p, q)
-			failed.AndNot(&got)
-			for x, y := failed.NextRun(0); x >= 0; x, y = failed.NextRun(y) {
-				if _, werr := src.WriteAt(buf[(x-p)*PageSize:(y-p)*PageSize], o.fileOff(x)); werr != nil {
-					o.sess.srv.logger.Printf("put back %#x+%d after a failed migration: %v (the data is lost)", o.pageAddr(x), (y-x)*PageSize, werr)
+	}
+	_, err := o.sess.srv.copyEngine().run(&copyJob{
+		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: o.staging(),
+		produce: func(i int, buf []byte) error {
+			p, q := span.pages(i)
+			_, err := src.ReadAt(buf[:(q-p)*PageSize], o.fileOff(p))
+			return err
+		},
+		release: func(i int) error {
+			p, q := span.pages(i)
+			return src.Punch(o.fileOff(p), int64(q-p)*PageSize)
+		},
+		install: func(i int, buf []byte) error {
+			p, q := span.pages(i)
+			got, err := dst.put(p, q, buf[:(q-p)*PageSize])
+			done.Or(&got)
+			if err != nil {
+				var failed PageMask
+				failed.FillRange(p, q)
+				failed.AndNot(&got)
+				for x, y := failed.NextRun(0); x >= 0; x, y = failed.NextRun(y) {
+					writeBack(x, y, p, buf)
 				}
 			}
-			return done, err
-		}
-		p = q
-	}
-	return done, nil
+			return err
+		},
+		restore: func(i int, buf []byte) {
+			p, q := span.pages(i)
+			writeBack(p, q, p, buf)
+		},
+	})
+	return done, err
+}
+
+// chunkSpan cuts pages [first, outer) into the copy engine's chunks.
+type chunkSpan struct{ first, outer, per, chunks int }
+
+func (o *mover) chunkSpan(first, outer int) chunkSpan {
+	per := chunkBytes / PageSize
+	return chunkSpan{first: first, outer: outer, per: per, chunks: (outer - first + per - 1) / per}
+}
+
+// pages returns chunk i's pages.
+func (c chunkSpan) pages(i int) (int, int) {
+	p := c.first + i*c.per
+	return p, min(c.outer, p+c.per)
 }
 
 // pageSink is where transfer puts pages: a view (installed, mapped) or a

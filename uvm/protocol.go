@@ -50,6 +50,7 @@ const (
 	msgAdvise        // client -> server: cuMemAdvise
 	msgDeviceCopy    // client -> server: copy into, out of or between device memory
 	msgStreamOpen    // client -> device process: a stream's connection
+	msgDeviceFile    // client -> server: the session's file of a device, for copies
 	msgTypeEnd       // one past the last message type
 )
 
@@ -59,7 +60,7 @@ var msgTypeNames = [...]string{
 	msgDeviceConnect: "device-connect", msgDeviceHello: "device-hello", msgDeviceReady: "device-ready",
 	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
 	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up", msgAdvise: "advise",
-	msgDeviceCopy: "device-copy", msgStreamOpen: "stream-open",
+	msgDeviceCopy: "device-copy", msgStreamOpen: "stream-open", msgDeviceFile: "device-file",
 }
 
 func (t msgType) String() string {
@@ -384,7 +385,7 @@ func parseRequest(b []byte) (header, any, error) {
 		req = sr
 	case msgInfo:
 		req = struct{}{}
-	case msgDeviceConnect:
+	case msgDeviceConnect, msgDeviceFile:
 		req = deviceConnectRequest{device: r.i32("device")}
 	case msgDeviceHello:
 		req = deviceHelloRequest{device: r.u32("device"), pid: r.u32("pid")}
@@ -421,8 +422,8 @@ func parseRequest(b []byte) (header, any, error) {
 		req = streamRequest{stream: r.u32("stream")}
 	case msgDeviceCopy:
 		cr := deviceCopyRequest{op: r.u8("operation"), dst: r.u64("destination"), src: r.u64("source"), length: r.u64("length"), value: r.u8("value")}
-		if r.err == nil && (cr.op < copyToDevice || cr.op > fillDevice) {
-			r.err = fmt.Errorf("%w: device copy operation %d: want %d to %d", ErrInvalidValue, cr.op, copyToDevice, fillDevice)
+		if r.err == nil && cr.op != deviceWritten {
+			r.err = fmt.Errorf("%w: device copy operation %d: want %d (device memory written)", ErrInvalidValue, cr.op, deviceWritten)
 		}
 		if r.err == nil && (cr.length == 0 || cr.length > MaxAllocation) {
 			r.err = fmt.Errorf("%w: device copy of %d bytes: want 1 to %d", ErrInvalidValue, cr.length, uint64(MaxAllocation))
@@ -530,6 +531,12 @@ func encodeStats(seq uint32, sr statsRequest) []byte {
 
 func encodeInfo(seq uint32) []byte {
 	return newMessage(header{typ: msgInfo, seq: seq}).b
+}
+
+func encodeDeviceFile(seq uint32, d Device) []byte {
+	w := newMessage(header{typ: msgDeviceFile, seq: seq})
+	w.i32(int32(d))
+	return w.b
 }
 
 func encodeDeviceConnect(seq uint32, d Device) []byte {

@@ -104,7 +104,8 @@ func FuzzParseRequest(f *testing.F) {
 		encodeStreamRequest(msgSync, 11, allStreams),
 		encodeStreamRequest(msgStreamOpen, 12, 3),
 		encodeAdvise(13, adviseRequest{addr: 1 << 30, length: 4096, advice: uint8(AdviseSetAccessedBy), device: 1}),
-		encodeDeviceCopy(14, deviceCopyRequest{op: copyToDevice, dst: 1 << 30, length: 100}),
+		encodeDeviceCopy(14, deviceCopyRequest{op: deviceWritten, dst: 1 << 30, length: 100}),
+		encodeDeviceFile(18, 0),
 		encodeDeviceMap(15, deviceMapRequest{addr: 1 << 30, length: 8192, loc: 2, wp: PageMask{3}}),
 		encodeDeviceUnmap(16, 1<<30, 8192),
 		encodeAlloc(17, allocRequest{addr: 1 << 30, length: 4096, size: 4096, kind: kindDevice, device: 1}),
@@ -144,7 +145,11 @@ func FuzzParseRequest(f *testing.F) {
 		case struct{}:
 			again = encodeInfo(h.seq)
 		case deviceConnectRequest:
-			again = encodeDeviceConnect(h.seq, Device(r.device))
+			if h.typ == msgDeviceFile {
+				again = encodeDeviceFile(h.seq, Device(r.device))
+			} else {
+				again = encodeDeviceConnect(h.seq, Device(r.device))
+			}
 		case deviceHelloRequest:
 			again = encodeDeviceHello(h.seq, r)
 		case deviceReadyRequest:

@@ -46,6 +46,10 @@ type Server struct {
 	listeners   []net.Listener
 	closeOnce   sync.Once
 	done        chan struct{}
+
+	calibrated chan struct{} // closed once the copy calibration is done
+	engineMu   sync.Mutex
+	engine     *copyEngine // migrations' copy engine, made on first use
 }
 
 // RequiredFeatures are the userfaultfd features the server cannot work
@@ -96,6 +100,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 		s.arenas = append(s.arenas, a)
 	}
+	s.calibrated = make(chan struct{})
+	go func() { // the engine needs it at the first bulk move, not before
+		defer close(s.calibrated)
+		copyCalibration()
+	}()
 	s.stats = newCounters(s.locations())
 	s.lrus = make([]lru, s.locations())
 	if s.cpus, err = s.handlerCPUs(); err != nil {
@@ -211,6 +220,11 @@ func (s *Server) Close() error {
 			sess.conn.Close() // its control loop ends and cleans up
 		}
 		s.waitSessions(5 * time.Second)
+		s.engineMu.Lock()
+		if s.engine != nil {
+			s.engine.stop() // every move has ended with its session
+		}
+		s.engineMu.Unlock()
 		if s.guard != nil {
 			s.guard.close()
 		}
@@ -280,6 +294,9 @@ type Info struct {
 	StrayFaults  uint64           `json:"stray_faults"`
 	PoisonedPage uint64           `json:"poisoned_pages"`
 	GoMaxProcs   int              `json:"gomaxprocs"`
+	// CopyEngine is the copy engine's calibration, with the
+	// configuration's overrides applied.
+	CopyEngine CopyCalibration `json:"copy_engine"`
 }
 
 // SessionInfo describes one connected process.
@@ -308,7 +325,7 @@ func (s *Server) info() Info {
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
-		GoMaxProcs: runtime.GOMAXPROCS(0),
+		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(),
 	}
 	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
 	fileBytes := make([]int64, len(s.arenas))
@@ -344,4 +361,36 @@ func (s *Server) quiesce() {
 func (s *Server) infoJSON() string {
 	b, _ := json.Marshal(s.info())
 	return string(b)
+}
+
+// copyCalibration is this machine's copy calibration with the
+// configuration's overrides applied. It waits for the calibration that
+// NewServer started.
+func (s *Server) copyCalibration() CopyCalibration {
+	<-s.calibrated
+	c := copyCalibration()
+	if n := s.cfg.CopyProducers; n > 0 {
+		c.MigrationProducers, c.CopyProducers = n, n
+	}
+	if n := s.cfg.CopyDirectBelow; n > 0 {
+		c.DirectBelow, c.CopyDirectBelow = n, n
+	}
+	return c
+}
+
+// copyEngine is the server's engine for migrations, started on first use
+// and stopped by Close.
+func (s *Server) copyEngine() *copyEngine {
+	s.engineMu.Lock()
+	defer s.engineMu.Unlock()
+	if s.engine == nil {
+		c := s.copyCalibration()
+		s.engine = newCopyEngine(c.MigrationProducers, c.DirectBelow)
+		select {
+		case <-s.done:
+			s.engine.stop() // closed meanwhile: moves run on their own goroutines
+		default:
+		}
+	}
+	return s.engine
 }

@@ -220,6 +220,9 @@ func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 	case struct{}: // info
 		return encodeStringReply(h, sess.srv.infoJSON()), nil, nil
 	case deviceConnectRequest:
+		if h.typ == msgDeviceFile {
+			return sess.deviceFileReply(h, Device(r.device))
+		}
 		fd, err := sess.deviceConnect(Device(r.device))
 		if err != nil {
 			return nil, nil, err

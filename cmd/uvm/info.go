@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -145,6 +146,9 @@ func runInfo(args []string) error {
 func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch)
 	fmt.Printf("                features granted to clients: %s\n", in.Features)
+	c := in.CopyEngine
+	fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
+		c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
 	for _, d := range in.Devices {
 		fmt.Printf("  %-13v %s used of %s (%s, node %d, %d workers)\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity), d.Backend, d.Node, d.Workers)
 	}
@@ -153,4 +157,12 @@ func printServer(kind, socket string, in uvm.Info) {
 			fmt.Printf("  client pid %d: %d allocations, %s managed, %s on the host\n", s.PID, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes))
 		}
 	}
+}
+
+// engineSize names the size from which the copy engine is used.
+func engineSize(n int64) string {
+	if n == math.MaxInt64 {
+		return "never (one thread was faster at every size calibrated)"
+	}
+	return uvm.FormatSize(n)
 }

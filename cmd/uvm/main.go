@@ -157,6 +157,7 @@ type serverFlags struct {
 	workers      int
 	hostBudget   string
 	thrashing    string
+	copyThreads  int
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -182,6 +183,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&f.hostBudget, "host-budget", budget, "managed memory kept on the host; above it, pages go to the device with the most room (empty: unbounded)")
 	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms")
+	fs.IntVar(&f.copyThreads, "copy-threads", base.CopyProducers, "the copy engine's producer threads per bulk move (0: calibrated at start)")
 }
 
 func (f *serverFlags) config() (uvm.ServerConfig, error) {
@@ -208,6 +210,7 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	cfg.Handlers = uvm.HandlerPlacement(f.handlers)
 	cfg.TrackPrefetchUse = f.track
 	cfg.DeviceWorkers = f.workers
+	cfg.CopyProducers = f.copyThreads
 	if f.hostBudget != "" {
 		if cfg.HostBudget, err = uvm.ParseSize(f.hostBudget); err != nil {
 			return cfg, fmt.Errorf("--host-budget: %w", err)

@@ -147,7 +147,10 @@ uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttri
 uvmError_t uvmPointerGetAttributes(uvmPointerAttributes *attributes, const void *ptr);
 
 /* Copies. uvmMemcpyAsync and uvmMemsetAsync run after the stream's
- * queued work and return when the copy is done. */
+ * queued work and return when the copy is done. Copies into, out of and
+ * between device memory run in the calling process; large ones are
+ * shared with threads started for the copy, with every signal blocked,
+ * and joined before it returns. */
 uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind);
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream);
 uvmError_t uvmMemset(void *devPtr, int value, size_t count);

@@ -10,7 +10,7 @@
  *    last error and message and returns the code.
  *  - Lock order: a device's mu, then streams_mu (device.c), before any
  *    session lock; init_mu, then allocs_mu (the fork handlers hold both
- *    across a fork); staging_mu, then req_mu. allocs_mu is never held
+ *    across a fork); files_mu, then req_mu. allocs_mu is never held
  *    across a request to the server.
  */
 #ifndef UVM_INTERNAL_H
@@ -36,8 +36,6 @@
 #define UVM_WINDOW_START 0x600000000000ul
 #define UVM_WINDOW_SIZE 0x100000000000ul /* 16 TiB */
 #define UVM_FILE_SIZE (1ul << 47)
-#define UVM_STAGING_SIZE (1ul << 20)
-#define UVM_STAGING_OFFSET (UVM_WINDOW_START - UVM_STAGING_SIZE)
 #define UVM_MAX_ALLOCATION (1ul << 46)
 #define UVM_MAX_DEVICES 31
 #define UVM_MAX_MESSAGE (1u << 20)
@@ -87,6 +85,7 @@ enum uvm_msg_type {
 	UVM_MSG_ADVISE,
 	UVM_MSG_DEVICE_COPY,
 	UVM_MSG_STREAM_OPEN,
+	UVM_MSG_DEVICE_FILE,
 };
 
 /* Server status codes (uvm/errors.go errorCode). */
@@ -166,6 +165,16 @@ struct uvm_device_info {
 	int workers;
 };
 
+/* A device's file in this session (msgDeviceFile): device memory at
+ * address a is at offset a. Copies map it per allocation (the shadow)
+ * and copy in and out themselves, with the server's copy parameters. */
+struct uvm_device_file {
+	int fd;                      /* -1 until a copy asks for it */
+	unsigned producers;          /* threads a large copy runs on, >= 1 */
+	uint64_t non_temporal_above; /* non-temporal stores from this size into device memory; 0: never */
+	uint64_t direct_below;       /* copies under this size run on the calling thread alone */
+};
+
 struct uvm_session {
 	int conn;    /* SOCK_SEQPACKET to the server, close-on-exec */
 	int host_fd; /* this process's host file: offset == address */
@@ -181,9 +190,9 @@ struct uvm_session {
 	uint8_t *rbuf; /* UVM_MAX_MESSAGE bytes, mmap'ed */
 	bool gone;     /* the server went away */
 
-	/* staging_mu guards the staging window (device copies). */
-	pthread_mutex_t staging_mu;
-	uint8_t *staging;
+	/* files_mu guards files, each asked for at a copy's first need. */
+	pthread_mutex_t files_mu;
+	struct uvm_device_file files[UVM_MAX_DEVICES];
 };
 
 /* uvm__session returns the process's session, connecting on first use.
@@ -218,6 +227,7 @@ struct uvm_alloc {
 	int device;         /* device memory's device; managed: the current device at allocation */
 	unsigned flags;
 	uintptr_t host_alias; /* uvmHostRegister: the program's own address */
+	uint8_t *shadow;    /* device memory: its device file mapped over [addr, addr+length), or NULL until a copy needs it */
 	bool forked;        /* a private copy made in a forked child: no server knows it */
 	bool pending;       /* being allocated: its address is taken, nothing else is known yet */
 };
@@ -230,6 +240,10 @@ UVM_HIDDEN bool uvm__alloc_lookup(uintptr_t p, struct uvm_alloc *out);
 /* uvm__alias_overlap reports whether [p, p+n) overlaps a registration
  * (uvmHostRegister), and copies the first into *out. */
 UVM_HIDDEN bool uvm__alias_overlap(uintptr_t p, size_t n, struct uvm_alloc *out);
+/* uvm__alloc_shadow returns a's shadow (a looked up by the caller, of
+ * device memory), mapping device file fd on first use. NULL with errno
+ * set if it cannot be mapped, ESTALE if a is no longer allocated. */
+UVM_HIDDEN uint8_t *uvm__alloc_shadow(const struct uvm_alloc *a, int fd);
 /* uvm__alloc_set_alias records that the pinned allocation at addr is the
  * registration of the program's memory at alias. */
 UVM_HIDDEN void uvm__alloc_set_alias(uintptr_t addr, uintptr_t alias);

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -396,7 +397,23 @@ uvmError_t uvmPointerGetAttributes(uvmPointerAttributes *attributes, const void 
 	return uvmSuccess;
 }
 
-/* ---- copies ---- */
+/* ---- copies ----
+ *
+ * Copies run in this process, as the Go client's: ordinary, managed
+ * and pinned memory are in its address space, and device memory is
+ * reached through its allocation's shadow, a shared mapping of the
+ * session's file of the device (msgDeviceFile), the pages that device
+ * processes map at the device memory's addresses. The server gets one
+ * note afterwards of which device memory was written. Its copy
+ * calibration, which comes with the file, says from what size a copy is
+ * shared among threads, and from what size stores into device memory
+ * bypass the caches. */
+
+/* Large copies are split in chunks of this size, which their threads take
+ * in turn. */
+#define COPY_CHUNK (1ul << 20)
+/* The most threads a copy runs on, as the server's limit. */
+#define MAX_COPY_PRODUCERS 1024
 
 /* A side of a copy: memory of the library (kind, flags) or not. */
 struct side {
@@ -405,6 +422,7 @@ struct side {
 	int kind;
 	unsigned flags;
 	bool registered;
+	struct uvm_alloc a; /* ours: the allocation */
 };
 
 static bool side_device(const struct side *s) { return s->ours && s->kind == UVM_KIND_DEVICE; }
@@ -438,7 +456,7 @@ static uvmError_t side_of(const char *what, const char *which, const void *ptr, 
 		size_t limit = alias ? a.length : a.size;
 		if (n > base + limit - p)
 			return uvm__fail(uvmErrorInvalidValue, "%s: the %s %p+%zu runs past the end of the allocation %p+%zu", what, which, ptr, n, (void *)base, limit);
-		*out = (struct side){.p = p, .ours = true, .kind = a.kind, .flags = a.flags, .registered = a.host_alias != 0};
+		*out = (struct side){.p = p, .ours = true, .kind = a.kind, .flags = a.flags, .registered = a.host_alias != 0, .a = a};
 		return uvmSuccess;
 	}
 	/* Ordinary memory: refuse what is not mapped rather than crash. */
@@ -449,7 +467,8 @@ static uvmError_t side_of(const char *what, const char *which, const void *ptr, 
 }
 
 /* copy_nt copies with non-temporal stores where it can, as writes into
- * write-combined memory should be made. */
+ * write-combined memory, and large writes into device memory that the
+ * host will not read back, should be made. */
 static void copy_nt(void *dst, const void *src, size_t n)
 {
 #if defined(__x86_64__)
@@ -469,42 +488,164 @@ static void copy_nt(void *dst, const void *src, size_t n)
 #endif
 }
 
-static void host_copy(const struct side *d, void *dst, const void *src, size_t n)
+/* fill_nt is memset with non-temporal stores, as copy_nt. */
+static void fill_nt(void *dst, uint8_t value, size_t n)
 {
-	if (side_write_combined(d))
-		copy_nt(dst, src, n);
-	else
-		memcpy(dst, src, n);
+#if defined(__x86_64__)
+	uint8_t *d = dst;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+	if (head > n)
+		head = n;
+	memset(d, value, head);
+	d += head, n -= head;
+	__m128i v = _mm_set1_epi8((char)value);
+	for (; n >= 16; n -= 16, d += 16)
+		_mm_stream_si128((__m128i *)d, v);
+	memset(d, value, n);
+	_mm_sfence();
+#else
+	memset(dst, value, n);
+#endif
 }
 
-enum { COPY_TO_DEVICE = 1, COPY_FROM_DEVICE = 2, COPY_DEVICE_TO_DEVICE = 3, FILL_DEVICE = 4 };
-
-static uvmError_t device_copy(struct uvm_session *s, int op, uint64_t dst, uint64_t src, uint64_t length, uint8_t value, const char *what)
+/* device_file returns in *out the session's file of device d and the copy
+ * parameters that come with it, asking the server once. */
+static uvmError_t device_file(struct uvm_session *s, int d, const char *what, struct uvm_device_file *out)
 {
+	if (d < 0 || d >= s->ndevices)
+		return uvm__fail(uvmErrorInvalidDevice, "%s: device memory of device %d: there are %d devices", what, d, s->ndevices);
+	struct uvm_device_file *f = &s->files[d];
+	uvmError_t err = uvmSuccess;
+	pthread_mutex_lock(&s->files_mu);
+	if (f->fd < 0) {
+		uint8_t qb[32], rb[64];
+		struct uvm_msg m = {.buf = qb, .cap = sizeof qb};
+		uvm__msg_start(&m, UVM_MSG_DEVICE_FILE, 0, 0);
+		uvm__put_i32(&m, d);
+		struct uvm_reader r;
+		int fd = -1, nfds = 0;
+		if ((err = uvm__request(s, &m, NULL, 0, rb, sizeof rb, &r, &fd, 1, &nfds, what)))
+			goto out;
+		uint64_t producers = uvm__get_u64(&r), nt = uvm__get_u64(&r), direct = uvm__get_u64(&r);
+		if (r.err)
+			err = uvm__fail(uvmErrorUnknown, "%s: the server's reply with device %d's file is truncated", what, d);
+		else if (nfds != 1)
+			err = uvm__fail(uvmErrorUnknown, "%s: device %d's file came with %d descriptors, want 1", what, d, nfds);
+		else if (producers < 1 || producers > MAX_COPY_PRODUCERS)
+			err = uvm__fail(uvmErrorUnknown, "%s: the server says to copy on %llu threads; want 1 to %d", what, (unsigned long long)producers,
+					MAX_COPY_PRODUCERS);
+		if (err) {
+			if (nfds > 0)
+				close(fd);
+			goto out;
+		}
+		*f = (struct uvm_device_file){.fd = fd, .producers = (unsigned)producers, .non_temporal_above = nt, .direct_below = direct};
+	}
+	*out = *f;
+out:
+	pthread_mutex_unlock(&s->files_mu);
+	return err;
+}
+
+/* reach returns in *out where this process reaches the side's bytes: the
+ * memory itself, or for device memory its allocation's shadow, with the
+ * device's file in *f. */
+static uvmError_t reach(struct uvm_session *s, const struct side *sd, const char *what, struct uvm_device_file *f, uint8_t **out)
+{
+	*out = (uint8_t *)sd->p;
+	if (!side_device(sd))
+		return uvmSuccess;
+	uvmError_t err = device_file(s, sd->a.device, what, f);
+	if (err)
+		return err;
+	uint8_t *shadow = uvm__alloc_shadow(&sd->a, f->fd);
+	if (!shadow)
+		return uvm__fail(errno == ESTALE ? uvmErrorInvalidValue : uvmErrorMemoryAllocation, "%s: map device %d's memory %p+%zu: %s", what,
+				 sd->a.device, (void *)sd->a.addr, sd->a.length, errno == ESTALE ? "it was freed meanwhile" : strerror(errno));
+	*out = shadow + (sd->p - sd->a.addr);
+	return uvmSuccess;
+}
+
+/* A copy (src set) or fill (src NULL: value) of n bytes, which its threads
+ * take COPY_CHUNK by COPY_CHUNK. */
+struct copy_job {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t n;
+	uint8_t value;
+	bool nt;     /* non-temporal stores */
+	size_t next; /* the next chunk to take, atomically */
+};
+
+static void copy_span(const struct copy_job *j, size_t off, size_t n)
+{
+	if (j->src && j->nt)
+		copy_nt(j->dst + off, j->src + off, n);
+	else if (j->src)
+		memcpy(j->dst + off, j->src + off, n);
+	else if (j->nt)
+		fill_nt(j->dst + off, j->value, n);
+	else
+		memset(j->dst + off, j->value, n);
+}
+
+static void *copy_worker(void *arg)
+{
+	struct copy_job *j = arg;
+	for (;;) {
+		size_t off = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED) * COPY_CHUNK;
+		if (off >= j->n)
+			return NULL;
+		copy_span(j, off, j->n - off < COPY_CHUNK ? j->n - off : COPY_CHUNK);
+	}
+}
+
+/* run_copy runs j, on the calling thread alone under the file's
+ * direct-path size, else on its producers: the calling thread and threads
+ * started for this copy and joined before it returns. A copy that large
+ * takes milliseconds, against tens of microseconds to start a thread,
+ * and so no thread outlives a copy: none is left for a fork's child, the
+ * program's exit or a new session to find. */
+static void run_copy(struct copy_job *j, const struct uvm_device_file *f)
+{
+	size_t chunks = (j->n + COPY_CHUNK - 1) / COPY_CHUNK;
+	size_t extra = f->producers - 1;
+	if (j->n < f->direct_below || extra == 0 || chunks < 2) {
+		copy_span(j, 0, j->n);
+		return;
+	}
+	if (extra > chunks - 1)
+		extra = chunks - 1;
+	pthread_t t[extra];
+	/* Signals are for the program's own threads to take. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	size_t started = 0;
+	while (started < extra && pthread_create(&t[started], NULL, copy_worker, j) == 0)
+		started++; /* fewer threads than asked for copy it all the same */
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	copy_worker(j);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+}
+
+/* device_written tells the server that n bytes of device memory at dst
+ * were written through a shadow, so that it records the pages as
+ * populated (uvm/memcpy.go deviceWritten). */
+static uvmError_t device_written(struct uvm_session *s, uintptr_t dst, size_t n, const char *what)
+{
+	enum { DEVICE_WRITTEN = 5 };
 	uint8_t buf[64], reply[16];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
 	uvm__msg_start(&m, UVM_MSG_DEVICE_COPY, 0, 0);
-	uvm__put_u8(&m, (uint8_t)op);
+	uvm__put_u8(&m, DEVICE_WRITTEN);
 	uvm__put_u64(&m, dst);
-	uvm__put_u64(&m, src);
-	uvm__put_u64(&m, length);
-	uvm__put_u8(&m, value);
+	uvm__put_u64(&m, 0);
+	uvm__put_u64(&m, n);
+	uvm__put_u8(&m, 0);
 	struct uvm_reader r;
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
-}
-
-/* staging returns the window of the host file through which device
- * memory is read and written (uvm/memcpy.go stagingOffset), mapping it on
- * first use. staging_mu is held. */
-static uint8_t *staging(struct uvm_session *s)
-{
-	if (!s->staging) {
-		void *m = mmap(NULL, UVM_STAGING_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, s->host_fd, (off_t)UVM_STAGING_OFFSET);
-		if (m == MAP_FAILED)
-			return NULL;
-		s->staging = m;
-	}
-	return s->staging;
 }
 
 static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const struct side *sr)
@@ -545,30 +686,25 @@ uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kin
 	if ((uintptr_t)dst < (uintptr_t)src + count && (uintptr_t)src < (uintptr_t)dst + count)
 		return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy %p <- %p of %zu bytes: the ranges overlap", dst, src, count);
 	if (!side_device(&d) && !side_device(&sr)) {
-		host_copy(&d, dst, src, count);
+		if (side_write_combined(&d))
+			copy_nt(dst, src, count);
+		else
+			memcpy(dst, src, count);
 		return uvmSuccess;
 	}
 	struct uvm_session *s = session_or_fail(&err);
 	if (!s)
 		return err;
-	if (side_device(&d) && side_device(&sr))
-		return device_copy(s, COPY_DEVICE_TO_DEVICE, (uintptr_t)dst, (uintptr_t)src, count, 0, "uvmMemcpy");
-	pthread_mutex_lock(&s->staging_mu);
-	uint8_t *stage = staging(s);
-	if (!stage) {
-		pthread_mutex_unlock(&s->staging_mu);
-		return uvm__fail(uvmErrorMemoryAllocation, "uvmMemcpy: map the copy staging window: %s", strerror(errno));
-	}
-	for (size_t off = 0; off < count && !err; off += UVM_STAGING_SIZE) {
-		size_t c = count - off < UVM_STAGING_SIZE ? count - off : UVM_STAGING_SIZE;
-		if (side_device(&d)) {
-			memcpy(stage, (const uint8_t *)src + off, c);
-			err = device_copy(s, COPY_TO_DEVICE, (uintptr_t)dst + off, 0, c, 0, "uvmMemcpy");
-		} else if ((err = device_copy(s, COPY_FROM_DEVICE, 0, (uintptr_t)src + off, c, 0, "uvmMemcpy")) == uvmSuccess)
-			host_copy(&d, (uint8_t *)dst + off, stage, c);
-	}
-	pthread_mutex_unlock(&s->staging_mu);
-	return err;
+	/* Either file's parameters will do: they are the machine's. */
+	struct uvm_device_file fd = {.fd = -1}, fs = {.fd = -1};
+	uint8_t *to, *from;
+	if ((err = reach(s, &d, "uvmMemcpy", &fd, &to)) || (err = reach(s, &sr, "uvmMemcpy", &fs, &from)))
+		return err;
+	const struct uvm_device_file *f = side_device(&d) ? &fd : &fs;
+	bool nt = side_write_combined(&d) || (side_device(&d) && f->non_temporal_above && count >= f->non_temporal_above);
+	struct copy_job j = {.dst = to, .src = from, .n = count, .nt = nt};
+	run_copy(&j, f);
+	return side_device(&d) ? device_written(s, (uintptr_t)dst, count, "uvmMemcpy") : uvmSuccess;
 }
 
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream)
@@ -587,21 +723,23 @@ uvmError_t uvmMemset(void *devPtr, int value, size_t count)
 	uvmError_t err;
 	if ((err = side_of("uvmMemset", "destination", devPtr, count, &d)))
 		return err;
-	if (side_device(&d)) {
-		struct uvm_session *s = session_or_fail(&err);
-		if (!s)
-			return err;
-		return device_copy(s, FILL_DEVICE, (uintptr_t)devPtr, 0, count, (uint8_t)value, "uvmMemset");
-	}
-	if (!side_write_combined(&d)) {
-		memset(devPtr, value, count);
+	if (!side_device(&d)) {
+		if (side_write_combined(&d))
+			fill_nt(devPtr, (uint8_t)value, count);
+		else
+			memset(devPtr, value, count);
 		return uvmSuccess;
 	}
-	uint8_t pattern[4096];
-	memset(pattern, value, sizeof pattern);
-	for (size_t off = 0; off < count; off += sizeof pattern)
-		copy_nt((uint8_t *)devPtr + off, pattern, count - off < sizeof pattern ? count - off : sizeof pattern);
-	return uvmSuccess;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	struct uvm_device_file f;
+	uint8_t *to;
+	if ((err = reach(s, &d, "uvmMemset", &f, &to)))
+		return err;
+	struct copy_job j = {.dst = to, .n = count, .value = (uint8_t)value, .nt = f.non_temporal_above && count >= f.non_temporal_above};
+	run_copy(&j, &f);
+	return device_written(s, (uintptr_t)devPtr, count, "uvmMemset");
 }
 
 uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t stream)

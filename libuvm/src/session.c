@@ -271,7 +271,9 @@ static void connect_session(void)
 	memset(s, 0, sizeof *s);
 	s->conn = s->host_fd = -1;
 	pthread_mutex_init(&s->req_mu, NULL);
-	pthread_mutex_init(&s->staging_mu, NULL);
+	pthread_mutex_init(&s->files_mu, NULL);
+	for (int i = 0; i < UVM_MAX_DEVICES; i++)
+		s->files[i].fd = -1;
 	s->rbuf = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (s->rbuf == MAP_FAILED) {
 		s->rbuf = NULL;
@@ -438,6 +440,40 @@ bool uvm__alias_overlap(uintptr_t p, size_t n, struct uvm_alloc *out)
 	}
 	pthread_rwlock_unlock(&allocs_mu);
 	return found;
+}
+
+uint8_t *uvm__alloc_shadow(const struct uvm_alloc *a, int fd)
+{
+	if (a->shadow)
+		return a->shadow;
+	/* Mapped outside the lock; a thread that lost the race to map it
+	 * first unmaps its own. MADV_DONTFORK, as the range itself: a
+	 * child's write through it would land in the parent's device memory. */
+	void *m = mmap(NULL, a->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)a->addr);
+	if (m == MAP_FAILED)
+		return NULL;
+	if (madvise(m, a->length, MADV_DONTFORK) < 0) {
+		int e = errno;
+		munmap(m, a->length);
+		errno = e;
+		return NULL;
+	}
+	uint8_t *got = NULL;
+	pthread_rwlock_wrlock(&allocs_mu);
+	size_t i = index_of(a->addr);
+	/* The buffer id tells a new allocation at the same address (the
+	 * old one freed meanwhile) from a. */
+	if (i < nallocs && allocs[i].addr == a->addr && allocs[i].buffer_id == a->buffer_id && !allocs[i].pending && !allocs[i].forked) {
+		if (!allocs[i].shadow)
+			allocs[i].shadow = m;
+		got = allocs[i].shadow;
+	}
+	pthread_rwlock_unlock(&allocs_mu);
+	if (got != m)
+		munmap(m, a->length);
+	if (!got)
+		errno = ESTALE;
+	return got;
 }
 
 void uvm__alloc_set_alias(uintptr_t addr, uintptr_t alias)
@@ -700,6 +736,10 @@ uvmError_t uvm__release(uintptr_t addr, unsigned kinds_mask, const char *what)
 	}
 	remove_at_locked(addr);
 	pthread_rwlock_unlock(&allocs_mu);
+	/* Before the server frees: the device file's pages at addr may be
+	 * another allocation's next, which this mapping must not reach. */
+	if (a.shadow)
+		munmap(a.shadow, a.length);
 	if (a.forked) {
 		/* A fork's private copy: no server knows it. */
 		munmap((void *)a.addr, a.reserved);
@@ -841,6 +881,7 @@ static void atfork_child(void)
 			continue;
 		allocs[k] = allocs[i];
 		allocs[k].forked = true;
+		allocs[k].shadow = NULL; /* MADV_DONTFORK: not mapped here */
 		k++;
 	}
 	nallocs = k;
@@ -850,8 +891,11 @@ static void atfork_child(void)
 		close(session.host_fd);
 		if (session.rbuf)
 			munmap(session.rbuf, UVM_MAX_MESSAGE);
-		if (session.staging)
-			munmap(session.staging, UVM_STAGING_SIZE);
+		/* The parent's device files: this process's next session asks
+		 * for its own. */
+		for (int i = 0; i < UVM_MAX_DEVICES; i++)
+			if (session.files[i].fd >= 0)
+				close(session.files[i].fd);
 	}
 	state = NOT_CONNECTED;
 	pthread_rwlock_init(&allocs_mu, NULL);

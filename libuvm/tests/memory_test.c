@@ -261,7 +261,7 @@ static void test_register(void)
 
 static void test_pointer_attributes(void)
 {
-	uvmPointerAttributes at;
+	uvmPointerAttributes at = {.device = 0}; /* read by nothing; gcc cannot tell */
 	CHECK_ERR(uvmPointerGetAttributes(NULL, &at), uvmErrorInvalidValue);
 	CHECK_OK(uvmPointerGetAttributes(&at, &local_variable_target));
 	CHECK(at.type == uvmMemoryTypeUnregistered && at.device == uvmInvalidDeviceId && at.devicePointer == NULL);
@@ -391,6 +391,220 @@ static void sum_kernel(unsigned tid, unsigned nthreads, const void *params)
 	*p->dst = sum;
 }
 
+/* byte_sum_kernel adds up n bytes at src into *dst: run with one thread. */
+struct byte_sum_params {
+	const unsigned char *src;
+	size_t n;
+	long *dst;
+};
+
+static void byte_sum_kernel(unsigned tid, unsigned nthreads, const void *params)
+{
+	const struct byte_sum_params *p = params;
+	(void)tid, (void)nthreads;
+	long sum = 0;
+	for (size_t i = 0; i < p->n; i++)
+		sum += p->src[i];
+	*p->dst = sum;
+}
+
+static unsigned char pattern_byte(size_t i) { return (unsigned char)(i * 131 + (i >> 20) + 7); }
+
+/* first_difference returns the first i < n where a and b differ, or n. */
+static size_t first_difference(const unsigned char *a, const unsigned char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return i;
+	return n;
+}
+
+/* Copies of device memory large enough to be shared among threads (and
+ * to use non-temporal stores where the server says they pay), at
+ * unaligned offsets, each way and between devices, byte for byte; a
+ * large unaligned memset; and the bytes around them untouched. */
+static void test_device_copies_large(void)
+{
+	const size_t n = 64 * MiB + 3, room = n + 64;
+	unsigned char *d0 = NULL, *d1 = NULL, *h = malloc(room), *back = malloc(room), *want = malloc(room);
+	CHECK_OK(uvmMalloc((void **)&d0, room));
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmMalloc((void **)&d1, room));
+	CHECK_OK(uvmSetDevice(0));
+	if (!d0 || !d1 || !h || !back || !want)
+		return;
+	for (size_t i = 0; i < room; i++)
+		h[i] = pattern_byte(i);
+	CHECK_OK(uvmMemset(d0, 0x5a, room));
+	CHECK_OK(uvmMemset(d1, 0xa5, room));
+
+	CHECK_OK(uvmMemcpy(d0 + 5, h + 1, n, uvmMemcpyHostToDevice));
+	memset(back, 0, room);
+	CHECK_OK(uvmMemcpy(back, d0, room, uvmMemcpyDeviceToHost));
+	memset(want, 0x5a, room);
+	memcpy(want + 5, h + 1, n);
+	size_t at = first_difference(back, want, room);
+	CHECK(at == room);
+	if (at != room)
+		fprintf(stderr, "host to device: byte %zu is %#x, want %#x\n", at, back[at], want[at]);
+
+	CHECK_OK(uvmMemcpy(d1 + 13, d0 + 5, n, uvmMemcpyDeviceToDevice));
+	memset(back, 0, room);
+	CHECK_OK(uvmMemcpy(back + 3, d1 + 13, n, uvmMemcpyDeviceToHost));
+	at = first_difference(back + 3, h + 1, n);
+	CHECK(at == n);
+	if (at != n)
+		fprintf(stderr, "device to device to host: byte %zu is %#x, want %#x\n", at, back[3 + at], h[1 + at]);
+	CHECK(back[0] == 0 && back[1] == 0 && back[2] == 0 && back[n + 3] == 0);
+	CHECK_OK(uvmMemcpy(back, d1, 13, uvmMemcpyDeviceToHost));
+	CHECK(back[0] == 0xa5 && back[12] == 0xa5);
+	CHECK_OK(uvmMemcpy(back, d1 + 13 + n, room - 13 - n, uvmMemcpyDeviceToHost));
+	CHECK(back[0] == 0xa5 && back[room - 14 - n] == 0xa5);
+
+	/* A large memset at an odd offset, short of the end. */
+	CHECK_OK(uvmMemset(d1 + 7, 0xc3, n - 20));
+	CHECK_OK(uvmMemcpy(back, d1, room, uvmMemcpyDeviceToHost));
+	memset(want, 0xa5, 13);
+	memcpy(want + 13, h + 1, n);
+	memset(want + 13 + n, 0xa5, room - 13 - n);
+	memset(want + 7, 0xc3, n - 20);
+	at = first_difference(back, want, room);
+	CHECK(at == room);
+	if (at != room)
+		fprintf(stderr, "memset: byte %zu is %#x, want %#x\n", at, back[at], want[at]);
+
+	/* The device sees what the copies wrote. */
+	long *sum;
+	CHECK_OK(uvmMallocManaged((void **)&sum, sizeof *sum, uvmMemAttachGlobal));
+	if (sum) {
+		long expect = 0;
+		for (size_t i = 0; i < room; i++)
+			expect += want[i];
+		struct byte_sum_params sp = {.src = d1, .n = room, .dst = sum};
+		CHECK_OK(uvmLaunchKernel(1, NULL, 1, byte_sum_kernel, &sp, sizeof sp));
+		CHECK_OK(uvmSetDevice(1));
+		CHECK_OK(uvmDeviceSynchronize());
+		CHECK_OK(uvmSetDevice(0));
+		CHECK(*sum == expect);
+		CHECK_OK(uvmFree(sum));
+	}
+	CHECK_OK(uvmFree(d0));
+	CHECK_OK(uvmFree(d1));
+	free(h);
+	free(back);
+	free(want);
+}
+
+/* Device memory freed and allocated again, maybe at the same address, on
+ * another device and larger: copies reach the new allocation, not a
+ * mapping left from the old one. */
+static void test_device_realloc(void)
+{
+	size_t small = 4 * MiB + 1, large = 6 * MiB;
+	unsigned char *h = malloc(large), *back = malloc(large), *d, *e = NULL, *f = NULL;
+	long *sum;
+	CHECK_OK(uvmMallocManaged((void **)&sum, sizeof *sum, uvmMemAttachGlobal));
+	if (!h || !back || !sum)
+		return;
+	for (size_t i = 0; i < large; i++)
+		h[i] = pattern_byte(i + 11);
+	for (int round = 0; round < 3; round++) {
+		CHECK_OK(uvmMalloc((void **)&d, small));
+		if (!d)
+			return;
+		CHECK_OK(uvmMemset(d, 0x11, small));
+		CHECK_OK(uvmMemcpy(back, d + small - 100, 100, uvmMemcpyDeviceToHost));
+		CHECK(back[0] == 0x11 && back[99] == 0x11);
+		CHECK_OK(uvmFree(d));
+
+		/* The next one on device 1, at d if the window has room there. */
+		CHECK_OK(uvmSetDevice(1));
+		CHECK_OK(uvmMalloc((void **)&e, large));
+		CHECK_OK(uvmSetDevice(0));
+		if (!e)
+			return;
+		if (round == 0 && e != d)
+			fprintf(stderr, "note: device memory allocated again at %p, not at %p\n", (void *)e, (void *)d);
+		CHECK_OK(uvmMemcpy(e, h, large, uvmMemcpyHostToDevice));
+		memset(back, 0, large);
+		CHECK_OK(uvmMemcpy(back, e, large, uvmMemcpyDeviceToHost));
+		CHECK(memcmp(back, h, large) == 0);
+		long expect = 0;
+		for (size_t i = 0; i < large; i++)
+			expect += h[i];
+		*sum = -1;
+		struct byte_sum_params sp = {.src = e, .n = large, .dst = sum};
+		CHECK_OK(uvmLaunchKernel(1, NULL, 1, byte_sum_kernel, &sp, sizeof sp));
+		CHECK_OK(uvmSetDevice(1));
+		CHECK_OK(uvmDeviceSynchronize());
+		CHECK_OK(uvmSetDevice(0));
+		CHECK(*sum == expect);
+		CHECK_OK(uvmFree(e));
+
+		/* And back on device 0, larger than the first. */
+		CHECK_OK(uvmMalloc((void **)&f, large));
+		if (!f)
+			return;
+		CHECK_OK(uvmMemset(f, 0x22, large));
+		CHECK_OK(uvmMemcpy(back, f + large - 4096, 4096, uvmMemcpyDeviceToHost));
+		CHECK(back[0] == 0x22 && back[4095] == 0x22);
+		CHECK_OK(uvmFree(f));
+	}
+	CHECK_OK(uvmFree(sum));
+	free(h);
+	free(back);
+}
+
+/* A fork after device copies: the child, which has no session and finds
+ * the parent's device memory unreachable, makes its own session and
+ * device copies, frees its copy of the table, and exits cleanly; the
+ * parent's device memory and copies are as before. */
+static void test_fork_after_device_copies(void)
+{
+	size_t n = 8 * MiB + 5;
+	unsigned char *d, *h = malloc(n), *back = malloc(n);
+	CHECK_OK(uvmMalloc((void **)&d, n));
+	if (!d || !h || !back)
+		return;
+	for (size_t i = 0; i < n; i++)
+		h[i] = pattern_byte(i + 3);
+	CHECK_OK(uvmMemcpy(d, h, n, uvmMemcpyHostToDevice));
+	CHECK_OK(uvmMemcpy(back, d, n, uvmMemcpyDeviceToHost));
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int rc = 0;
+		uvmPointerAttributes at;
+		if (uvmPointerGetAttributes(&at, d) != uvmSuccess || at.type != uvmMemoryTypeUnregistered)
+			rc = 21;
+		unsigned char *c;
+		if (uvmMalloc((void **)&c, n) != uvmSuccess)
+			exit(22);
+		if (uvmMemcpy(c, h, n, uvmMemcpyHostToDevice) != uvmSuccess || uvmMemset(c, 0x77, 10) != uvmSuccess)
+			rc = 23;
+		memset(back, 0, n);
+		if (uvmMemcpy(back, c, n, uvmMemcpyDeviceToHost) != uvmSuccess || back[9] != 0x77 || memcmp(back + 10, h + 10, n - 10) != 0)
+			rc = 24;
+		if (uvmFree(c) != uvmSuccess || uvmFree(d) != uvmSuccess)
+			rc = 25;
+		exit(rc); /* exit, not _exit: the library's state must survive the handlers */
+	}
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		fprintf(stderr, "fork child after device copies: status %#x\n", status);
+	memset(back, 0, n);
+	CHECK_OK(uvmMemcpy(back, d, n, uvmMemcpyDeviceToHost));
+	CHECK(memcmp(back, h, n) == 0);
+	CHECK_OK(uvmMemset(d, 0x33, n));
+	CHECK_OK(uvmMemcpy(back, d + n - 3, 3, uvmMemcpyDeviceToHost));
+	CHECK(back[0] == 0x33 && back[2] == 0x33);
+	CHECK_OK(uvmFree(d));
+	free(h);
+	free(back);
+}
+
 /* Kernels reach pinned and registered host memory through the device
  * pointer, in place (zero-copy), and managed memory prefetched on a
  * stream. */
@@ -450,15 +664,21 @@ static void test_kernels_reach_host_memory(void)
 
 int main(void)
 {
+	/* The 64 MiB copies need devices larger than the test's 64 MiB; set
+	 * before the first call starts the private server. */
+	setenv("UVM_ARENA_SIZE", "192MiB", 1);
 	test_errors();
 	test_managed();
 	test_advice();
 	test_device_memory();
+	test_device_copies_large();
+	test_device_realloc();
 	test_pinned();
 	test_register();
 	test_pointer_attributes();
 	test_threads();
 	test_kernels_reach_host_memory();
 	test_fork();
+	test_fork_after_device_copies();
 	return check_done("memory_test");
 }

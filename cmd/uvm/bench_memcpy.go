@@ -1,0 +1,422 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/softuvm/softuvm/uvm"
+)
+
+// memcpyReport is the JSON `uvm bench memcpy --json` prints. Rates are
+// medians over runs, after a warm-up that is not counted; GB/s are 1e9
+// bytes a second.
+type memcpyReport struct {
+	Machine   machineSummary      `json:"machine"`
+	Runs      int                 `json:"runs"`
+	SizeBytes int64               `json:"size_bytes"`
+	Engine    uvm.CopyCalibration `json:"engine"`
+
+	// Plain memcpy between warm buffers of the size, in this process:
+	// one thread, and every CPU copying a share at once.
+	Memcpy1tGBps  float64 `json:"memcpy_1t_gbps"`
+	MemcpyAllGBps float64 `json:"memcpy_all_gbps"`
+
+	// Memcpy of the size from ordinary host memory to device memory and
+	// back, through the copy engine. The first copy into new device
+	// memory allocates its pages and is reported apart.
+	EngineH2DGBps      float64 `json:"engine_h2d_gbps"`
+	EngineD2HGBps      float64 `json:"engine_d2h_gbps"`
+	EngineH2DFraction  float64 `json:"engine_h2d_fraction"` // of memcpy_all
+	EngineD2HFraction  float64 `json:"engine_d2h_fraction"`
+	EngineH2DFirstGBps float64 `json:"engine_h2d_first_copy_gbps"`
+
+	// Prefetch of a managed range of the size to device 0 and back to
+	// the CPU, each a migration of every page.
+	PrefetchH2DGBps     float64 `json:"prefetch_h2d_gbps"`
+	PrefetchD2HGBps     float64 `json:"prefetch_d2h_gbps"`
+	PrefetchH2DFraction float64 `json:"prefetch_h2d_fraction"`
+	PrefetchD2HFraction float64 `json:"prefetch_d2h_fraction"`
+	// The same prefetches with the engine forced on (from 1 byte) and
+	// forced off, whatever the calibration chose.
+	PrefetchEngineH2DGBps float64 `json:"prefetch_engine_h2d_gbps"`
+	PrefetchEngineD2HGBps float64 `json:"prefetch_engine_d2h_gbps"`
+	PrefetchDirectH2DGBps float64 `json:"prefetch_direct_h2d_gbps"`
+	PrefetchDirectD2HGBps float64 `json:"prefetch_direct_d2h_gbps"`
+	// The ceiling of any migration here: writing into new pages of a
+	// memfd, which allocates them.
+	FreshPageWriteGBps float64 `json:"fresh_page_write_gbps"`
+
+	// Producers: engine_h2d and engine_d2h with N_P forced, to show how
+	// the copy scales with producer threads.
+	Producers []producerRow `json:"producers"`
+	// Sizes: the engine's transfer time normalized to a single-thread
+	// copy of the same bytes, as the paper's figures 9 and 10.
+	Sizes []sizeRow `json:"sizes"`
+}
+
+type producerRow struct {
+	Producers int     `json:"producers"`
+	H2DGBps   float64 `json:"h2d_gbps"`
+	D2HGBps   float64 `json:"d2h_gbps"`
+}
+
+type sizeRow struct {
+	Bytes          int64   `json:"bytes"`
+	SingleThreadUS float64 `json:"single_thread_us"`
+	H2DUS          float64 `json:"h2d_us"`
+	D2HUS          float64 `json:"d2h_us"`
+	H2DNormalized  float64 `json:"h2d_normalized"`
+	D2HNormalized  float64 `json:"d2h_normalized"`
+}
+
+func benchMemcpy(args []string) error {
+	fs := newFlagSet("bench memcpy", "[--json] [--size SIZE] [--runs N] [--producers LIST]",
+		"Measure the copy engine: Memcpy to device memory and back and Prefetch both ways against plain memcpy, how the copy scales with producer threads, and from which size the engine wins")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	sizeText := fs.String("size", "1GiB", "bytes per transfer")
+	runs := fs.Int("runs", 5, "measured runs of each transfer (median)")
+	producersText := fs.String("producers", "", "comma list of producer counts to time (default: 1, 2, 4, ... up to the CPUs)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := uvm.ParseSize(*sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if size < 4<<20 || *runs < 1 {
+		return fmt.Errorf("want --size of at least 4 MiB and --runs >= 1 (have %q, %d)", *sizeText, *runs)
+	}
+	producers, err := parseProducers(*producersText)
+	if err != nil {
+		return err
+	}
+	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
+	rep := memcpyReport{Runs: *runs, SizeBytes: size, Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}}
+
+	progress("host buffers: 2 x %s", uvm.FormatSize(size))
+	src, dst := warmBuffer(size), warmBuffer(size)
+	for i := range src {
+		src[i] = byte(i*7 + i>>12)
+	}
+	progress("plain memcpy: one thread, then %d", cpus())
+	rep.Memcpy1tGBps = medianRate(size, *runs, func() error { copy(dst, src); return nil })
+	rep.MemcpyAllGBps = medianRate(size, *runs, func() error { parallelCopy(dst, src, cpus()); return nil })
+	fresh, err := freshPageWrite(src[:min(size, 256<<20)])
+	if err != nil {
+		return err
+	}
+	rep.FreshPageWriteGBps = fresh
+
+	progress("engine: Memcpy %s to device memory and back", uvm.FormatSize(size))
+	s, err := memcpySession(size, 0, 0)
+	if err != nil {
+		return err
+	}
+	in, err := s.Info()
+	if err != nil {
+		s.Close()
+		return err
+	}
+	rep.Engine = in.CopyEngine
+	rep.EngineH2DFirstGBps, rep.EngineH2DGBps, rep.EngineD2HGBps, err = engineRates(s, src, dst, *runs)
+	s.Close()
+	if err != nil {
+		return err
+	}
+	rep.EngineH2DFraction = rep.EngineH2DGBps / rep.MemcpyAllGBps
+	rep.EngineD2HFraction = rep.EngineD2HGBps / rep.MemcpyAllGBps
+
+	for _, mode := range []struct {
+		name        string
+		directBelow int64
+		h2d, d2h    *float64
+	}{
+		{"as calibrated", 0, &rep.PrefetchH2DGBps, &rep.PrefetchD2HGBps},
+		{"engine forced on", 1, &rep.PrefetchEngineH2DGBps, &rep.PrefetchEngineD2HGBps},
+		{"engine forced off", math.MaxInt64, &rep.PrefetchDirectH2DGBps, &rep.PrefetchDirectD2HGBps},
+	} {
+		progress("Prefetch %s to device 0 and back, %s", uvm.FormatSize(size), mode.name)
+		if *mode.h2d, *mode.d2h, err = prefetchRates(size, src, *runs, mode.directBelow); err != nil {
+			return err
+		}
+	}
+	rep.PrefetchH2DFraction = rep.PrefetchH2DGBps / rep.MemcpyAllGBps
+	rep.PrefetchD2HFraction = rep.PrefetchD2HGBps / rep.MemcpyAllGBps
+
+	if producers == nil {
+		for n := 1; n <= cpus(); n *= 2 {
+			producers = append(producers, n)
+		}
+		if producers[len(producers)-1] != cpus() {
+			producers = append(producers, cpus())
+		}
+	}
+	for _, n := range producers {
+		progress("engine with %d producers", n)
+		s, err := memcpySession(size, n, 0)
+		if err != nil {
+			return err
+		}
+		_, h2d, d2h, err := engineRates(s, src, dst, *runs)
+		s.Close()
+		if err != nil {
+			return err
+		}
+		rep.Producers = append(rep.Producers, producerRow{Producers: n, H2DGBps: h2d, D2HGBps: d2h})
+	}
+
+	progress("sizes: engine against one thread, 64 KiB to %s", uvm.FormatSize(size))
+	if rep.Sizes, err = sizeSweep(size, src, dst, *runs); err != nil {
+		return err
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printMemcpyReport(rep)
+	return nil
+}
+
+func parseProducers(text string) ([]int, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(text, ",") {
+		part = strings.TrimSpace(part)
+		var n int
+		if _, err := fmt.Sscanf(part, "%d", &n); err != nil || n < 1 || n > 1024 {
+			return nil, fmt.Errorf("--producers: %q is not a count from 1 to 1024", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// memcpySession starts a private server with one device large enough for
+// device memory and a managed range of size each; producers and
+// directBelow override the engine's calibration where nonzero.
+func memcpySession(size int64, producers int, directBelow int64) (*uvm.Session, error) {
+	cfg := uvm.DefaultServerConfig()
+	cfg.Devices = uvm.DeviceSpecs(1, []int64{2*size + 64<<20}, cfg.Devices[0].Backend)
+	cfg.CopyProducers = producers
+	cfg.CopyDirectBelow = directBelow
+	return uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+}
+
+// warmBuffer returns size bytes whose pages exist: this VM hands unused
+// memory back to the host, and the first touch of a page costs several
+// times a copy of it.
+func warmBuffer(size int64) []byte {
+	b := make([]byte, size)
+	for i := int64(0); i < size; i += uvm.PageSize {
+		b[i] = 1
+	}
+	return b
+}
+
+// parallelCopy copies src into dst with n goroutines, each a contiguous
+// share, as plain memcpy on every CPU.
+func parallelCopy(dst, src []byte, n int) {
+	var wg sync.WaitGroup
+	share := (len(src) + n - 1) / n
+	for lo := 0; lo < len(src); lo += share {
+		hi := min(len(src), lo+share)
+		wg.Add(1)
+		go func() { defer wg.Done(); copy(dst[lo:hi], src[lo:hi]) }()
+	}
+	wg.Wait()
+}
+
+// medianRate runs f once to warm up, then runs times, and returns the
+// median rate in GB/s.
+func medianRate(bytes int64, runs int, f func() error) float64 {
+	var rates []float64
+	for r := -1; r < runs; r++ {
+		t := time.Now()
+		if err := f(); err != nil {
+			return 0
+		}
+		if r >= 0 {
+			rates = append(rates, float64(bytes)/time.Since(t).Seconds()/1e9)
+		}
+	}
+	return median(rates)
+}
+
+// engineRates times Memcpy from src to new device memory (the first copy,
+// which allocates the device pages), then to it and back to dst, and
+// checks the bytes.
+func engineRates(s *uvm.Session, src, dst []byte, runs int) (first, h2d, d2h float64, err error) {
+	size := int64(len(src))
+	dev, err := s.Malloc(0, size)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer s.Free(dev.Addr())
+	host := addrOf(src)
+	back := addrOf(dst)
+	t := time.Now()
+	if err := s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice); err != nil {
+		return 0, 0, 0, err
+	}
+	first = float64(size) / time.Since(t).Seconds() / 1e9
+	var failed error
+	h2d = medianRate(size, runs, func() error {
+		failed = s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice)
+		return failed
+	})
+	if failed != nil {
+		return 0, 0, 0, failed
+	}
+	clear(dst)
+	d2h = medianRate(size, runs, func() error {
+		failed = s.Memcpy(back, dev.Addr(), size, uvm.MemcpyDeviceToHost)
+		return failed
+	})
+	if failed != nil {
+		return 0, 0, 0, failed
+	}
+	if i := firstDifference(dst, src); i >= 0 {
+		return 0, 0, 0, fmt.Errorf("Memcpy through device memory changed byte %d: %#x, want %#x", i, dst[i], src[i])
+	}
+	return first, h2d, d2h, nil
+}
+
+func firstDifference(a, b []byte) int {
+	const step = 1 << 20
+	for lo := 0; lo < len(a); lo += step {
+		hi := min(len(a), lo+step)
+		if string(a[lo:hi]) != string(b[lo:hi]) {
+			for i := lo; i < hi; i++ {
+				if a[i] != b[i] {
+					return i
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// prefetchRates writes a managed range of size on the host, then times
+// Prefetch to device 0 and back to the CPU, runs times after a warm-up
+// round trip, and checks the bytes.
+func prefetchRates(size int64, src []byte, runs int, directBelow int64) (h2d, d2h float64, err error) {
+	s, err := memcpySession(size, 0, directBelow)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.Close()
+	a, err := s.MallocManaged(size)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.Free(a.Addr())
+	copy(a.Bytes(), src)
+	var toDev, toHost []float64
+	for r := -1; r < runs; r++ {
+		t := time.Now()
+		if err := s.Prefetch(a.Addr(), size, 0); err != nil {
+			return 0, 0, err
+		}
+		mid := time.Now()
+		if err := s.Prefetch(a.Addr(), size, uvm.CPU); err != nil {
+			return 0, 0, err
+		}
+		if r >= 0 {
+			toDev = append(toDev, float64(size)/mid.Sub(t).Seconds()/1e9)
+			toHost = append(toHost, float64(size)/time.Since(mid).Seconds()/1e9)
+		}
+	}
+	if i := firstDifference(a.Bytes(), src); i >= 0 {
+		return 0, 0, fmt.Errorf("Prefetch there and back changed byte %d", i)
+	}
+	return median(toDev), median(toHost), nil
+}
+
+// sizeSweep times Memcpy to device memory and back at sizes from 64 KiB
+// up, against a single-thread copy of the same bytes between host
+// buffers, each the median of enough repetitions to take a few
+// milliseconds.
+func sizeSweep(size int64, src, dst []byte, runs int) ([]sizeRow, error) {
+	s, err := memcpySession(size, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	dev, err := s.Malloc(0, size)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Free(dev.Addr())
+	host, back := addrOf(src), addrOf(dst)
+	if err := s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice); err != nil { // its pages exist from here on
+		return nil, err
+	}
+	var rows []sizeRow
+	for n := int64(64 << 10); n <= size; n *= 4 {
+		reps := int(max(1, (8<<20)/n))
+		timeIt := func(f func() error) (float64, error) {
+			var us []float64
+			for r := -1; r < runs; r++ {
+				t := time.Now()
+				for range reps {
+					if err := f(); err != nil {
+						return 0, err
+					}
+				}
+				if r >= 0 {
+					us = append(us, float64(time.Since(t).Microseconds())/float64(reps))
+				}
+			}
+			return median(us), nil
+		}
+		row := sizeRow{Bytes: n}
+		row.SingleThreadUS, _ = timeIt(func() error { copy(dst[:n], src[:n]); return nil })
+		if row.H2DUS, err = timeIt(func() error { return s.Memcpy(dev.Addr(), host, n, uvm.MemcpyHostToDevice) }); err != nil {
+			return nil, err
+		}
+		if row.D2HUS, err = timeIt(func() error { return s.Memcpy(back, dev.Addr(), n, uvm.MemcpyDeviceToHost) }); err != nil {
+			return nil, err
+		}
+		if row.SingleThreadUS > 0 {
+			row.H2DNormalized = row.H2DUS / row.SingleThreadUS
+			row.D2HNormalized = row.D2HUS / row.SingleThreadUS
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func printMemcpyReport(r memcpyReport) {
+	fmt.Printf("machine: %d CPUs, Linux %s, %s; %s per transfer, medians of %d runs\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, uvm.FormatSize(r.SizeBytes), r.Runs)
+	e := r.Engine
+	fmt.Printf("engine: %d producers for copies, %d for migrations; engine from %s for copies, %s for migrations\n\n",
+		e.CopyProducers, e.MigrationProducers, engineSize(e.CopyDirectBelow), engineSize(e.DirectBelow))
+	fmt.Printf("memcpy one thread        %7.2f GB/s\n", r.Memcpy1tGBps)
+	fmt.Printf("memcpy all CPUs          %7.2f GB/s\n", r.MemcpyAllGBps)
+	fmt.Printf("engine host->device      %7.2f GB/s  %.2f of memcpy_all (goal 0.9); first copy into new device memory %.2f GB/s\n", r.EngineH2DGBps, r.EngineH2DFraction, r.EngineH2DFirstGBps)
+	fmt.Printf("engine device->host      %7.2f GB/s  %.2f of memcpy_all (goal 0.9)\n", r.EngineD2HGBps, r.EngineD2HFraction)
+	fmt.Printf("prefetch host->device    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); engine forced on %.2f, off %.2f\n", r.PrefetchH2DGBps, r.PrefetchH2DFraction, r.PrefetchEngineH2DGBps, r.PrefetchDirectH2DGBps)
+	fmt.Printf("prefetch device->host    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); engine forced on %.2f, off %.2f\n", r.PrefetchD2HGBps, r.PrefetchD2HFraction, r.PrefetchEngineD2HGBps, r.PrefetchDirectD2HGBps)
+	fmt.Printf("writing new memfd pages  %7.2f GB/s  (the ceiling of any migration here)\n\n", r.FreshPageWriteGBps)
+	fmt.Printf("%10s %10s %10s\n", "producers", "h2d GB/s", "d2h GB/s")
+	for _, p := range r.Producers {
+		fmt.Printf("%10d %10.2f %10.2f\n", p.Producers, p.H2DGBps, p.D2HGBps)
+	}
+	fmt.Printf("\n%10s %14s %10s %10s %10s %10s\n", "size", "1 thread us", "h2d us", "d2h us", "h2d norm", "d2h norm")
+	for _, s := range r.Sizes {
+		fmt.Printf("%10s %14.1f %10.1f %10.1f %10.2f %10.2f\n", uvm.FormatSize(s.Bytes), s.SingleThreadUS, s.H2DUS, s.D2HUS, s.H2DNormalized, s.D2HNormalized)
+	}
+}
+
+// addrOf is the address of b's first byte, for Memcpy.
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -1,0 +1,259 @@
+package uvm
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+)
+
+// CopyCalibration is what the copy engine measured of this machine, once
+// per process, and the parameters it chose from it.
+type CopyCalibration struct {
+	CPUs int `json:"cpus"`
+	// HostCopyGBps is S_H2B: one thread copying between warm buffers.
+	HostCopyGBps float64 `json:"host_copy_gbps"`
+	// AllCopyGBps is every CPU copying at once, together.
+	AllCopyGBps float64 `json:"all_copy_gbps"`
+	// MemoryGBps is B_MEM: the bytes memory moves while every CPU copies
+	// (each copied byte is read once and written once).
+	MemoryGBps float64 `json:"memory_gbps"`
+	// InstallGBps is S_B2D for migrations: writing into new pages of a
+	// file, which allocates them, as every migration's install step does.
+	InstallGBps float64 `json:"install_gbps"`
+	// NonTemporalGBps is one thread copying a buffer larger than the
+	// caches with non-temporal stores (0 where there are none).
+	NonTemporalGBps float64 `json:"non_temporal_gbps"`
+	// MigrationProducers is N_P for migrations (see producersFor).
+	MigrationProducers int `json:"migration_producers"`
+	// CopyProducers is N_P for copies straight into existing pages
+	// (Memcpy), which have no install step.
+	CopyProducers int `json:"copy_producers"`
+	// DirectBelow is the move size under which the engine is not used:
+	// the smallest migration size from which the engine beat one thread
+	// by 10% at every size up to a block, or MaxInt64 when it did not at
+	// a block.
+	DirectBelow int64 `json:"direct_below"`
+	// CopyDirectBelow is the copy size under which Memcpy copies on one
+	// thread: the smallest size from which the engine's producers beat one
+	// thread by 10% at every size up to 8 MiB, or MaxInt64 when they did
+	// not at 8 MiB.
+	CopyDirectBelow int64 `json:"copy_direct_below"`
+	// NonTemporalAbove is the copy size from which Memcpy uses
+	// non-temporal stores into destinations it does not read back; 0 when
+	// they are not faster here.
+	NonTemporalAbove int64 `json:"non_temporal_above"`
+	// Took is how long calibrating took, in nanoseconds.
+	Took Duration `json:"took_ns"`
+	Err  string   `json:"error,omitempty"`
+}
+
+var (
+	calibrationOnce sync.Once
+	calibration     CopyCalibration
+)
+
+// copyCalibration measures this machine once per process. It takes a few
+// tens of milliseconds.
+func copyCalibration() CopyCalibration {
+	calibrationOnce.Do(func() { calibration = calibrate() })
+	return calibration
+}
+
+// calibrationBytes is each copy thread's buffer: larger than a core's
+// share of the last-level cache, so that copies measure memory, small
+// enough to calibrate in milliseconds.
+const calibrationBytes = 8 << 20
+
+func calibrate() CopyCalibration {
+	started := time.Now()
+	c := CopyCalibration{CPUs: runtime.NumCPU()}
+	bufs := make([][2][]byte, c.CPUs)
+	for i := range bufs {
+		for j := range 2 {
+			bufs[i][j] = make([]byte, calibrationBytes)
+			for k := 0; k < calibrationBytes; k += PageSize { // touch: fresh memory costs several times more here
+				bufs[i][j][k] = 1
+			}
+		}
+	}
+	c.HostCopyGBps = bestRate(calibrationBytes, func() { copy(bufs[0][1], bufs[0][0]) })
+	c.AllCopyGBps = bestRate(int64(calibrationBytes*c.CPUs), func() {
+		var wg sync.WaitGroup
+		for i := range bufs {
+			wg.Add(1)
+			go func() { defer wg.Done(); copy(bufs[i][1], bufs[i][0]) }()
+		}
+		wg.Wait()
+	})
+	c.MemoryGBps = 2 * c.AllCopyGBps
+	if nonTemporalStores {
+		c.NonTemporalGBps = bestRate(calibrationBytes, func() { copyNonTemporal(bufs[0][1], bufs[0][0]) })
+		if c.NonTemporalGBps > c.HostCopyGBps {
+			c.NonTemporalAbove = calibrationBytes
+		}
+	}
+	var err error
+	if c.InstallGBps, c.DirectBelow, err = calibrateMigration(bufs[0][0][:BlockSize]); err != nil {
+		c.Err = err.Error()
+		c.InstallGBps, c.DirectBelow = 0, math.MaxInt64
+	}
+	c.MigrationProducers = producersFor(c.InstallGBps, c.HostCopyGBps, c.MemoryGBps, c.CPUs, true)
+	c.CopyProducers = producersFor(c.MemoryGBps/2, c.HostCopyGBps, c.MemoryGBps, c.CPUs, false)
+	c.CopyDirectBelow = calibrateCopy(bufs[0][1], bufs[0][0], c.CopyProducers)
+	c.Took = Duration(time.Since(started))
+	return c
+}
+
+// producersFor applies the paper's two conditions: producers keep up with
+// the consumer, S_B2D <= N_P * S_H2B, and together with it stay within
+// memory bandwidth, S_B2D + 2 * N_P * S_H2B <= B_MEM. The first gives the
+// smallest N_P; the second lowers it where memory cannot feed that many.
+// A copy straight into the destination's pages (Memcpy) has no consumer:
+// the producers are the whole transfer, the caller passes memory's own
+// copy rate (B_MEM/2) as the rate to keep up with and withConsumer false,
+// and enough producers to saturate memory is the answer.
+func producersFor(consumerGBps, producerGBps, memoryGBps float64, cpus int, withConsumer bool) int {
+	if producerGBps <= 0 || consumerGBps <= 0 {
+		return 1
+	}
+	n := int(math.Ceil(consumerGBps/producerGBps - 1e-9))
+	for withConsumer && n > 1 && consumerGBps+2*float64(n)*producerGBps > memoryGBps {
+		n--
+	}
+	return max(1, min(n, cpus))
+}
+
+// bestRate runs f five times and returns the best rate in GB/s.
+func bestRate(bytes int64, f func()) float64 {
+	best := time.Duration(math.MaxInt64)
+	for range 5 {
+		t := time.Now()
+		f()
+		best = min(best, time.Since(t))
+	}
+	return float64(bytes) / best.Seconds() / 1e9
+}
+
+// calibrateMigration measures a migration's install rate (writes into new
+// pages of a file) and the smallest move size from which the engine beats
+// a single thread by 10%: it moves pages between two memfds the way a
+// migration does (read the source, punch it, write the destination), at
+// sizes from a block down to two chunks, each way round, best of five.
+func calibrateMigration(data []byte) (installGBps float64, directBelow int64, err error) {
+	var files [2]*devmem.File
+	for i := range files {
+		if files[i], err = devmem.CreateFile(fmt.Sprintf("softuvm-calibrate-%d", i), BlockSize); err != nil {
+			return 0, 0, err
+		}
+		defer files[i].Close()
+	}
+	installGBps = bestRate(BlockSize, func() {
+		if _, err := files[0].WriteAt(data, 0); err == nil {
+			_ = files[0].Punch(0, BlockSize)
+		}
+	})
+	engine := newCopyEngine(1, 0) // the paper's N_P for a consumer slower than one producer, as here
+	defer engine.stop()
+	if _, err := files[0].WriteAt(data, 0); err != nil {
+		return 0, 0, err
+	}
+	from := 0
+	move := func(size int64, e *copyEngine) time.Duration {
+		src, dst := files[from], files[1-from]
+		from = 1 - from
+		t := time.Now()
+		_, _ = e.run(migrationJob(src, dst, size))
+		return time.Since(t)
+	}
+	// The engine must win by a margin at a size and at every larger one:
+	// one lucky run on a noisy machine must not turn it on.
+	directBelow = math.MaxInt64
+	for size := int64(BlockSize); size >= 2*chunkBytes; size /= 2 {
+		var direct, piped []time.Duration
+		for range 5 {
+			direct = append(direct, move(size, nil))
+			piped = append(piped, move(size, engine))
+		}
+		if float64(slices.Min(piped)) > 0.9*float64(slices.Min(direct)) {
+			break
+		}
+		directBelow = size
+	}
+	return installGBps, directBelow, nil
+}
+
+// migrationJob moves [0, size) from src to dst as migrations do, for
+// calibration.
+func migrationJob(src, dst *devmem.File, size int64) *copyJob {
+	n := int((size + chunkBytes - 1) / chunkBytes)
+	span := func(i int) (int64, int64) {
+		off := int64(i) * chunkBytes
+		return off, min(chunkBytes, size-off)
+	}
+	return &copyJob{
+		chunks: n, bytes: size, staging: true,
+		produce: func(i int, buf []byte) error {
+			off, l := span(i)
+			_, err := src.ReadAt(buf[:l], off)
+			return err
+		},
+		release: func(i int) error { off, l := span(i); return src.Punch(off, l) },
+		install: func(i int, buf []byte) error {
+			off, l := span(i)
+			_, err := dst.WriteAt(buf[:l], off)
+			return err
+		},
+		restore: func(i int, buf []byte) { off, l := span(i); _, _ = src.WriteAt(buf[:l], off) },
+	}
+}
+
+// calibrateCopy returns the smallest size, from 64 KiB to len(dst), from
+// which the engine's producers copy at least 10% faster than one thread,
+// best of five; MaxInt64 when they never did.
+func calibrateCopy(dst, src []byte, producers int) int64 {
+	if producers < 2 {
+		return math.MaxInt64
+	}
+	engine := newCopyEngine(producers, 0)
+	defer engine.stop()
+	// As for migrations: a margin, at this size and every larger one.
+	directBelow := int64(math.MaxInt64)
+	for size := len(dst); size >= 64<<10; size /= 2 {
+		one := bestRate(int64(size), func() { copy(dst[:size], src[:size]) })
+		many := bestRate(int64(size), func() { _, _ = engine.run(copyBytesJob(dst[:size], src[:size], false)) })
+		if many < 1.1*one {
+			break
+		}
+		directBelow = int64(size)
+	}
+	return directBelow
+}
+
+// copyBytesJob copies src into dst in chunks, with non-temporal stores if
+// nt.
+func copyBytesJob(dst, src []byte, nt bool) *copyJob {
+	n := min(len(dst), len(src))
+	return &copyJob{
+		chunks: (n + copyChunkBytes - 1) / copyChunkBytes, bytes: int64(n),
+		produce: func(i int, _ []byte) error {
+			lo := i * copyChunkBytes
+			hi := min(n, lo+copyChunkBytes)
+			if nt {
+				copyNonTemporal(dst[lo:hi], src[lo:hi])
+			} else {
+				copy(dst[lo:hi], src[lo:hi])
+			}
+			return nil
+		},
+	}
+}
+
+// copyChunkBytes is a plain copy's chunk: a copy has no install step to
+// overlap, so chunks only need to be large beside a hand-off (a few
+// microseconds) and small enough to share out evenly.
+const copyChunkBytes = 1 << 20

@@ -1,0 +1,239 @@
+package uvm
+
+import "sync"
+
+// The copy engine carries bulk moves, after "Multithreaded Double Queuing
+// for Balanced CPU-GPU Memory Copying" (../shared/seeds): one thread that
+// copies and then installs leaves the install step idle while it copies
+// and the copy idle while it installs; N_P producers filling buffers that
+// one consumer drains keep both busy.
+//
+// A move is a copyJob cut into chunks, each going through up to three
+// stages:
+//
+//	produce  copy the chunk's source into a staging buffer, or straight
+//	         into the destination; on the engine's N_P producer
+//	         goroutines, in any order, several chunks at once
+//	release  free the chunk's source (punch its pages from the source
+//	         file); on the engine's releaser goroutine
+//	install  put the chunk at its destination (UFFDIO_COPY into a view,
+//	         or a write into the destination file); on the job's own
+//	         goroutine, the consumer, in chunk order
+//
+// A chunk is released before it is installed: once its pages are at the
+// destination a thread there may write them, and a reader of the old
+// copy must not see the old bytes after that write (migrate.go). Each
+// job holds at most depth chunks in flight, one staging buffer each,
+// which is the paper's circular queue with back-pressure: the consumer
+// submits chunk i+depth only when chunk i is installed.
+//
+// Jobs below the engine's direct-path size run every stage on the
+// caller's goroutine, so that the hand-offs never make a small move
+// slower.
+type copyEngine struct {
+	producers int
+	// directBelow is the size under which a job runs on its caller's
+	// goroutine.
+	directBelow int64
+
+	// mu is held (read) by running jobs and (write) by stop, so that the
+	// engine's goroutines go only after the last job is done.
+	mu        sync.RWMutex
+	stopped   bool
+	start     sync.Once
+	tasks     chan chunkTask
+	releases  chan chunkTask
+	producing sync.WaitGroup
+	releasing sync.WaitGroup
+	bufs      sync.Pool // staging buffers of chunkBytes
+}
+
+// chunkBytes is a chunk's size: large enough that a chunk's syscalls and
+// hand-offs (a few microseconds) are small beside its copy, small enough
+// that a 2 MiB block is several chunks and its stages overlap.
+const chunkBytes = 128 << 10
+
+// copyJob is one bulk move of chunks chunks. Stages left nil are skipped.
+type copyJob struct {
+	chunks int
+	// bytes is the move's total size, for the direct-path decision.
+	bytes int64
+	// staging asks for a chunkBytes buffer per chunk in flight, passed to
+	// produce and install; without, they get nil.
+	staging bool
+	produce func(i int, buf []byte) error
+	release func(i int) error
+	install func(i int, buf []byte) error
+	// restore puts back the source of chunk i, released but not
+	// installed because an earlier chunk failed.
+	restore func(i int, buf []byte)
+	// direct is the buffer the direct path uses, if the caller has one.
+	direct []byte
+}
+
+// chunkTask is chunk i of a job on its way through the producers and the
+// releaser; done receives its outcome once it is released (or failed).
+type chunkTask struct {
+	job  *copyJob
+	i    int
+	buf  []byte
+	done chan error
+}
+
+func newCopyEngine(producers int, directBelow int64) *copyEngine {
+	e := &copyEngine{producers: max(producers, 1), directBelow: directBelow}
+	e.bufs.New = func() any { b := make([]byte, chunkBytes); return &b }
+	return e
+}
+
+// launch starts the goroutines, on first use.
+func (e *copyEngine) launch() {
+	e.tasks = make(chan chunkTask, e.producers*2)
+	e.releases = make(chan chunkTask, e.producers*2)
+	e.producing.Add(e.producers)
+	for range e.producers {
+		go e.producer()
+	}
+	e.releasing.Add(1)
+	go e.releaser()
+}
+
+func (e *copyEngine) producer() {
+	defer e.producing.Done()
+	for t := range e.tasks {
+		err := t.job.produce(t.i, t.buf)
+		if err != nil || t.job.release == nil {
+			t.done <- err
+			continue
+		}
+		e.releases <- t
+	}
+}
+
+func (e *copyEngine) releaser() {
+	defer e.releasing.Done()
+	for t := range e.releases {
+		t.done <- t.job.release(t.i)
+	}
+}
+
+// stop waits for running jobs, then for the engine's goroutines to end.
+// Jobs after stop run on their callers' goroutines.
+func (e *copyEngine) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	e.stopped = true
+	if e.tasks != nil {
+		close(e.tasks)
+		e.producing.Wait() // nothing sends releases now
+		close(e.releases)
+		e.releasing.Wait()
+	}
+}
+
+// depth is how many chunks of one job are in flight: enough for every
+// producer to hold one while the releaser and the consumer each hold
+// another.
+func (e *copyEngine) depth() int { return 2*e.producers + 2 }
+
+// run carries job out and returns how many chunks were installed, in
+// order, before the first failure.
+func (e *copyEngine) run(job *copyJob) (int, error) {
+	if job.chunks <= 0 {
+		return 0, nil
+	}
+	if e == nil || job.bytes < e.directBelow || job.chunks == 1 {
+		return runDirect(job)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.stopped {
+		return runDirect(job)
+	}
+	e.start.Do(e.launch) // stop, which reads tasks, waits for this read lock
+	return e.pipeline(job)
+}
+
+func (e *copyEngine) pipeline(job *copyJob) (int, error) {
+	depth := min(e.depth(), job.chunks)
+	slots := make([]chunkTask, depth)
+	for s := range slots {
+		slots[s] = chunkTask{job: job, done: make(chan error, 1)}
+		if job.staging {
+			slots[s].buf = *(e.bufs.Get().(*[]byte))
+		}
+	}
+	defer func() {
+		for s := range slots {
+			if slots[s].buf != nil {
+				b := slots[s].buf
+				e.bufs.Put(&b)
+			}
+		}
+	}()
+	submitted := 0
+	submit := func() {
+		t := &slots[submitted%depth]
+		t.i = submitted
+		submitted++
+		e.tasks <- *t
+	}
+	for submitted < depth {
+		submit()
+	}
+	for i := 0; i < job.chunks; i++ {
+		t := &slots[i%depth]
+		err := <-t.done
+		if err == nil && job.install != nil {
+			err = job.install(i, t.buf)
+		}
+		if err != nil {
+			e.abandon(job, slots, i+1, submitted)
+			return i, err
+		}
+		if submitted < job.chunks {
+			submit()
+		}
+	}
+	return job.chunks, nil
+}
+
+// abandon waits for chunks [from, to) still in flight after chunk from-1
+// failed, and puts back the sources of those that were released.
+func (e *copyEngine) abandon(job *copyJob, slots []chunkTask, from, to int) {
+	for i := from; i < to; i++ {
+		t := &slots[i%len(slots)]
+		if err := <-t.done; err == nil && job.release != nil && job.restore != nil {
+			job.restore(i, t.buf)
+		}
+	}
+}
+
+// runDirect runs every stage of every chunk on the caller's goroutine.
+func runDirect(job *copyJob) (int, error) {
+	buf := job.direct
+	if job.staging && len(buf) < chunkBytes {
+		buf = make([]byte, chunkBytes)
+	}
+	for i := 0; i < job.chunks; i++ {
+		if job.produce != nil {
+			if err := job.produce(i, buf); err != nil {
+				return i, err
+			}
+		}
+		if job.release != nil {
+			if err := job.release(i); err != nil {
+				return i, err
+			}
+		}
+		if job.install != nil {
+			if err := job.install(i, buf); err != nil {
+				return i, err
+			}
+		}
+	}
+	return job.chunks, nil
+}

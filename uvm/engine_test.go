@@ -1,0 +1,204 @@
+package uvm
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stageLog records what a job's stages did, from several goroutines.
+type stageLog struct {
+	mu                           sync.Mutex
+	produced, released, restored []int
+	installed                    []int
+	releasedBeforeInstall        bool
+	inFlight, maxInFlight        atomic.Int32
+}
+
+func (l *stageLog) job(chunks int, failInstallAt int) *copyJob {
+	l.releasedBeforeInstall = true
+	released := make([]atomic.Bool, chunks)
+	return &copyJob{
+		chunks: chunks, bytes: int64(chunks) * chunkBytes, staging: true,
+		produce: func(i int, buf []byte) error {
+			n := l.inFlight.Add(1)
+			for m := l.maxInFlight.Load(); n > m && !l.maxInFlight.CompareAndSwap(m, n); m = l.maxInFlight.Load() {
+			}
+			buf[0] = byte(i)
+			time.Sleep(50 * time.Microsecond)
+			l.mu.Lock()
+			l.produced = append(l.produced, i)
+			l.mu.Unlock()
+			return nil
+		},
+		release: func(i int) error {
+			released[i].Store(true)
+			l.mu.Lock()
+			l.released = append(l.released, i)
+			l.mu.Unlock()
+			return nil
+		},
+		install: func(i int, buf []byte) error {
+			l.inFlight.Add(-1)
+			if buf[0] != byte(i) {
+				return errors.New("a chunk's buffer holds another chunk")
+			}
+			if !released[i].Load() {
+				l.releasedBeforeInstall = false
+			}
+			if i == failInstallAt {
+				return errors.New("install failed")
+			}
+			l.installed = append(l.installed, i)
+			return nil
+		},
+		restore: func(i int, buf []byte) {
+			l.inFlight.Add(-1)
+			l.mu.Lock()
+			l.restored = append(l.restored, i)
+			l.mu.Unlock()
+		},
+	}
+}
+
+func TestCopyEngineRunsEveryStageOfEveryChunk(t *testing.T) {
+	e := newCopyEngine(3, 0)
+	defer e.stop()
+	var l stageLog
+	n, err := e.run(l.job(100, -1))
+	require.NoError(t, err)
+	assert.Equal(t, 100, n)
+	assert.ElementsMatch(t, seq(100), l.produced)
+	assert.ElementsMatch(t, seq(100), l.released)
+	assert.Equal(t, seq(100), l.installed, "installed in order")
+	assert.True(t, l.releasedBeforeInstall, "every chunk's source released before it is installed")
+	assert.Greater(t, l.maxInFlight.Load(), int32(1), "producers work on several chunks at once")
+	assert.LessOrEqual(t, l.maxInFlight.Load(), int32(e.depth()), "no more chunks in flight than the queue holds")
+}
+
+func TestCopyEngineFailurePutsBackReleasedChunks(t *testing.T) {
+	e := newCopyEngine(2, 0)
+	defer e.stop()
+	var l stageLog
+	n, err := e.run(l.job(50, 7))
+	require.Error(t, err)
+	assert.Equal(t, 7, n, "chunks installed before the failure")
+	assert.Equal(t, seq(7), l.installed)
+	// Every chunk released after 7 is put back; 7 itself is the install's
+	// to put back, as transfer does.
+	for _, i := range l.restored {
+		assert.Greater(t, i, 7)
+	}
+	assert.Equal(t, len(l.released)-8, len(l.restored), "every released chunk is installed or put back")
+	assert.Zero(t, l.inFlight.Load(), "every chunk produced was installed, failed or put back")
+}
+
+func TestCopyEngineProduceFailureStopsTheJob(t *testing.T) {
+	e := newCopyEngine(2, 0)
+	defer e.stop()
+	var installed []int
+	n, err := e.run(&copyJob{chunks: 20, bytes: 20 * chunkBytes,
+		produce: func(i int, _ []byte) error {
+			if i == 5 {
+				return errors.New("read failed")
+			}
+			return nil
+		},
+		install: func(i int, _ []byte) error { installed = append(installed, i); return nil },
+	})
+	assert.EqualError(t, err, "read failed")
+	assert.Equal(t, 5, n)
+	assert.Equal(t, seq(5), installed)
+}
+
+func TestCopyEngineDirectPathBelowItsSize(t *testing.T) {
+	e := newCopyEngine(2, 1<<20)
+	defer e.stop()
+	caller := goroutineID()
+	var others atomic.Int32
+	job := &copyJob{chunks: 4, bytes: 4 * (64 << 10), produce: func(int, []byte) error {
+		if goroutineID() != caller {
+			others.Add(1)
+		}
+		return nil
+	}}
+	_, err := e.run(job)
+	require.NoError(t, err)
+	assert.Zero(t, others.Load(), "a small job runs on its caller")
+	job.bytes = 4 << 20
+	_, err = e.run(job)
+	require.NoError(t, err)
+	assert.Positive(t, others.Load(), "a large one on the producers")
+}
+
+func TestCopyEngineStopLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e := newCopyEngine(4, 0)
+	var l stageLog
+	var wg sync.WaitGroup
+	for range 3 { // jobs at once share the producers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var l stageLog
+			_, err := e.run(l.job(40, -1))
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	assert.Greater(t, runtime.NumGoroutine(), before, "the engine's goroutines run")
+	e.stop()
+	eventually(t, 2*time.Second, func() bool { return runtime.NumGoroutine() <= before }, "goroutines left after stop: %d, were %d", runtime.NumGoroutine(), before)
+	n, err := e.run(l.job(10, -1))
+	require.NoError(t, err, "a stopped engine still moves, on the caller's goroutine")
+	assert.Equal(t, 10, n)
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before)
+	e.stop() // twice is harmless
+}
+
+func TestProducersFor(t *testing.T) {
+	for _, tc := range []struct {
+		consumer, producer, memory float64
+		cpus                       int
+		withConsumer               bool
+		want                       int
+	}{
+		{51, 12.6, 200, 16, true, 5}, // the H200's link against its host's memcpy
+		{51, 12.6, 100, 16, true, 1}, // memory cannot feed more beside the link
+		{2, 13, 40, 2, true, 1},      // this VM's migrations: the install is the slow stage
+		{20, 13, 40, 2, false, 2},    // this VM's copies: saturate memory
+		{80, 6, 160, 16, true, 6},    // 80 + 2*6*6 <= 160 < 80 + 2*7*6
+		{40, 6, 80, 16, false, 7},    // copies on the 16-core machine's slow memcpy
+		{40, 6, 80, 4, false, 4},     // no more than the CPUs
+		{0, 6, 160, 8, true, 1},
+	} {
+		assert.Equal(t, tc.want, producersFor(tc.consumer, tc.producer, tc.memory, tc.cpus, tc.withConsumer), "%+v", tc)
+	}
+}
+
+// goroutineID is the calling goroutine's number, from its stack header.
+func goroutineID() string {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = b[len("goroutine "):]
+	for i, c := range b {
+		if c == ' ' {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
