@@ -57,6 +57,28 @@ func PinCurrentThread(cpu int) error {
 	return nil
 }
 
+// PinCurrentThreadToNode binds the calling OS thread to the CPUs of NUMA
+// node node, so that what it copies lands on and is read from memory
+// near it. The caller must hold runtime.LockOSThread.
+func PinCurrentThreadToNode(node int) error {
+	nodes, err := Nodes()
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.ID == node {
+			if len(n.CPUs) == 0 {
+				return fmt.Errorf("pin thread to node %d: the node has no CPUs", node)
+			}
+			if err := memsys.SchedSetaffinitySet(n.CPUs); err != nil {
+				return fmt.Errorf("pin thread to node %d: %w", node, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("pin thread to node %d: no such node", node)
+}
+
 // CurrentCPU reports the CPU the calling thread is running on (getcpu).
 // Unless the thread is pinned, the answer may be stale on return.
 func CurrentCPU() (int, error) {

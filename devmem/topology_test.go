@@ -151,3 +151,31 @@ func TestPinCurrentThread(t *testing.T) {
 	assert.EqualError(t, PinCurrentThread(-1), "pin thread to cpu -1: want 0..1023")
 	assert.EqualError(t, PinCurrentThread(5000), "pin thread to cpu 5000: want 0..1023")
 }
+
+func TestPinCurrentThreadToNode(t *testing.T) {
+	nodes, err := Nodes()
+	require.NoError(t, err)
+	allowed, err := AllowedCPUs()
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread retires with the goroutine
+		for _, n := range nodes {
+			if !slices.ContainsFunc(n.CPUs, func(c int) bool { return slices.Contains(allowed, c) }) {
+				continue
+			}
+			if !assert.NoError(t, PinCurrentThreadToNode(n.ID)) {
+				continue
+			}
+			got, err := AllowedCPUs()
+			assert.NoError(t, err)
+			for _, c := range got {
+				assert.Contains(t, n.CPUs, c, "after pinning to node %d the thread runs only on its CPUs", n.ID)
+			}
+		}
+		err := PinCurrentThreadToNode(1 << 20)
+		assert.ErrorContains(t, err, "no such node")
+	}()
+	<-done
+}

@@ -3,6 +3,8 @@ package uvm
 import (
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // Advice is a cuMemAdvise hint about how a range will be used.
@@ -201,6 +203,55 @@ func (r *managedRange) eachBlock(addr, length uintptr, create bool, fn func(o *m
 		va = end
 	}
 	return nil
+}
+
+// eachBlockParallel is eachBlock (creating blocks) with up to workers
+// blocks at once, each on its own goroutine with its lock held, for bulk
+// moves of many blocks; the goroutines run on NUMA node node's CPUs (-1:
+// anywhere). The first error stops the others from taking more blocks
+// and is returned.
+func (r *managedRange) eachBlockParallel(addr, length uintptr, workers, node int, fn func(o *mover, pages PageMask) error) error {
+	first := (addr - r.start) >> blockShift
+	last := (addr + length - 1 - r.start) >> blockShift
+	n := int(last-first) + 1
+	if workers <= 1 || n < 2 {
+		return r.eachBlock(addr, length, true, fn)
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pinToNode(node)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				mu.Lock()
+				stop := firstErr != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				blockAddr := r.start + (first+uintptr(i))<<blockShift
+				lo, hi := max(addr, blockAddr), min(addr+length, blockAddr+BlockSize)
+				if err := r.eachBlock(lo, hi-lo, true, fn); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
 }
 
 // rangeAttributes answers cuMemRangeGetAttribute's questions for a range.

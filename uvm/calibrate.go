@@ -3,9 +3,14 @@ package uvm
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -33,6 +38,18 @@ type CopyCalibration struct {
 	// CopyProducers is N_P for copies straight into existing pages
 	// (Memcpy), which have no install step.
 	CopyProducers int `json:"copy_producers"`
+	// BlockMovers is how many blocks a move of many blocks (Prefetch)
+	// moves at once, each on its own goroutine doing every stage of its
+	// block. Installing allocates new pages, which every CPU does for
+	// itself, so the install stage is no single link to keep busy: each
+	// mover is a producer that installs what it copies, and the paper's
+	// second condition, N * 2 * S_B2D <= B_MEM, bounds how many, up to
+	// the CPUs (blockMoversFor).
+	BlockMovers int `json:"block_movers"`
+	// BlockMoversGBps are the rates measured with 1, 2, ... movers, for
+	// the record: a busy machine (a client writing its data while its
+	// private server starts) skews them too much to choose from.
+	BlockMoversGBps []float64 `json:"block_movers_gbps"`
 	// DirectBelow is the move size under which the engine is not used:
 	// the smallest migration size from which the engine beat one thread
 	// by 10% at every size up to a block, or MaxInt64 when it did not at
@@ -64,25 +81,55 @@ func copyCalibration() CopyCalibration {
 	return calibration
 }
 
-// calibrationBytes is each copy thread's buffer: larger than a core's
-// share of the last-level cache, so that copies measure memory, small
-// enough to calibrate in milliseconds.
-const calibrationBytes = 8 << 20
+// calibrationBytes is each copy thread's buffer: large enough that the
+// buffers of every thread together are twice the last-level cache (so
+// that copies measure memory, not the cache), and at least 8 MiB.
+func calibrationBytes(cpus int) int {
+	return max(8<<20, 2*lastLevelCache()/max(cpus, 1))
+}
+
+// lastLevelCache is the largest CPU cache in bytes, 32 MiB if unknown.
+func lastLevelCache() int {
+	size := 0
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "size"))
+		if err != nil {
+			continue
+		}
+		text := strings.TrimSpace(string(b))
+		mult := 1
+		switch {
+		case strings.HasSuffix(text, "K"):
+			mult, text = 1<<10, strings.TrimSuffix(text, "K")
+		case strings.HasSuffix(text, "M"):
+			mult, text = 1<<20, strings.TrimSuffix(text, "M")
+		}
+		if n, err := strconv.Atoi(text); err == nil {
+			size = max(size, n*mult)
+		}
+	}
+	if size == 0 {
+		return 32 << 20
+	}
+	return size
+}
 
 func calibrate() CopyCalibration {
 	started := time.Now()
 	c := CopyCalibration{CPUs: runtime.NumCPU()}
+	each := calibrationBytes(c.CPUs)
 	bufs := make([][2][]byte, c.CPUs)
 	for i := range bufs {
 		for j := range 2 {
-			bufs[i][j] = make([]byte, calibrationBytes)
-			for k := 0; k < calibrationBytes; k += PageSize { // touch: fresh memory costs several times more here
+			bufs[i][j] = make([]byte, each)
+			for k := 0; k < each; k += PageSize { // touch: fresh memory costs several times more here
 				bufs[i][j][k] = 1
 			}
 		}
 	}
-	c.HostCopyGBps = bestRate(calibrationBytes, func() { copy(bufs[0][1], bufs[0][0]) })
-	c.AllCopyGBps = bestRate(int64(calibrationBytes*c.CPUs), func() {
+	c.HostCopyGBps = bestRate(int64(each), func() { copy(bufs[0][1], bufs[0][0]) })
+	c.AllCopyGBps = bestRate(int64(each*c.CPUs), func() {
 		var wg sync.WaitGroup
 		for i := range bufs {
 			wg.Add(1)
@@ -92,15 +139,25 @@ func calibrate() CopyCalibration {
 	})
 	c.MemoryGBps = 2 * c.AllCopyGBps
 	if nonTemporalStores {
-		c.NonTemporalGBps = bestRate(calibrationBytes, func() { copyNonTemporal(bufs[0][1], bufs[0][0]) })
+		// Copies past half the cache evict what they do not replace
+		// anyway; from there, where stores that skip the cache are
+		// faster, they pay.
+		c.NonTemporalGBps = bestRate(int64(each), func() { copyNonTemporal(bufs[0][1], bufs[0][0]) })
 		if c.NonTemporalGBps > c.HostCopyGBps {
-			c.NonTemporalAbove = calibrationBytes
+			c.NonTemporalAbove = int64(lastLevelCache() / 2)
 		}
 	}
 	var err error
-	if c.InstallGBps, c.DirectBelow, err = calibrateMigration(bufs[0][0][:BlockSize]); err != nil {
+	if c.InstallGBps, err = installRate(bufs[0][0][:BlockSize]); err != nil {
 		c.Err = err.Error()
-		c.InstallGBps, c.DirectBelow = 0, math.MaxInt64
+	}
+	c.BlockMovers = blockMoversFor(c.InstallGBps, c.MemoryGBps, c.CPUs)
+	if c.BlockMoversGBps, err = calibrateBlockMovers(bufs[0][0][:BlockSize], c.CPUs); err != nil {
+		c.Err = err.Error()
+	}
+	if c.DirectBelow, err = calibrateMigration(bufs[0][0][:BlockSize], c.BlockMovers); err != nil {
+		c.Err = err.Error()
+		c.DirectBelow = math.MaxInt64
 	}
 	c.MigrationProducers = producersFor(c.InstallGBps, c.HostCopyGBps, c.MemoryGBps, c.CPUs, true)
 	c.CopyProducers = producersFor(c.MemoryGBps/2, c.HostCopyGBps, c.MemoryGBps, c.CPUs, false)
@@ -128,6 +185,16 @@ func producersFor(consumerGBps, producerGBps, memoryGBps float64, cpus int, with
 	return max(1, min(n, cpus))
 }
 
+// blockMoversFor is the paper's second condition for producers that
+// install what they copy at installGBps each: together they read and
+// write 2 * N * installGBps, which must stay within memory's bandwidth.
+func blockMoversFor(installGBps, memoryGBps float64, cpus int) int {
+	if installGBps <= 0 {
+		return 1
+	}
+	return max(1, min(cpus, int(memoryGBps/(2*installGBps))))
+}
+
 // bestRate runs f five times and returns the best rate in GB/s.
 func bestRate(bytes int64, f func()) float64 {
 	best := time.Duration(math.MaxInt64)
@@ -139,35 +206,56 @@ func bestRate(bytes int64, f func()) float64 {
 	return float64(bytes) / best.Seconds() / 1e9
 }
 
-// calibrateMigration measures a migration's install rate (writes into new
-// pages of a file) and the smallest move size from which the engine beats
-// a single thread by 10%: it moves pages between two memfds the way a
-// migration does (read the source, punch it, write the destination), at
-// sizes from a block down to two chunks, each way round, best of five.
-func calibrateMigration(data []byte) (installGBps float64, directBelow int64, err error) {
+// installRate is writing a block into new pages of a memfd, best of
+// five: every migration's install step allocates its pages so.
+func installRate(data []byte) (float64, error) {
+	f, err := devmem.CreateFile("softuvm-calibrate-install", BlockSize)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return bestRate(BlockSize, func() {
+		if _, err := f.WriteAt(data, 0); err == nil {
+			_ = f.Punch(0, BlockSize)
+		}
+	}), nil
+}
+
+// calibrateMigration returns the smallest move size from which the
+// engine's pipeline beats running every stage on the mover's goroutine
+// by 10%: it moves pages between two memfds the way a migration does
+// (read the source, punch it, write the destination), at sizes from a
+// block down to two chunks, each way round, best of five, with movers
+// moves at once (as many as a bulk move runs), each of its own block.
+func calibrateMigration(data []byte, movers int) (directBelow int64, err error) {
 	var files [2]*devmem.File
 	for i := range files {
-		if files[i], err = devmem.CreateFile(fmt.Sprintf("softuvm-calibrate-%d", i), BlockSize); err != nil {
-			return 0, 0, err
+		if files[i], err = devmem.CreateFile(fmt.Sprintf("softuvm-calibrate-%d", i), int64(movers)*BlockSize); err != nil {
+			return 0, err
 		}
 		defer files[i].Close()
 	}
-	installGBps = bestRate(BlockSize, func() {
-		if _, err := files[0].WriteAt(data, 0); err == nil {
-			_ = files[0].Punch(0, BlockSize)
-		}
-	})
 	engine := newCopyEngine(1, 0) // the paper's N_P for a consumer slower than one producer, as here
 	defer engine.stop()
-	if _, err := files[0].WriteAt(data, 0); err != nil {
-		return 0, 0, err
+	for m := range movers {
+		if _, err := files[0].WriteAt(data, int64(m)*BlockSize); err != nil {
+			return 0, err
+		}
 	}
 	from := 0
 	move := func(size int64, e *copyEngine) time.Duration {
 		src, dst := files[from], files[1-from]
 		from = 1 - from
 		t := time.Now()
-		_, _ = e.run(migrationJob(src, dst, size))
+		var wg sync.WaitGroup
+		for m := range movers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = e.run(migrationJob(src, dst, int64(m)*BlockSize, size))
+			}()
+		}
+		wg.Wait()
 		return time.Since(t)
 	}
 	// The engine must win by a margin at a size and at every larger one:
@@ -184,19 +272,19 @@ func calibrateMigration(data []byte) (installGBps float64, directBelow int64, er
 		}
 		directBelow = size
 	}
-	return installGBps, directBelow, nil
+	return directBelow, nil
 }
 
-// migrationJob moves [0, size) from src to dst as migrations do, for
-// calibration.
-func migrationJob(src, dst *devmem.File, size int64) *copyJob {
-	n := int((size + chunkBytes - 1) / chunkBytes)
+// migrationJob moves [base, base+size) from src to dst as migrations do,
+// for calibration.
+func migrationJob(src, dst *devmem.File, base, size int64) *copyJob {
+	n := size
 	span := func(i int) (int64, int64) {
 		off := int64(i) * chunkBytes
-		return off, min(chunkBytes, size-off)
+		return base + off, min(chunkBytes, n-off)
 	}
 	return &copyJob{
-		chunks: n, bytes: size, staging: true,
+		chunks: int((n + chunkBytes - 1) / chunkBytes), bytes: n, staging: true,
 		produce: func(i int, buf []byte) error {
 			off, l := span(i)
 			_, err := src.ReadAt(buf[:l], off)
@@ -257,3 +345,54 @@ func copyBytesJob(dst, src []byte, nt bool) *copyJob {
 // overlap, so chunks only need to be large beside a hand-off (a few
 // microseconds) and small enough to share out evenly.
 const copyChunkBytes = 1 << 20
+
+// calibrationBlocks is how many blocks the block-mover calibration moves
+// each time: enough to share among movers, few enough to take
+// milliseconds.
+const calibrationBlocks = 8
+
+// calibrateBlockMovers moves calibrationBlocks blocks between two memfds
+// the way a migration does, with 1, 2, ... movers (up to the CPUs, at most
+// 16) each taking whole blocks, and returns the best of five rates for
+// each count, stopping after the first count that is not 10% faster.
+func calibrateBlockMovers(data []byte, cpus int) ([]float64, error) {
+	size := int64(calibrationBlocks * BlockSize)
+	var files [2]*devmem.File
+	var err error
+	for i := range files {
+		if files[i], err = devmem.CreateFile(fmt.Sprintf("softuvm-calibrate-blocks-%d", i), size); err != nil {
+			return nil, err
+		}
+		defer files[i].Close()
+	}
+	for b := int64(0); b < size; b += BlockSize {
+		if _, err := files[0].WriteAt(data, b); err != nil {
+			return nil, err
+		}
+	}
+	from := 0
+	var rates []float64
+	for movers := 1; movers <= min(cpus, 16); movers++ {
+		rate := bestRate(size, func() {
+			src, dst := files[from], files[1-from]
+			from = 1 - from
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range movers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for b := next.Add(1) - 1; b < calibrationBlocks; b = next.Add(1) - 1 {
+						_, _ = runDirect(migrationJob(src, dst, b*BlockSize, BlockSize))
+					}
+				}()
+			}
+			wg.Wait()
+		})
+		rates = append(rates, rate)
+		if movers > 1 && rate < 1.1*rates[movers-2] {
+			break
+		}
+	}
+	return rates, nil
+}

@@ -72,7 +72,7 @@ type Session struct {
 	// files, all fetched from the server on first use (copyside.go).
 	copyMu      sync.Mutex
 	copyParams  *copyParams
-	engine      *copyEngine
+	engines     *copyEngines
 	deviceFiles []*devmem.File
 
 	devMu sync.Mutex

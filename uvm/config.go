@@ -76,7 +76,8 @@ type ServerConfig struct {
 	// kernels on; 0 means one per CPU.
 	DeviceWorkers int `json:"device_workers,omitempty"`
 	// CopyProducers overrides the copy engine's N_P, the number of
-	// producer threads of a bulk move (0: chosen from the calibration).
+	// producer threads of a bulk move, and the number of blocks a move of
+	// many blocks moves at once (0: chosen from the calibration).
 	CopyProducers int `json:"copy_producers,omitempty"`
 	// CopyDirectBelow overrides the size under which a migration or a
 	// copy does not use the copy engine (0: calibrated).

@@ -59,18 +59,26 @@ func (s *Session) deviceFileRequest(d Device) (copyParams, []int, error) {
 	return p, fds, nil
 }
 
-// copyEngine is the session's engine for copies, started on first use
-// and stopped by Close.
-func (s *Session) copyEngine(p copyParams) *copyEngine {
+// copyEngine is the session's engine for copies into d, started on first
+// use and stopped by Close: its producers run near d's memory where it is
+// device memory on a NUMA arena of a machine with several nodes.
+func (s *Session) copyEngine(p copyParams, d side) *copyEngine {
 	s.copyMu.Lock()
-	defer s.copyMu.Unlock()
-	if s.engine == nil {
-		s.engine = newCopyEngine(p.producers, p.directBelow)
+	if s.engines == nil {
+		s.engines = newCopyEngines(p.producers, p.directBelow)
 		if s.closed.Load() {
-			s.engine.stop()
+			s.engines.stop()
 		}
 	}
-	return s.engine
+	engines := s.engines
+	s.copyMu.Unlock()
+	node := -1
+	if d.device() && multiNode() && int(d.a.device) < len(s.devices) {
+		if info := s.devices[d.a.device]; info.Backend == devmem.BackendNUMA.String() {
+			node = info.Node
+		}
+	}
+	return engines.forNode(node)
 }
 
 // deviceFile returns the session's file of device d, fetched once.
@@ -110,8 +118,8 @@ func (s *Session) deviceFile(d Device) (*devmem.File, error) {
 func (s *Session) closeCopies() {
 	s.copyMu.Lock()
 	defer s.copyMu.Unlock()
-	if s.engine != nil {
-		s.engine.stop()
+	if s.engines != nil {
+		s.engines.stop()
 	}
 	for i, f := range s.deviceFiles {
 		if f != nil {

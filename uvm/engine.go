@@ -1,6 +1,11 @@
 package uvm
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+
+	"github.com/softuvm/softuvm/devmem"
+)
 
 // The copy engine carries bulk moves, after "Multithreaded Double Queuing
 // for Balanced CPU-GPU Memory Copying" (../shared/seeds): one thread that
@@ -32,6 +37,9 @@ import "sync"
 // slower.
 type copyEngine struct {
 	producers int
+	// node is the NUMA node whose CPUs the producers run on, near the
+	// destinations they write; -1 leaves them to the scheduler.
+	node int
 	// directBelow is the size under which a job runs on its caller's
 	// goroutine.
 	directBelow int64
@@ -81,7 +89,7 @@ type chunkTask struct {
 }
 
 func newCopyEngine(producers int, directBelow int64) *copyEngine {
-	e := &copyEngine{producers: max(producers, 1), directBelow: directBelow}
+	e := &copyEngine{producers: max(producers, 1), directBelow: directBelow, node: -1}
 	e.bufs.New = func() any { b := make([]byte, chunkBytes); return &b }
 	return e
 }
@@ -100,6 +108,7 @@ func (e *copyEngine) launch() {
 
 func (e *copyEngine) producer() {
 	defer e.producing.Done()
+	pinToNode(e.node)
 	for t := range e.tasks {
 		err := t.job.produce(t.i, t.buf)
 		if err != nil || t.job.release == nil {
@@ -236,4 +245,55 @@ func runDirect(job *copyJob) (int, error) {
 		}
 	}
 	return job.chunks, nil
+}
+
+// pinToNode keeps the calling goroutine on its thread, bound to NUMA node
+// node's CPUs, for the rest of its life (the runtime retires the thread
+// with the goroutine); node -1 does nothing.
+func pinToNode(node int) {
+	if node < 0 {
+		return
+	}
+	runtime.LockOSThread()
+	_ = devmem.PinCurrentThreadToNode(node) // unpinned, it copies all the same
+}
+
+// copyEngines holds one engine per destination NUMA node, made on first
+// use, so that producers run near the memory they write.
+type copyEngines struct {
+	mu          sync.Mutex
+	producers   int
+	directBelow int64
+	byNode      map[int]*copyEngine
+	stopped     bool
+}
+
+func newCopyEngines(producers int, directBelow int64) *copyEngines {
+	return &copyEngines{producers: producers, directBelow: directBelow, byNode: map[int]*copyEngine{}}
+}
+
+// forNode returns the engine whose producers run on node's CPUs (-1: any).
+func (c *copyEngines) forNode(node int) *copyEngine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.byNode[node]
+	if e == nil {
+		e = newCopyEngine(c.producers, c.directBelow)
+		e.node = node
+		if c.stopped {
+			e.stop()
+		}
+		c.byNode[node] = e
+	}
+	return e
+}
+
+// stop stops every engine; engines asked for later come stopped.
+func (c *copyEngines) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	for _, e := range c.byNode {
+		e.stop()
+	}
 }

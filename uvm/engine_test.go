@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -182,6 +183,13 @@ func TestProducersFor(t *testing.T) {
 	}
 }
 
+func TestBlockMoversFor(t *testing.T) {
+	assert.Equal(t, 2, blockMoversFor(1.5, 41, 2), "this VM: the CPUs bound it")
+	assert.Equal(t, 13, blockMoversFor(3, 80, 16), "80 / (2 * 3): memory bounds it")
+	assert.Equal(t, 1, blockMoversFor(0, 80, 16))
+	assert.Equal(t, 1, blockMoversFor(50, 80, 16), "at least one")
+}
+
 // goroutineID is the calling goroutine's number, from its stack header.
 func goroutineID() string {
 	var buf [64]byte
@@ -201,4 +209,30 @@ func seq(n int) []int {
 		out[i] = i
 	}
 	return out
+}
+
+func TestCopyEnginePinsProducersToTheDestinationNode(t *testing.T) {
+	nodes, err := devmem.Nodes()
+	require.NoError(t, err)
+	engines := newCopyEngines(2, 0)
+	defer engines.stop()
+	for _, n := range nodes {
+		if len(n.CPUs) == 0 {
+			continue
+		}
+		var seen sync.Map
+		_, err := engines.forNode(n.ID).run(&copyJob{chunks: 8, bytes: 8 * chunkBytes, produce: func(i int, _ []byte) error {
+			cpus, err := devmem.AllowedCPUs()
+			seen.Store(i, cpus)
+			return err
+		}})
+		require.NoError(t, err)
+		seen.Range(func(_, v any) bool {
+			for _, c := range v.([]int) {
+				assert.Contains(t, n.CPUs, c, "a producer for node %d runs on its CPUs only", n.ID)
+			}
+			return true
+		})
+	}
+	assert.Same(t, engines.forNode(-1), engines.forNode(-1), "one engine per node")
 }

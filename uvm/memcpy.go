@@ -135,7 +135,7 @@ func (s *Session) Memcpy(dst, src uintptr, n int64, kind MemcpyKind) error {
 		return err
 	}
 	nt := d.writeCombined() || (d.device() && p.nonTemporalAbove > 0 && n >= p.nonTemporalAbove)
-	if _, err := s.copyEngine(p).run(copyBytesJob(to, from, nt)); err != nil {
+	if _, err := s.copyEngine(p, d).run(copyBytesJob(to, from, nt)); err != nil {
 		return err
 	}
 	return s.noteWritten(d, n)

@@ -163,7 +163,7 @@ const stagingPages = chunkBytes / PageSize
 // file plus UFFDIO_CONTINUE serializes on that file's inode lock.
 func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File, wp bool) (done, found PageMask, err error) {
 	span := o.chunkSpan(first, outer)
-	_, err = o.sess.srv.copyEngine().run(&copyJob{
+	_, err = o.sess.srv.copyEngine(v.loc).run(&copyJob{
 		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: o.staging(),
 		produce: func(i int, buf []byte) error {
 			p, q := span.pages(i)
@@ -365,7 +365,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error
 	if rn.mapped {
 		sink = viewTarget{o, t.via}
 	}
-	done, err = o.transfer(sink, rn.first, rn.outer, srcFile)
+	done, err = o.transfer(sink, t.dst, rn.first, rn.outer, srcFile)
 	o.released(rn.src, done)
 	// Writers held by the protection retry now and fault the pages
 	// back; pages that did not move are writable again.
@@ -381,7 +381,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error
 // them (the install wakes the faulting one): a reader of the source copy
 // must not see the old bytes after that write; it faults instead, and
 // waits for the block. Pages that fail to arrive are written back to src.
-func (o *mover) transfer(dst pageSink, first, outer int, src *devmem.File) (PageMask, error) {
+func (o *mover) transfer(dst pageSink, to location, first, outer int, src *devmem.File) (PageMask, error) {
 	var done PageMask
 	span := o.chunkSpan(first, outer)
 	writeBack := func(x, y, p int, buf []byte) {
@@ -389,7 +389,7 @@ func (o *mover) transfer(dst pageSink, first, outer int, src *devmem.File) (Page
 			o.sess.srv.logger.Printf("put back %#x+%d after a failed migration: %v (the data is lost)", o.pageAddr(x), (y-x)*PageSize, err)
 		}
 	}
-	_, err := o.sess.srv.copyEngine().run(&copyJob{
+	_, err := o.sess.srv.copyEngine(to).run(&copyJob{
 		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: o.staging(),
 		produce: func(i int, buf []byte) error {
 			p, q := span.pages(i)
@@ -592,7 +592,9 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 		return fmt.Errorf("%w: prefetch %#x: prefetch applies to managed memory, and this is %s", ErrInvalidValue, addr, r.kind)
 	}
 	dl := locationOf(dst)
-	err = r.eachBlock(addr, length, true, func(o *mover, pages PageMask) error {
+	// Blocks move in parallel, as many at once as the calibration found
+	// worth it (each block's own move may use the engine's pipeline).
+	err = r.eachBlockParallel(addr, length, sess.srv.copyCalibration().BlockMovers, sess.srv.nodeOf(dl), func(o *mover, pages PageMask) error {
 		for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
 			o.b.lastPrefetch[p] = uint8(dl) + 1
 		}

@@ -49,7 +49,7 @@ type Server struct {
 
 	calibrated chan struct{} // closed once the copy calibration is done
 	engineMu   sync.Mutex
-	engine     *copyEngine // migrations' copy engine, made on first use
+	engines    *copyEngines // migrations' copy engines, made on first use
 }
 
 // RequiredFeatures are the userfaultfd features the server cannot work
@@ -221,8 +221,8 @@ func (s *Server) Close() error {
 		}
 		s.waitSessions(5 * time.Second)
 		s.engineMu.Lock()
-		if s.engine != nil {
-			s.engine.stop() // every move has ended with its session
+		if s.engines != nil {
+			s.engines.stop() // every move has ended with its session
 		}
 		s.engineMu.Unlock()
 		if s.guard != nil {
@@ -370,7 +370,7 @@ func (s *Server) copyCalibration() CopyCalibration {
 	<-s.calibrated
 	c := copyCalibration()
 	if n := s.cfg.CopyProducers; n > 0 {
-		c.MigrationProducers, c.CopyProducers = n, n
+		c.MigrationProducers, c.CopyProducers, c.BlockMovers = n, n, n
 	}
 	if n := s.cfg.CopyDirectBelow; n > 0 {
 		c.DirectBelow, c.CopyDirectBelow = n, n
@@ -378,19 +378,49 @@ func (s *Server) copyCalibration() CopyCalibration {
 	return c
 }
 
-// copyEngine is the server's engine for migrations, started on first use
-// and stopped by Close.
-func (s *Server) copyEngine() *copyEngine {
+// copyEngine is the server's engine for migrations to location l, made on
+// first use and stopped by Close: its producers run near l's memory where
+// the machine has several NUMA nodes.
+func (s *Server) copyEngine(l location) *copyEngine {
 	s.engineMu.Lock()
-	defer s.engineMu.Unlock()
-	if s.engine == nil {
+	if s.engines == nil {
 		c := s.copyCalibration()
-		s.engine = newCopyEngine(c.MigrationProducers, c.DirectBelow)
+		s.engines = newCopyEngines(c.MigrationProducers, c.DirectBelow)
 		select {
 		case <-s.done:
-			s.engine.stop() // closed meanwhile: moves run on their own goroutines
+			s.engines.stop() // closed meanwhile: moves run on their own goroutines
 		default:
 		}
 	}
-	return s.engine
+	engines := s.engines
+	s.engineMu.Unlock()
+	return engines.forNode(s.nodeOf(l))
+}
+
+// nodeOf is the NUMA node that holds location l's memory, where the
+// machine has several nodes and l is a NUMA arena; -1 otherwise.
+func (s *Server) nodeOf(l location) int {
+	if l == hostLoc || !multiNode() {
+		return -1
+	}
+	spec := s.arenas[l-1].Spec()
+	if spec.Backend != devmem.BackendNUMA {
+		return -1
+	}
+	return spec.Node
+}
+
+var (
+	multiNodeOnce sync.Once
+	multiNodeMemo bool
+)
+
+// multiNode reports whether this machine has more than one NUMA node, the
+// only case where pinning copy threads to one matters.
+func multiNode() bool {
+	multiNodeOnce.Do(func() {
+		nodes, err := devmem.Nodes()
+		multiNodeMemo = err == nil && len(nodes) > 1
+	})
+	return multiNodeMemo
 }

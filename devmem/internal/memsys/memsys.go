@@ -235,6 +235,15 @@ func SchedSetaffinity(cpu int) error {
 	return unix.SchedSetaffinity(0, &set)
 }
 
+// SchedSetaffinitySet binds the calling thread to the CPUs listed.
+func SchedSetaffinitySet(cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	return unix.SchedSetaffinity(0, &set)
+}
+
 // SchedGetaffinity lists the CPUs the calling thread may run on.
 func SchedGetaffinity() ([]int, error) {
 	var set unix.CPUSet
