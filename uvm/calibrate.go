@@ -1,8 +1,10 @@
 package uvm
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,8 +38,11 @@ type CopyCalibration struct {
 	// MigrationProducers is N_P for migrations (see producersFor).
 	MigrationProducers int `json:"migration_producers"`
 	// CopyProducers is N_P for copies straight into existing pages
-	// (Memcpy), which have no install step.
+	// (Memcpy), which have no install step (copyProducersFor).
 	CopyProducers int `json:"copy_producers"`
+	// CopyThreadsGBps are copy rates with 1, 2, 4, ... threads and with
+	// every CPU, together.
+	CopyThreadsGBps []float64 `json:"copy_threads_gbps"`
 	// BlockMovers is how many blocks a move of many blocks (Prefetch)
 	// moves at once, each on its own goroutine doing every stage of its
 	// block. Installing allocates new pages, which every CPU does for
@@ -56,17 +61,22 @@ type CopyCalibration struct {
 	// a block.
 	DirectBelow int64 `json:"direct_below"`
 	// CopyDirectBelow is the copy size under which Memcpy copies on one
-	// thread: the smallest size from which the engine's producers beat one
-	// thread by 10% at every size up to 8 MiB, or MaxInt64 when they did
-	// not at 8 MiB.
+	// thread: where one thread's copy takes 20 times the engine's
+	// hand-offs (calibrateCopy); MaxInt64 with one producer.
 	CopyDirectBelow int64 `json:"copy_direct_below"`
+	// HandOffUS is the engine's fixed cost of a copy: handing its chunks
+	// to the producers and waiting for them, the median of many.
+	HandOffUS float64 `json:"hand_off_us"`
 	// NonTemporalAbove is the copy size from which Memcpy uses
 	// non-temporal stores into destinations it does not read back; 0 when
 	// they are not faster here.
 	NonTemporalAbove int64 `json:"non_temporal_above"`
 	// Took is how long calibrating took, in nanoseconds.
 	Took Duration `json:"took_ns"`
-	Err  string   `json:"error,omitempty"`
+	// Kept names the file this calibration was read from, if it was
+	// measured by an earlier server since boot.
+	Kept string `json:"kept,omitempty"`
+	Err  string `json:"error,omitempty"`
 }
 
 var (
@@ -74,11 +84,73 @@ var (
 	calibration     CopyCalibration
 )
 
-// copyCalibration measures this machine once per process. It takes a few
-// tens of milliseconds.
+// copyCalibration is this machine's calibration: measured by the first
+// server since boot (a few hundred milliseconds of one CPU) and kept in
+// the runtime directory, so that every later server, and every run of a
+// benchmark, copies with the same parameters. UVM_COPY_CALIBRATION=fresh
+// measures again (and keeps the new one).
 func copyCalibration() CopyCalibration {
-	calibrationOnce.Do(func() { calibration = calibrate() })
+	calibrationOnce.Do(func() {
+		path := calibrationPath()
+		if os.Getenv(EnvCopyCalibration) != "fresh" {
+			if c, ok := loadCalibration(path); ok {
+				calibration = c
+				return
+			}
+		}
+		calibration = calibrate()
+		if calibration.Err == "" {
+			storeCalibration(path, calibration)
+		}
+	})
 	return calibration
+}
+
+// calibrationVersion changes whenever what calibrate measures does, so
+// that a kept calibration from an older softuvm is measured again.
+const calibrationVersion = 2
+
+// calibrationKey says which machine, boot and calibration a kept
+// calibration is for.
+func calibrationKey() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return fmt.Sprintf("v%d boot=%s cpus=%d llc=%d", calibrationVersion, strings.TrimSpace(string(boot)), runtime.NumCPU(), lastLevelCache())
+}
+
+func calibrationPath() string { return filepath.Join(runtimeDir(), "copy-calibration.json") }
+
+type keptCalibration struct {
+	Key         string          `json:"key"`
+	Calibration CopyCalibration `json:"calibration"`
+}
+
+func loadCalibration(path string) (CopyCalibration, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return CopyCalibration{}, false
+	}
+	var k keptCalibration
+	if json.Unmarshal(b, &k) != nil || k.Key != calibrationKey() || k.Calibration.CopyProducers < 1 {
+		return CopyCalibration{}, false
+	}
+	k.Calibration.Kept = path
+	return k.Calibration, true
+}
+
+// storeCalibration keeps c for later servers, written whole or not at all.
+func storeCalibration(path string, c CopyCalibration) {
+	b, err := json.Marshal(keptCalibration{Key: calibrationKey(), Calibration: c})
+	if err != nil || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".copy-calibration-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), path) != nil {
+		os.Remove(tmp.Name())
+	}
 }
 
 // calibrationBytes is each copy thread's buffer: large enough that the
@@ -128,22 +200,41 @@ func calibrate() CopyCalibration {
 			}
 		}
 	}
-	c.HostCopyGBps = bestRate(int64(each), func() { copy(bufs[0][1], bufs[0][0]) })
-	c.AllCopyGBps = bestRate(int64(each*c.CPUs), func() {
-		var wg sync.WaitGroup
-		for i := range bufs {
-			wg.Add(1)
-			go func() { defer wg.Done(); copy(bufs[i][1], bufs[i][0]) }()
+	// 1, 2, 4, ... threads and every CPU in turn, by the median: a burst
+	// of other work slows one round, not one count.
+	counts := threadCounts(c.CPUs)
+	rates := make([][]float64, len(counts))
+	for range 5 {
+		for k, n := range counts {
+			rates[k] = append(rates[k], rateOf(int64(each*n), func() {
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Add(1)
+					go func() { defer wg.Done(); copy(bufs[i][1], bufs[i][0]) }()
+				}
+				wg.Wait()
+			}))
 		}
-		wg.Wait()
-	})
+	}
+	for k := range counts {
+		c.CopyThreadsGBps = append(c.CopyThreadsGBps, median(rates[k]))
+	}
+	c.HostCopyGBps, c.AllCopyGBps = c.CopyThreadsGBps[0], c.CopyThreadsGBps[len(counts)-1]
+	c.CopyProducers = copyProducersFor(counts, c.CopyThreadsGBps)
 	c.MemoryGBps = 2 * c.AllCopyGBps
 	if nonTemporalStores {
 		// Copies past half the cache evict what they do not replace
 		// anyway; from there, where stores that skip the cache are
 		// faster, they pay.
-		c.NonTemporalGBps = bestRate(int64(each), func() { copyNonTemporal(bufs[0][1], bufs[0][0]) })
-		if c.NonTemporalGBps > c.HostCopyGBps {
+		// Compared run by run, each against an ordinary copy right
+		// before it, and by the median: a busy moment slows both.
+		var nt, plain []float64
+		for range 5 {
+			plain = append(plain, rateOf(int64(each), func() { copy(bufs[0][1], bufs[0][0]) }))
+			nt = append(nt, rateOf(int64(each), func() { copyNonTemporal(bufs[0][1], bufs[0][0]) }))
+		}
+		c.NonTemporalGBps = median(nt)
+		if c.NonTemporalGBps > median(plain) {
 			c.NonTemporalAbove = int64(lastLevelCache() / 2)
 		}
 	}
@@ -159,9 +250,10 @@ func calibrate() CopyCalibration {
 		c.Err = err.Error()
 		c.DirectBelow = math.MaxInt64
 	}
-	c.MigrationProducers = producersFor(c.InstallGBps, c.HostCopyGBps, c.MemoryGBps, c.CPUs, true)
-	c.CopyProducers = producersFor(c.MemoryGBps/2, c.HostCopyGBps, c.MemoryGBps, c.CPUs, false)
-	c.CopyDirectBelow = calibrateCopy(bufs[0][1], bufs[0][0], c.CopyProducers)
+	c.MigrationProducers = producersFor(c.InstallGBps, c.HostCopyGBps, c.MemoryGBps, c.CPUs)
+	var handOff time.Duration
+	c.CopyDirectBelow, handOff = calibrateCopy(c.CopyProducers, c.HostCopyGBps)
+	c.HandOffUS = float64(handOff.Nanoseconds()) / 1e3
 	c.Took = Duration(time.Since(started))
 	return c
 }
@@ -170,19 +262,40 @@ func calibrate() CopyCalibration {
 // the consumer, S_B2D <= N_P * S_H2B, and together with it stay within
 // memory bandwidth, S_B2D + 2 * N_P * S_H2B <= B_MEM. The first gives the
 // smallest N_P; the second lowers it where memory cannot feed that many.
-// A copy straight into the destination's pages (Memcpy) has no consumer:
-// the producers are the whole transfer, the caller passes memory's own
-// copy rate (B_MEM/2) as the rate to keep up with and withConsumer false,
-// and enough producers to saturate memory is the answer.
-func producersFor(consumerGBps, producerGBps, memoryGBps float64, cpus int, withConsumer bool) int {
+func producersFor(consumerGBps, producerGBps, memoryGBps float64, cpus int) int {
 	if producerGBps <= 0 || consumerGBps <= 0 {
 		return 1
 	}
 	n := int(math.Ceil(consumerGBps/producerGBps - 1e-9))
-	for withConsumer && n > 1 && consumerGBps+2*float64(n)*producerGBps > memoryGBps {
+	for n > 1 && consumerGBps+2*float64(n)*producerGBps > memoryGBps {
 		n--
 	}
 	return max(1, min(n, cpus))
+}
+
+// copyProducersFor is N_P for copies straight into existing pages, which
+// have no consumer: the producers are the whole transfer, and the paper's
+// second condition becomes "enough producers to bring memory to its copy
+// rate, B_MEM/2". A producer slows as others share memory, so the count
+// is measured, not divided out: the smallest count whose rate is within
+// 10% of the best.
+func copyProducersFor(counts []int, gbps []float64) int {
+	best := slices.Max(gbps)
+	for k, r := range gbps {
+		if r >= 0.9*best {
+			return counts[k]
+		}
+	}
+	return counts[len(counts)-1]
+}
+
+// threadCounts is 1, 2, 4, ... below cpus, and cpus.
+func threadCounts(cpus int) []int {
+	var out []int
+	for n := 1; n < cpus; n *= 2 {
+		out = append(out, n)
+	}
+	return append(out, max(cpus, 1))
 }
 
 // blockMoversFor is the paper's second condition for producers that
@@ -193,6 +306,19 @@ func blockMoversFor(installGBps, memoryGBps float64, cpus int) int {
 		return 1
 	}
 	return max(1, min(cpus, int(memoryGBps/(2*installGBps))))
+}
+
+// rateOf runs f once and returns its rate in GB/s.
+func rateOf(bytes int64, f func()) float64 {
+	t := time.Now()
+	f()
+	return float64(bytes) / time.Since(t).Seconds() / 1e9
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // bestRate runs f five times and returns the best rate in GB/s.
@@ -225,8 +351,9 @@ func installRate(data []byte) (float64, error) {
 // engine's pipeline beats running every stage on the mover's goroutine
 // by 10%: it moves pages between two memfds the way a migration does
 // (read the source, punch it, write the destination), at sizes from a
-// block down to two chunks, each way round, best of five, with movers
-// moves at once (as many as a bulk move runs), each of its own block.
+// block down to two chunks, each way round, the median of five in turn
+// with five direct moves, with movers moves at once (as many as a bulk
+// move runs), each of its own block.
 func calibrateMigration(data []byte, movers int) (directBelow int64, err error) {
 	var files [2]*devmem.File
 	for i := range files {
@@ -262,12 +389,12 @@ func calibrateMigration(data []byte, movers int) (directBelow int64, err error) 
 	// one lucky run on a noisy machine must not turn it on.
 	directBelow = math.MaxInt64
 	for size := int64(BlockSize); size >= 2*chunkBytes; size /= 2 {
-		var direct, piped []time.Duration
+		var direct, piped []float64
 		for range 5 {
-			direct = append(direct, move(size, nil))
-			piped = append(piped, move(size, engine))
+			direct = append(direct, move(size, nil).Seconds())
+			piped = append(piped, move(size, engine).Seconds())
 		}
-		if float64(slices.Min(piped)) > 0.9*float64(slices.Min(direct)) {
+		if median(piped) > 0.9*median(direct) {
 			break
 		}
 		directBelow = size
@@ -300,27 +427,38 @@ func migrationJob(src, dst *devmem.File, base, size int64) *copyJob {
 	}
 }
 
-// calibrateCopy returns the smallest size, from 64 KiB to len(dst), from
-// which the engine's producers copy at least 10% faster than one thread,
-// best of five; MaxInt64 when they never did.
-func calibrateCopy(dst, src []byte, producers int) int64 {
-	if producers < 2 {
-		return math.MaxInt64
+// calibrateCopy returns the copy size from which the engine's producers
+// pay: where a single-thread copy takes handOffMargin times the engine's
+// fixed cost of a copy (waking the producers, handing them chunks and
+// waiting for them: the median over many tiny copies with idle time
+// between, so that a busy moment does not decide). MaxInt64 with a single
+// producer.
+func calibrateCopy(producers int, hostCopyGBps float64) (int64, time.Duration) {
+	if producers < 2 || hostCopyGBps <= 0 {
+		return math.MaxInt64, 0
 	}
 	engine := newCopyEngine(producers, 0)
 	defer engine.stop()
-	// As for migrations: a margin, at this size and every larger one.
-	directBelow := int64(math.MaxInt64)
-	for size := len(dst); size >= 64<<10; size /= 2 {
-		one := bestRate(int64(size), func() { copy(dst[:size], src[:size]) })
-		many := bestRate(int64(size), func() { _, _ = engine.run(copyBytesJob(dst[:size], src[:size], false)) })
-		if many < 1.1*one {
-			break
-		}
-		directBelow = int64(size)
+	job := &copyJob{chunks: 2 * producers, bytes: math.MaxInt64, produce: func(int, []byte) error { return nil }}
+	costs := make([]time.Duration, 0, 101)
+	for range cap(costs) {
+		// Idle between copies, as a program is between Memcpy calls:
+		// the producers park, and waking them is most of the cost.
+		time.Sleep(200 * time.Microsecond)
+		t := time.Now()
+		_, _ = engine.run(job)
+		costs = append(costs, time.Since(t))
 	}
-	return directBelow
+	slices.Sort(costs)
+	cost := costs[len(costs)/2]
+	size := int64(handOffMargin * cost.Seconds() * hostCopyGBps * 1e9)
+	return max(2*copyChunkBytes, int64(1)<<bits.Len64(uint64(size-1))), cost
 }
+
+// handOffMargin is how many times its hand-offs a copy must take on one
+// thread before the engine shares it out: 20, so that they cost at most
+// 5% of it.
+const handOffMargin = 20
 
 // copyBytesJob copies src into dst in chunks, with non-temporal stores if
 // nt.

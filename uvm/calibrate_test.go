@@ -1,7 +1,10 @@
 package uvm
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,7 +12,7 @@ import (
 )
 
 func TestCopyCalibration(t *testing.T) {
-	c := copyCalibration()
+	c := calibrate()
 	require.Empty(t, c.Err)
 	assert.Positive(t, c.HostCopyGBps)
 	assert.GreaterOrEqual(t, c.MemoryGBps, c.HostCopyGBps, "every CPU together moves at least what one does")
@@ -18,6 +21,32 @@ func TestCopyCalibration(t *testing.T) {
 	assert.LessOrEqual(t, c.MigrationProducers, c.CPUs)
 	assert.GreaterOrEqual(t, c.CopyProducers, 1)
 	assert.LessOrEqual(t, c.CopyProducers, c.CPUs)
+	assert.Len(t, c.CopyThreadsGBps, len(threadCounts(c.CPUs)))
+	assert.Positive(t, c.BlockMovers)
 	b, _ := json.Marshal(c)
 	t.Logf("%s", b)
+}
+
+func TestCopyCalibrationIsKeptForLaterServers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "copy-calibration.json")
+	c := CopyCalibration{CPUs: 2, HostCopyGBps: 13, CopyProducers: 2, MigrationProducers: 1, BlockMovers: 2}
+	storeCalibration(path, c)
+	got, ok := loadCalibration(path)
+	require.True(t, ok)
+	assert.Equal(t, path, got.Kept)
+	got.Kept = ""
+	assert.Equal(t, c, got)
+
+	// Another boot, machine or version of the calibration is measured
+	// again; so is a damaged file.
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte("boot="), []byte("boot=x"), 1), 0o600))
+	_, ok = loadCalibration(path)
+	assert.False(t, ok, "a calibration of another boot")
+	require.NoError(t, os.WriteFile(path, b[:len(b)/2], 0o600))
+	_, ok = loadCalibration(path)
+	assert.False(t, ok, "half a file")
+	_, ok = loadCalibration(filepath.Join(t.TempDir(), "none"))
+	assert.False(t, ok)
 }

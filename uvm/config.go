@@ -27,6 +27,9 @@ const (
 	EnvHostBudget    = "UVM_HOST_BUDGET"    // bytes of managed memory kept on the host (default: unbounded)
 	EnvThrashing     = "UVM_THRASHING"      // on (default), off, or settings: threshold=3,lapse=500us,...
 	EnvCopyThreads   = "UVM_COPY_THREADS"   // the copy engine's producer threads (default: calibrated)
+	// EnvCopyCalibration=fresh makes a server measure the copy engine's
+	// calibration again instead of reading the one kept since boot.
+	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
 
 	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
 	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON

@@ -167,20 +167,27 @@ func TestProducersFor(t *testing.T) {
 	for _, tc := range []struct {
 		consumer, producer, memory float64
 		cpus                       int
-		withConsumer               bool
 		want                       int
 	}{
-		{51, 12.6, 200, 16, true, 5}, // the H200's link against its host's memcpy
-		{51, 12.6, 100, 16, true, 1}, // memory cannot feed more beside the link
-		{2, 13, 40, 2, true, 1},      // this VM's migrations: the install is the slow stage
-		{20, 13, 40, 2, false, 2},    // this VM's copies: saturate memory
-		{80, 6, 160, 16, true, 6},    // 80 + 2*6*6 <= 160 < 80 + 2*7*6
-		{40, 6, 80, 16, false, 7},    // copies on the 16-core machine's slow memcpy
-		{40, 6, 80, 4, false, 4},     // no more than the CPUs
-		{0, 6, 160, 8, true, 1},
+		{51, 12.6, 200, 16, 5}, // the H200's link against its host's memcpy
+		{51, 12.6, 100, 16, 1}, // memory cannot feed more beside the link
+		{2, 13, 40, 2, 1},      // this VM's migrations: the install is the slow stage
+		{80, 6, 160, 16, 6},    // 80 + 2*6*6 <= 160 < 80 + 2*7*6
+		{80, 6, 1000, 8, 8},    // no more than the CPUs
+		{0, 6, 160, 8, 1},
 	} {
-		assert.Equal(t, tc.want, producersFor(tc.consumer, tc.producer, tc.memory, tc.cpus, tc.withConsumer), "%+v", tc)
+		assert.Equal(t, tc.want, producersFor(tc.consumer, tc.producer, tc.memory, tc.cpus), "%+v", tc)
 	}
+}
+
+func TestCopyProducersFor(t *testing.T) {
+	assert.Equal(t, []int{1, 2}, threadCounts(2))
+	assert.Equal(t, []int{1, 2, 4, 8, 16}, threadCounts(16))
+	assert.Equal(t, []int{1, 2, 4, 6}, threadCounts(6))
+	assert.Equal(t, []int{1}, threadCounts(1))
+	assert.Equal(t, 2, copyProducersFor([]int{1, 2}, []float64{16, 25}), "this VM")
+	assert.Equal(t, 16, copyProducersFor([]int{1, 2, 4, 8, 16}, []float64{8, 16, 30, 45, 56}), "the 16-core machine: 8 threads reach only 80%")
+	assert.Equal(t, 1, copyProducersFor([]int{1, 2}, []float64{20, 21}), "memory saturated by one thread")
 }
 
 func TestBlockMoversFor(t *testing.T) {

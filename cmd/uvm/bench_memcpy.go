@@ -30,9 +30,12 @@ type memcpyReport struct {
 	// Memcpy of the size from ordinary host memory to device memory and
 	// back, through the copy engine. The first copy into new device
 	// memory allocates its pages and is reported apart.
-	EngineH2DGBps      float64 `json:"engine_h2d_gbps"`
-	EngineD2HGBps      float64 `json:"engine_d2h_gbps"`
-	EngineH2DFraction  float64 `json:"engine_h2d_fraction"` // of memcpy_all
+	EngineH2DGBps float64 `json:"engine_h2d_gbps"`
+	EngineD2HGBps float64 `json:"engine_d2h_gbps"`
+	// Fractions are the median over runs of each run's rate against a
+	// memcpy on every CPU timed right before it: this VM's memory speed
+	// changes by half from one minute to the next.
+	EngineH2DFraction  float64 `json:"engine_h2d_fraction"`
 	EngineD2HFraction  float64 `json:"engine_d2h_fraction"`
 	EngineH2DFirstGBps float64 `json:"engine_h2d_first_copy_gbps"`
 
@@ -42,8 +45,9 @@ type memcpyReport struct {
 	PrefetchD2HGBps     float64 `json:"prefetch_d2h_gbps"`
 	PrefetchH2DFraction float64 `json:"prefetch_h2d_fraction"`
 	PrefetchD2HFraction float64 `json:"prefetch_d2h_fraction"`
-	// The same prefetches with the engine forced on (from 1 byte) and
-	// forced off, whatever the calibration chose.
+	// The same prefetches with the chunk pipeline forced on (from 1
+	// byte), and with no engine at all (one block at a time, every stage
+	// on one goroutine), whatever the calibration chose.
 	PrefetchEngineH2DGBps float64 `json:"prefetch_engine_h2d_gbps"`
 	PrefetchEngineD2HGBps float64 `json:"prefetch_engine_d2h_gbps"`
 	PrefetchDirectH2DGBps float64 `json:"prefetch_direct_h2d_gbps"`
@@ -99,8 +103,9 @@ func benchMemcpy(args []string) error {
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 	rep := memcpyReport{Runs: *runs, SizeBytes: size, Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}}
 
-	progress("host buffers: 2 x %s", uvm.FormatSize(size))
-	src, dst := warmBuffer(size), warmBuffer(size)
+	progress("host buffers: 3 x %s", uvm.FormatSize(size))
+	src, dst, base := warmBuffer(size), warmBuffer(size), warmBuffer(size)
+	baseline := func() float64 { return rateOnce(size, func() { parallelCopy(base, src, cpus()) }) }
 	for i := range src {
 		src[i] = byte(i*7 + i>>12)
 	}
@@ -124,30 +129,35 @@ func benchMemcpy(args []string) error {
 		return err
 	}
 	rep.Engine = in.CopyEngine
-	rep.EngineH2DFirstGBps, rep.EngineH2DGBps, rep.EngineD2HGBps, err = engineRates(s, src, dst, *runs)
+	var eng transferRates
+	eng, err = engineRates(s, src, dst, *runs, baseline)
 	s.Close()
 	if err != nil {
 		return err
 	}
-	rep.EngineH2DFraction = rep.EngineH2DGBps / rep.MemcpyAllGBps
-	rep.EngineD2HFraction = rep.EngineD2HGBps / rep.MemcpyAllGBps
+	rep.EngineH2DFirstGBps = eng.first
+	rep.EngineH2DGBps, rep.EngineD2HGBps, rep.EngineH2DFraction, rep.EngineD2HFraction = eng.h2d, eng.d2h, eng.h2dFraction, eng.d2hFraction
 
 	for _, mode := range []struct {
 		name        string
+		producers   int
 		directBelow int64
 		h2d, d2h    *float64
 	}{
-		{"as calibrated", 0, &rep.PrefetchH2DGBps, &rep.PrefetchD2HGBps},
-		{"engine forced on", 1, &rep.PrefetchEngineH2DGBps, &rep.PrefetchEngineD2HGBps},
-		{"engine forced off", math.MaxInt64, &rep.PrefetchDirectH2DGBps, &rep.PrefetchDirectD2HGBps},
+		{"as calibrated", 0, 0, &rep.PrefetchH2DGBps, &rep.PrefetchD2HGBps},
+		{"pipeline forced on", 0, 1, &rep.PrefetchEngineH2DGBps, &rep.PrefetchEngineD2HGBps},
+		{"no engine", 1, math.MaxInt64, &rep.PrefetchDirectH2DGBps, &rep.PrefetchDirectD2HGBps},
 	} {
 		progress("Prefetch %s to device 0 and back, %s", uvm.FormatSize(size), mode.name)
-		if *mode.h2d, *mode.d2h, err = prefetchRates(size, src, *runs, mode.directBelow); err != nil {
+		pf, err := prefetchRates(size, src, *runs, mode.producers, mode.directBelow, baseline)
+		if err != nil {
 			return err
 		}
+		*mode.h2d, *mode.d2h = pf.h2d, pf.d2h
+		if mode.directBelow == 0 {
+			rep.PrefetchH2DFraction, rep.PrefetchD2HFraction = pf.h2dFraction, pf.d2hFraction
+		}
 	}
-	rep.PrefetchH2DFraction = rep.PrefetchH2DGBps / rep.MemcpyAllGBps
-	rep.PrefetchD2HFraction = rep.PrefetchD2HGBps / rep.MemcpyAllGBps
 
 	if producers == nil {
 		for n := 1; n <= cpus(); n *= 2 {
@@ -163,12 +173,12 @@ func benchMemcpy(args []string) error {
 		if err != nil {
 			return err
 		}
-		_, h2d, d2h, err := engineRates(s, src, dst, *runs)
+		r, err := engineRates(s, src, dst, *runs, baseline)
 		s.Close()
 		if err != nil {
 			return err
 		}
-		rep.Producers = append(rep.Producers, producerRow{Producers: n, H2DGBps: h2d, D2HGBps: d2h})
+		rep.Producers = append(rep.Producers, producerRow{Producers: n, H2DGBps: r.h2d, D2HGBps: r.d2h})
 	}
 
 	progress("sizes: engine against one thread, 64 KiB to %s", uvm.FormatSize(size))
@@ -252,43 +262,75 @@ func medianRate(bytes int64, runs int, f func() error) float64 {
 	return median(rates)
 }
 
+// transferRates are one transfer's medians over runs, each way, and of
+// each run's rate against the baseline timed right before it.
+type transferRates struct {
+	first, h2d, d2h          float64
+	h2dFraction, d2hFraction float64
+}
+
+// rateOnce runs f once and returns its rate in GB/s.
+func rateOnce(bytes int64, f func()) float64 {
+	t := time.Now()
+	f()
+	return float64(bytes) / time.Since(t).Seconds() / 1e9
+}
+
+// timeBoth runs there and back runs times after one warm-up, each right
+// after a baseline, and returns the medians of their rates and of their
+// rates against the baseline.
+func timeBoth(bytes int64, runs int, baseline func() float64, there, back func() error) (transferRates, error) {
+	var r transferRates
+	var h2d, d2h, fh, fd []float64
+	for i := -1; i < runs; i++ {
+		for _, way := range []struct {
+			f            func() error
+			rates, fracs *[]float64
+		}{{there, &h2d, &fh}, {back, &d2h, &fd}} {
+			b := baseline()
+			t := time.Now()
+			if err := way.f(); err != nil {
+				return r, err
+			}
+			rate := float64(bytes) / time.Since(t).Seconds() / 1e9
+			if i >= 0 {
+				*way.rates = append(*way.rates, rate)
+				*way.fracs = append(*way.fracs, rate/b)
+			}
+		}
+	}
+	r.h2d, r.d2h, r.h2dFraction, r.d2hFraction = median(h2d), median(d2h), median(fh), median(fd)
+	return r, nil
+}
+
 // engineRates times Memcpy from src to new device memory (the first copy,
 // which allocates the device pages), then to it and back to dst, and
 // checks the bytes.
-func engineRates(s *uvm.Session, src, dst []byte, runs int) (first, h2d, d2h float64, err error) {
+func engineRates(s *uvm.Session, src, dst []byte, runs int, baseline func() float64) (transferRates, error) {
 	size := int64(len(src))
 	dev, err := s.Malloc(0, size)
 	if err != nil {
-		return 0, 0, 0, err
+		return transferRates{}, err
 	}
 	defer s.Free(dev.Addr())
-	host := addrOf(src)
-	back := addrOf(dst)
+	host, back := addrOf(src), addrOf(dst)
 	t := time.Now()
 	if err := s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice); err != nil {
-		return 0, 0, 0, err
+		return transferRates{}, err
 	}
-	first = float64(size) / time.Since(t).Seconds() / 1e9
-	var failed error
-	h2d = medianRate(size, runs, func() error {
-		failed = s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice)
-		return failed
-	})
-	if failed != nil {
-		return 0, 0, 0, failed
-	}
+	first := float64(size) / time.Since(t).Seconds() / 1e9
 	clear(dst)
-	d2h = medianRate(size, runs, func() error {
-		failed = s.Memcpy(back, dev.Addr(), size, uvm.MemcpyDeviceToHost)
-		return failed
-	})
-	if failed != nil {
-		return 0, 0, 0, failed
+	r, err := timeBoth(size, runs, baseline,
+		func() error { return s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice) },
+		func() error { return s.Memcpy(back, dev.Addr(), size, uvm.MemcpyDeviceToHost) })
+	if err != nil {
+		return r, err
 	}
+	r.first = first
 	if i := firstDifference(dst, src); i >= 0 {
-		return 0, 0, 0, fmt.Errorf("Memcpy through device memory changed byte %d: %#x, want %#x", i, dst[i], src[i])
+		return r, fmt.Errorf("Memcpy through device memory changed byte %d: %#x, want %#x", i, dst[i], src[i])
 	}
-	return first, h2d, d2h, nil
+	return r, nil
 }
 
 func firstDifference(a, b []byte) int {
@@ -309,37 +351,28 @@ func firstDifference(a, b []byte) int {
 // prefetchRates writes a managed range of size on the host, then times
 // Prefetch to device 0 and back to the CPU, runs times after a warm-up
 // round trip, and checks the bytes.
-func prefetchRates(size int64, src []byte, runs int, directBelow int64) (h2d, d2h float64, err error) {
-	s, err := memcpySession(size, 0, directBelow)
+func prefetchRates(size int64, src []byte, runs, producers int, directBelow int64, baseline func() float64) (transferRates, error) {
+	s, err := memcpySession(size, producers, directBelow)
 	if err != nil {
-		return 0, 0, err
+		return transferRates{}, err
 	}
 	defer s.Close()
 	a, err := s.MallocManaged(size)
 	if err != nil {
-		return 0, 0, err
+		return transferRates{}, err
 	}
 	defer s.Free(a.Addr())
 	copy(a.Bytes(), src)
-	var toDev, toHost []float64
-	for r := -1; r < runs; r++ {
-		t := time.Now()
-		if err := s.Prefetch(a.Addr(), size, 0); err != nil {
-			return 0, 0, err
-		}
-		mid := time.Now()
-		if err := s.Prefetch(a.Addr(), size, uvm.CPU); err != nil {
-			return 0, 0, err
-		}
-		if r >= 0 {
-			toDev = append(toDev, float64(size)/mid.Sub(t).Seconds()/1e9)
-			toHost = append(toHost, float64(size)/time.Since(mid).Seconds()/1e9)
-		}
+	r, err := timeBoth(size, runs, baseline,
+		func() error { return s.Prefetch(a.Addr(), size, 0) },
+		func() error { return s.Prefetch(a.Addr(), size, uvm.CPU) })
+	if err != nil {
+		return r, err
 	}
 	if i := firstDifference(a.Bytes(), src); i >= 0 {
-		return 0, 0, fmt.Errorf("Prefetch there and back changed byte %d", i)
+		return r, fmt.Errorf("Prefetch there and back changed byte %d", i)
 	}
-	return median(toDev), median(toHost), nil
+	return r, nil
 }
 
 // sizeSweep times Memcpy to device memory and back at sizes from 64 KiB
@@ -401,12 +434,13 @@ func printMemcpyReport(r memcpyReport) {
 	e := r.Engine
 	fmt.Printf("engine: %d producers for copies, %d for migrations; engine from %s for copies, %s for migrations\n\n",
 		e.CopyProducers, e.MigrationProducers, engineSize(e.CopyDirectBelow), engineSize(e.DirectBelow))
+	fmt.Printf("(fractions: each run against a memcpy on every CPU timed right before it, median over runs)\n")
 	fmt.Printf("memcpy one thread        %7.2f GB/s\n", r.Memcpy1tGBps)
 	fmt.Printf("memcpy all CPUs          %7.2f GB/s\n", r.MemcpyAllGBps)
 	fmt.Printf("engine host->device      %7.2f GB/s  %.2f of memcpy_all (goal 0.9); first copy into new device memory %.2f GB/s\n", r.EngineH2DGBps, r.EngineH2DFraction, r.EngineH2DFirstGBps)
 	fmt.Printf("engine device->host      %7.2f GB/s  %.2f of memcpy_all (goal 0.9)\n", r.EngineD2HGBps, r.EngineD2HFraction)
-	fmt.Printf("prefetch host->device    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); engine forced on %.2f, off %.2f\n", r.PrefetchH2DGBps, r.PrefetchH2DFraction, r.PrefetchEngineH2DGBps, r.PrefetchDirectH2DGBps)
-	fmt.Printf("prefetch device->host    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); engine forced on %.2f, off %.2f\n", r.PrefetchD2HGBps, r.PrefetchD2HFraction, r.PrefetchEngineD2HGBps, r.PrefetchDirectD2HGBps)
+	fmt.Printf("prefetch host->device    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); chunk pipeline forced on %.2f, no engine %.2f\n", r.PrefetchH2DGBps, r.PrefetchH2DFraction, r.PrefetchEngineH2DGBps, r.PrefetchDirectH2DGBps)
+	fmt.Printf("prefetch device->host    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); chunk pipeline forced on %.2f, no engine %.2f\n", r.PrefetchD2HGBps, r.PrefetchD2HFraction, r.PrefetchEngineD2HGBps, r.PrefetchDirectD2HGBps)
 	fmt.Printf("writing new memfd pages  %7.2f GB/s  (the ceiling of any migration here)\n\n", r.FreshPageWriteGBps)
 	fmt.Printf("%10s %10s %10s\n", "producers", "h2d GB/s", "d2h GB/s")
 	for _, p := range r.Producers {

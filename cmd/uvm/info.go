@@ -149,6 +149,9 @@ func printServer(kind, socket string, in uvm.Info) {
 	c := in.CopyEngine
 	fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
 		c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
+	if c.Kept != "" {
+		fmt.Printf("                (calibrated by an earlier server since boot: %s; UVM_COPY_CALIBRATION=fresh measures again)\n", c.Kept)
+	}
 	for _, d := range in.Devices {
 		fmt.Printf("  %-13v %s used of %s (%s, node %d, %d workers)\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity), d.Backend, d.Node, d.Workers)
 	}
