@@ -2,6 +2,8 @@ package uvm
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
@@ -200,4 +202,72 @@ func TestMemcpyLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, s.Close())
 	eventually(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= before },
 		"%d goroutines after Close, %d before Connect", runtime.NumGoroutine(), before)
+}
+
+func init() { testRoles["prefetch-round-trip"] = rolePrefetchRoundTrip }
+
+// rolePrefetchRoundTrip moves 8 MiB of managed memory to device 0 and
+// back through the daemon at UVM_SOCKET and checks the bytes.
+func rolePrefetchRoundTrip() int {
+	s, err := Connect(Config{Server: "daemon", Socket: os.Getenv(EnvSocket)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	a, err := s.MallocManaged(8 << 20)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	want := pattern(8<<20, 5)
+	copy(a.Bytes(), want)
+	for _, d := range []Device{0, CPU} {
+		if err := s.Prefetch(a.Addr(), 8<<20, d); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if string(a.Bytes()) != string(want) {
+		fmt.Fprintln(os.Stderr, "the bytes changed on the way")
+		return 1
+	}
+	return 0
+}
+
+// TestServerCloseLeavesNoGoroutines: a server whose migrations went
+// through the copy engine's producers, releaser and block movers leaves
+// no goroutine behind when it closes. A first server, closed before
+// counting, starts what a process starts once (the signal goroutines of
+// the userfaultfd readers).
+func TestServerCloseLeavesNoGoroutines(t *testing.T) {
+	requireRoot(t)
+	cycle := func() {
+		cfg := testServerConfig()
+		cfg.Guard = false
+		cfg.CopyDirectBelow, cfg.CopyProducers = 1, 2
+		srv, err := NewServer(cfg)
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), "uvm.sock")
+		l, err := listenUnix(path)
+		require.NoError(t, err)
+		served := make(chan struct{})
+		go func() { defer close(served); srv.Serve(l) }()
+		out, err := child(t, "prefetch-round-trip", EnvSocket+"="+path).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Positive(t, srv.stats.snapshot().MigratedPages(CPU, 0))
+		require.NoError(t, srv.Close())
+		<-served
+	}
+	cycle()
+	before := runtime.NumGoroutine()
+	cycle()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after Close, %d before NewServer:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
 }
