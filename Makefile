@@ -72,9 +72,14 @@ lint: ## gofmt, go vet, the import fence, and a tidy go.mod
 	$(GO) test -count=1 -run TestImportFence ./internal/lint/
 	$(GO) mod tidy -diff
 
-generate: ## run go generate (nothing is generated yet: the eBPF objects come with the access-counter work)
-	@echo "make generate: no generated code yet; the eBPF programs and their bpf2go objects arrive with the access counters"
-	$(GO) generate ./...
+# The eBPF objects are built with this clang (Debian's clang-16, with
+# llvm-16 and libbpf-dev for bpf_helpers.h); the generated files are
+# committed, so that building needs no clang.
+BPF_CLANG ?= clang-16
+
+generate: ## rebuild the eBPF programs and their Go bindings (bpf2go; needs $(BPF_CLANG), llvm-16 and libbpf-dev)
+	@command -v $(BPF_CLANG) >/dev/null || { echo "make generate: $(BPF_CLANG) is not installed (apt-get install clang-16 llvm-16 libbpf-dev)"; exit 1; }
+	BPF_CLANG=$(BPF_CLANG) $(GO) generate ./...
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## (.*)/  \1\t\2/' | expand -t 12
