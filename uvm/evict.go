@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/softuvm/softuvm/devmem"
 )
@@ -77,21 +78,35 @@ func (o *mover) reserve(dst location, need int64) error {
 	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
 		return err
 	}
-	o.evict(dst, need)
-	if err := arena.Reserve(need); err != nil {
-		return fmt.Errorf("%w: %v (every other block on the device is in use)", ErrMemoryAllocation, err)
+	// Blocks that others hold (threads of a kernel faulting on several
+	// blocks at once, a prefetch moving some) are busy only for as long
+	// as their move: while eviction found some locked, wait a little and
+	// try again rather than fail a fault that a moment later could have
+	// been served. Only then, or with nothing left to evict, it fails.
+	started := time.Now()
+	for {
+		_, busy := o.evict(dst, need)
+		if err := arena.Reserve(need); err == nil {
+			return nil
+		} else if !busy || time.Since(started) > evictWait {
+			return fmt.Errorf("%w: %v (every other block on the device is in use)", ErrMemoryAllocation, err)
+		}
+		time.Sleep(50 * time.Microsecond)
 	}
-	return nil
 }
+
+// evictWait bounds how long a reservation waits for busy blocks to be
+// free to evict.
+const evictWait = time.Second
 
 // evict moves the least recently migrated blocks off location from
 // (to the host for a device, to a device for the host) until want pages
-// are free there, and returns the pages it moved. Blocks whose lock is held
-// (the mover's own, blocks other threads are serving) are skipped: trying
-// to wait for them could deadlock.
-func (o *mover) evict(from location, want int64) int64 {
+// are free there, and returns the pages it moved and whether it skipped
+// blocks other threads hold. Blocks whose lock is held (the mover's own,
+// blocks other threads are serving) are skipped: waiting for them here
+// could deadlock.
+func (o *mover) evict(from location, want int64) (moved int64, busy bool) {
 	srv := o.sess.srv
-	var moved int64
 	for round := 0; moved < want && round < 64; round++ {
 		victims := srv.lrus[from].oldest(16)
 		if len(victims) == 0 {
@@ -102,7 +117,11 @@ func (o *mover) evict(from location, want int64) int64 {
 			if moved >= want {
 				break
 			}
-			if v.b == o.b || !v.b.mu.TryLock() {
+			if v.b == o.b {
+				continue
+			}
+			if !v.b.mu.TryLock() {
+				busy = true
 				continue
 			}
 			n := evictBlock(v, from)
@@ -116,7 +135,7 @@ func (o *mover) evict(from location, want int64) int64 {
 			break
 		}
 	}
-	return moved
+	return moved, busy
 }
 
 // evictBlock moves every page of the block resident at from to its
@@ -198,7 +217,7 @@ func (o *mover) overBudget(keep PageMask) {
 		return
 	}
 	want := (over + PageSize - 1) / PageSize
-	moved := o.evict(hostLoc, want)
+	moved, _ := o.evict(hostLoc, want) // the budget is soft: busy blocks go next time
 	if moved >= want {
 		return
 	}

@@ -593,8 +593,15 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 	}
 	dl := locationOf(dst)
 	// Blocks move in parallel, as many at once as the calibration found
-	// worth it (each block's own move may use the engine's pipeline).
-	err = r.eachBlockParallel(addr, length, sess.srv.copyCalibration().BlockMovers, sess.srv.nodeOf(dl), func(o *mover, pages PageMask) error {
+	// worth it (each block's own move may use the engine's pipeline),
+	// unless the destination must evict to take them: eviction takes
+	// whole blocks whose locks it can get, and the other movers would
+	// hold the very blocks it needs.
+	movers := sess.srv.copyCalibration().BlockMovers
+	if !sess.srv.roomFor(dl, int64(length)) {
+		movers = 1
+	}
+	err = r.eachBlockParallel(addr, length, movers, sess.srv.nodeOf(dl), func(o *mover, pages PageMask) error {
 		for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
 			o.b.lastPrefetch[p] = uint8(dl) + 1
 		}
@@ -628,6 +635,16 @@ func (sess *session) prefetch(addr, length uintptr, dst Device) error {
 		return err
 	}
 	return sess.remapRange(r, addr, length)
+}
+
+// roomFor reports whether location l can take n more bytes without
+// evicting anything: a device with that much free capacity, or the host
+// with no budget or that much left under it.
+func (s *Server) roomFor(l location, n int64) bool {
+	if l == hostLoc {
+		return s.cfg.HostBudget <= 0 || s.hostPages.Load()*PageSize+n <= s.cfg.HostBudget
+	}
+	return s.arenas[l-1].FreeBytes() >= n
 }
 
 // checkDevice accepts CPU and the configured devices.
