@@ -15,18 +15,19 @@ import (
 // Environment variables that configure the runtime. A private server
 // inherits them from its client; `uvm serve` flags override them.
 const (
-	EnvSocket        = "UVM_SOCKET"         // daemon socket to use (or serve on)
-	EnvServer        = "UVM_SERVER"         // "auto" (default), "private" or "daemon"
-	EnvDevices       = "UVM_DEVICES"        // number of devices
-	EnvArenaSize     = "UVM_ARENA_SIZE"     // bytes per device, or a comma list, e.g. "1GiB" or "512MiB,2GiB"
-	EnvArenaBackend  = "UVM_ARENA_BACKEND"  // auto, memfd or numa, or a comma list, one per device
-	EnvPrefetch      = "UVM_PREFETCH"       // density[:PERCENT], window:PAGES, none
-	EnvHandlers      = "UVM_HANDLERS"       // follow (default), per-cpu or single
-	EnvTrackPrefetch = "UVM_TRACK_PREFETCH" // 1: track which prefetched pages get used
-	EnvWorkers       = "UVM_DEVICE_WORKERS" // threads per device process (default: one per CPU)
-	EnvHostBudget    = "UVM_HOST_BUDGET"    // bytes of managed memory kept on the host (default: unbounded)
-	EnvThrashing     = "UVM_THRASHING"      // on (default), off, or settings: threshold=3,lapse=500us,...
-	EnvCopyThreads   = "UVM_COPY_THREADS"   // the copy engine's producer threads (default: calibrated)
+	EnvSocket        = "UVM_SOCKET"          // daemon socket to use (or serve on)
+	EnvServer        = "UVM_SERVER"          // "auto" (default), "private" or "daemon"
+	EnvDevices       = "UVM_DEVICES"         // number of devices
+	EnvArenaSize     = "UVM_ARENA_SIZE"      // bytes per device, or a comma list, e.g. "1GiB" or "512MiB,2GiB"
+	EnvArenaBackend  = "UVM_ARENA_BACKEND"   // auto, memfd or numa, or a comma list, one per device
+	EnvPrefetch      = "UVM_PREFETCH"        // density[:PERCENT], window:PAGES, none
+	EnvHandlers      = "UVM_HANDLERS"        // follow (default), per-cpu or single
+	EnvTrackPrefetch = "UVM_TRACK_PREFETCH"  // 1: track which prefetched pages get used
+	EnvWorkers       = "UVM_DEVICE_WORKERS"  // threads per device process (default: one per CPU)
+	EnvHostBudget    = "UVM_HOST_BUDGET"     // bytes of managed memory kept on the host (default: unbounded)
+	EnvThrashing     = "UVM_THRASHING"       // on (default), off, or settings: threshold=3,lapse=500us,...
+	EnvCopyThreads   = "UVM_COPY_THREADS"    // the copy engine's producer threads (default: calibrated)
+	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf or off
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
@@ -85,6 +86,9 @@ type ServerConfig struct {
 	// CopyDirectBelow overrides the size under which a migration or a
 	// copy does not use the copy engine (0: calibrated).
 	CopyDirectBelow int64 `json:"copy_direct_below,omitempty"`
+	// AccessCounting is "auto" (eBPF access counters where they load,
+	// else off, with the reason in Info), "ebpf" (or fail) or "off".
+	AccessCounting string `json:"access_counting,omitempty"`
 	// Thrashing configures thrashing detection (thrash.go).
 	Thrashing ThrashingSpec `json:"thrashing"`
 	// FaultDelay stalls every fault this long before serving it. Tests
@@ -149,6 +153,11 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.CopyProducers < 0 || c.CopyProducers > 1024 {
 		return fmt.Errorf("%w: %d copy threads: want 0 (calibrated) to 1024", ErrInvalidValue, c.CopyProducers)
+	}
+	switch c.AccessCounting {
+	case "", AccessCountingAuto, AccessCountingEBPF, AccessCountingOff:
+	default:
+		return fmt.Errorf("%w: access counting %q: want %q, %q or %q", ErrInvalidValue, c.AccessCounting, AccessCountingAuto, AccessCountingEBPF, AccessCountingOff)
 	}
 	if c.CopyDirectBelow < 0 {
 		return fmt.Errorf("%w: copy direct-path size %d: must not be negative", ErrInvalidValue, c.CopyDirectBelow)
@@ -220,6 +229,9 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 			return fmt.Errorf("%w: %s=%q: want 1 to 1024 threads", ErrInvalidValue, EnvWorkers, v)
 		}
 		c.DeviceWorkers = n
+	}
+	if v := getenv(EnvAccessCount); v != "" {
+		c.AccessCounting = strings.TrimSpace(v)
 	}
 	if v := getenv(EnvCopyThreads); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -46,6 +47,9 @@ type Server struct {
 	listeners   []net.Listener
 	closeOnce   sync.Once
 	done        chan struct{}
+
+	counters   *bpf.Counters // eBPF access counters; nil when off
+	accessMode string        // what Info says of access counting
 
 	calibrated chan struct{} // closed once the copy calibration is done
 	engineMu   sync.Mutex
@@ -108,6 +112,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.stats = newCounters(s.locations())
 	s.lrus = make([]lru, s.locations())
 	if s.cpus, err = s.handlerCPUs(); err != nil {
+		return nil, err
+	}
+	if err := s.startAccessCounting(); err != nil {
 		return nil, err
 	}
 	// Handler threads wait in read(2); when one returns it needs a P at
@@ -228,6 +235,9 @@ func (s *Server) Close() error {
 		if s.guard != nil {
 			s.guard.close()
 		}
+		if s.counters != nil {
+			s.counters.Close() // detaches the program; its maps go with it
+		}
 		s.closeArenas()
 	})
 	return nil
@@ -297,6 +307,8 @@ type Info struct {
 	// CopyEngine is the copy engine's calibration, with the
 	// configuration's overrides applied.
 	CopyEngine CopyCalibration `json:"copy_engine"`
+	// AccessCounting says how accesses are counted, or why they are not.
+	AccessCounting string `json:"access_counting"`
 }
 
 // SessionInfo describes one connected process.
@@ -309,6 +321,12 @@ type SessionInfo struct {
 	// memory their host file holds.
 	ManagedBytes int64 `json:"managed_bytes"`
 	HostBytes    int64 `json:"host_bytes"`
+	// Faults of a client since it connected, three ways: those the
+	// server served, every user fault the eBPF counters saw (nil when
+	// they are off), and the kernel's minflt (nil if unreadable).
+	ServedFaults uint64  `json:"served_faults"`
+	EBPFFaults   *uint64 `json:"ebpf_faults,omitempty"`
+	MinorFaults  *uint64 `json:"minflt,omitempty"`
 }
 
 // ArenaInfo describes one device's arena.
@@ -325,7 +343,7 @@ func (s *Server) info() Info {
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
-		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(),
+		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.accessMode,
 	}
 	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
 	fileBytes := make([]int64, len(s.arenas))

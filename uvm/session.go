@@ -50,6 +50,8 @@ type session struct {
 
 	stats  *counters // retired statistics of freed ranges
 	remaps *remapper // device mapping changes that faults cause
+
+	minfltStart uint64 // the client's minflt when it connected
 }
 
 // client is the session's client view, nil for a monitor.
@@ -88,6 +90,10 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 			writeMessage(c, encodeError(h, err), nil)
 			return nil, err
 		}
+	}
+	if hello.role == roleClient {
+		sess.minfltStart, _ = minorFaults(sess.pid)
+		s.track(sess.pid, hostLoc)
 	}
 	s.sessionsMu.Lock()
 	s.sessions[sess.id] = sess
@@ -453,6 +459,9 @@ func (s *Server) endSession(sess *session) {
 	}
 	sess.devFiles = nil
 	sess.filesMu.Unlock()
+	if sess.role == roleClient {
+		s.untrack(sess.pid)
+	}
 	s.sessionsMu.Lock()
 	delete(s.sessions, sess.id)
 	s.sessionsMu.Unlock()
@@ -467,6 +476,7 @@ func (sess *session) info() SessionInfo {
 	if sess.host != nil {
 		in.HostBytes, _ = sess.host.AllocatedBytes()
 	}
+	sess.faultCounts(&in)
 	return in
 }
 

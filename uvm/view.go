@@ -90,6 +90,9 @@ func (sess *session) detachOnce(v *view) {
 	if g := sess.srv.guard; g != nil {
 		g.remove(viewKey(sess.id, v.loc))
 	}
+	if v.loc != hostLoc {
+		sess.srv.untrack(v.pid)
+	}
 	v.uffd.Close()
 	if v.conn != nil {
 		v.conn.Close()
@@ -238,6 +241,7 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 	if g := srv.guard; g != nil {
 		g.add(viewKey(sess.id, l), v.pid, u)
 	}
+	srv.track(v.pid, l)
 	sess.views[l].Store(v)
 	// Published first, so that copies made from now on protect it too;
 	// the device runs no kernel before the reply.

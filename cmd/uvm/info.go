@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -146,6 +147,7 @@ func runInfo(args []string) error {
 func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch)
 	fmt.Printf("                features granted to clients: %s\n", in.Features)
+	fmt.Printf("                access counting: %s\n", in.AccessCounting)
 	c := in.CopyEngine
 	fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
 		c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
@@ -157,7 +159,8 @@ func printServer(kind, socket string, in uvm.Info) {
 	}
 	for _, s := range in.Sessions {
 		if s.Role == "client" {
-			fmt.Printf("  client pid %d: %d allocations, %s managed, %s on the host\n", s.PID, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes))
+			fmt.Printf("  client pid %d: %d allocations, %s managed, %s on the host; faults served %d, seen by eBPF %s, minflt %s\n", s.PID, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes),
+				s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
 		}
 	}
 }
@@ -168,4 +171,12 @@ func engineSize(n int64) string {
 		return "never (one thread was faster at every size calibrated)"
 	}
 	return uvm.FormatSize(n)
+}
+
+// optCount prints a count that may be missing.
+func optCount(n *uint64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatUint(*n, 10)
 }

@@ -158,6 +158,7 @@ type serverFlags struct {
 	hostBudget   string
 	thrashing    string
 	copyThreads  int
+	access       string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -184,6 +185,11 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.hostBudget, "host-budget", budget, "managed memory kept on the host; above it, pages go to the device with the most room (empty: unbounded)")
 	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms")
 	fs.IntVar(&f.copyThreads, "copy-threads", base.CopyProducers, "the copy engine's producer threads per bulk move (0: calibrated at start)")
+	access := base.AccessCounting
+	if access == "" {
+		access = uvm.AccessCountingAuto
+	}
+	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads), ebpf (or fail), off")
 }
 
 func (f *serverFlags) config() (uvm.ServerConfig, error) {
@@ -211,6 +217,7 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	cfg.TrackPrefetchUse = f.track
 	cfg.DeviceWorkers = f.workers
 	cfg.CopyProducers = f.copyThreads
+	cfg.AccessCounting = f.access
 	if f.hostBudget != "" {
 		if cfg.HostBudget, err = uvm.ParseSize(f.hostBudget); err != nil {
 			return cfg, fmt.Errorf("--host-budget: %w", err)

@@ -124,6 +124,13 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 		}
 		fmt.Fprintf(w, "%-12v %12d %12d %12d %12s\n", f.Processor, f.Missing, f.Minor, f.WriteProtect, r)
 	}
+	fmt.Fprintf(w, "\naccess counting: %s\n", in.AccessCounting)
+	fmt.Fprintf(w, "%-18s %14s %14s %14s\n", "client faults", "served", "eBPF", "minflt")
+	for _, s := range in.Sessions {
+		if s.Role == "client" {
+			fmt.Fprintf(w, "%-18s %14d %14s %14s\n", fmt.Sprintf("pid %d", s.PID), s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
+		}
+	}
 	fmt.Fprintf(w, "\n%-24s %12s %12s %12s\n", "migrations", "pages", "bytes", "rate")
 	for _, m := range st.Migrations {
 		r := ""
