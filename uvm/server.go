@@ -48,8 +48,9 @@ type Server struct {
 	closeOnce   sync.Once
 	done        chan struct{}
 
-	counters   *bpf.Counters // eBPF access counters; nil when off
-	accessMode string        // what Info says of access counting
+	counters    *bpf.Counters     // eBPF access counters; nil when off
+	accessMode  string            // what Info says of access counting
+	vmstatStart map[string]uint64 // /proc/vmstat when the server started
 
 	calibrated chan struct{} // closed once the copy calibration is done
 	engineMu   sync.Mutex
@@ -117,6 +118,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := s.startAccessCounting(); err != nil {
 		return nil, err
 	}
+	s.vmstatStart = readVMStat()
 	// Handler threads wait in read(2); when one returns it needs a P at
 	// once, so keep a few more Ps than CPUs.
 	if n := runtime.NumCPU() + 2; runtime.GOMAXPROCS(0) < n {
@@ -309,6 +311,10 @@ type Info struct {
 	CopyEngine CopyCalibration `json:"copy_engine"`
 	// AccessCounting says how accesses are counted, or why they are not.
 	AccessCounting string `json:"access_counting"`
+	// VMStat is the growth of the kernel's system-wide counters
+	// (/proc/vmstat: pgfault, pgmajfault, pgalloc_normal, pgfree) since
+	// the server started.
+	VMStat map[string]uint64 `json:"vmstat,omitempty"`
 }
 
 // SessionInfo describes one connected process.
@@ -344,6 +350,7 @@ func (s *Server) info() Info {
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.accessMode,
+		VMStat: vmstatSince(s.vmstatStart),
 	}
 	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
 	fileBytes := make([]int64, len(s.arenas))

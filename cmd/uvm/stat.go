@@ -131,6 +131,10 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 			fmt.Fprintf(w, "%-18s %14d %14s %14s\n", fmt.Sprintf("pid %d", s.PID), s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
 		}
 	}
+	if v := in.VMStat; v != nil {
+		fmt.Fprintf(w, "system since the server started (/proc/vmstat): %d faults, %d major; %d pages allocated, %d freed\n",
+			v["pgfault"], v["pgmajfault"], v["pgalloc_normal"], v["pgfree"])
+	}
 	fmt.Fprintf(w, "\n%-24s %12s %12s %12s\n", "migrations", "pages", "bytes", "rate")
 	for _, m := range st.Migrations {
 		r := ""
