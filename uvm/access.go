@@ -79,13 +79,7 @@ func (sess *session) faultCounts(in *SessionInfo) {
 	if sess.role != roleClient {
 		return
 	}
-	total := newCounters(sess.srv.locations())
-	total.addFrom(sess.stats)
-	for _, r := range sess.ranges.Load().ranges {
-		total.addFrom(r.stats)
-	}
-	st := total.snapshot()
-	in.ServedFaults = st.FaultsBy(CPU).Total()
+	in.ServedFaults = sess.counters(nil).snapshot().FaultsBy(CPU).Total()
 	if c := sess.srv.counters; c != nil {
 		if n, err := c.ProcessFaults(sess.pid); err == nil {
 			in.EBPFFaults = &n

@@ -73,10 +73,8 @@ func (s *Session) copyEngine(p copyParams, d side) *copyEngine {
 	engines := s.engines
 	s.copyMu.Unlock()
 	node := -1
-	if d.device() && multiNode() && int(d.a.device) < len(s.devices) {
-		if info := s.devices[d.a.device]; info.Backend == devmem.BackendNUMA.String() {
-			node = info.Node
-		}
+	if d.device() && int(d.a.device) < len(s.devices) {
+		node = arenaNode(s.devices[d.a.device].Backend, s.devices[d.a.device].Node)
 	}
 	return engines.forNode(node)
 }

@@ -61,6 +61,30 @@ type copyEngine struct {
 // that a 2 MiB block is several chunks and its stages overlap.
 const chunkBytes = 128 << 10
 
+// copyBytesJob copies src into dst in chunks, with non-temporal stores if
+// nt.
+func copyBytesJob(dst, src []byte, nt bool) *copyJob {
+	n := min(len(dst), len(src))
+	return &copyJob{
+		chunks: (n + copyChunkBytes - 1) / copyChunkBytes, bytes: int64(n),
+		produce: func(i int, _ []byte) error {
+			lo := i * copyChunkBytes
+			hi := min(n, lo+copyChunkBytes)
+			if nt {
+				copyNonTemporal(dst[lo:hi], src[lo:hi])
+			} else {
+				copy(dst[lo:hi], src[lo:hi])
+			}
+			return nil
+		},
+	}
+}
+
+// copyChunkBytes is a plain copy's chunk: a copy has no install step to
+// overlap, so chunks only need to be large beside a hand-off (a few
+// microseconds) and small enough to share out evenly.
+const copyChunkBytes = 1 << 20
+
 // copyJob is one bulk move of chunks chunks. Stages left nil are skipped.
 type copyJob struct {
 	chunks int

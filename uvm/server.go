@@ -53,8 +53,12 @@ type Server struct {
 	vmstatStart map[string]uint64 // /proc/vmstat when the server started
 
 	calibrated chan struct{} // closed once the copy calibration is done
-	engineMu   sync.Mutex
-	engines    *copyEngines // migrations' copy engines, made on first use
+	// engines are the migrations' copy engines, one per node; byLocation
+	// the one for each location. Made once, at the first move, so that a
+	// move on the fault path finds its engine without a lock.
+	enginesOnce sync.Once
+	engines     *copyEngines
+	byLocation  []*copyEngine
 }
 
 // RequiredFeatures are the userfaultfd features the server cannot work
@@ -229,11 +233,10 @@ func (s *Server) Close() error {
 			sess.conn.Close() // its control loop ends and cleans up
 		}
 		s.waitSessions(5 * time.Second)
-		s.engineMu.Lock()
+		s.enginesOnce.Do(func() {}) // none made from now on
 		if s.engines != nil {
 			s.engines.stop() // every move has ended with its session
 		}
-		s.engineMu.Unlock()
 		if s.guard != nil {
 			s.guard.close()
 		}
@@ -403,36 +406,42 @@ func (s *Server) copyCalibration() CopyCalibration {
 	return c
 }
 
-// copyEngine is the server's engine for migrations to location l, made on
-// first use and stopped by Close: its producers run near l's memory where
-// the machine has several NUMA nodes.
+// copyEngine is the server's engine for migrations to location l, made
+// at the first move and stopped by Close: its producers run near l's
+// memory where the machine has several NUMA nodes. Nil once the server
+// closed before any move: moves then run on their own goroutines.
 func (s *Server) copyEngine(l location) *copyEngine {
-	s.engineMu.Lock()
-	if s.engines == nil {
+	s.enginesOnce.Do(func() {
 		c := s.copyCalibration()
 		s.engines = newCopyEngines(c.MigrationProducers, c.DirectBelow)
-		select {
-		case <-s.done:
-			s.engines.stop() // closed meanwhile: moves run on their own goroutines
-		default:
+		s.byLocation = make([]*copyEngine, s.locations())
+		for l := range s.byLocation {
+			s.byLocation[l] = s.engines.forNode(s.nodeOf(location(l)))
 		}
+	})
+	if s.byLocation == nil {
+		return nil
 	}
-	engines := s.engines
-	s.engineMu.Unlock()
-	return engines.forNode(s.nodeOf(l))
+	return s.byLocation[l]
 }
 
 // nodeOf is the NUMA node that holds location l's memory, where the
 // machine has several nodes and l is a NUMA arena; -1 otherwise.
 func (s *Server) nodeOf(l location) int {
-	if l == hostLoc || !multiNode() {
+	if l == hostLoc {
 		return -1
 	}
 	spec := s.arenas[l-1].Spec()
-	if spec.Backend != devmem.BackendNUMA {
+	return arenaNode(spec.Backend.String(), spec.Node)
+}
+
+// arenaNode is the node to run copies into an arena of backend on: its
+// node for a NUMA arena of a machine with several nodes, else -1.
+func arenaNode(backend string, node int) int {
+	if backend != devmem.BackendNUMA.String() || !multiNode() {
 		return -1
 	}
-	return spec.Node
+	return node
 }
 
 var (

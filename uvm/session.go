@@ -480,21 +480,30 @@ func (sess *session) info() SessionInfo {
 	return in
 }
 
+// counters sums the session's counters: its live ranges' (each passed to
+// prepare first, if given) and those that frees retired.
+func (sess *session) counters(prepare func(r *managedRange)) *counters {
+	total := newCounters(sess.srv.locations())
+	total.addFrom(sess.stats)
+	for _, r := range sess.ranges.Load().ranges {
+		if prepare != nil {
+			prepare(r)
+		}
+		total.addFrom(r.stats)
+	}
+	return total
+}
+
 func (sess *session) statsFor(r statsRequest) (Stats, error) {
 	switch r.scope {
 	case scopeServer:
 		sess.srv.quiesce()
 		return sess.srv.stats.snapshot(), nil
 	case scopeSession:
-		// Live allocations' counters plus those retired by frees.
-		total := newCounters(sess.srv.locations())
-		total.addFrom(sess.stats)
-		for _, r := range sess.ranges.Load().ranges {
+		return sess.counters(func(r *managedRange) {
 			sess.auditPrefetch(r, false)
 			r.quiesce()
-			total.addFrom(r.stats)
-		}
-		return total.snapshot(), nil
+		}).snapshot(), nil
 	}
 	mr := sess.ranges.Load().lookup(uintptr(r.addr))
 	if mr == nil {
