@@ -8,8 +8,14 @@
 // driver and Grace Hopper count remote accesses, and reports a region to
 // the server through a ring buffer when its count reaches the threshold.
 //
-// Built by bpf2go (gen.go), on the exceptions:page_fault_user tracepoint:
-// kprobes and fentry do not work on the kernels this runs on.
+// It also serves the fault anatomy: for a fault the server samples (its
+// userfaultfd handler puts the thread in `sampled`), a second program on
+// sched:sched_switch reports through a ring buffer when the faulting
+// thread ran again after the server woke it.
+//
+// Built by bpf2go (gen.go), on the exceptions:page_fault_user and
+// sched:sched_switch tracepoints: kprobes and fentry do not work on the
+// kernels this runs on.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -26,7 +32,23 @@ struct page_fault_user {
 	unsigned long error_code;
 };
 
-// A counted region: processor (0 the CPU, 1+d device d) and address >> 16.
+// The tracepoint's record, as /sys/kernel/tracing/events/sched/
+// sched_switch/format gives it; next_pid is the thread switched in.
+struct sched_switch {
+	unsigned short common_type;
+	unsigned char common_flags;
+	unsigned char common_preempt_count;
+	int common_pid;
+	char prev_comm[16];
+	int prev_pid;
+	int prev_prio;
+	long prev_state;
+	char next_comm[16];
+	int next_pid;
+	int next_prio;
+};
+
+// A counted region: the processor's code (see processes) and address >> 16.
 struct region_key {
 	__u32 processor;
 	__u32 pad;
@@ -51,10 +73,23 @@ struct fault_entry {
 	__u64 address;
 };
 
+// What the resumes ring buffer carries: a sampled thread ran again.
+struct resume {
+	__u32 tid;
+	__u32 pad;
+	__u64 entry_ns;   // its fault entered the kernel (the sampled value)
+	__u64 resumed_ns; // it was switched in
+};
+
+// Emits struct resume's type, which bpf2go reads to make its Go twin.
+const struct resume *unused_resume __attribute__((unused));
+
 // Set at load: the count at which a region is reported.
 volatile const __u64 threshold = 256;
 
-// Process (thread group) id -> processor code, kept by the server.
+// Process (thread group) id -> a code the server chooses for the
+// processor the process acts as; the server gives each view (client or
+// device process) its own code, so counts of different clients never mix.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -91,6 +126,22 @@ struct {
 	__uint(max_entries, 1 << 16);
 } crossings SEC(".maps");
 
+// Thread id -> its sampled fault's entry (ns), put by the server while it
+// serves the fault and taken out when the thread is next switched in. LRU:
+// a thread killed inside its fault never runs again, and its entry must
+// not hold a slot for good.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} sampled SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} resumes SEC(".maps");
+
 SEC("tracepoint/exceptions/page_fault_user")
 int count_fault(struct page_fault_user *ctx)
 {
@@ -124,6 +175,30 @@ int count_fault(struct page_fault_user *ctx)
 			bpf_ringbuf_submit(x, 0);
 		}
 	}
+	return 0;
+}
+
+// Runs on every context switch of the machine, so it does the least it
+// can: one lookup in a map that is nearly always empty. The idle task (0)
+// is never sampled.
+SEC("tracepoint/sched/sched_switch")
+int note_resume(struct sched_switch *ctx)
+{
+	__u32 tid = ctx->next_pid;
+	if (!tid)
+		return 0;
+	__u64 *entry = bpf_map_lookup_elem(&sampled, &tid);
+	if (!entry)
+		return 0;
+	struct resume *r = bpf_ringbuf_reserve(&resumes, sizeof *r, 0);
+	if (r) {
+		r->tid = tid;
+		r->pad = 0;
+		r->entry_ns = *entry;
+		r->resumed_ns = bpf_ktime_get_ns();
+		bpf_ringbuf_submit(r, 0);
+	}
+	bpf_map_delete_elem(&sampled, &tid);
 	return 0;
 }
 

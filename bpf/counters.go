@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -28,11 +29,19 @@ type Counters struct {
 	link  link.Link
 	ring  *ringbuf.Reader
 	start time.Time
+
+	// The fault anatomy, off until EnableAnatomy: its program runs on
+	// every context switch, which a server that samples nothing should
+	// not pay for.
+	mu         sync.Mutex
+	closed     bool
+	switchLink link.Link       // sched_switch, nil while off
+	resumes    *ringbuf.Reader // nil while off
 }
 
 // Crossing is a region whose count reached the threshold.
 type Crossing struct {
-	Processor uint32 // 0 the CPU, 1+d device d
+	Processor uint32 // the code Track was given for the process
 	PID       int
 	Region    uint64 // address >> RegionShift
 	Count     uint64
@@ -87,14 +96,27 @@ func explain(err error) error {
 	return err
 }
 
-// Close detaches the program and frees its maps.
+// Close detaches the programs and frees their maps; a second call does
+// nothing.
 func (c *Counters) Close() error {
-	errs := []error{c.ring.Close(), c.link.Close(), c.objs.Close()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var errs []error
+	if c.switchLink != nil {
+		errs = append(errs, c.resumes.Close(), c.switchLink.Close())
+	}
+	errs = append(errs, c.ring.Close(), c.link.Close(), c.objs.Close())
 	return errors.Join(errs...)
 }
 
-// Track counts pid's faults from now on as processor's (0 the CPU, 1+d
-// device d), its per-process count starting at zero.
+// Track counts pid's faults from now on as processor's, its per-process
+// count starting at zero. processor is a code the caller chooses for the
+// processor the process acts as (the server gives each view, client or
+// device process, its own, so counts of different clients never mix).
 func (c *Counters) Track(pid int, processor uint32) error {
 	key := uint32(pid)
 	if err := c.objs.ProcessFaults.Put(key, uint64(0)); err != nil {
@@ -132,6 +154,14 @@ func (c *Counters) Regions() ([]RegionCount, error) {
 		out = append(out, RegionCount{Processor: k.Processor, Region: k.Region, Count: v})
 	}
 	return out, it.Err()
+}
+
+// Reset drops one region's count, the way NVIDIA's driver clears an
+// access counter once it has serviced its notification, so that the
+// region is reported again only after as many new faults. A region not
+// counted (never, or dropped by Decay or the LRU) is already reset.
+func (c *Counters) Reset(processor uint32, region uint64) {
+	_ = c.objs.Regions.Delete(countersRegionKey{Processor: processor, Region: region})
 }
 
 // Decay halves every region's count and drops those that reach zero, so
@@ -177,4 +207,92 @@ func (c *Counters) ReadCrossing(deadline time.Time) (Crossing, error) {
 	ne := binary.NativeEndian
 	x := countersCrossing{Processor: ne.Uint32(b[0:]), Pid: ne.Uint32(b[4:]), Region: ne.Uint64(b[8:]), Count: ne.Uint64(b[16:]), AtNs: ne.Uint64(b[24:])}
 	return Crossing{Processor: x.Processor, PID: int(x.Pid), Region: x.Region, Count: x.Count, At: time.Duration(x.AtNs)}, nil
+}
+
+// Resume is a sampled fault's thread running again: when its fault
+// entered the kernel and when it was next switched in, both
+// CLOCK_MONOTONIC.
+type Resume struct {
+	TID     int
+	Entry   time.Duration
+	Resumed time.Duration
+}
+
+// errAnatomyOff is ReadResume's answer before EnableAnatomy.
+var errAnatomyOff = errors.New("fault anatomy not enabled (EnableAnatomy)")
+
+// EnableAnatomy attaches the program that reports when a sampled thread
+// runs again, on sched:sched_switch. It is kept apart from Load because it
+// runs on every context switch of the machine (one lookup in a nearly
+// always empty map); a second call does nothing. Close detaches it.
+func (c *Counters) EnableAnatomy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("enable the fault anatomy: %w", ringbuf.ErrClosed)
+	}
+	if c.switchLink != nil {
+		return nil
+	}
+	l, err := link.Tracepoint("sched", "sched_switch", c.objs.NoteResume, nil)
+	if err != nil {
+		return fmt.Errorf("attach the fault anatomy to sched:sched_switch: %w", explain(err))
+	}
+	r, err := ringbuf.NewReader(c.objs.Resumes)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("open the fault anatomy's ring buffer: %w", err)
+	}
+	c.switchLink, c.resumes = l, r
+	return nil
+}
+
+// Sample marks thread tid's last fault for the anatomy: the next time
+// the thread is switched in, ReadResume reports it. The server calls it
+// while it serves the fault, before it wakes the thread, so that the
+// switch-in reported is the one that ends the fault. It returns when the
+// fault entered the kernel (CLOCK_MONOTONIC) and at which address; ok is
+// false when tid has no fault recorded, when the anatomy is off, or when
+// the sample could not be put (too many threads sampled and not yet run).
+func (c *Counters) Sample(tid int) (entry time.Duration, addr uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.switchLink == nil {
+		return 0, 0, false
+	}
+	var e countersFaultEntry
+	if err := c.objs.FaultEntries.Lookup(uint32(tid), &e); err != nil {
+		return 0, 0, false
+	}
+	if err := c.objs.Sampled.Put(uint32(tid), e.AtNs); err != nil {
+		return 0, 0, false
+	}
+	return time.Duration(e.AtNs), e.Address, true
+}
+
+// ReadResume waits for the next sampled thread to run again, until
+// deadline (zero: no deadline); os.ErrDeadlineExceeded when none did,
+// ringbuf.ErrClosed after Close.
+func (c *Counters) ReadResume(deadline time.Time) (Resume, error) {
+	c.mu.Lock()
+	r, closed := c.resumes, c.closed
+	c.mu.Unlock()
+	if closed {
+		return Resume{}, ringbuf.ErrClosed
+	}
+	if r == nil {
+		return Resume{}, errAnatomyOff
+	}
+	r.SetDeadline(deadline)
+	rec, err := r.Read()
+	if err != nil {
+		return Resume{}, err
+	}
+	b := rec.RawSample
+	if len(b) < 24 {
+		return Resume{}, fmt.Errorf("fault anatomy resume of %d bytes, want 24", len(b))
+	}
+	ne := binary.NativeEndian
+	x := countersResume{Tid: ne.Uint32(b[0:]), EntryNs: ne.Uint64(b[8:]), ResumedNs: ne.Uint64(b[16:])}
+	return Resume{TID: int(x.Tid), Entry: time.Duration(x.EntryNs), Resumed: time.Duration(x.ResumedNs)}, nil
 }

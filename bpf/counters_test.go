@@ -2,11 +2,13 @@ package bpf
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -15,9 +17,11 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // touchEnv makes the test binary a child that, on each line it reads,
@@ -177,25 +181,161 @@ func TestRegionCountsAndCrossings(t *testing.T) {
 	assert.Equal(t, n/2, count())
 }
 
+// TestResetRemovesOneRegion: Reset drops the count of the region it is
+// given and leaves every other region's.
+func TestResetRemovesOneRegion(t *testing.T) {
+	c := loadOrSkip(t, DefaultThreshold)
+	defer c.Close()
+	child := startToucher(t)
+	pid := child.cmd.Process.Pid
+	require.NoError(t, c.Track(pid, 3))
+	var a, b uint64
+	_, err := fmt.Sscanf(child.do(t, "R 2"), "ok %d", &a) // 32 faults in region a
+	require.NoError(t, err)
+	_, err = fmt.Sscanf(child.do(t, "R 2"), "ok %d", &b) // and in b, another mapping
+	require.NoError(t, err)
+	require.NotEqual(t, a, b)
+
+	counts := func() map[RegionCount]bool {
+		regions, err := c.Regions()
+		require.NoError(t, err)
+		m := map[RegionCount]bool{}
+		for _, r := range regions {
+			if r.Processor == 3 {
+				m[RegionCount{Processor: r.Processor, Region: r.Region}] = true
+			}
+		}
+		return m
+	}
+	before := counts()
+	require.True(t, before[RegionCount{Processor: 3, Region: a}])
+	require.True(t, before[RegionCount{Processor: 3, Region: b}])
+
+	c.Reset(3, a)
+	after := counts()
+	assert.False(t, after[RegionCount{Processor: 3, Region: a}], "region a reset")
+	for k := range before {
+		if k.Region != a {
+			assert.True(t, after[k], "region %#x of processor 3 kept", k.Region)
+		}
+	}
+	c.Reset(3, a) // already reset: nothing to do, no panic
+	c.Reset(2, b) // another processor's code: b of 3 is kept
+	assert.True(t, counts()[RegionCount{Processor: 3, Region: b}])
+}
+
+// monotonic is CLOCK_MONOTONIC now, the clock of bpf_ktime_get_ns.
+func monotonic(t *testing.T) time.Duration {
+	t.Helper()
+	var ts unix.Timespec
+	require.NoError(t, unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts))
+	return time.Duration(ts.Nano())
+}
+
+// TestAnatomyResume: a thread faults, the test samples the fault while
+// the thread is blocked, and when the thread runs again the resume is
+// reported with the fault's entry.
+func TestAnatomyResume(t *testing.T) {
+	c := loadOrSkip(t, DefaultThreshold)
+	defer c.Close()
+	pid := os.Getpid()
+	require.NoError(t, c.Track(pid, 9))
+	defer c.Untrack(pid)
+
+	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	defer unix.Munmap(page)
+
+	// Off until enabled: nothing is sampled, nothing read.
+	_, _, ok := c.Sample(unix.Gettid())
+	assert.False(t, ok, "Sample before EnableAnatomy")
+	_, err = c.ReadResume(time.Now().Add(10 * time.Millisecond))
+	assert.ErrorIs(t, err, errAnatomyOff)
+
+	require.NoError(t, c.EnableAnatomy())
+	require.NoError(t, c.EnableAnatomy(), "a second call does nothing")
+
+	// The thread says it faulted and waits through raw pipe syscalls, not
+	// channels: between its fault and Sample it must fault nowhere else
+	// (as a thread blocked in a userfaultfd fault does not), and Go's
+	// scheduler, when a channel operation wakes a goroutine, may start an
+	// M on the waking thread and fault in fresh heap for it.
+	var notify, wake [2]int
+	require.NoError(t, unix.Pipe2(notify[:], unix.O_CLOEXEC))
+	require.NoError(t, unix.Pipe2(wake[:], unix.O_CLOEXEC))
+	for _, fd := range append(notify[:], wake[:]...) {
+		defer unix.Close(fd)
+	}
+	defer unix.Write(wake[1], []byte{1}) // the thread is not left blocked if the test fails early
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.Gettid()))
+		touch(page) // the one fault
+		unix.Write(notify[1], msg)
+		unix.Read(wake[0], msg[:1]) // blocks: switched out until the test writes
+	}()
+	msg := make([]byte, 4)
+	n, err := unix.Read(notify[0], msg)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	tid := int(binary.NativeEndian.Uint32(msg))
+	entry, addr, ok := c.Sample(tid)
+	require.True(t, ok, "thread %d's fault recorded", tid)
+	assert.Equal(t, uint64(addrOf(page)), addr)
+	assert.Less(t, entry, monotonic(t))
+	time.Sleep(10 * time.Millisecond) // the thread is surely asleep
+	_, err = unix.Write(wake[1], []byte{1})
+	require.NoError(t, err)
+	<-done
+
+	r, err := c.ReadResume(time.Now().Add(3 * time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, tid, r.TID)
+	assert.Equal(t, entry, r.Entry)
+	assert.Greater(t, r.Resumed, r.Entry)
+	assert.Less(t, r.Resumed, monotonic(t))
+	t.Logf("fault entry to resume: %v", r.Resumed-r.Entry)
+
+	var left uint64
+	assert.ErrorIs(t, c.objs.Sampled.Lookup(uint32(tid), &left), ebpf.ErrKeyNotExist, "the sample is taken out when reported")
+	_, err = c.ReadResume(time.Now().Add(50 * time.Millisecond))
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "reported once")
+
+	require.NoError(t, c.Close())
+	_, err = c.ReadResume(time.Time{})
+	assert.ErrorIs(t, err, ringbuf.ErrClosed)
+}
+
 // TestCloseLeavesNothing: after Close no map, program or link of the
-// counters is left in the kernel.
+// counters is left in the kernel, the fault anatomy's included.
 func TestCloseLeavesNothing(t *testing.T) {
 	c := loadOrSkip(t, DefaultThreshold)
+	require.NoError(t, c.EnableAnatomy())
 	var mapIDs []ebpf.MapID
-	for _, m := range []*ebpf.Map{c.objs.Processes, c.objs.ProcessFaults, c.objs.Regions, c.objs.FaultEntries, c.objs.Crossings} {
+	for _, m := range []*ebpf.Map{c.objs.Processes, c.objs.ProcessFaults, c.objs.Regions, c.objs.FaultEntries, c.objs.Crossings, c.objs.Sampled, c.objs.Resumes} {
 		info, err := m.Info()
 		require.NoError(t, err)
 		id, ok := info.ID()
 		require.True(t, ok)
 		mapIDs = append(mapIDs, id)
 	}
-	pinfo, err := c.objs.CountFault.Info()
-	require.NoError(t, err)
-	progID, ok := pinfo.ID()
-	require.True(t, ok)
-	linfo, err := c.link.Info()
-	require.NoError(t, err)
-	linkID := linfo.ID
+	var progIDs []ebpf.ProgramID
+	for _, p := range []*ebpf.Program{c.objs.CountFault, c.objs.NoteResume} {
+		pinfo, err := p.Info()
+		require.NoError(t, err)
+		id, ok := pinfo.ID()
+		require.True(t, ok)
+		progIDs = append(progIDs, id)
+	}
+	var linkIDs []link.ID
+	for _, l := range []link.Link{c.link, c.switchLink} {
+		linfo, err := l.Info()
+		require.NoError(t, err)
+		linkIDs = append(linkIDs, linfo.ID)
+	}
 	require.NoError(t, c.Close())
 
 	gone := func(err error) bool { return errors.Is(err, os.ErrNotExist) }
@@ -208,25 +348,35 @@ func TestCloseLeavesNothing(t *testing.T) {
 			return gone(err)
 		}, 2*time.Second, 10*time.Millisecond, "map %d left", id)
 	}
-	assert.Eventually(t, func() bool {
-		p, err := ebpf.NewProgramFromID(progID)
-		if err == nil {
-			p.Close()
-		}
-		return gone(err)
-	}, 2*time.Second, 10*time.Millisecond, "program left")
-	assert.Eventually(t, func() bool {
-		l, err := link.NewFromID(linkID)
-		if err == nil {
-			l.Close()
-		}
-		return gone(err)
-	}, 2*time.Second, 10*time.Millisecond, "link left")
+	for _, id := range progIDs {
+		assert.Eventually(t, func() bool {
+			p, err := ebpf.NewProgramFromID(id)
+			if err == nil {
+				p.Close()
+			}
+			return gone(err)
+		}, 2*time.Second, 10*time.Millisecond, "program %d left", id)
+	}
+	for _, id := range linkIDs {
+		assert.Eventually(t, func() bool {
+			l, err := link.NewFromID(id)
+			if err == nil {
+				l.Close()
+			}
+			return gone(err)
+		}, 2*time.Second, 10*time.Millisecond, "link %d left", id)
+	}
 }
 
 func TestLoadRefusesZeroThreshold(t *testing.T) {
 	_, err := Load(0)
 	assert.ErrorContains(t, err, "threshold 0")
 }
+
+// touch writes b's first byte; norace, so that under -race the last
+// fault is b's page and not the race detector's shadow of it.
+//
+//go:norace
+func touch(b []byte) { b[0] = 1 }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -35,6 +35,14 @@ type countersRegionKey struct {
 	Region    uint64
 }
 
+type countersResume struct {
+	_         structs.HostLayout
+	Tid       uint32
+	Pad       uint32
+	EntryNs   uint64
+	ResumedNs uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -44,9 +52,13 @@ const (
 	countersMapProcessFaults  = "process_faults"
 	countersMapProcesses      = "processes"
 	countersMapRegions        = "regions"
+	countersMapResumes        = "resumes"
+	countersMapSampled        = "sampled"
 	countersProgCountFault    = "count_fault"
+	countersProgNoteResume    = "note_resume"
 	countersVarThreshold      = "threshold"
 	countersVarUnusedCrossing = "unused_crossing"
+	countersVarUnusedResume   = "unused_resume"
 )
 
 // loadCounters returns the embedded CollectionSpec for counters.
@@ -92,6 +104,7 @@ type countersSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type countersProgramSpecs struct {
 	CountFault *ebpf.ProgramSpec `ebpf:"count_fault"`
+	NoteResume *ebpf.ProgramSpec `ebpf:"note_resume"`
 }
 
 // countersMapSpecs contains maps before they are loaded into the kernel.
@@ -103,6 +116,8 @@ type countersMapSpecs struct {
 	ProcessFaults *ebpf.MapSpec `ebpf:"process_faults"`
 	Processes     *ebpf.MapSpec `ebpf:"processes"`
 	Regions       *ebpf.MapSpec `ebpf:"regions"`
+	Resumes       *ebpf.MapSpec `ebpf:"resumes"`
+	Sampled       *ebpf.MapSpec `ebpf:"sampled"`
 }
 
 // countersVariableSpecs contains global variables before they are loaded into the kernel.
@@ -111,6 +126,7 @@ type countersMapSpecs struct {
 type countersVariableSpecs struct {
 	Threshold      *ebpf.VariableSpec `ebpf:"threshold"`
 	UnusedCrossing *ebpf.VariableSpec `ebpf:"unused_crossing"`
+	UnusedResume   *ebpf.VariableSpec `ebpf:"unused_resume"`
 }
 
 // countersObjects contains all objects after they have been loaded into the kernel.
@@ -138,6 +154,8 @@ type countersMaps struct {
 	ProcessFaults *ebpf.Map `ebpf:"process_faults"`
 	Processes     *ebpf.Map `ebpf:"processes"`
 	Regions       *ebpf.Map `ebpf:"regions"`
+	Resumes       *ebpf.Map `ebpf:"resumes"`
+	Sampled       *ebpf.Map `ebpf:"sampled"`
 }
 
 func (m *countersMaps) Close() error {
@@ -147,6 +165,8 @@ func (m *countersMaps) Close() error {
 		m.ProcessFaults,
 		m.Processes,
 		m.Regions,
+		m.Resumes,
+		m.Sampled,
 	)
 }
 
@@ -156,6 +176,7 @@ func (m *countersMaps) Close() error {
 type countersVariables struct {
 	Threshold      *ebpf.Variable `ebpf:"threshold"`
 	UnusedCrossing *ebpf.Variable `ebpf:"unused_crossing"`
+	UnusedResume   *ebpf.Variable `ebpf:"unused_resume"`
 }
 
 // countersPrograms contains all programs after they have been loaded into the kernel.
@@ -163,11 +184,13 @@ type countersVariables struct {
 // It can be passed to loadCountersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countersPrograms struct {
 	CountFault *ebpf.Program `ebpf:"count_fault"`
+	NoteResume *ebpf.Program `ebpf:"note_resume"`
 }
 
 func (p *countersPrograms) Close() error {
 	return _CountersClose(
 		p.CountFault,
+		p.NoteResume,
 	)
 }
 
