@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/softuvm/softuvm/devmem/internal/memsys"
 )
@@ -249,6 +250,25 @@ func DontFork(addr uintptr, length int64) error {
 	}
 	return nil
 }
+
+// DropPages drops this process's page-table entries over [addr,
+// addr+length) of a shared file mapping. The pages stay in the file: the
+// next access maps them again with a minor fault. The fault server's hint
+// faults use it so that accesses to remotely mapped memory are seen.
+func DropPages(addr uintptr, length int64) error {
+	if addr%PageSize != 0 || length <= 0 {
+		return fmt.Errorf("drop pages %#x+%d: want a page-aligned address and a positive length", addr, length)
+	}
+	if err := memsys.MadviseDontNeed(addr, uintptr(length)); err != nil {
+		return fmt.Errorf("drop pages %#x+%d: %w", addr, length, err)
+	}
+	return nil
+}
+
+// MonotonicNow reads CLOCK_MONOTONIC, the clock of kernel tracepoint
+// timestamps (bpf_ktime_get_ns), so that user-space times compare with
+// them.
+func MonotonicNow() time.Duration { return time.Duration(memsys.MonotonicNanos()) }
 
 // IsMapped reports whether every page of [addr, addr+length) is mapped
 // in this process, so that touching it cannot fault for lack of a

@@ -126,7 +126,9 @@ func TestHelpAndBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"bench", "access"}, 1, "not built yet"},
+		{[]string{"bench", "access", "--access-counting", "psychic"}, 1, `--access-counting "psychic": want auto, ebpf or user`},
+		{[]string{"serve", "--access-policy", "threshold=0"}, 1, "access counter threshold 0"},
+		{[]string{"serve", "--access-policy", "period=2h"}, 1, "hint-fault period 2h0m0s"},
 		{[]string{"bench", "memcpy", "--size", "1MiB"}, 1, "want --size of at least 4 MiB"},
 		{[]string{"bench", "memcpy", "--producers", "0"}, 1, `"0" is not a count from 1 to 1024`},
 		{[]string{"serve", "--copy-threads", "-2"}, 1, "-2 copy threads"},
@@ -201,6 +203,37 @@ func TestBenchMemcpy(t *testing.T) {
 	assert.Positive(t, engine["copy_producers"], "the server's calibration is reported")
 }
 
+// TestBenchAccess: the access benchmark's figures are all there and
+// plausible, on a small range with a short hint period, in both counting
+// modes.
+func TestBenchAccess(t *testing.T) {
+	requireRoot(t)
+	for _, mode := range []string{"auto", "user"} {
+		out, errOut, err := uvmCmd(t, nil, "bench", "access", "--json", "--size", "2MiB", "--runs", "2", "--fault-rounds", "3",
+			"--fault-pages", "4096", "--period", "10ms", "--access-counting", mode)
+		require.NoError(t, err, "stderr: %s", errOut)
+		var rep map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		for _, k := range []string{"remote_gbps_before", "remote_gbps_unsampled", "remote_gbps_after", "migration_seconds"} {
+			v, ok := rep[k].(float64)
+			assert.True(t, ok && v > 0, "%s: %s = %v", mode, k, rep[k])
+		}
+		perRegion, _ := rep["accesses_to_migrate"].(float64)
+		assert.GreaterOrEqual(t, perRegion, 256.0, "%s: a region migrates at the threshold, not before", mode)
+		if strings.HasPrefix(rep["mode"].(string), "ebpf") {
+			assert.NotNil(t, rep["counting_overhead_us"], "%s", mode)
+			anatomy, _ := rep["anatomy"].(map[string]any)
+			for _, k := range []string{"to_server", "sampling", "decision", "ioctl", "wake", "total"} {
+				v, ok := anatomy[k].(float64)
+				assert.True(t, ok && v > 0, "anatomy stage %s = %v", k, anatomy[k])
+			}
+		}
+		if mode == "user" {
+			assert.True(t, strings.HasPrefix(rep["mode"].(string), "user (configured)"), "mode %v", rep["mode"])
+		}
+	}
+}
+
 // TestDaemon: `uvm serve` on a socket, two client processes using it,
 // `uvm stat` and `uvm info` reading it, and a clean shutdown on SIGTERM.
 func TestDaemon(t *testing.T) {
@@ -209,7 +242,7 @@ func TestDaemon(t *testing.T) {
 	require.NoError(t, err)
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "run", "uvm.sock")
-	daemon := exec.Command(filepath.Join(binDir, "uvm"), "serve", "--socket", sock, "--arena-size", "256MiB")
+	daemon := exec.Command(filepath.Join(binDir, "uvm"), "serve", "--socket", sock, "--arena-size", "256MiB", "--access-policy", "anatomy=1")
 	var derr bytes.Buffer
 	daemon.Stderr = &derr
 	require.NoError(t, daemon.Start())
@@ -272,6 +305,19 @@ func TestDaemon(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, text, "device 0 -> cpu")
 	assert.Contains(t, text, "fault service")
+
+	// The daemon samples every fault for the anatomy.
+	text, _, err = uvmCmd(t, nil, "stat", "--socket", sock, "--count", "1", "--anatomy")
+	require.NoError(t, err)
+	if strings.HasPrefix(frame.Info.AccessCounting, "ebpf") {
+		for _, stage := range []string{"to server", "decision", "ioctl", "wake", "total"} {
+			assert.Contains(t, text, "\n"+stage, "stage %q in:\n%s", stage, text)
+		}
+		assert.Contains(t, text, "one in 1;")
+		assert.Regexp(t, `<= +\S+s +\d+ #`, text, "a histogram bar")
+	} else {
+		assert.Contains(t, text, "not available")
+	}
 
 	for i, c := range clients {
 		stdins[i].Close()

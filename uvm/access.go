@@ -1,61 +1,499 @@
 package uvm
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"sync"
+	"time"
 
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/prometheus/procfs"
 	"github.com/softuvm/softuvm/bpf"
+	"github.com/softuvm/softuvm/uffd"
 )
 
-// Access counting: the eBPF program of package bpf counts the user faults
-// of every process the server tracks (clients as the CPU, device
-// processes as their device), per process and per 64 KiB region. The
-// server keeps its pid-to-processor map current as sessions and device
-// processes come and go, and shows the counts beside its own and the
-// kernel's (minflt) in Info. What the counts drive (hint faults and
-// delayed migration) is not built yet.
+// Access counting and what it drives.
+//
+// Every view (the client's, each device process's) gets a code of its
+// own, and its process's faults are counted per (code, 64 KiB region):
+// in the kernel by the eBPF program of package bpf, which sees every user
+// fault, those the kernel resolves included; or, where eBPF cannot load,
+// by the server itself, which registers device views' remote mappings in
+// MINOR mode so that their hint faults reach it (the user-space
+// fallback). A region whose count reaches the policy's threshold is
+// reported (through the program's ring buffer, or by the fault path),
+// and one goroutine, the access loop, migrates it to the processor that
+// kept reaching it (delayed migration), arms hint faults every period,
+// and halves the counts every decay period.
 
 // Access-counting modes (ServerConfig.AccessCounting).
 const (
-	AccessCountingAuto = "auto" // eBPF where it loads, else off with the reason in Info
+	AccessCountingAuto = "auto" // eBPF where it loads, else user space, with the reason in Info
 	AccessCountingEBPF = "ebpf" // eBPF or fail
+	AccessCountingUser = "user" // user space: MINOR-mode hint faults counted by the server
 	AccessCountingOff  = "off"
 )
 
-// startAccessCounting loads the counters as the configuration asks and
-// records the mode Info reports.
+// accessState is the server's access counting: how it counts, the views
+// it counts for, and the access loop's channels.
+type accessState struct {
+	policy AccessPolicy
+	mode   string        // what Info says
+	ebpf   *bpf.Counters // counting in the kernel; nil otherwise
+	user   bool          // counting in user space
+
+	mu         sync.Mutex
+	views      map[uint32]*view     // by code; guarded by mu
+	nextCode   uint32               // guarded by mu
+	userCounts map[regionKey]uint64 // guarded by mu
+
+	crossings chan crossing
+	quit      chan struct{}
+	loops     sync.WaitGroup
+	anatomy   *anatomy // nil without eBPF or sampling
+}
+
+type regionKey struct {
+	code   uint32
+	region uint64
+}
+
+// crossing is a region whose count reached the threshold.
+type crossing struct {
+	code   uint32
+	region uint64
+	count  uint64
+}
+
+func (a *accessState) counting() bool { return a.ebpf != nil || a.user }
+
+// startAccessCounting loads the counters as the configuration asks,
+// records the mode Info reports, and starts the access loop.
 func (s *Server) startAccessCounting() error {
-	if s.cfg.AccessCounting == AccessCountingOff { // Validate refused any other value
-		s.accessMode = "off (configured)"
+	a := &accessState{policy: s.cfg.accessPolicy(), views: map[uint32]*view{}, userCounts: map[regionKey]uint64{},
+		crossings: make(chan crossing, 256), quit: make(chan struct{})}
+	s.access = a
+	switch s.cfg.AccessCounting {
+	case AccessCountingOff:
+		a.mode = "off (configured)"
 		return nil
-	}
-	c, err := bpf.Load(bpf.DefaultThreshold)
-	if err != nil {
-		if s.cfg.AccessCounting == AccessCountingEBPF {
+	case AccessCountingUser:
+		a.user = true
+		a.mode = "user (configured): MINOR-mode faults on remote mappings, counted by the server"
+	default:
+		c, err := bpf.Load(uint64(a.policy.Threshold))
+		switch {
+		case err == nil:
+			a.ebpf = c
+			a.mode = fmt.Sprintf("ebpf: exceptions:page_fault_user, 64 KiB regions, threshold %d", a.policy.Threshold)
+		case s.cfg.AccessCounting == AccessCountingEBPF:
 			return fmt.Errorf("%w: %v", ErrInitialization, err)
+		default:
+			a.user = true
+			a.mode = fmt.Sprintf("user: eBPF could not load (%v); MINOR-mode faults on remote mappings, counted by the server", err)
 		}
-		s.accessMode = fmt.Sprintf("off: %v (the user-space fallback, MINOR-mode counting, is not built yet)", err)
-		return nil
 	}
-	s.counters = c
-	s.accessMode = fmt.Sprintf("ebpf: exceptions:page_fault_user, 64 KiB regions, threshold %d", bpf.DefaultThreshold)
+	if a.ebpf != nil {
+		if every := a.policy.AnatomyEvery; every > 0 {
+			if err := a.ebpf.EnableAnatomy(); err != nil {
+				s.logger.Printf("fault anatomy off: %v", err)
+			} else {
+				a.anatomy = newAnatomy(uint64(every))
+			}
+		}
+		a.loops.Add(1)
+		go s.readCrossings()
+		if a.anatomy != nil {
+			a.loops.Add(1)
+			go s.readResumes()
+		}
+	}
+	if a.policy.Hints {
+		a.mode += fmt.Sprintf("; hint faults every %v over up to %s of each device's remote mappings, delayed migration, counts halved every %v",
+			time.Duration(a.policy.Period), FormatSize(a.policy.Sample), time.Duration(a.policy.Decay))
+	} else {
+		a.mode += "; no hint faults or delayed migration (policy hints=off)"
+	}
+	a.loops.Add(1)
+	go s.accessLoop()
 	return nil
 }
 
-// track starts counting pid's faults as location l's.
-func (s *Server) track(pid int, l location) {
-	if s.counters == nil {
+// stopAccessCounting ends the access loop and detaches the program: no
+// map, program or link is left.
+func (s *Server) stopAccessCounting() {
+	a := s.access
+	close(a.quit)
+	if a.ebpf != nil {
+		a.ebpf.Close() // ends the ring buffer readers
+	}
+	a.loops.Wait()
+}
+
+// track gives view v a code and starts counting its process's faults.
+func (s *Server) track(v *view) {
+	a := s.access
+	if !a.counting() {
 		return
 	}
-	if err := s.counters.Track(pid, uint32(l)); err != nil {
-		s.logger.Printf("access counters: %v", err)
+	a.mu.Lock()
+	a.nextCode++
+	if a.nextCode == 0 {
+		a.nextCode = 1
+	}
+	v.code = a.nextCode
+	a.views[v.code] = v
+	a.mu.Unlock()
+	v.minfltStart, _ = minorFaults(v.pid)
+	if a.ebpf != nil {
+		if err := a.ebpf.Track(v.pid, v.code); err != nil {
+			s.logger.Printf("access counters: %v", err)
+		}
 	}
 }
 
-func (s *Server) untrack(pid int) {
-	if s.counters != nil {
-		s.counters.Untrack(pid)
+// untrack stops counting for view v.
+func (s *Server) untrack(v *view) {
+	a := s.access
+	if v.code == 0 {
+		return
 	}
+	a.mu.Lock()
+	if a.views[v.code] == v {
+		delete(a.views, v.code)
+	}
+	for k := range a.userCounts {
+		if k.code == v.code {
+			delete(a.userCounts, k)
+		}
+	}
+	a.mu.Unlock()
+	if a.ebpf != nil {
+		a.ebpf.Untrack(v.pid)
+	}
+}
+
+func (a *accessState) viewOf(code uint32) *view {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.views[code]
+}
+
+// countUser counts one access of view v at addr in user space, and
+// reports the region when it reaches the threshold.
+func (s *Server) countUser(v *view, addr uintptr) {
+	a := s.access
+	k := regionKey{code: v.code, region: uint64(addr) >> bpf.RegionShift}
+	a.mu.Lock()
+	a.userCounts[k]++
+	n := a.userCounts[k]
+	a.mu.Unlock()
+	if n == uint64(a.policy.Threshold) {
+		select {
+		case a.crossings <- crossing{code: k.code, region: k.region, count: n}:
+		default: // the loop is behind; the region is reported again after a decay
+		}
+	}
+}
+
+// readCrossings forwards the eBPF program's threshold crossings to the
+// access loop until the program is closed.
+func (s *Server) readCrossings() {
+	a := s.access
+	defer a.loops.Done()
+	for {
+		x, err := a.ebpf.ReadCrossing(time.Time{})
+		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
+			return
+		}
+		if err != nil {
+			s.logger.Printf("access counters: %v", err)
+			continue
+		}
+		select {
+		case a.crossings <- crossing{code: x.Processor, region: x.Region, count: x.Count}:
+		case <-a.quit:
+			return
+		}
+	}
+}
+
+// accessLoop arms hint faults, decays the counts and migrates the
+// regions reported, one thing at a time: none of it is on a fault path.
+func (s *Server) accessLoop() {
+	a := s.access
+	defer a.loops.Done()
+	period := time.NewTicker(time.Duration(a.policy.Period))
+	defer period.Stop()
+	decay := time.NewTicker(time.Duration(a.policy.Decay))
+	defer decay.Stop()
+	for {
+		select {
+		case <-a.quit:
+			return
+		case <-period.C:
+			if a.policy.Hints && a.counting() {
+				s.armHints()
+			}
+			if an := a.anatomy; an != nil {
+				an.expire(time.Second)
+			}
+		case <-decay.C:
+			s.decayCounts()
+		case x := <-a.crossings:
+			s.serviceCrossing(x)
+		}
+	}
+}
+
+// decayCounts halves every count.
+func (s *Server) decayCounts() {
+	a := s.access
+	if a.ebpf != nil {
+		if err := a.ebpf.Decay(); err != nil {
+			s.logger.Printf("access counters: decay: %v", err)
+		}
+	}
+	a.mu.Lock()
+	for k, n := range a.userCounts {
+		if n/2 == 0 {
+			delete(a.userCounts, k)
+		} else {
+			a.userCounts[k] = n / 2
+		}
+	}
+	a.mu.Unlock()
+}
+
+// resetRegion forgets a serviced region's count, as NVIDIA's driver
+// clears a counter once it has serviced its notification.
+func (s *Server) resetRegion(k regionKey) {
+	a := s.access
+	if a.ebpf != nil {
+		a.ebpf.Reset(k.code, k.region)
+	}
+	a.mu.Lock()
+	delete(a.userCounts, k)
+	a.mu.Unlock()
+}
+
+// serviceCrossing migrates a reported region to the processor whose view
+// reached it, page by page as policy allows: pages it reaches remotely
+// (accessed-by), not pinned by a preferred location elsewhere or by
+// thrashing. Its device mapping follows before the next region.
+func (s *Server) serviceCrossing(x crossing) {
+	a := s.access
+	k := regionKey{code: x.code, region: x.region}
+	defer s.resetRegion(k)
+	v := a.viewOf(x.code)
+	if v == nil {
+		return // the view went away
+	}
+	sess, l := v.sess, v.loc
+	lo := uintptr(x.region) << bpf.RegionShift
+	hi := lo + 1<<bpf.RegionShift
+	counted := false
+	for _, r := range sess.ranges.Load().ranges {
+		if r.end() <= lo || r.start >= hi {
+			continue
+		}
+		if !counted {
+			s.stats.crossings[l].Add(1)
+			r.stats.crossings[l].Add(1)
+			counted = true
+		}
+		if !a.policy.Hints || l == hostLoc || r.kind != kindManaged {
+			continue // the CPU maps no remote memory: its faults migrate already
+		}
+		from, to := max(lo, r.start), min(hi, r.end())
+		moved := 0
+		err := r.eachBlock(from, to-from, false, func(o *mover, pages PageMask) error {
+			if o == nil {
+				return nil
+			}
+			now := s.nowMicros()
+			var want PageMask
+			for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
+				if o.counterMovable(l, p, now) {
+					want.Set(p)
+				}
+			}
+			if want.Empty() {
+				return nil
+			}
+			t := o.ownTarget(l)
+			defer o.doneWith(t.via)
+			err := o.moveTo(t, want, PageMask{}, -1)
+			want.And(&o.b.resident[l])
+			n := want.Count()
+			moved += n
+			r.stats.counterMigrated[l].Add(uint64(n))
+			s.stats.counterMigrated[l].Add(uint64(n))
+			return err
+		})
+		if err != nil {
+			s.logger.Printf("pid %d: delayed migration of %#x+%d to %v: %v", sess.pid, from, to-from, l.device(), err)
+		}
+		if moved > 0 {
+			if err := sess.remapRange(r, from, to-from); err != nil {
+				s.logger.Printf("pid %d: after delayed migration: %v", sess.pid, err)
+			}
+		}
+	}
+}
+
+// counterMovable reports whether page p may migrate to location l on its
+// access counts: l reaches it remotely, and neither a preferred location
+// elsewhere nor a thrashing pin holds it where it is. The block's lock
+// is held.
+func (o *mover) counterMovable(l location, p int, now int64) bool {
+	if o.r.kind != kindManaged || o.b.resident[l].Test(p) {
+		return false
+	}
+	if m, known := o.mapsAt(l, p); !known || m == l {
+		return false
+	}
+	if o.pinnedAt(p, now) {
+		return false
+	}
+	if adv := o.b.advice; adv != nil && adv.preferred[p] != 0 && location(adv.preferred[p]-1) != l {
+		return false
+	}
+	return true
+}
+
+// maxHintRuns bounds the runs one hint request names: 16 bytes each.
+const maxHintRuns = 8192
+
+// armHints drops, in every device view, the page-table entries of up to
+// the policy's sample of its remote mappings, from where the last round
+// stopped, so that the next access to each page is a fault the counters
+// see. The pages stay in their files; the fault is a minor one.
+func (s *Server) armHints() {
+	s.sessionsMu.Lock()
+	all := make([]*session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		all = append(all, sess)
+	}
+	s.sessionsMu.Unlock()
+	for _, sess := range all {
+		for l := 1; l < len(sess.views); l++ {
+			v := sess.viewRef(location(l))
+			if v == nil {
+				continue
+			}
+			runs := sess.remoteRuns(v, s.access.policy.Sample)
+			if len(runs) > 0 {
+				if err := v.request(encodeDeviceHints(v.seq.Add(1), runs), msgDeviceHints); err != nil && !v.connEnded() {
+					s.logger.Printf("pid %d device %d: arm hint faults: %v", sess.pid, l-1, err)
+				}
+			}
+			v.release()
+		}
+	}
+}
+
+// remoteRuns collects up to budget bytes of the runs view v maps from
+// another location's file, from v's hint cursor on, wrapping around once,
+// and counts them as armed.
+func (sess *session) remoteRuns(v *view, budget int64) []mapping {
+	l := v.loc
+	var out []mapping
+	add := func(r *managedRange, addr uintptr, pages int) {
+		n := int64(pages) * PageSize
+		if n > budget {
+			pages = int(budget / PageSize)
+			n = int64(pages) * PageSize
+		}
+		if pages == 0 || len(out) == maxHintRuns {
+			return
+		}
+		if k := len(out) - 1; k >= 0 && uintptr(out[k].addr+out[k].length) == addr {
+			out[k].length += uint64(n)
+		} else {
+			out = append(out, mapping{addr: uint64(addr), length: uint64(n)})
+		}
+		budget -= n
+		v.hintCursor = addr + uintptr(n)
+		r.stats.hintsArmed[l].Add(uint64(pages))
+		sess.srv.stats.hintsArmed[l].Add(uint64(pages))
+	}
+	full := func() bool { return budget < PageSize || len(out) == maxHintRuns }
+	// visit adds the remote runs of [from, to), which lies in r.
+	visit := func(r *managedRange, from, to uintptr) {
+		if f, ok := r.staticFile(l); ok {
+			if f != l {
+				add(r, from, int((to-from)/PageSize))
+			}
+			return
+		}
+		for bi := int((from - r.start) >> blockShift); bi <= int((to-1-r.start)>>blockShift) && !full(); bi++ {
+			b := r.blocks[bi].Load()
+			if b == nil {
+				continue
+			}
+			blockAddr := r.start + uintptr(bi)*BlockSize
+			first := int((max(from, blockAddr) - blockAddr) / PageSize)
+			outer := int((min(to, blockAddr+BlockSize) - blockAddr) / PageSize)
+			b.mu.Lock()
+			if m := b.viewMapOf(l); m != nil {
+				remote := func(p int) bool { return m.file[p] != 0 && fileOf(m.file[p], l) != l && !m.pending.Test(p) }
+				for p := first; p < outer && !full(); {
+					if !remote(p) {
+						p++
+						continue
+					}
+					q := p + 1
+					for q < outer && remote(q) {
+						q++
+					}
+					add(r, blockAddr+uintptr(p)*PageSize, q-p)
+					p = q
+				}
+			}
+			b.mu.Unlock()
+		}
+	}
+	ranges := sess.ranges.Load().ranges
+	cursor := v.hintCursor
+	for _, r := range ranges { // from the cursor on
+		if !full() && r.end() > cursor && !r.freed.Load() {
+			visit(r, max(r.start, cursor), r.end())
+		}
+	}
+	for _, r := range ranges { // then from the start up to the cursor
+		if !full() && r.start < cursor && !r.freed.Load() {
+			visit(r, r.start, min(r.end(), cursor))
+		}
+	}
+	if budget >= PageSize {
+		v.hintCursor = 0 // everything fit: start from the beginning next time
+	}
+	return out
+}
+
+// serveHintFault serves a MINOR fault of the user-space fallback: a
+// device's access to a page it maps remotely, whose page-table entry a
+// hint round dropped. The access is counted and the page mapped again,
+// write-protected if it has other copies. The block's lock is held.
+func (o *mover) serveHintFault(p int) error {
+	v := o.fv
+	addr := o.pageAddr(p)
+	o.sess.srv.countUser(v, addr)
+	var mode uffd.ContinueMode
+	if o.b.copies(p) > 1 {
+		mode = uffd.ContinueWP
+	}
+	o.ioctlBegins()
+	_, err := v.uffd.Continue(addr, PageSize, mode)
+	o.ioctlEnds()
+	if err != nil {
+		// The page left its file meanwhile (the retry faults as
+		// missing), or another handler mapped it: wake the thread.
+		o.wake(addr)
+	}
+	return nil
 }
 
 // minorFaults is the kernel's count of pid's minor faults (minflt).
@@ -71,22 +509,56 @@ func minorFaults(pid int) (uint64, bool) {
 	return uint64(st.MinFlt), true
 }
 
+// ProcessFaults counts one process's faults since the server began
+// tracking it, as the eBPF counters saw them (nil when they are off) and
+// as the kernel's minflt has it (nil if unreadable).
+type ProcessFaults struct {
+	Processor Device `json:"processor"`
+	PID       int    `json:"pid"`
+	// Served counts the faults the server served for the processor.
+	Served      uint64  `json:"served_faults"`
+	EBPFFaults  *uint64 `json:"ebpf_faults,omitempty"`
+	MinorFaults *uint64 `json:"minflt,omitempty"`
+}
+
+// processFaults reads view v's process's counts.
+func (s *Server) processFaults(v *view) ProcessFaults {
+	pf := ProcessFaults{Processor: v.loc.device(), PID: v.pid}
+	if c := s.access.ebpf; c != nil {
+		if n, err := c.ProcessFaults(v.pid); err == nil {
+			pf.EBPFFaults = &n
+		}
+	}
+	if n, ok := minorFaults(v.pid); ok && n >= v.minfltStart {
+		d := n - v.minfltStart
+		pf.MinorFaults = &d
+	}
+	return pf
+}
+
 // faultCounts fills in the session's fault counts three ways: the
 // server's (faults it served), eBPF's (every user fault of the process,
 // served by the kernel or the server) and the kernel's minflt, each since
-// the session began.
+// the session began; and the same for its device processes.
 func (sess *session) faultCounts(in *SessionInfo) {
 	if sess.role != roleClient {
 		return
 	}
-	in.ServedFaults = sess.counters(nil).snapshot().FaultsBy(CPU).Total()
-	if c := sess.srv.counters; c != nil {
-		if n, err := c.ProcessFaults(sess.pid); err == nil {
-			in.EBPFFaults = &n
-		}
-	}
-	if n, ok := minorFaults(sess.pid); ok && n >= sess.minfltStart {
+	st := sess.counters(nil).snapshot()
+	in.ServedFaults = st.FaultsBy(CPU).Total()
+	if v := sess.client(); v != nil && v.code != 0 {
+		pf := sess.srv.processFaults(v)
+		in.EBPFFaults, in.MinorFaults = pf.EBPFFaults, pf.MinorFaults
+	} else if n, ok := minorFaults(sess.pid); ok && n >= sess.minfltStart {
 		d := n - sess.minfltStart
 		in.MinorFaults = &d
+	}
+	for l := 1; l < len(sess.views); l++ {
+		if v := sess.viewRef(location(l)); v != nil {
+			pf := sess.srv.processFaults(v)
+			pf.Served = st.FaultsBy(location(l).device()).Total()
+			in.Devices = append(in.Devices, pf)
+			v.release()
+		}
 	}
 }

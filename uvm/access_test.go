@@ -1,11 +1,13 @@
 package uvm
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -65,5 +67,116 @@ func TestAccessCountingOffAndBadValues(t *testing.T) {
 		assert.Nil(t, si.EBPFFaults)
 	}
 	cfg.AccessCounting = "psychic"
-	assert.ErrorContains(t, cfg.Validate(), `access counting "psychic": want "auto", "ebpf" or "off"`)
+	assert.ErrorContains(t, cfg.Validate(), `access counting "psychic": want "auto", "ebpf", "user" or "off"`)
+	cfg.AccessCounting = AccessCountingAuto
+	cfg.AccessPolicy = AccessPolicy{Hints: true, Threshold: 256, Period: Duration(time.Second), Sample: 1 << 20, Decay: Duration(time.Millisecond)}
+	assert.ErrorContains(t, cfg.Validate(), "access counter decay 1ms: want at least the period (1s)")
+	for text, want := range map[string]string{
+		"threshold=0": "access counter threshold 0",
+		"period=10us": "hint-fault period 10µs: want 1ms to 1h",
+		"sample=1":    "hint-fault sample 1 bytes",
+		"anatomy=-1":  "fault anatomy sampling 1 in -1",
+		"hints=maybe": `setting "hints=maybe": want on or off`,
+		"colour=blue": `unknown key "colour"`,
+		"threshold":   "want key=value",
+		"decay=soon":  `setting "decay=soon"`,
+	} {
+		_, err := ParseAccessPolicy(text)
+		assert.ErrorContains(t, err, want, text)
+	}
+	p, err := ParseAccessPolicy("threshold=64,period=20ms,sample=1MiB,decay=1s,anatomy=0,hints=off")
+	require.NoError(t, err)
+	assert.Equal(t, AccessPolicy{Threshold: 64, Period: Duration(20 * time.Millisecond), Sample: 1 << 20, Decay: Duration(time.Second)}, p)
+	round, err := ParseAccessPolicy(DefaultAccessPolicy.String())
+	require.NoError(t, err)
+	assert.Equal(t, DefaultAccessPolicy, round, "String reads back")
+}
+
+// counterPrograms lists the ids of the loaded access-counter programs.
+func counterPrograms(t *testing.T) map[ebpf.ProgramID]bool {
+	out := map[ebpf.ProgramID]bool{}
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return out
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && (info.Name == "count_fault" || info.Name == "note_resume") {
+			out[id] = true
+		}
+		p.Close()
+	}
+}
+
+// TestServerExitLeavesNoProgram: a server's access-counter programs (and
+// with them their maps and links) are gone once it is closed.
+func TestServerExitLeavesNoProgram(t *testing.T) {
+	requireRoot(t)
+	before := counterPrograms(t)
+	cfg := testServerConfig()
+	cfg.AccessCounting = AccessCountingAuto
+	srv, err := NewServer(cfg)
+	require.NoError(t, err)
+	if srv.access.ebpf == nil {
+		srv.Close()
+		t.Skipf("no eBPF access counters here: %s", srv.access.mode)
+	}
+	var ours []ebpf.ProgramID
+	for id := range counterPrograms(t) {
+		if !before[id] {
+			ours = append(ours, id)
+		}
+	}
+	assert.Len(t, ours, 2, "the counting program and the anatomy's")
+	require.NoError(t, srv.Close())
+	for _, id := range ours {
+		assert.Eventually(t, func() bool {
+			p, err := ebpf.NewProgramFromID(id)
+			if err == nil {
+				p.Close()
+			}
+			return errors.Is(err, os.ErrNotExist)
+		}, 2*time.Second, 10*time.Millisecond, "program %d is left after the server closed", id)
+	}
+}
+
+// TestFaultAnatomy: with every fault sampled, each stage of the client's
+// faults is measured, and the stages add up to the whole.
+func TestFaultAnatomy(t *testing.T) {
+	cfg := testServerConfig()
+	cfg.AccessPolicy = DefaultAccessPolicy
+	cfg.AccessPolicy.AnatomyEvery = 1
+	s := newSession(t, cfg)
+	in, err := s.Info()
+	require.NoError(t, err)
+	if in.Anatomy == nil {
+		t.Skipf("no fault anatomy here: %s", in.AccessCounting)
+	}
+	const pages = 2000
+	a, err := s.MallocManaged(pages*PageSize, WithPrefetch(PrefetchSpec{Policy: "none"}))
+	require.NoError(t, err)
+	b := a.Bytes()
+	for i := 0; i < len(b); i += PageSize {
+		b[i] = 1
+	}
+	var an *FaultAnatomy
+	eventually(t, 2*time.Second, func() bool {
+		in, err := s.Info()
+		require.NoError(t, err)
+		an = in.Anatomy
+		return an.Samples >= pages/2
+	}, "fewer than half the faults sampled")
+	mean := func(h Histogram) time.Duration { return h.Mean() }
+	parts := mean(an.ToServer) + mean(an.Sampling) + mean(an.Decision) + mean(an.Ioctl) + mean(an.Wake)
+	t.Logf("%d samples; means: to server %v, sampling %v, decision %v, ioctl %v, wake %v; total %v",
+		an.Samples, mean(an.ToServer), mean(an.Sampling), mean(an.Decision), mean(an.Ioctl), mean(an.Wake), mean(an.Total))
+	for name, h := range map[string]Histogram{"to server": an.ToServer, "decision": an.Decision, "ioctl": an.Ioctl, "wake": an.Wake} {
+		assert.Equal(t, an.Samples, h.Count, name)
+		assert.Positive(t, h.Quantile(0.5), name)
+	}
+	assert.InEpsilon(t, float64(mean(an.Total)), float64(parts), 0.02, "the stages add up to the whole")
 }

@@ -27,7 +27,8 @@ const (
 	EnvHostBudget    = "UVM_HOST_BUDGET"     // bytes of managed memory kept on the host (default: unbounded)
 	EnvThrashing     = "UVM_THRASHING"       // on (default), off, or settings: threshold=3,lapse=500us,...
 	EnvCopyThreads   = "UVM_COPY_THREADS"    // the copy engine's producer threads (default: calibrated)
-	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf or off
+	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf, user or off
+	EnvAccessPolicy  = "UVM_ACCESS_POLICY"   // on (default), off, or settings: threshold=256,period=1s,...
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
@@ -87,8 +88,13 @@ type ServerConfig struct {
 	// copy does not use the copy engine (0: calibrated).
 	CopyDirectBelow int64 `json:"copy_direct_below,omitempty"`
 	// AccessCounting is "auto" (eBPF access counters where they load,
-	// else off, with the reason in Info), "ebpf" (or fail) or "off".
+	// else counting in user space, with the reason in Info), "ebpf" (or
+	// fail), "user" (user space: MINOR-mode faults on remote mappings,
+	// counted by the server) or "off".
 	AccessCounting string `json:"access_counting,omitempty"`
+	// AccessPolicy configures hint faults, delayed migration and the
+	// fault anatomy (accesspolicy.go); the zero value means the defaults.
+	AccessPolicy AccessPolicy `json:"access_policy"`
 	// Thrashing configures thrashing detection (thrash.go).
 	Thrashing ThrashingSpec `json:"thrashing"`
 	// FaultDelay stalls every fault this long before serving it. Tests
@@ -113,12 +119,22 @@ type Duration int64
 // DefaultServerConfig is the configuration without flags or environment.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		Devices:   []devmem.ArenaSpec{{Device: 0, Capacity: DefaultArenaSize, Backend: devmem.BackendAuto, Node: -1}},
-		Prefetch:  DefaultPrefetch,
-		Handlers:  HandlersFollow,
-		Guard:     true,
-		Thrashing: DefaultThrashing,
+		Devices:      []devmem.ArenaSpec{{Device: 0, Capacity: DefaultArenaSize, Backend: devmem.BackendAuto, Node: -1}},
+		Prefetch:     DefaultPrefetch,
+		Handlers:     HandlersFollow,
+		Guard:        true,
+		Thrashing:    DefaultThrashing,
+		AccessPolicy: DefaultAccessPolicy,
 	}
+}
+
+// accessPolicy is the configured access policy, the defaults for a
+// configuration that names none.
+func (c ServerConfig) accessPolicy() AccessPolicy {
+	if c.AccessPolicy == (AccessPolicy{}) {
+		return DefaultAccessPolicy
+	}
+	return c.AccessPolicy
 }
 
 // Validate checks every field and names the first bad value.
@@ -155,9 +171,14 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("%w: %d copy threads: want 0 (calibrated) to 1024", ErrInvalidValue, c.CopyProducers)
 	}
 	switch c.AccessCounting {
-	case "", AccessCountingAuto, AccessCountingEBPF, AccessCountingOff:
+	case "", AccessCountingAuto, AccessCountingEBPF, AccessCountingUser, AccessCountingOff:
 	default:
-		return fmt.Errorf("%w: access counting %q: want %q, %q or %q", ErrInvalidValue, c.AccessCounting, AccessCountingAuto, AccessCountingEBPF, AccessCountingOff)
+		return fmt.Errorf("%w: access counting %q: want %q, %q, %q or %q", ErrInvalidValue, c.AccessCounting, AccessCountingAuto, AccessCountingEBPF, AccessCountingUser, AccessCountingOff)
+	}
+	if c.AccessPolicy != (AccessPolicy{}) {
+		if err := c.AccessPolicy.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.CopyDirectBelow < 0 {
 		return fmt.Errorf("%w: copy direct-path size %d: must not be negative", ErrInvalidValue, c.CopyDirectBelow)
@@ -232,6 +253,13 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 	}
 	if v := getenv(EnvAccessCount); v != "" {
 		c.AccessCounting = strings.TrimSpace(v)
+	}
+	if v := getenv(EnvAccessPolicy); v != "" {
+		a, err := ParseAccessPolicy(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %w", EnvAccessPolicy, v, err)
+		}
+		c.AccessPolicy = a
 	}
 	if v := getenv(EnvCopyThreads); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))

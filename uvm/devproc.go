@@ -99,6 +99,34 @@ type deviceMapping struct {
 	// process keeps a copy only to register each new mapping itself
 	// before it becomes visible (see mapFile).
 	uffd *uffd.FD
+	// minorRemote registers mappings of other locations' files for MINOR
+	// faults: the access counters count in user space, and a hint fault
+	// (see dropMappings) must reach the server.
+	minorRemote bool
+}
+
+// modeFor is how a mapping of location loc's file is registered.
+func (dev *deviceMapping) modeFor(loc int) uffd.RegisterMode {
+	if dev.minorRemote && loc != dev.index+1 {
+		return hostViewMode | uffd.RegisterMinor
+	}
+	return hostViewMode
+}
+
+// dropMappings drops the page-table entries of runs, which the server
+// chose among the remote mappings (hint faults): the pages stay in their
+// files, so the next access is a minor fault, resolved by the kernel and
+// seen by the eBPF counters, or sent to the server in MINOR mode.
+func (dev *deviceMapping) dropMappings(runs []mapping) error {
+	for _, m := range runs {
+		if err := checkInWindow(uintptr(m.addr), int64(m.length)); err != nil {
+			return err
+		}
+		if err := devmem.DropPages(uintptr(m.addr), int64(m.length)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // attachToServer hands the server this process's userfaultfd, maps every
@@ -122,7 +150,7 @@ func attachToServer(c *net.UnixConn, d int) (*deviceMapping, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("device hello: %v (with %d descriptors, want one per location)", err, len(fds))
 	}
-	layout, err := decodeLayoutReply(r)
+	lay, err := decodeLayoutReply(r)
 	if err != nil {
 		closeFDs(fds)
 		return nil, err
@@ -130,7 +158,7 @@ func attachToServer(c *net.UnixConn, d int) (*deviceMapping, error) {
 	// The server did the handshake on the shared file; this copy needs
 	// only to know, to register.
 	u.SetHandshaken(RequiredFeatures, 0)
-	dev := &deviceMapping{index: d, uffd: u}
+	dev := &deviceMapping{index: d, uffd: u, minorRemote: lay.minorRemote}
 	for l, fd := range fds {
 		f, err := devmem.FileFromFD(fd, fmt.Sprintf("location %d file", l))
 		if err != nil {
@@ -141,7 +169,7 @@ func attachToServer(c *net.UnixConn, d int) (*deviceMapping, error) {
 	}
 	// No kernel runs yet, so nothing touches a run between its mapping
 	// and its registration.
-	for _, m := range layout {
+	for _, m := range lay.runs {
 		if err := dev.mapFixed(uintptr(m.addr), int64(m.length), int(m.loc)); err != nil {
 			return nil, err
 		}
@@ -175,7 +203,7 @@ func (dev *deviceMapping) mapFixed(addr uintptr, length int64, loc int) error {
 	if err := dev.files[loc].MapFixed(addr, int64(addr), length); err != nil {
 		return err
 	}
-	if _, err := dev.uffd.Register(addr, uintptr(length), hostViewMode); err != nil {
+	if _, err := dev.uffd.Register(addr, uintptr(length), dev.modeFor(loc)); err != nil {
 		return err
 	}
 	return devmem.DontFork(addr, length)
@@ -203,7 +231,7 @@ func (dev *deviceMapping) mapFile(addr uintptr, length int64, loc int, wp PageMa
 		return err
 	}
 	err := dev.files[loc].MapOver(addr, int64(addr), length, func(scratch uintptr) error {
-		if _, err := dev.uffd.Register(scratch, uintptr(length), hostViewMode); err != nil {
+		if _, err := dev.uffd.Register(scratch, uintptr(length), dev.modeFor(loc)); err != nil {
 			return err
 		}
 		for p, q := wp.NextRun(0); p >= 0; p, q = wp.NextRun(q) {
@@ -235,6 +263,8 @@ func (dev *deviceMapping) serveServer(c *net.UnixConn) {
 			switch r := req.(type) {
 			case deviceMapRequest:
 				err = dev.mapFile(uintptr(r.addr), int64(r.length), int(r.loc), r.wp)
+			case hintsRequest:
+				err = dev.dropMappings(r.runs)
 			case rangeRequest:
 				if h.typ != msgDeviceUnmap {
 					err = fmt.Errorf("%w: %s is not a request the server sends a device", ErrInvalidValue, h.typ)

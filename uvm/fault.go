@@ -45,8 +45,19 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	if o.r.kind == kindDevice && l == hostLoc {
 		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", ErrInvalidValue, o.r.owner.device())
 	}
+	if fr.kind == faultMinor {
+		// Only device views' remote mappings register MINOR faults: the
+		// user-space fallback's hint faults.
+		return o.serveHintFault(p)
+	}
 	m, known := o.mapsAt(l, p)
 	if !known {
+		if vm := b.maps[l]; fileOf(vm.file[p], l) == l && b.resident[l].Test(p) && fr.waits < maxPinWaits {
+			// The view is being pointed at its own file, which holds
+			// the page: the fault came through the old mapping. Wait
+			// for the new one rather than take the page back.
+			return errDeferred
+		}
 		return o.servePending(p)
 	}
 	if fr.kind == faultWP {
@@ -60,10 +71,17 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		_, _, err := o.install(v, installZero, p, p+1, nil, false)
 		return err
 	}
+	now := o.sess.srv.nowMicros()
+	if m != l && b.resident[l].Test(p) && o.desiredFile(l, p, now) == l && fr.waits < maxPinWaits {
+		// The page came to this device (a delayed migration, a
+		// prefetch) while the view still maps where it was: the
+		// remapper is pointing the view at its own file. Taking the page
+		// back would undo the move; wait for the mapping instead.
+		return errDeferred
+	}
 	src, populated := b.locationOfPage(p)
 	var faulted PageMask
 	faulted.Set(p)
-	now := o.sess.srv.nowMicros()
 	t := target{dst: m, via: v, mapped: o.pagesMapping(l, m)}
 	adv := b.advice
 	if populated && adv != nil && adv.readMostly.Test(p) && !fr.write {
@@ -158,7 +176,10 @@ func (o *mover) serveWP(p int, m location) error {
 	// A migration protected the page and did not take it, or a stale
 	// protection survived a move: give write access back (this also
 	// wakes the writer).
-	if err := v.uffd.WriteProtect(addr, PageSize, false, false); err != nil {
+	o.ioctlBegins()
+	err := v.uffd.WriteProtect(addr, PageSize, false, false)
+	o.ioctlEnds()
+	if err != nil {
 		o.wake(addr)
 	}
 	return nil

@@ -41,6 +41,9 @@ type handler struct {
 	prefetchCtx PrefetchContext
 	runBuf      []run
 	staging     []byte
+	// The fault being sampled for the anatomy, if any (anatomy.go).
+	sample   anatomySample
+	sampling *anatomySample
 }
 
 // handlerCPUs returns the CPUs handler threads go on; -1 is unpinned.
@@ -148,5 +151,9 @@ func (h *handler) serve(m *uffd.Msg, read time.Time) {
 		return
 	}
 	h.fr = faultRequestOf(m, read)
+	if an := h.srv.access.anatomy; an != nil && an.take() {
+		h.serveSampled(an, m, read)
+		return
+	}
 	h.sess.serveFaultMsg(h.view, h, &h.fr)
 }

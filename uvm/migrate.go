@@ -106,11 +106,13 @@ func (o *mover) install(v *view, kind installKind, first, outer int, src []byte,
 	for p := first; p < outer; {
 		addr, length := o.pageAddr(p), uintptr(outer-p)*PageSize
 		var n int64
+		o.ioctlBegins()
 		if kind == installZero {
 			n, err = u.ZeroPage(addr, length, false)
 		} else {
 			n, err = u.Copy(addr, src[(p-first)*PageSize:(outer-first)*PageSize], mode)
 		}
+		o.ioctlEnds()
 		got := int(max(n, 0) / PageSize)
 		done.FillRange(p, p+got)
 		p += got

@@ -51,6 +51,7 @@ const (
 	msgDeviceCopy    // client -> server: copy into, out of or between device memory
 	msgStreamOpen    // client -> device process: a stream's connection
 	msgDeviceFile    // client -> server: the session's file of a device, for copies
+	msgDeviceHints   // server -> device process: drop the mappings of these runs (hint faults)
 	msgTypeEnd       // one past the last message type
 )
 
@@ -61,6 +62,7 @@ var msgTypeNames = [...]string{
 	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
 	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up", msgAdvise: "advise",
 	msgDeviceCopy: "device-copy", msgStreamOpen: "stream-open", msgDeviceFile: "device-file",
+	msgDeviceHints: "device-hints",
 }
 
 func (t msgType) String() string {
@@ -153,6 +155,13 @@ type deviceMapRequest struct {
 	addr, length uint64
 	loc          uint8
 	wp           PageMask
+}
+
+// hintsRequest asks a device process to drop its page-table entries over
+// runs (the pages stay in their files), so that its next access to each
+// is a fault the access counters see.
+type hintsRequest struct {
+	runs []mapping // loc unused
 }
 
 // mapping is a run of a device's layout: location loc's file over
@@ -406,6 +415,8 @@ func parseRequest(b []byte) (header, any, error) {
 			r.err = fmt.Errorf("%w: map of location %d: at most %d", ErrInvalidValue, mr.loc, maxDevices)
 		}
 		req = mr
+	case msgDeviceHints:
+		req = hintsRequest{runs: decodeRuns(r, false)}
 	case msgDeviceUnmap:
 		rr := rangeRequest{addr: r.u64("address"), length: r.u64("length")}
 		if r.err == nil {
@@ -563,6 +574,16 @@ func encodeDeviceUnmap(seq uint32, addr, length uint64) []byte {
 	return w.b
 }
 
+func encodeDeviceHints(seq uint32, runs []mapping) []byte {
+	w := newMessage(header{typ: msgDeviceHints, seq: seq})
+	w.u32(uint32(len(runs)))
+	for _, m := range runs {
+		w.u64(m.addr)
+		w.u64(m.length)
+	}
+	return w.b
+}
+
 func encodeDeviceHello(seq uint32, dh deviceHelloRequest) []byte {
 	w := newMessage(header{typ: msgDeviceHello, seq: seq})
 	w.u32(dh.device)
@@ -586,27 +607,52 @@ func encodeStreamRequest(typ msgType, seq uint32, stream uint32) []byte {
 	return w.b
 }
 
-// encodeLayoutReply lists what a device maps, in order: each run maps
+// layout is what a device process maps when it attaches: each run maps
 // its location's file over the addresses, later runs over earlier ones.
-func encodeLayoutReply(h header, runs []mapping) []byte {
+// With minorRemote, the process registers its mappings of other
+// locations' files for MINOR faults too (the user-space fallback of the
+// access counters).
+type layout struct {
+	runs        []mapping
+	minorRemote bool
+}
+
+func encodeLayoutReply(h header, lay layout) []byte {
 	w := newMessage(header{typ: h.typ, seq: h.seq})
-	w.u32(uint32(len(runs)))
-	for _, m := range runs {
+	w.u32(uint32(len(lay.runs)))
+	for _, m := range lay.runs {
 		w.u64(m.addr)
 		w.u64(m.length)
 		w.u8(m.loc)
 	}
+	minor := uint8(0)
+	if lay.minorRemote {
+		minor = 1
+	}
+	w.u8(minor)
 	return w.b
 }
 
-func decodeLayoutReply(r *wireReader) ([]mapping, error) {
+func decodeLayoutReply(r *wireReader) (layout, error) {
+	lay := layout{runs: decodeRuns(r, true)}
+	lay.minorRemote = r.u8("minor-remote flag") == 1
+	return lay, r.done("layout reply")
+}
+
+// decodeRuns reads a count and that many runs, with their locations if
+// withLoc.
+func decodeRuns(r *wireReader, withLoc bool) []mapping {
 	n := r.u32("run count")
-	if r.err == nil && n > maxMessageSize/17 {
-		return nil, fmt.Errorf("%w: %d mapping runs", ErrInvalidValue, n)
+	if r.err == nil && n > maxMessageSize/16 {
+		r.err = fmt.Errorf("%w: %d runs in one message", ErrInvalidValue, n)
+		return nil
 	}
 	out := make([]mapping, 0, n)
 	for i := uint32(0); i < n && r.err == nil; i++ {
-		m := mapping{addr: r.u64("run address"), length: r.u64("run length"), loc: r.u8("run location")}
+		m := mapping{addr: r.u64("run address"), length: r.u64("run length")}
+		if withLoc {
+			m.loc = r.u8("run location")
+		}
 		if r.err == nil {
 			r.err = checkRange(m.addr, m.length, "mapping")
 		}
@@ -615,7 +661,7 @@ func decodeLayoutReply(r *wireReader) ([]mapping, error) {
 		}
 		out = append(out, m)
 	}
-	return out, r.done("layout reply")
+	return out
 }
 
 // Replies.

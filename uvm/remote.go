@@ -29,7 +29,10 @@ import (
 // is V's own file for ordinary migration, and another location's file
 // when V maps it remotely (data goes back to the preferred location, or
 // to the owner an accessed-by mapping still points at until the
-// remapper catches up).
+// remapper catches up). One exception: a page that came to V's own
+// location (a delayed migration, a prefetch) while V still maps where it
+// was is not taken back; the fault waits, in naps, for the remapper to
+// point V at its own file.
 //
 // While a remap is in flight the server cannot know whether the view
 // maps the old or the new file over a page: the page is pending, and a
@@ -237,6 +240,15 @@ func (o *mover) mismatch(l location, from int, now int64) (first, outer int, to 
 		return p, q, want, true
 	}
 	return 0, 0, 0, false
+}
+
+// viewMapOf returns what view l maps over the block, nil when it maps
+// its own file everywhere.
+func (b *block) viewMapOf(l location) *viewMap {
+	if b.maps == nil {
+		return nil
+	}
+	return b.maps[l]
 }
 
 // setMapping records that view l maps (or, pending, is mapping) file to

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -48,8 +47,7 @@ type Server struct {
 	closeOnce   sync.Once
 	done        chan struct{}
 
-	counters    *bpf.Counters     // eBPF access counters; nil when off
-	accessMode  string            // what Info says of access counting
+	access      *accessState      // access counting and what it drives
 	vmstatStart map[string]uint64 // /proc/vmstat when the server started
 
 	calibrated chan struct{} // closed once the copy calibration is done
@@ -218,6 +216,9 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		if s.access != nil {
+			s.stopAccessCounting() // no delayed migration while sessions end
+		}
 		s.listenersMu.Lock()
 		for _, l := range s.listeners {
 			l.Close()
@@ -239,9 +240,6 @@ func (s *Server) Close() error {
 		}
 		if s.guard != nil {
 			s.guard.close()
-		}
-		if s.counters != nil {
-			s.counters.Close() // detaches the program; its maps go with it
 		}
 		s.closeArenas()
 	})
@@ -314,6 +312,9 @@ type Info struct {
 	CopyEngine CopyCalibration `json:"copy_engine"`
 	// AccessCounting says how accesses are counted, or why they are not.
 	AccessCounting string `json:"access_counting"`
+	// Anatomy is the fault anatomy's histograms (nil without eBPF or
+	// sampling).
+	Anatomy *FaultAnatomy `json:"anatomy,omitempty"`
 	// VMStat is the growth of the kernel's system-wide counters
 	// (/proc/vmstat: pgfault, pgmajfault, pgalloc_normal, pgfree) since
 	// the server started.
@@ -336,6 +337,9 @@ type SessionInfo struct {
 	ServedFaults uint64  `json:"served_faults"`
 	EBPFFaults   *uint64 `json:"ebpf_faults,omitempty"`
 	MinorFaults  *uint64 `json:"minflt,omitempty"`
+	// Devices counts the faults of the client's device processes the
+	// same three ways, since each started.
+	Devices []ProcessFaults `json:"device_processes,omitempty"`
 }
 
 // ArenaInfo describes one device's arena.
@@ -352,10 +356,13 @@ func (s *Server) info() Info {
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
-		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.accessMode,
+		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.access.mode,
 		VMStat: vmstatSince(s.vmstatStart),
 	}
 	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
+	if an := s.access.anatomy; an != nil {
+		in.Anatomy = an.snapshot()
+	}
 	fileBytes := make([]int64, len(s.arenas))
 	s.sessionsMu.Lock()
 	for _, sess := range s.sessions {

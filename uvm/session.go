@@ -93,7 +93,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	}
 	if hello.role == roleClient {
 		sess.minfltStart, _ = minorFaults(sess.pid)
-		s.track(sess.pid, hostLoc)
+		s.track(sess.client())
 	}
 	s.sessionsMu.Lock()
 	s.sessions[sess.id] = sess
@@ -459,9 +459,6 @@ func (s *Server) endSession(sess *session) {
 	}
 	sess.devFiles = nil
 	sess.filesMu.Unlock()
-	if sess.role == roleClient {
-		s.untrack(sess.pid)
-	}
 	s.sessionsMu.Lock()
 	delete(s.sessions, sess.id)
 	s.sessionsMu.Unlock()

@@ -33,7 +33,13 @@ type counters struct {
 	readDuplicated []atomic.Uint64
 	throttles      []atomic.Uint64
 	pins           []atomic.Uint64
-	prefetched     atomic.Uint64 // pages brought speculatively
+	// By processor: pages whose mappings were dropped so that their next
+	// access is sampled (hint faults), regions reported at the access
+	// counters' threshold, and pages those reports migrated to it.
+	hintsArmed      []atomic.Uint64
+	crossings       []atomic.Uint64
+	counterMigrated []atomic.Uint64
+	prefetched      atomic.Uint64 // pages brought speculatively
 	// Managed allocations made and the bytes they asked for. Only the
 	// server's and the sessions' counters count them (an allocation's
 	// own would be retired into its session's twice).
@@ -59,6 +65,10 @@ func newCounters(locations int) *counters {
 		readDuplicated: make([]atomic.Uint64, locations),
 		throttles:      make([]atomic.Uint64, locations),
 		pins:           make([]atomic.Uint64, locations),
+
+		hintsArmed:      make([]atomic.Uint64, locations),
+		crossings:       make([]atomic.Uint64, locations),
+		counterMigrated: make([]atomic.Uint64, locations),
 	}
 }
 
@@ -75,6 +85,9 @@ func (c *counters) addFrom(o *counters) {
 		c.readDuplicated[l].Add(o.readDuplicated[l].Load())
 		c.throttles[l].Add(o.throttles[l].Load())
 		c.pins[l].Add(o.pins[l].Load())
+		c.hintsArmed[l].Add(o.hintsArmed[l].Load())
+		c.crossings[l].Add(o.crossings[l].Load())
+		c.counterMigrated[l].Add(o.counterMigrated[l].Load())
 	}
 	for i := range o.migrated {
 		c.migrated[i].Add(o.migrated[i].Load())
@@ -134,6 +147,15 @@ type Stats struct {
 	// processor kept taking them.
 	Throttles []ProcessorCount `json:"throttles"`
 	Pins      []ProcessorCount `json:"pins"`
+	// HintsArmed counts pages of a device's remote mappings whose
+	// page-table entries were dropped so that the next access faults and
+	// is counted (hint faults); AccessCrossings the 64 KiB regions the
+	// access counters reported at their threshold for the processor; and
+	// CounterMigrated the pages those reports migrated to it (delayed
+	// migration; also counted in Migrations).
+	HintsArmed      []ProcessorPages `json:"hints_armed"`
+	AccessCrossings []ProcessorCount `json:"access_crossings"`
+	CounterMigrated []ProcessorPages `json:"counter_migrated"`
 	// PrefetchedPages counts pages brought in speculatively, beyond the
 	// faulted ones.
 	PrefetchedPages uint64 `json:"prefetched_pages"`
@@ -225,6 +247,16 @@ func (s Stats) ThrottlesOf(d Device) uint64 { return countOf(s.Throttles, d) }
 // PinsOf returns how many pages were pinned because d thrashed on them.
 func (s Stats) PinsOf(d Device) uint64 { return countOf(s.Pins, d) }
 
+// HintsArmedPages returns the pages of d's remote mappings armed for a
+// hint fault.
+func (s Stats) HintsArmedPages(d Device) uint64 { return pagesOf(s.HintsArmed, d) }
+
+// CrossingsOf returns the regions reported at the threshold for d.
+func (s Stats) CrossingsOf(d Device) uint64 { return countOf(s.AccessCrossings, d) }
+
+// CounterMigratedPages returns the pages access counters migrated to d.
+func (s Stats) CounterMigratedPages(d Device) uint64 { return pagesOf(s.CounterMigrated, d) }
+
 func pagesOf(ps []ProcessorPages, d Device) uint64 {
 	for _, p := range ps {
 		if p.Processor == d {
@@ -273,6 +305,15 @@ func (c *counters) snapshot() Stats {
 		}
 		if n := c.pins[l].Load(); n > 0 {
 			s.Pins = append(s.Pins, ProcessorCount{Processor: d, Count: n})
+		}
+		if n := c.hintsArmed[l].Load(); n > 0 {
+			s.HintsArmed = append(s.HintsArmed, ProcessorPages{Processor: d, Pages: n})
+		}
+		if n := c.crossings[l].Load(); n > 0 {
+			s.AccessCrossings = append(s.AccessCrossings, ProcessorCount{Processor: d, Count: n})
+		}
+		if n := c.counterMigrated[l].Load(); n > 0 {
+			s.CounterMigrated = append(s.CounterMigrated, ProcessorPages{Processor: d, Pages: n})
 		}
 		for to := 0; to < locations; to++ {
 			if n := c.migrated[l*locations+to].Load(); n > 0 {

@@ -42,6 +42,27 @@ type view struct {
 	reqMu   sync.Mutex
 	replies chan []byte
 	seq     atomic.Uint32
+	// connDone is closed when the device process's connection ends, so
+	// that a request in flight fails at once instead of at its timeout
+	// (detach waits for it).
+	connDone chan struct{}
+
+	// Access counting (access.go): the code the counters know the view's
+	// process by (0: not counted), its minflt when counting began, and
+	// where the next round of hint faults starts (the access loop's).
+	code        uint32
+	minfltStart uint64
+	hintCursor  uintptr
+}
+
+// connEnded reports whether a device view's process connection ended.
+func (v *view) connEnded() bool {
+	select {
+	case <-v.connDone:
+		return true
+	default:
+		return false
+	}
 }
 
 // viewRef returns the live view of location l with its use lock held for
@@ -90,9 +111,7 @@ func (sess *session) detachOnce(v *view) {
 	if g := sess.srv.guard; g != nil {
 		g.remove(viewKey(sess.id, v.loc))
 	}
-	if v.loc != hostLoc {
-		sess.srv.untrack(v.pid)
-	}
+	sess.srv.untrack(v)
 	v.uffd.Close()
 	if v.conn != nil {
 		v.conn.Close()
@@ -153,6 +172,7 @@ func (sess *session) serveDevice(l location, c *net.UnixConn) {
 			srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, l.device())
 		}
 	}
+	close(v.connDone)
 	sess.detach(v)
 }
 
@@ -195,7 +215,7 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		}
 		fds = append(fds, f.Fd())
 	}
-	v := &view{sess: sess, loc: l, pid: int(dh.pid), uffd: u, conn: c, replies: make(chan []byte, 1)}
+	v := &view{sess: sess, loc: l, pid: int(dh.pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{})}
 
 	// The range table is frozen while the device maps it: an allocation
 	// meanwhile would be missed.
@@ -207,9 +227,9 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	layout, err := sess.layoutFor(l)
+	runs, err := sess.layoutFor(l)
 	if err == nil {
-		err = writeMessage(c, encodeLayoutReply(h, layout), fds)
+		err = writeMessage(c, encodeLayoutReply(h, layout{runs: runs, minorRemote: srv.access.user}), fds)
 	}
 	if err != nil {
 		u.Close()
@@ -241,7 +261,7 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 	if g := srv.guard; g != nil {
 		g.add(viewKey(sess.id, l), v.pid, u)
 	}
-	srv.track(v.pid, l)
+	srv.track(v)
 	sess.views[l].Store(v)
 	// Published first, so that copies made from now on protect it too;
 	// the device runs no kernel before the reply.
@@ -346,6 +366,8 @@ func (v *view) requestLocked(b []byte, typ msgType) error {
 	case reply := <-v.replies:
 		_, err := parseReply(reply, h)
 		return err
+	case <-v.connDone:
+		return fmt.Errorf("%w: device %d process (pid %d) went away", ErrInternal, v.loc.device(), v.pid)
 	case <-time.After(deviceRequestTimeout):
 		v.conn.Close() // its reader ends and detaches the view
 		return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", ErrInternal, v.loc.device(), v.pid, typ, deviceRequestTimeout)

@@ -21,7 +21,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy [flags]\n\nBenchmarks: faults, launch, memcpy. (access comes with the eBPF access counters; it is not built yet.)")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access [flags]\n\nBenchmarks: faults, launch, memcpy, access.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -35,9 +35,9 @@ func runBench(args []string) error {
 	case "memcpy":
 		return benchMemcpy(args[1:])
 	case "access":
-		return fmt.Errorf("the access benchmark is not built yet: it needs the eBPF access counters")
+		return benchAccess(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch or memcpy", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy or access", args[0])
 }
 
 // faultsReport is the JSON `uvm bench faults --json` prints. Each figure

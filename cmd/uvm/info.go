@@ -27,6 +27,8 @@ type machineInfo struct {
 	Prefetch        string         `json:"configured_prefetch"`
 	Workers         int            `json:"configured_device_workers"`
 	Thrashing       string         `json:"configured_thrashing"`
+	AccessCounting  string         `json:"configured_access_counting"`
+	AccessPolicy    string         `json:"configured_access_policy"`
 }
 
 type serverSummary struct {
@@ -83,6 +85,11 @@ func runInfo(args []string) error {
 		mi.Prefetch = cfg.Prefetch.String()
 		mi.Workers = uvm.DeviceWorkers(cfg)
 		mi.Thrashing = cfg.Thrashing.String()
+		mi.AccessCounting = cfg.AccessCounting
+		if mi.AccessCounting == "" {
+			mi.AccessCounting = uvm.AccessCountingAuto
+		}
+		mi.AccessPolicy = cfg.AccessPolicy.String()
 		for _, spec := range cfg.Devices {
 			plan := arenaPlan{Spec: spec.String()}
 			if a, err := devmem.NewArena(spec); err != nil {
@@ -127,6 +134,7 @@ func runInfo(args []string) error {
 			}
 		}
 		fmt.Printf("thrashing       %s\n", mi.Thrashing)
+		fmt.Printf("access          counting %s (UVM_ACCESS_COUNTING), policy %s (UVM_ACCESS_POLICY)\n", mi.AccessCounting, mi.AccessPolicy)
 	}
 	if mi.Daemon == nil {
 		fmt.Printf("daemon          none at %s (programs start a private server)\n", uvm.DefaultSocketPath())
@@ -161,6 +169,9 @@ func printServer(kind, socket string, in uvm.Info) {
 		if s.Role == "client" {
 			fmt.Printf("  client pid %d: %d allocations, %s managed, %s on the host; faults served %d, seen by eBPF %s, minflt %s\n", s.PID, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes),
 				s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
+			for _, d := range s.Devices {
+				fmt.Printf("    %v process pid %d: faults served %d, seen by eBPF %s, minflt %s\n", d.Processor, d.PID, d.Served, optCount(d.EBPFFaults), optCount(d.MinorFaults))
+			}
 		}
 	}
 }

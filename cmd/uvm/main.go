@@ -109,6 +109,8 @@ Environment (read by programs using softuvm and by private servers):
   %-18s threads that run each device's kernels (default: one per CPU)
   %-18s managed memory kept on the host before pages go to devices (default: unbounded)
   %-18s on (default), off, or settings: %s
+  %-18s auto (default: eBPF where it loads, else user space), ebpf, user or off
+  %-18s on (default), off, or settings: %s
   %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
   %-18s 1: libuvm-preload.so reports its allocations at exit
   %-18s uvm run: the path of libuvm-preload.so
@@ -117,7 +119,7 @@ Run 'uvm help COMMAND' for a command's flags.
 `, uvm.EnvSocket, uvm.DefaultSocketPath(), uvm.EnvServer, uvm.EnvDevices, uvm.DefaultDevices,
 		uvm.EnvArenaSize, uvm.FormatSize(uvm.DefaultArenaSize), uvm.EnvArenaBackend, uvm.EnvPrefetch,
 		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch,
-		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
+		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing, uvm.EnvAccessCount, uvm.EnvAccessPolicy, uvm.DefaultAccessPolicy, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
 }
 
 // newFlagSet makes a flag set whose usage names the command.
@@ -159,6 +161,7 @@ type serverFlags struct {
 	thrashing    string
 	copyThreads  int
 	access       string
+	accessPolicy string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -189,7 +192,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	if access == "" {
 		access = uvm.AccessCountingAuto
 	}
-	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads), ebpf (or fail), off")
+	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
+	fs.StringVar(&f.accessPolicy, "access-policy", base.AccessPolicy.String(), "what the access counters drive: on, off (count only), or settings such as hints=on,threshold=256,period=1s,sample=256MiB,decay=32s,anatomy=64")
 }
 
 func (f *serverFlags) config() (uvm.ServerConfig, error) {
@@ -225,6 +229,9 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	}
 	if cfg.Thrashing, err = uvm.ParseThrashingSpec(f.thrashing); err != nil {
 		return cfg, fmt.Errorf("--thrashing: %w", err)
+	}
+	if cfg.AccessPolicy, err = uvm.ParseAccessPolicy(f.accessPolicy); err != nil {
+		return cfg, fmt.Errorf("--access-policy: %w", err)
 	}
 	return cfg, cfg.Validate()
 }

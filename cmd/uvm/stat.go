@@ -12,13 +12,14 @@ import (
 )
 
 func runStat(args []string) error {
-	fs := newFlagSet("stat", "[--pid PID | --socket PATH] [--interval D] [--count N] [--json]",
-		"Show a running server's counters: faults by processor and kind, migrations each way, prefetch, fault service time. On a terminal the screen refreshes in place")
+	fs := newFlagSet("stat", "[--pid PID | --socket PATH] [--interval D] [--count N] [--json] [--anatomy]",
+		"Show a running server's counters: faults by processor and kind (counted by the server, by eBPF and by the kernel), migrations each way, access counters, prefetch, fault service time. On a terminal the screen refreshes in place")
 	pid := fs.Int("pid", 0, "the private server with this process id (see `uvm info`)")
 	socket := fs.String("socket", "", "the server listening on this socket (default: the daemon, or the only private server)")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
 	count := fs.Int("count", 0, "stop after this many refreshes (0: until interrupted)")
 	asJSON := fs.Bool("json", false, "print one JSON object per refresh")
+	anatomy := fs.Bool("anatomy", false, "show the fault anatomy instead: histograms of each stage of the sampled faults (needs eBPF)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,7 +60,11 @@ func runStat(args []string) error {
 			continue
 		}
 		var b strings.Builder
-		renderStat(&b, path, in, st, prev, now.Sub(prevAt))
+		if *anatomy {
+			renderAnatomy(&b, path, in)
+		} else {
+			renderStat(&b, path, in, st, prev, now.Sub(prevAt))
+		}
 		if tty {
 			fmt.Print("\033[H\033[2J")
 		} else if i > 0 {
@@ -129,6 +134,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	for _, s := range in.Sessions {
 		if s.Role == "client" {
 			fmt.Fprintf(w, "%-18s %14d %14s %14s\n", fmt.Sprintf("pid %d", s.PID), s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
+			for _, d := range s.Devices {
+				fmt.Fprintf(w, "%-18s %14d %14s %14s\n", fmt.Sprintf("  %v pid %d", d.Processor, d.PID), d.Served, optCount(d.EBPFFaults), optCount(d.MinorFaults))
+			}
 		}
 	}
 	if v := in.VMStat; v != nil {
@@ -161,11 +169,81 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	for _, c := range st.Pins {
 		fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("pins after %v thrashed", c.Processor), c.Count)
 	}
+	for _, p := range st.HintsArmed {
+		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("hint faults armed on %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
+	}
+	for _, c := range st.AccessCrossings {
+		fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("regions at threshold, %v", c.Processor), c.Count)
+	}
+	for _, p := range st.CounterMigrated {
+		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("counter-migrated to %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
+	}
 	fmt.Fprintf(w, "\nmanaged allocations %d made, %s asked for (freed ones included)\n", st.Allocations, humanSize(st.AllocatedBytes))
 	fmt.Fprintf(w, "prefetched pages %d (used %d, unused %d, the rest not tracked or not yet known)\n", st.PrefetchedPages, st.PrefetchedUsed, st.PrefetchedUnused)
 	h := st.FaultService
 	fmt.Fprintf(w, "fault service    %d faults: p50 %v  p99 %v  max %v  mean %v\n", h.Count, h.Quantile(0.5), h.Quantile(0.99), time.Duration(h.MaxNS), h.Mean())
 	if in.StrayFaults > 0 || in.PoisonedPage > 0 {
 		fmt.Fprintf(w, "stray faults %d, pages poisoned %d\n", in.StrayFaults, in.PoisonedPage)
+	}
+}
+
+// renderAnatomy shows the fault anatomy: each stage's quantiles and a
+// histogram by powers of two.
+func renderAnatomy(w io.Writer, path string, in uvm.Info) {
+	fmt.Fprintf(w, "softuvm server pid %d on %s, up %s: fault anatomy\n", in.PID, path, in.Uptime)
+	an := in.Anatomy
+	if an == nil {
+		fmt.Fprintf(w, "not available: access counting is %s (the anatomy needs the eBPF counters and AccessPolicy anatomy > 0)\n", in.AccessCounting)
+		return
+	}
+	fmt.Fprintf(w, "%d faults sampled, one in %d; microseconds\n\n", an.Samples, an.SampleEvery)
+	stages := []struct {
+		name, what string
+		h          uvm.Histogram
+	}{
+		{"to server", "fault entry -> handler read the message", an.ToServer},
+		{"sampling", "the anatomy's own lookups", an.Sampling},
+		{"decision", "server's work before the ioctl", an.Decision},
+		{"ioctl", "the resolving ioctl", an.Ioctl},
+		{"wake", "ioctl returned -> thread runs", an.Wake},
+		{"total", "fault entry -> thread runs", an.Total},
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	fmt.Fprintf(w, "%-10s %9s %9s %9s %9s  %s\n", "stage", "p50", "p90", "p99", "max", "")
+	for _, st := range stages {
+		fmt.Fprintf(w, "%-10s %9.1f %9.1f %9.1f %9.1f  %s\n", st.name, us(st.h.Quantile(0.5)), us(st.h.Quantile(0.9)), us(st.h.Quantile(0.99)), float64(st.h.MaxNS)/1e3, st.what)
+	}
+	for _, st := range stages {
+		fmt.Fprintf(w, "\n%s\n", st.name)
+		writeHistogram(w, st.h)
+	}
+}
+
+// writeHistogram draws h's counts in bins by powers of two of
+// microseconds, 40 characters for the fullest.
+func writeHistogram(w io.Writer, h uvm.Histogram) {
+	type bin struct {
+		upper time.Duration
+		count uint64
+	}
+	var bins []bin
+	for _, b := range h.Buckets {
+		upper := time.Microsecond
+		for upper < time.Duration(b.UpperNS) {
+			upper *= 2
+		}
+		if n := len(bins); n > 0 && bins[n-1].upper == upper {
+			bins[n-1].count += b.Count
+		} else {
+			bins = append(bins, bin{upper, b.Count})
+		}
+	}
+	var most uint64
+	for _, b := range bins {
+		most = max(most, b.count)
+	}
+	for _, b := range bins {
+		bar := int(b.count * 40 / max(most, 1))
+		fmt.Fprintf(w, "  <= %8v %8d %s\n", b.upper, b.count, strings.Repeat("#", max(bar, 1)))
 	}
 }

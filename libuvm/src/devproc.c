@@ -188,9 +188,16 @@ static const char *check_run(uint64_t addr, uint64_t length, unsigned loc, char 
 	return msg;
 }
 
-static int uffd_register(uintptr_t addr, size_t length)
+/* minor_remote: the server counts accesses in user space, so mappings of
+ * other locations' files are registered for MINOR faults too, and a hint
+ * fault (see drop_mappings) reaches it (uvm/devproc.go modeFor). */
+static bool minor_remote;
+
+static int uffd_register(uintptr_t addr, size_t length, unsigned loc)
 {
 	struct uffdio_register r = {.range = {.start = addr, .len = length}, .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
+	if (minor_remote && loc != (unsigned)dev_index + 1)
+		r.mode |= UFFDIO_REGISTER_MODE_MINOR;
 	return ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
@@ -205,7 +212,7 @@ static const char *map_fixed(uint64_t addr, uint64_t length, unsigned loc, char 
 	void *at = (void *)(uintptr_t)addr;
 	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[loc], (off_t)addr) == MAP_FAILED)
 		snprintf(msg, cap, "map location %u's file over %#lx+%lu: %s", loc, (unsigned long)addr, (unsigned long)length, strerror(errno));
-	else if (uffd_register(addr, length) < 0)
+	else if (uffd_register(addr, length, loc) < 0)
 		snprintf(msg, cap, "register %#lx+%lu with the userfaultfd: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 	else if (madvise(at, length, MADV_DONTFORK) < 0)
 		snprintf(msg, cap, "dontfork %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
@@ -232,7 +239,7 @@ static const char *map_over(uint64_t addr, uint64_t length, unsigned loc, const 
 		return msg;
 	}
 	uintptr_t s = (uintptr_t)scratch;
-	if (uffd_register(s, length) < 0) {
+	if (uffd_register(s, length, loc) < 0) {
 		snprintf(msg, cap, "register the new mapping of %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 		goto fail;
 	}
@@ -279,6 +286,29 @@ static const char *unmap(uint64_t addr, uint64_t length, char *msg, size_t cap)
 	return NULL;
 }
 
+/* drop_mappings drops the page-table entries of the runs a hint request
+ * names (uvm/devproc.go dropMappings): the pages stay in their files, so
+ * the next access is a minor fault the access counters see. */
+static const char *drop_mappings(struct uvm_reader *r, char *msg, size_t cap, uint32_t *status)
+{
+	uint32_t runs = uvm__get_u32(r);
+	for (uint32_t i = 0; i < runs && !r->err; i++) {
+		uint64_t addr = uvm__get_u64(r), length = uvm__get_u64(r);
+		if (r->err)
+			break;
+		if (check_run(addr, length, 0, msg, cap))
+			return msg;
+		if (madvise((void *)(uintptr_t)addr, length, MADV_DONTNEED) < 0) {
+			snprintf(msg, cap, "drop the mappings of %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
+			*status = UVM_WIRE_INTERNAL;
+			return msg;
+		}
+	}
+	if (r->err || r->n)
+		return "device-hints request: truncated or with trailing bytes";
+	return NULL;
+}
+
 /* attach hands the server this process's userfaultfd, maps the layout it
  * answers with, and says it is ready (uvm/devproc.go attachToServer). */
 static void attach(void)
@@ -319,14 +349,22 @@ static void attach(void)
 	 * mappings over the device's own file). */
 	char msg[512];
 	uint32_t runs = uvm__get_u32(&r);
-	for (uint32_t i = 0; i < runs && !r.err; i++) {
-		uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
-		uint8_t loc = uvm__get_u8(&r);
-		if (!r.err && map_fixed(addr, length, loc, msg, sizeof msg))
-			setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+	struct uvm_reader first_run = r;
+	for (uint32_t i = 0; i < runs && !r.err; i++) { /* the flag after the runs says how to register them */
+		uvm__get_u64(&r);
+		uvm__get_u64(&r);
+		uvm__get_u8(&r);
 	}
+	minor_remote = uvm__get_u8(&r) == 1;
 	if (r.err || r.n != 0)
 		setup_fail(UVM_WIRE_INTERNAL, "the layout in the device hello reply is truncated or has trailing bytes");
+	r = first_run;
+	for (uint32_t i = 0; i < runs; i++) {
+		uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
+		uint8_t loc = uvm__get_u8(&r);
+		if (map_fixed(addr, length, loc, msg, sizeof msg))
+			setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+	}
 
 	uvm__msg_start(&m, UVM_MSG_DEVICE_READY, 2, 0);
 	e = uvm__send(server_sock, m.buf, m.len, NULL, 0);
@@ -395,6 +433,8 @@ static void *serve_server(void *arg)
 				err = "device-unmap request: truncated or with trailing bytes";
 			else if (!(err = check_run(addr, length, 0, msg, sizeof msg)) && (err = unmap(addr, length, msg, sizeof msg)))
 				status = UVM_WIRE_INTERNAL;
+		} else if (h.type == UVM_MSG_DEVICE_HINTS) {
+			err = drop_mappings(&r, msg, sizeof msg, &status);
 		} else {
 			snprintf(msg, sizeof msg, "message type %u is not a request the server sends a device", h.type);
 			err = msg;

@@ -86,6 +86,7 @@ enum uvm_msg_type {
 	UVM_MSG_DEVICE_COPY,
 	UVM_MSG_STREAM_OPEN,
 	UVM_MSG_DEVICE_FILE,
+	UVM_MSG_DEVICE_HINTS,
 };
 
 /* Server status codes (uvm/errors.go errorCode). */

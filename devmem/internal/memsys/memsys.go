@@ -218,6 +218,24 @@ func MadviseDontFork(addr, length uintptr) error {
 	return nil
 }
 
+// MonotonicNanos reads CLOCK_MONOTONIC, the clock eBPF's
+// bpf_ktime_get_ns reads.
+func MonotonicNanos() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// MadviseDontNeed drops the page-table entries of [addr, addr+length);
+// for a shared file mapping the pages stay in the file.
+func MadviseDontNeed(addr, length uintptr) error {
+	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_DONTNEED)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
 // MadviseNormal sets MADV_NORMAL on [addr, addr+length): a no-op that
 // fails with ENOMEM where part of the range is not mapped.
 func MadviseNormal(addr, length uintptr) error {

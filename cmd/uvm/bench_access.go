@@ -1,0 +1,435 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/softuvm/softuvm/bpf"
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+// accessReport is the JSON `uvm bench access --json` prints.
+type accessReport struct {
+	Machine     machineSummary `json:"machine"`
+	Runs        int            `json:"runs"`
+	FaultRounds int            `json:"fault_rounds"`
+	// Mode is the access counting of the streaming run's server, as its
+	// Info says.
+	Mode   string `json:"mode"`
+	Policy string `json:"policy"`
+
+	// A minor fault the kernel resolves (a shared memfd page whose
+	// mapping was dropped), timed in this process with no eBPF program
+	// loaded, with the access counters loaded and this process tracked
+	// (and the anatomy's sched_switch program attached), and loaded but
+	// this process not tracked (what every other process pays). Medians
+	// of rounds taken in turn; the overheads are medians of each round's
+	// difference with the round without the program next to it.
+	FaultNSOff              *float64 `json:"fault_ns_off"`
+	FaultNSOn               *float64 `json:"fault_ns_on"`
+	CountingOverheadUS      *float64 `json:"counting_overhead_us"`
+	UntrackedOverheadUS     *float64 `json:"untracked_overhead_us"`
+	CountingOverheadMissing string   `json:"counting_overhead_missing,omitempty"`
+
+	// A kernel on device 0 streaming over an accessed-by range resident
+	// on the host, which the device maps remotely: its rate while the
+	// counters sample it (hint faults every period), and once delayed
+	// migration has moved the whole range to the device; the sampled
+	// accesses per 64 KiB region it took, and how long.
+	RemoteBytes      int64   `json:"remote_bytes"`
+	RemoteGBpsBefore float64 `json:"remote_gbps_before"`
+	// RemoteGBpsUnsampled: the same stream over the remote mapping with
+	// hint faults off (a server with policy hints=off): what sampling
+	// costs is the difference with RemoteGBpsBefore.
+	RemoteGBpsUnsampled float64 `json:"remote_gbps_unsampled"`
+	RemoteGBpsAfter     float64 `json:"remote_gbps_after"`
+	AccessesToMigrate   float64 `json:"accesses_to_migrate"`
+	MigrationSeconds    float64 `json:"migration_seconds"`
+	LaunchesToMigrate   int     `json:"launches_to_migrate"`
+
+	// Anatomy is the median microseconds of each stage of a 4 KiB host
+	// fault the server serves (every fault sampled), from the server's
+	// histograms: to_server, sampling (the anatomy's own lookups),
+	// decision, ioctl, wake, total.
+	Anatomy        map[string]float64 `json:"anatomy,omitempty"`
+	AnatomySamples uint64             `json:"anatomy_samples"`
+	AnatomyMissing string             `json:"anatomy_missing,omitempty"`
+}
+
+func benchAccess(args []string) error {
+	fs := newFlagSet("bench access", "[--json] [--runs N] [--size SIZE] [--period D] [--access-counting MODE]",
+		"Measure the access counters: their cost per fault, a kernel streaming over remotely mapped memory before and after delayed migration, and the anatomy of a fault")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	runs := fs.Int("runs", 7, "launches timed after migration (median)")
+	faultRounds := fs.Int("fault-rounds", 21, "rounds of each fault-cost condition (median)")
+	sizeText := fs.String("size", "256MiB", "the remotely mapped range")
+	period := fs.Duration("period", 50*time.Millisecond, "hint-fault period of the streaming run (the server's default is 1s)")
+	mode := fs.String("access-counting", uvm.AccessCountingAuto, "access counting of the streaming run: auto, ebpf or user")
+	faultPages := fs.Int("fault-pages", 65536, "minor faults per fault-cost round")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up waiting for delayed migration after this long")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := uvm.ParseSize(*sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if *runs < 1 || *faultRounds < 1 || size < 64<<10 || *faultPages < 64 || *period < time.Millisecond {
+		return fmt.Errorf("want --runs >= 1, --fault-rounds >= 1, --size >= 64KiB, --fault-pages >= 64 and --period >= 1ms")
+	}
+	if *mode != uvm.AccessCountingAuto && *mode != uvm.AccessCountingEBPF && *mode != uvm.AccessCountingUser {
+		return fmt.Errorf("--access-counting %q: want auto, ebpf or user", *mode)
+	}
+	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
+	rep := accessReport{Runs: *runs, RemoteBytes: size, Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}}
+
+	progress("counting overhead: %d rounds of %d kernel-resolved minor faults, without and with the eBPF counters", *faultRounds, *faultPages)
+	rep.FaultRounds = *faultRounds
+	if err := countingOverhead(*faultPages, *faultRounds, &rep); err != nil {
+		rep.CountingOverheadMissing = err.Error()
+		progress("counting overhead not measured: %v", err)
+	}
+
+	policy := uvm.DefaultAccessPolicy
+	policy.Period = uvm.Duration(*period)
+	policy.Decay = uvm.Duration(max(time.Duration(policy.Decay), 32**period))
+	rep.Policy = policy.String()
+	progress("delayed migration: a kernel streaming over %s mapped remotely, hint faults every %v", uvm.FormatSize(size), *period)
+	if err := remoteStream(size, *runs, *mode, policy, *timeout, progress, &rep); err != nil {
+		return err
+	}
+	progress("the same stream with no hint faults")
+	if rep.RemoteGBpsUnsampled, err = unsampledStream(size, *runs, *mode, policy); err != nil {
+		return err
+	}
+
+	progress("fault anatomy: host faults on fresh managed pages, every one sampled")
+	if err := faultAnatomy(*faultPages, &rep); err != nil {
+		rep.AnatomyMissing = err.Error()
+		progress("fault anatomy not measured: %v", err)
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	fmt.Printf("access counting: %s\n", rep.Mode)
+	if rep.CountingOverheadUS != nil {
+		fmt.Printf("minor fault: %.0f ns without counters, %.0f ns with: +%.3f us counted, +%.3f us for an untracked process\n",
+			*rep.FaultNSOff, *rep.FaultNSOn, *rep.CountingOverheadUS, *rep.UntrackedOverheadUS)
+	} else {
+		fmt.Printf("counting overhead: not measured (%s)\n", rep.CountingOverheadMissing)
+	}
+	fmt.Printf("remote stream over %s: %.2f GB/s sampled remotely (%.2f unsampled), %.2f GB/s after delayed migration (%d launches, %.1f s, %.0f sampled accesses per 64 KiB region)\n",
+		uvm.FormatSize(size), rep.RemoteGBpsBefore, rep.RemoteGBpsUnsampled, rep.RemoteGBpsAfter, rep.LaunchesToMigrate, rep.MigrationSeconds, rep.AccessesToMigrate)
+	if rep.Anatomy != nil {
+		fmt.Printf("fault anatomy (median us of %d samples):", rep.AnatomySamples)
+		for _, k := range anatomyStages {
+			fmt.Printf(" %s %.1f", k, rep.Anatomy[k])
+		}
+		fmt.Println()
+	} else {
+		fmt.Printf("fault anatomy: not measured (%s)\n", rep.AnatomyMissing)
+	}
+	return nil
+}
+
+// countingOverhead times kernel-resolved minor faults in this process
+// with no program loaded, with the counters tracking it, and with the
+// counters loaded but the process untracked, rounds taken in turn.
+func countingOverhead(pages, runs int, rep *accessReport) error {
+	length := int64(pages) * uvm.PageSize
+	f, err := devmem.CreateFile("uvm-bench-minor", length)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	m, err := f.Map(0, length)
+	if err != nil {
+		return err
+	}
+	defer m.Unmap()
+	b := m.Bytes()
+	for i := 0; i < len(b); i += uvm.PageSize {
+		b[i] = 1 // the pages stay in the file: every timed fault is minor
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	round := func() (float64, error) {
+		if err := devmem.DropPages(m.Addr(), length); err != nil {
+			return 0, err
+		}
+		var sink byte
+		t0 := time.Now()
+		for i := 0; i < len(b); i += uvm.PageSize {
+			sink += b[i] // a read: a minor fault that maps the file's page
+		}
+		ns := float64(time.Since(t0).Nanoseconds()) / float64(pages)
+		b[0] = sink | 1
+		return ns, nil
+	}
+	if _, err := round(); err != nil { // warm up
+		return err
+	}
+	var off, on, dOn, dUntracked []float64
+	for r := 0; r < runs; r++ {
+		base, err := round()
+		if err != nil {
+			return err
+		}
+		c, err := bpf.Load(bpf.DefaultThreshold)
+		if err != nil {
+			return err
+		}
+		u, t, err := func() (float64, float64, error) {
+			defer c.Close()
+			if err := c.EnableAnatomy(); err != nil {
+				return 0, 0, err
+			}
+			u, err := round()
+			if err != nil {
+				return 0, 0, err
+			}
+			if err := c.Track(os.Getpid(), 1); err != nil {
+				return 0, 0, err
+			}
+			t, err := round()
+			return u, t, err
+		}()
+		if err != nil {
+			return err
+		}
+		off, on = append(off, base), append(on, t)
+		dOn, dUntracked = append(dOn, (t-base)/1e3), append(dUntracked, (u-base)/1e3)
+	}
+	fOff, fOn, oOn, oUn := median(off), median(on), median(dOn), median(dUntracked)
+	rep.FaultNSOff, rep.FaultNSOn, rep.CountingOverheadUS, rep.UntrackedOverheadUS = &fOff, &fOn, &oOn, &oUn
+	return nil
+}
+
+// remoteRange is a private server's session with size bytes of managed
+// memory written by the host and device 0's process started, and a
+// launch of a streaming kernel over the range that returns its GB/s.
+type remoteRange struct {
+	s      *uvm.Session
+	a      *uvm.Allocation
+	launch func() (float64, error)
+}
+
+func newRemoteRange(size int64, mode string, policy uvm.AccessPolicy) (*remoteRange, error) {
+	cfg := uvm.DefaultServerConfig()
+	cfg.Devices = uvm.DeviceSpecs(1, []int64{max(uvm.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
+	cfg.AccessCounting = mode
+	cfg.AccessPolicy = policy
+	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	if err != nil {
+		return nil, err
+	}
+	rr := &remoteRange{s: s}
+	if rr.a, err = s.MallocManaged(size); err != nil {
+		s.Close()
+		return nil, err
+	}
+	data := rr.a.Bytes()
+	for i := range data {
+		data[i] = byte(i)
+	}
+	workers, _ := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
+	params := make([]byte, 16)
+	binary.LittleEndian.PutUint64(params, uint64(rr.a.Addr()))
+	binary.LittleEndian.PutUint64(params[8:], uint64(size))
+	rr.launch = func() (float64, error) {
+		t0 := time.Now()
+		if err := s.Launch(0, nil, "uvm-bench-stream", int(workers), params); err != nil {
+			return 0, err
+		}
+		if err := s.DeviceSynchronize(0); err != nil {
+			return 0, err
+		}
+		return float64(size) / time.Since(t0).Seconds() / 1e9, nil
+	}
+	err = s.Launch(0, nil, "uvm-bench-nothing", 1, nil) // starts the device process
+	if err == nil {
+		err = s.DeviceSynchronize(0)
+	}
+	if err != nil {
+		rr.close()
+		return nil, err
+	}
+	return rr, nil
+}
+
+func (rr *remoteRange) close() {
+	rr.a.Free()
+	rr.s.Close()
+}
+
+// unsampledStream times the kernel over the range mapped remotely with
+// no hint faults: what the remote mapping itself costs.
+func unsampledStream(size int64, runs int, mode string, policy uvm.AccessPolicy) (float64, error) {
+	policy.Hints = false
+	rr, err := newRemoteRange(size, mode, policy)
+	if err != nil {
+		return 0, err
+	}
+	defer rr.close()
+	if err := rr.s.MemAdvise(rr.a.Addr(), size, uvm.AdviseSetAccessedBy, 0); err != nil {
+		return 0, err
+	}
+	if _, err := rr.launch(); err != nil { // maps the range
+		return 0, err
+	}
+	var rates []float64
+	for r := 0; r < runs; r++ {
+		gbps, err := rr.launch()
+		if err != nil {
+			return 0, err
+		}
+		rates = append(rates, gbps)
+	}
+	return median(rates), nil
+}
+
+// remoteStream streams a kernel over an accessed-by range resident on the
+// host until delayed migration has moved it all to device 0.
+func remoteStream(size int64, runs int, mode string, policy uvm.AccessPolicy, timeout time.Duration, progress func(string, ...any), rep *accessReport) error {
+	rr, err := newRemoteRange(size, mode, policy)
+	if err != nil {
+		return err
+	}
+	defer rr.close()
+	s, a, launch := rr.s, rr.a, rr.launch
+	in, err := s.Info()
+	if err != nil {
+		return err
+	}
+	rep.Mode = in.AccessCounting
+	user := strings.HasPrefix(in.AccessCounting, uvm.AccessCountingUser)
+	if strings.HasPrefix(in.AccessCounting, "off") {
+		return fmt.Errorf("access counting is off: %s", in.AccessCounting)
+	}
+	sampled := func() (uint64, error) {
+		if user {
+			st, err := s.Stats()
+			return st.FaultsBy(0).Minor, err
+		}
+		in, err := s.Info()
+		if err != nil {
+			return 0, err
+		}
+		for _, si := range in.Sessions {
+			if si.PID == os.Getpid() {
+				for _, d := range si.Devices {
+					if d.Processor == 0 && d.EBPFFaults != nil {
+						return *d.EBPFFaults, nil
+					}
+				}
+			}
+		}
+		return 0, fmt.Errorf("no eBPF fault count for device 0's process in the server's Info")
+	}
+	start, err := sampled()
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	if err := s.MemAdvise(a.Addr(), size, uvm.AdviseSetAccessedBy, 0); err != nil {
+		return err
+	}
+	pages := uint64(size / uvm.PageSize)
+	var before []float64
+	launches := 0
+	for {
+		st, err := a.Stats()
+		if err != nil {
+			return err
+		}
+		if st.CounterMigratedPages(0) >= pages {
+			break
+		}
+		if time.Since(began) > timeout {
+			return fmt.Errorf("delayed migration moved %d of %d pages in %v", st.CounterMigratedPages(0), pages, timeout)
+		}
+		gbps, err := launch()
+		if err != nil {
+			return err
+		}
+		launches++
+		if st.CounterMigratedPages(0) == 0 && launches > 1 { // the first maps the range
+			before = append(before, gbps)
+		}
+		if launches%10 == 0 {
+			progress("  %d launches, %d of %d pages migrated", launches, st.CounterMigratedPages(0), pages)
+		}
+	}
+	rep.MigrationSeconds = time.Since(began).Seconds()
+	rep.LaunchesToMigrate = launches
+	end, err := sampled()
+	if err != nil {
+		return err
+	}
+	rep.AccessesToMigrate = float64(end-start) / float64(size>>bpf.RegionShift)
+	if len(before) == 0 {
+		return fmt.Errorf("the range migrated before a second launch: raise --size or --period")
+	}
+	rep.RemoteGBpsBefore = median(before)
+	var after []float64
+	for r := 0; r < runs; r++ {
+		gbps, err := launch()
+		if err != nil {
+			return err
+		}
+		after = append(after, gbps)
+	}
+	rep.RemoteGBpsAfter = median(after)
+	return nil
+}
+
+var anatomyStages = []string{"to_server", "sampling", "decision", "ioctl", "wake", "total"}
+
+// faultAnatomy takes host faults on fresh managed pages with every fault
+// sampled and reads the medians of the server's histograms.
+func faultAnatomy(pages int, rep *accessReport) error {
+	cfg := uvm.DefaultServerConfig()
+	cfg.AccessCounting = uvm.AccessCountingEBPF
+	cfg.AccessPolicy = uvm.DefaultAccessPolicy
+	cfg.AccessPolicy.AnatomyEvery = 1
+	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for r := 0; r < 2; r++ { // the first round warms up
+		a, err := s.MallocManaged(int64(pages)*uvm.PageSize, uvm.WithPrefetch(uvm.PrefetchSpec{Policy: "none"}))
+		if err != nil {
+			return err
+		}
+		b := a.Bytes()
+		for i := 0; i < len(b); i += uvm.PageSize {
+			b[i] = 1
+		}
+		if err := a.Free(); err != nil {
+			return err
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the last reports arrive
+	in, err := s.Info()
+	if err != nil {
+		return err
+	}
+	an := in.Anatomy
+	if an == nil || an.Samples == 0 {
+		return fmt.Errorf("the server sampled no fault: %s", in.AccessCounting)
+	}
+	us := func(h uvm.Histogram) float64 { return float64(h.Quantile(0.5).Nanoseconds()) / 1e3 }
+	rep.Anatomy = map[string]float64{"to_server": us(an.ToServer), "sampling": us(an.Sampling), "decision": us(an.Decision), "ioctl": us(an.Ioctl), "wake": us(an.Wake), "total": us(an.Total)}
+	rep.AnatomySamples = an.Samples
+	return nil
+}

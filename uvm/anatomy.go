@@ -1,0 +1,222 @@
+package uvm
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// The anatomy of a fault: where the time of a fault the server serves
+// goes, stage by stage, on CLOCK_MONOTONIC, which the eBPF programs and
+// the server share:
+//
+//	entry     the kernel's fault entry (exceptions:page_fault_user)
+//	read      the handler's read(2) of the message returned
+//	decided   the server starts deciding, after the sampling's own lookups
+//	ioctl     the resolving ioctl begins, and returns
+//	running   the faulting thread is switched in again (sched:sched_switch)
+//
+// One fault in AccessPolicy.AnatomyEvery is sampled: the handler looks up
+// the thread's fault entry and marks the thread, and the eBPF program
+// reports when the marked thread next runs. The two halves are joined by
+// (thread, entry time) on the access loop's side, off the fault path.
+
+// FaultAnatomy is the histograms of each stage of the sampled faults.
+type FaultAnatomy struct {
+	SampleEvery int    `json:"sample_every"`
+	Samples     uint64 `json:"samples"`
+	// ToServer: from the kernel's fault entry to the server's read of
+	// the message (the kernel queuing it and waking a handler).
+	ToServer Histogram `json:"to_server"`
+	// Sampling: the anatomy's own cost, the handler's two map
+	// syscalls between reading the message and deciding (only sampled
+	// faults pay it; Total includes it).
+	Sampling Histogram `json:"sampling"`
+	// Decision: the server's work before the resolving ioctl (locks,
+	// policy, reading the source copy).
+	Decision Histogram `json:"decision"`
+	// Ioctl: the resolving ioctl (UFFDIO_COPY, ZEROPAGE, CONTINUE or
+	// WRITEPROTECT), from its first call to its last return, or to the
+	// thread running if that came first (a thread woken on another CPU
+	// can run before the ioctl returns to the server).
+	Ioctl Histogram `json:"ioctl"`
+	// Wake: from the ioctl's return to the faulting thread running
+	// again (0 when it ran first). The stages add up to Total.
+	Wake Histogram `json:"wake"`
+	// Total: from the fault entry to the thread running again.
+	Total Histogram `json:"total"`
+}
+
+type anatomy struct {
+	every uint64
+	n     atomic.Uint64
+
+	// Halves of sampled faults waiting for the other; guarded by mu.
+	mu        sync.Mutex
+	pending   map[anatomyKey]anatomySample
+	resumed   map[anatomyKey]time.Duration
+	resumedAt map[anatomyKey]time.Time
+
+	samples                                            atomic.Uint64
+	toServer, sampling, decision, ioctl, wake, overall histogram
+}
+
+type anatomyKey struct {
+	tid   int
+	entry time.Duration
+}
+
+// anatomySample is the server's half of one sampled fault, in
+// CLOCK_MONOTONIC time.
+type anatomySample struct {
+	entry, read, decided, ioctlStart, ioctlEnd time.Duration
+	taken                                      time.Time
+}
+
+func newAnatomy(every uint64) *anatomy {
+	return &anatomy{every: every, pending: map[anatomyKey]anatomySample{}, resumed: map[anatomyKey]time.Duration{}, resumedAt: map[anatomyKey]time.Time{}}
+}
+
+// take reports whether the next fault is sampled.
+func (a *anatomy) take() bool { return a.n.Add(1)%a.every == 0 }
+
+func monotonicNow() time.Duration { return devmem.MonotonicNow() }
+
+// ioctlBegins and ioctlEnds time the resolving ioctl of a sampled fault.
+func (s *anatomySample) ioctlBegins() {
+	if s.ioctlStart == 0 {
+		s.ioctlStart = monotonicNow()
+	}
+}
+
+func (s *anatomySample) ioctlEnds() { s.ioctlEnd = monotonicNow() }
+
+// ioctlBegins and ioctlEnds mark the resolving ioctl when the mover
+// serves a sampled fault on its handler's thread.
+func (o *mover) ioctlBegins() {
+	if o.h != nil && o.h.sampling != nil {
+		o.h.sampling.ioctlBegins()
+	}
+}
+
+func (o *mover) ioctlEnds() {
+	if o.h != nil && o.h.sampling != nil {
+		o.h.sampling.ioctlEnds()
+	}
+}
+
+// serveSampled serves a fault while taking its anatomy: the thread's
+// fault entry comes from the eBPF program, which is told to report when
+// the thread runs again.
+func (h *handler) serveSampled(an *anatomy, m *uffd.Msg, read time.Time) {
+	readAt := monotonicNow() - time.Since(read)
+	entry, addr, ok := h.srv.access.ebpf.Sample(int(m.TID))
+	if !ok || addr&^pageMask != m.Address&^pageMask {
+		// No entry, or a later fault's: not this fault's anatomy.
+		h.sess.serveFaultMsg(h.view, h, &h.fr)
+		return
+	}
+	h.sample = anatomySample{entry: entry, read: readAt, decided: monotonicNow()}
+	h.sampling = &h.sample
+	h.sess.serveFaultMsg(h.view, h, &h.fr)
+	h.sampling = nil
+	if h.sample.ioctlEnd == 0 {
+		return // deferred or failed: no single resolving ioctl
+	}
+	h.sample.taken = time.Now()
+	an.join(anatomyKey{tid: int(m.TID), entry: entry}, &h.sample, 0)
+}
+
+// complete takes the eBPF program's report of a sampled thread running
+// again.
+func (a *anatomy) complete(tid int, entry, resumed time.Duration) {
+	a.join(anatomyKey{tid: tid, entry: entry}, nil, resumed)
+}
+
+// join matches the two halves of a sampled fault, the server's (s) and
+// the eBPF program's (resumed), which arrive in either order: the thread
+// may run, and be reported, before the handler is done with the fault.
+func (a *anatomy) join(k anatomyKey, s *anatomySample, resumed time.Duration) {
+	a.mu.Lock()
+	if s != nil {
+		if r, ok := a.resumed[k]; ok {
+			delete(a.resumed, k)
+			delete(a.resumedAt, k)
+			resumed = r
+		} else {
+			a.pending[k] = *s
+		}
+	} else {
+		if p, ok := a.pending[k]; ok {
+			delete(a.pending, k)
+			s = &p
+		} else {
+			a.resumed[k] = resumed
+			a.resumedAt[k] = time.Now()
+		}
+	}
+	a.mu.Unlock()
+	if s == nil || resumed == 0 {
+		return
+	}
+	a.toServer.record(s.read - s.entry)
+	a.sampling.record(s.decided - s.read)
+	a.decision.record(s.ioctlStart - s.decided)
+	// The ioctl wakes the thread from inside; on another CPU it may run
+	// before the ioctl has returned to the handler. The ioctl's stage
+	// ends at whichever comes first, so that the stages add up to the
+	// whole, and the wake counts as none.
+	a.ioctl.record(min(s.ioctlEnd, resumed) - s.ioctlStart)
+	a.wake.record(resumed - s.ioctlEnd)
+	a.overall.record(resumed - s.entry)
+	a.samples.Add(1)
+}
+
+// expire forgets halves whose other half never came: a thread that
+// never ran again (it exited), a report of a fault the handler did not
+// resolve with one ioctl.
+func (a *anatomy) expire(age time.Duration) {
+	a.mu.Lock()
+	for k, s := range a.pending {
+		if time.Since(s.taken) > age {
+			delete(a.pending, k)
+		}
+	}
+	for k, at := range a.resumedAt {
+		if time.Since(at) > age {
+			delete(a.resumed, k)
+			delete(a.resumedAt, k)
+		}
+	}
+	a.mu.Unlock()
+}
+
+func (a *anatomy) snapshot() *FaultAnatomy {
+	return &FaultAnatomy{SampleEvery: int(a.every), Samples: a.samples.Load(),
+		ToServer: a.toServer.snapshot(), Sampling: a.sampling.snapshot(), Decision: a.decision.snapshot(), Ioctl: a.ioctl.snapshot(),
+		Wake: a.wake.snapshot(), Total: a.overall.snapshot()}
+}
+
+// readResumes feeds the eBPF program's reports of sampled threads
+// running again to the anatomy until the program is closed.
+func (s *Server) readResumes() {
+	a := s.access
+	defer a.loops.Done()
+	for {
+		r, err := a.ebpf.ReadResume(time.Time{})
+		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
+			return
+		}
+		if err != nil {
+			s.logger.Printf("fault anatomy: %v", err)
+			continue
+		}
+		a.anatomy.complete(r.TID, r.Entry, r.Resumed)
+	}
+}

@@ -1,0 +1,183 @@
+package uvm
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Delayed migration: a device reading an accessed-by range it maps in
+// host memory takes hint faults, which the access counters count; a
+// region whose count reaches the threshold migrates to the device.
+// Every test runs with the eBPF counters and with the user-space
+// fallback forced.
+
+const hintPeriod = 10 * time.Millisecond
+
+func accessTestConfig(mode string, decay time.Duration) ServerConfig {
+	c := testServerConfig()
+	c.DeviceWorkers = 1
+	c.AccessCounting = mode
+	c.AccessPolicy = AccessPolicy{Hints: true, Threshold: 256, Period: Duration(hintPeriod), Sample: 256 << 20,
+		Decay: Duration(decay), AnatomyEvery: 1}
+	return c
+}
+
+// eachCountingMode runs f with the eBPF counters (skipped where they do
+// not load) and with user-space counting.
+func eachCountingMode(t *testing.T, decay time.Duration, f func(t *testing.T, s *Session, mode string)) {
+	for _, mode := range []string{AccessCountingEBPF, AccessCountingUser} {
+		t.Run(mode, func(t *testing.T) {
+			requireRoot(t)
+			if mode == AccessCountingEBPF {
+				cfg := testServerConfig()
+				cfg.AccessCounting = AccessCountingAuto
+				s := newSession(t, cfg)
+				in, err := s.Info()
+				require.NoError(t, err)
+				s.Close()
+				if !strings.HasPrefix(in.AccessCounting, "ebpf") {
+					t.Skipf("no eBPF access counters here: %s", in.AccessCounting)
+				}
+			}
+			s := newSession(t, accessTestConfig(mode, decay))
+			in, err := s.Info()
+			require.NoError(t, err)
+			require.True(t, strings.HasPrefix(in.AccessCounting, mode), "Info says %q", in.AccessCounting)
+			f(t, s, mode)
+		})
+	}
+}
+
+// hostRangeAccessedBy makes size bytes resident on the host, accessed by
+// device 0, and an output word on the device.
+func hostRangeAccessedBy(t *testing.T, s *Session, size int64) (a, out *Allocation, want uint64) {
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	out, err = s.MallocManaged(8)
+	require.NoError(t, err)
+	fill(a.Bytes(), 7)
+	want = byteSum(a.Bytes())
+	require.NoError(t, s.Prefetch(out.Addr(), 8, 0))
+	runSum(t, s, 0, out, out) // starts the device process, which then maps the range
+	require.NoError(t, s.MemAdvise(a.Addr(), size, AdviseSetAccessedBy, 0))
+	ab, err := s.RangeAttribute(a.Addr(), size, AttrAccessedBy)
+	require.NoError(t, err)
+	require.Equal(t, []Device{0}, ab)
+	return a, out, want
+}
+
+// sampledAccesses is what the access counters saw of device 0's
+// accesses: the device process's faults as eBPF counts them, or the
+// minor faults the server served in user-space mode.
+func sampledAccesses(t *testing.T, s *Session, mode string) uint64 {
+	if mode == AccessCountingUser {
+		st, err := s.Stats()
+		require.NoError(t, err)
+		return st.FaultsBy(0).Minor
+	}
+	in, err := s.Info()
+	require.NoError(t, err)
+	for _, si := range in.Sessions {
+		if si.PID == os.Getpid() {
+			for _, d := range si.Devices {
+				if d.Processor == 0 && d.EBPFFaults != nil {
+					return *d.EBPFFaults
+				}
+			}
+		}
+	}
+	t.Fatalf("no eBPF count for device 0 in %+v", in.Sessions)
+	return 0
+}
+
+// TestDelayedMigrationOfAFrequentReader: a kernel reading the range
+// again and again gets it migrated to its device after about the
+// threshold's worth of sampled accesses per 64 KiB region.
+func TestDelayedMigrationOfAFrequentReader(t *testing.T) {
+	eachCountingMode(t, time.Minute, func(t *testing.T, s *Session, mode string) {
+		const size = 1 << 20
+		const pages, regions = size / PageSize, size / (64 << 10)
+		a, out, want := hostRangeAccessedBy(t, s, size)
+		st := stats(t, a)
+		require.Zero(t, st.CounterMigratedPages(0))
+		require.Equal(t, uint64(pages), st.RemoteMappedPages(0))
+
+		start := sampledAccesses(t, s, mode)
+		deadline := time.Now().Add(20 * time.Second * time.Duration(slowdown))
+		launches := 0
+		for stats(t, a).CounterMigratedPages(0) < pages && time.Now().Before(deadline) {
+			require.Equal(t, want, runSum(t, s, 0, a, out), "the device reads the host's data")
+			launches++
+		}
+		sampled := sampledAccesses(t, s, mode) - start
+		st = stats(t, a)
+		t.Logf("%s: %d launches, %d sampled accesses (%.0f per region), %d hint pages armed, %d crossings",
+			mode, launches, sampled, float64(sampled)/regions, st.HintsArmedPages(0), st.CrossingsOf(0))
+		require.Equal(t, uint64(pages), st.CounterMigratedPages(0), "the whole range migrated to device 0")
+		assert.Equal(t, uint64(pages), st.MigratedPages(CPU, 0), "migrations %+v, faults %+v", st.Migrations, st.Faults)
+		assert.Equal(t, uint64(regions), st.CrossingsOf(0))
+		perRegion := float64(sampled) / regions
+		assert.GreaterOrEqual(t, perRegion, 256.0, "no region migrates before the threshold")
+		assert.LessOrEqual(t, perRegion, 1.5*256, "about the threshold's worth")
+
+		// Now on the device, read there without faults; the host still
+		// reads it (migrating it back).
+		faults := stats(t, a).FaultsBy(0).Total()
+		assert.Equal(t, want, runSum(t, s, 0, a, out))
+		assert.Equal(t, faults, stats(t, a).FaultsBy(0).Total(), "device 0 reads its own memory without faults")
+		assert.Equal(t, want, byteSum(a.Bytes()))
+	})
+}
+
+// TestNoDelayedMigrationOfARareReader: a kernel that reads the range now
+// and then does not get it migrated: the counts decay faster than its
+// samples add up, though without the decay they would have crossed.
+func TestNoDelayedMigrationOfARareReader(t *testing.T) {
+	decay := 10 * hintPeriod
+	eachCountingMode(t, decay, func(t *testing.T, s *Session, mode string) {
+		const size = 1 << 20
+		const regions = size / (64 << 10)
+		a, out, want := hostRangeAccessedBy(t, s, size)
+		start := sampledAccesses(t, s, mode)
+		for range 30 {
+			require.Equal(t, want, runSum(t, s, 0, a, out))
+			time.Sleep(5 * hintPeriod)
+		}
+		sampled := sampledAccesses(t, s, mode) - start
+		st := stats(t, a)
+		t.Logf("%s: %d sampled accesses (%.0f per region), %d hint pages armed", mode, sampled, float64(sampled)/regions, st.HintsArmedPages(0))
+		assert.Greater(t, float64(sampled)/regions, 256.0, "enough samples to cross without decay")
+		assert.Zero(t, st.CounterMigratedPages(0), "nothing migrated")
+		assert.Zero(t, st.MigratedPages(CPU, 0))
+		assert.Zero(t, st.CrossingsOf(0))
+	})
+}
+
+// TestPinnedRangeNeverMoves: a range whose preferred location is the host
+// stays there however often a device reads it: the regions cross the
+// threshold, and advice keeps them home.
+func TestPinnedRangeNeverMoves(t *testing.T) {
+	eachCountingMode(t, time.Minute, func(t *testing.T, s *Session, mode string) {
+		const size = 1 << 20
+		a, out, want := hostRangeAccessedBy(t, s, size)
+		require.NoError(t, s.MemAdvise(a.Addr(), size, AdviseSetPreferredLocation, CPU))
+		pref, err := s.RangeAttribute(a.Addr(), size, AttrPreferredLocation)
+		require.NoError(t, err)
+		require.Equal(t, CPU, pref)
+		deadline := time.Now().Add(10 * time.Second * time.Duration(slowdown))
+		for stats(t, a).CrossingsOf(0) < 2*size/(64<<10) && time.Now().Before(deadline) {
+			require.Equal(t, want, runSum(t, s, 0, a, out))
+		}
+		st := stats(t, a)
+		t.Logf("%s: %d crossings, %d hint pages armed", mode, st.CrossingsOf(0), st.HintsArmedPages(0))
+		assert.GreaterOrEqual(t, st.CrossingsOf(0), uint64(2*size/(64<<10)), "every region crossed the threshold twice")
+		assert.Zero(t, st.CounterMigratedPages(0))
+		assert.Zero(t, st.MigratedPages(CPU, 0))
+		assert.Equal(t, want, byteSum(a.Bytes()))
+	})
+}
