@@ -121,9 +121,11 @@ struct {
 	__type(value, struct fault_entry);
 } fault_entries SEC(".maps");
 
+// Room for 26,000 reports: a kernel streaming over 256 MiB brings 4,096
+// regions to the threshold in the same round.
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, 1 << 20);
 } crossings SEC(".maps");
 
 // Thread id -> its sampled fault's entry (ns), put by the server while it
@@ -164,7 +166,10 @@ int count_fault(struct page_fault_user *ctx)
 		count = __sync_fetch_and_add(c, 1) + 1;
 	else if (bpf_map_update_elem(&regions, &key, &count, BPF_NOEXIST) != 0 && (c = bpf_map_lookup_elem(&regions, &key)))
 		count = __sync_fetch_and_add(c, 1) + 1; // another CPU made it first
-	if (count == threshold) {
+	// Reported at every multiple of the threshold: a report the ring
+	// buffer had no room for, or one the server could not act on, comes
+	// again after another threshold's worth of accesses.
+	if (count % threshold == 0) {
 		struct crossing *x = bpf_ringbuf_reserve(&crossings, sizeof *x, 0);
 		if (x) {
 			x->processor = key.processor;

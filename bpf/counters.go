@@ -39,7 +39,7 @@ type Counters struct {
 	resumes    *ringbuf.Reader // nil while off
 }
 
-// Crossing is a region whose count reached the threshold.
+// Crossing is a region whose count reached a multiple of the threshold.
 type Crossing struct {
 	Processor uint32 // the code Track was given for the process
 	PID       int

@@ -162,8 +162,11 @@ func TestRegionCountsAndCrossings(t *testing.T) {
 	x, err := c.ReadCrossing(time.Now().Add(2 * time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, Crossing{Processor: 2, PID: pid, Region: region, Count: 64, At: x.At}, x)
+	x, err = c.ReadCrossing(time.Now().Add(2 * time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, Crossing{Processor: 2, PID: pid, Region: region, Count: 128, At: x.At}, x, "reported again at twice the threshold")
 	_, err = c.ReadCrossing(time.Now().Add(50 * time.Millisecond))
-	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "a region is reported once, when it reaches the threshold")
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "a region is reported at each multiple of the threshold, and only then")
 
 	count := func() uint64 {
 		regions, err := c.Regions()

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -189,10 +191,10 @@ func (s *Server) countUser(v *view, addr uintptr) {
 	a.userCounts[k]++
 	n := a.userCounts[k]
 	a.mu.Unlock()
-	if n == uint64(a.policy.Threshold) {
+	if n%uint64(a.policy.Threshold) == 0 {
 		select {
 		case a.crossings <- crossing{code: k.code, region: k.region, count: n}:
-		default: // the loop is behind; the region is reported again after a decay
+		default: // the loop is behind: reported again at the next multiple
 		}
 	}
 }
@@ -242,7 +244,7 @@ func (s *Server) accessLoop() {
 		case <-decay.C:
 			s.decayCounts()
 		case x := <-a.crossings:
-			s.serviceCrossing(x)
+			s.serviceCrossings(a.drainCrossings(x))
 		}
 	}
 }
@@ -278,40 +280,83 @@ func (s *Server) resetRegion(k regionKey) {
 	a.mu.Unlock()
 }
 
-// serviceCrossing migrates a reported region to the processor whose view
-// reached it, page by page as policy allows: pages it reaches remotely
-// (accessed-by), not pinned by a preferred location elsewhere or by
-// thrashing. Its device mapping follows before the next region.
-func (s *Server) serviceCrossing(x crossing) {
-	a := s.access
-	k := regionKey{code: x.code, region: x.region}
-	defer s.resetRegion(k)
-	v := a.viewOf(x.code)
+// maxCrossingBatch bounds the reports serviced together.
+const maxCrossingBatch = 4096
+
+// drainCrossings returns x and the reports waiting behind it: a kernel
+// streaming over a range brings its regions to the threshold in the same
+// round, and moving and remapping them together costs one remap per run
+// instead of one per region.
+func (a *accessState) drainCrossings(x crossing) []crossing {
+	batch := []crossing{x}
+	for len(batch) < maxCrossingBatch {
+		select {
+		case y := <-a.crossings:
+			batch = append(batch, y)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// serviceCrossings migrates reported regions to the processors whose
+// views reached them, page by page as policy allows: pages a view reaches
+// remotely (accessed-by), not pinned by a preferred location elsewhere or
+// by thrashing. Adjacent regions of one view move as one run, and the
+// view's mapping follows each run before the next.
+func (s *Server) serviceCrossings(batch []crossing) {
+	sort.Slice(batch, func(i, j int) bool {
+		if batch[i].code != batch[j].code {
+			return batch[i].code < batch[j].code
+		}
+		return batch[i].region < batch[j].region
+	})
+	for i := 0; i < len(batch); {
+		j := i + 1
+		for j < len(batch) && batch[j].code == batch[i].code && batch[j].region <= batch[j-1].region+1 {
+			j++
+		}
+		s.serviceRun(batch[i].code, batch[i:j])
+		for _, x := range batch[i:j] {
+			s.resetRegion(regionKey{code: x.code, region: x.region})
+		}
+		i = j
+	}
+}
+
+// serviceRun services the reports of one view over consecutive regions.
+func (s *Server) serviceRun(code uint32, run []crossing) {
+	v := s.access.viewOf(code)
 	if v == nil {
 		return // the view went away
 	}
 	sess, l := v.sess, v.loc
-	lo := uintptr(x.region) << bpf.RegionShift
-	hi := lo + 1<<bpf.RegionShift
-	counted := false
-	for _, r := range sess.ranges.Load().ranges {
-		if r.end() <= lo || r.start >= hi {
-			continue
-		}
-		if !counted {
+	lo := uintptr(run[0].region) << bpf.RegionShift
+	hi := uintptr(run[len(run)-1].region+1) << bpf.RegionShift
+	ranges := sess.ranges.Load()
+	for _, x := range run {
+		if r := ranges.lookup(uintptr(x.region) << bpf.RegionShift); r != nil {
 			s.stats.crossings[l].Add(1)
 			r.stats.crossings[l].Add(1)
-			counted = true
 		}
-		if !a.policy.Hints || l == hostLoc || r.kind != kindManaged {
-			continue // the CPU maps no remote memory: its faults migrate already
+	}
+	if !s.access.policy.Hints || l == hostLoc {
+		return // the CPU maps no remote memory: its faults migrate already
+	}
+	for _, r := range ranges.ranges {
+		if r.end() <= lo || r.start >= hi || r.kind != kindManaged {
+			continue
 		}
 		from, to := max(lo, r.start), min(hi, r.end())
-		moved := 0
-		err := r.eachBlock(from, to-from, false, func(o *mover, pages PageMask) error {
-			if o == nil {
-				return nil
-			}
+		// Blocks move in parallel, as Prefetch moves them, unless the
+		// device must evict to take them.
+		movers := s.copyCalibration().BlockMovers
+		if !s.roomFor(l, int64(to-from)) {
+			movers = 1
+		}
+		var moved atomic.Int64
+		err := r.eachBlockParallel(from, to-from, movers, s.nodeOf(l), func(o *mover, pages PageMask) error {
 			now := s.nowMicros()
 			var want PageMask
 			for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
@@ -327,7 +372,7 @@ func (s *Server) serviceCrossing(x crossing) {
 			err := o.moveTo(t, want, PageMask{}, -1)
 			want.And(&o.b.resident[l])
 			n := want.Count()
-			moved += n
+			moved.Add(int64(n))
 			r.stats.counterMigrated[l].Add(uint64(n))
 			s.stats.counterMigrated[l].Add(uint64(n))
 			return err
@@ -335,7 +380,7 @@ func (s *Server) serviceCrossing(x crossing) {
 		if err != nil {
 			s.logger.Printf("pid %d: delayed migration of %#x+%d to %v: %v", sess.pid, from, to-from, l.device(), err)
 		}
-		if moved > 0 {
+		if moved.Load() > 0 {
 			if err := sess.remapRange(r, from, to-from); err != nil {
 				s.logger.Printf("pid %d: after delayed migration: %v", sess.pid, err)
 			}
