@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +93,9 @@ func Load(threshold uint64) (*Counters, error) {
 func explain(err error) error {
 	if errors.Is(err, os.ErrPermission) {
 		return fmt.Errorf("%w (needs CAP_BPF and CAP_PERFMON, or root)", err)
+	}
+	if strings.Contains(err.Error(), "tracefs") {
+		return fmt.Errorf("%w (tracepoints are found through tracefs: mount -t tracefs nodev /sys/kernel/tracing)", err)
 	}
 	return err
 }

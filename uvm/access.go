@@ -74,7 +74,7 @@ func (a *accessState) counting() bool { return a.ebpf != nil || a.user }
 // records the mode Info reports, and starts the access loop.
 func (s *Server) startAccessCounting() error {
 	a := &accessState{policy: s.cfg.accessPolicy(), views: map[uint32]*view{}, userCounts: map[regionKey]uint64{},
-		crossings: make(chan crossing, 256), quit: make(chan struct{})}
+		crossings: make(chan crossing, maxCrossingBatch), quit: make(chan struct{})}
 	s.access = a
 	switch s.cfg.AccessCounting {
 	case AccessCountingOff:
