@@ -61,11 +61,10 @@ type regionKey struct {
 	region uint64
 }
 
-// crossing is a region whose count reached the threshold.
+// crossing is a region whose count reached a multiple of the threshold.
 type crossing struct {
 	code   uint32
 	region uint64
-	count  uint64
 }
 
 func (a *accessState) counting() bool { return a.ebpf != nil || a.user }
@@ -193,7 +192,7 @@ func (s *Server) countUser(v *view, addr uintptr) {
 	a.mu.Unlock()
 	if n%uint64(a.policy.Threshold) == 0 {
 		select {
-		case a.crossings <- crossing{code: k.code, region: k.region, count: n}:
+		case a.crossings <- crossing{code: k.code, region: k.region}:
 		default: // the loop is behind: reported again at the next multiple
 		}
 	}
@@ -214,7 +213,7 @@ func (s *Server) readCrossings() {
 			continue
 		}
 		select {
-		case a.crossings <- crossing{code: x.Processor, region: x.Region, count: x.Count}:
+		case a.crossings <- crossing{code: x.Processor, region: x.Region}:
 		case <-a.quit:
 			return
 		}
@@ -416,13 +415,7 @@ const maxHintRuns = 8192
 // stopped, so that the next access to each page is a fault the counters
 // see. The pages stay in their files; the fault is a minor one.
 func (s *Server) armHints() {
-	s.sessionsMu.Lock()
-	all := make([]*session, 0, len(s.sessions))
-	for _, sess := range s.sessions {
-		all = append(all, sess)
-	}
-	s.sessionsMu.Unlock()
-	for _, sess := range all {
+	for _, sess := range s.sessionList() {
 		for l := 1; l < len(sess.views); l++ {
 			v := sess.viewRef(location(l))
 			if v == nil {

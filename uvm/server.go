@@ -224,13 +224,7 @@ func (s *Server) Close() error {
 			l.Close()
 		}
 		s.listenersMu.Unlock()
-		s.sessionsMu.Lock()
-		var all []*session
-		for _, sess := range s.sessions {
-			all = append(all, sess)
-		}
-		s.sessionsMu.Unlock()
-		for _, sess := range all {
+		for _, sess := range s.sessionList() {
 			sess.conn.Close() // its control loop ends and cleans up
 		}
 		s.waitSessions(5 * time.Second)
@@ -378,15 +372,20 @@ func (s *Server) info() Info {
 	return in
 }
 
-// quiesce orders the caller after every fault being served now.
-func (s *Server) quiesce() {
+// sessionList returns the sessions connected now.
+func (s *Server) sessionList() []*session {
 	s.sessionsMu.Lock()
+	defer s.sessionsMu.Unlock()
 	all := make([]*session, 0, len(s.sessions))
 	for _, sess := range s.sessions {
 		all = append(all, sess)
 	}
-	s.sessionsMu.Unlock()
-	for _, sess := range all {
+	return all
+}
+
+// quiesce orders the caller after every fault being served now.
+func (s *Server) quiesce() {
+	for _, sess := range s.sessionList() {
 		for _, r := range sess.ranges.Load().ranges {
 			r.quiesce()
 		}
