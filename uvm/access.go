@@ -202,19 +202,31 @@ func (s *Server) countUser(v *view, addr uintptr) {
 // access loop until the program is closed.
 func (s *Server) readCrossings() {
 	a := s.access
-	defer a.loops.Done()
+	readRing(s, "access counters", a.ebpf.ReadCrossing, func(x bpf.Crossing) bool {
+		select {
+		case a.crossings <- crossing{code: x.Processor, region: x.Region}:
+			return true
+		case <-a.quit:
+			return false
+		}
+	})
+}
+
+// readRing hands each record of one of the program's ring buffers to
+// handle until the buffer is closed or handle says stop; it ends one of
+// the access state's loops.
+func readRing[T any](s *Server, what string, read func(deadline time.Time) (T, error), handle func(T) bool) {
+	defer s.access.loops.Done()
 	for {
-		x, err := a.ebpf.ReadCrossing(time.Time{})
+		x, err := read(time.Time{})
 		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
 			return
 		}
 		if err != nil {
-			s.logger.Printf("access counters: %v", err)
+			s.logger.Printf("%s: %v", what, err)
 			continue
 		}
-		select {
-		case a.crossings <- crossing{code: x.Processor, region: x.Region}:
-		case <-a.quit:
+		if !handle(x) {
 			return
 		}
 	}

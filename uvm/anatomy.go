@@ -1,13 +1,11 @@
 package uvm
 
 import (
-	"errors"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
+	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -206,17 +204,8 @@ func (a *anatomy) snapshot() *FaultAnatomy {
 // readResumes feeds the eBPF program's reports of sampled threads
 // running again to the anatomy until the program is closed.
 func (s *Server) readResumes() {
-	a := s.access
-	defer a.loops.Done()
-	for {
-		r, err := a.ebpf.ReadResume(time.Time{})
-		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
-			return
-		}
-		if err != nil {
-			s.logger.Printf("fault anatomy: %v", err)
-			continue
-		}
-		a.anatomy.complete(r.TID, r.Entry, r.Resumed)
-	}
+	readRing(s, "fault anatomy", s.access.ebpf.ReadResume, func(r bpf.Resume) bool {
+		s.access.anatomy.complete(r.TID, r.Entry, r.Resumed)
+		return true
+	})
 }
