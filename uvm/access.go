@@ -429,8 +429,11 @@ const maxHintRuns = 8192
 func (s *Server) armHints() {
 	for _, sess := range s.sessionList() {
 		for l := 1; l < len(sess.views); l++ {
-			v := sess.viewRef(location(l))
-			if v == nil {
+			// No use lock is held across the request: like a remap, it
+			// waits for the device process, and a view going away
+			// meanwhile only makes it fail (its connection is closed).
+			v := sess.views[l].Load()
+			if v == nil || v.connEnded() {
 				continue
 			}
 			runs := sess.remoteRuns(v, s.access.policy.Sample)
@@ -439,7 +442,6 @@ func (s *Server) armHints() {
 					s.logger.Printf("pid %d device %d: arm hint faults: %v", sess.pid, l-1, err)
 				}
 			}
-			v.release()
 		}
 	}
 }

@@ -78,6 +78,18 @@
 // (remote.go). The host view always maps the host file: a CPU cannot map
 // device memory.
 //
+// # Access counters
+//
+// Each view's process has its faults counted per 64 KiB region, by the
+// eBPF program of package bpf or, without it, by the server from MINOR
+// faults on device views' remote mappings. An access loop per server
+// drops device views' remote mappings on a period (hint faults), so that
+// accesses keep being counted; migrates a region whose count reaches the
+// threshold to the processor that reached it (delayed migration) where
+// accessed-by advice made the mapping remote; and halves the counts on a
+// longer period. One fault in N is sampled for the fault anatomy
+// (access.go, accesspolicy.go, anatomy.go).
+//
 // # Locks
 //
 // Lock order, outermost first:
@@ -90,6 +102,7 @@
 //	                      kernel operations that carry it out
 //	view.use (read)       a view used by someone other than its handlers
 //	session.filesMu       creation of a session's device files
+//	accessState.mu        the views counted and user-space counts (a leaf)
 //
 // Fault handlers take block.mu (and what follows it), never session.mu or
 // view.reqMu, and never wait for another process. Nobody holds view.use
