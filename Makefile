@@ -61,10 +61,12 @@ test: build ## run every test (as root: userfaultfd is root-only here)
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m ./...
 
-bench: build ## run the Go benchmarks, `uvm bench faults` and `uvm bench launch`
+bench: build ## run the Go benchmarks and `uvm bench` faults, launch, memcpy and access
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./...
 	$(BIN)/uvm bench faults
 	$(BIN)/uvm bench launch
+	$(BIN)/uvm bench memcpy
+	$(BIN)/uvm bench access
 
 lint: ## gofmt, go vet, the import fence, and a tidy go.mod
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }
