@@ -41,9 +41,11 @@ type handler struct {
 	prefetchCtx PrefetchContext
 	runBuf      []run
 	staging     []byte
-	// The fault being sampled for the anatomy, if any (anatomy.go).
-	sample   anatomySample
-	sampling *anatomySample
+	// The fault being sampled for the anatomy, if any, and the faults
+	// this handler has seen (anatomy.go).
+	sample     anatomySample
+	sampling   *anatomySample
+	faultsSeen uint64
 }
 
 // handlerCPUs returns the CPUs handler threads go on; -1 is unpinned.
@@ -151,7 +153,7 @@ func (h *handler) serve(m *uffd.Msg, read time.Time) {
 		return
 	}
 	h.fr = faultRequestOf(m, read)
-	if an := h.srv.access.anatomy; an != nil && an.take() {
+	if an := h.srv.access.anatomy; an != nil && an.take(h) {
 		h.serveSampled(an, m, read)
 		return
 	}
