@@ -132,8 +132,10 @@ func (s *Server) stopAccessCounting() {
 	a.loops.Wait()
 }
 
-// track gives view v a code and starts counting its process's faults.
+// track notes view v's process's minflt and, when counting, gives the
+// view a code and starts counting its process's faults.
 func (s *Server) track(v *view) {
+	v.minfltStart, _ = minorFaults(v.pid) // the kernel's count, shown even when counting is off
 	a := s.access
 	if !a.counting() {
 		return
@@ -146,7 +148,6 @@ func (s *Server) track(v *view) {
 	v.code = a.nextCode
 	a.views[v.code] = v
 	a.mu.Unlock()
-	v.minfltStart, _ = minorFaults(v.pid)
 	if a.ebpf != nil {
 		if err := a.ebpf.Track(v.pid, v.code); err != nil {
 			s.logger.Printf("access counters: %v", err)
@@ -598,12 +599,9 @@ func (sess *session) faultCounts(in *SessionInfo) {
 	}
 	st := sess.counters(nil).snapshot()
 	in.ServedFaults = st.FaultsBy(CPU).Total()
-	if v := sess.client(); v != nil && v.code != 0 {
+	if v := sess.client(); v != nil {
 		pf := sess.srv.processFaults(v)
 		in.EBPFFaults, in.MinorFaults = pf.EBPFFaults, pf.MinorFaults
-	} else if n, ok := minorFaults(sess.pid); ok && n >= sess.minfltStart {
-		d := n - sess.minfltStart
-		in.MinorFaults = &d
 	}
 	for l := 1; l < len(sess.views); l++ {
 		if v := sess.viewRef(location(l)); v != nil {

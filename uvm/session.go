@@ -51,7 +51,6 @@ type session struct {
 	stats  *counters // retired statistics of freed ranges
 	remaps *remapper // device mapping changes that faults cause
 
-	minfltStart uint64 // the client's minflt when it connected
 }
 
 // client is the session's client view, nil for a monitor.
@@ -92,7 +91,6 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 		}
 	}
 	if hello.role == roleClient {
-		sess.minfltStart, _ = minorFaults(sess.pid)
 		s.track(sess.client())
 	}
 	s.sessionsMu.Lock()

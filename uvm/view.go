@@ -48,7 +48,7 @@ type view struct {
 	connDone chan struct{}
 
 	// Access counting (access.go): the code the counters know the view's
-	// process by (0: not counted), its minflt when counting began, and
+	// process by (0: not counted), its minflt when it was attached, and
 	// where the next round of hint faults starts (the access loop's).
 	code        uint32
 	minfltStart uint64
