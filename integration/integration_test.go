@@ -26,8 +26,11 @@ const roleEnv = "UVM_INTEGRATION_ROLE"
 
 func TestMain(m *testing.M) {
 	uvm.Main()
-	if os.Getenv(roleEnv) == "client" {
+	switch os.Getenv(roleEnv) {
+	case "client":
 		os.Exit(client())
+	case "sweeper":
+		os.Exit(sweeper())
 	}
 	dir, err := os.MkdirTemp("", "softuvm-integration-")
 	if err != nil {

@@ -417,7 +417,7 @@ func migrationJob(src, dst *devmem.File, base, size int64) *copyJob {
 			_, err := src.ReadAt(buf[:l], off)
 			return err
 		},
-		release: func(i int) error { off, l := span(i); return src.Punch(off, l) },
+		release: func(i int, _ []byte) error { off, l := span(i); return src.Punch(off, l) },
 		install: func(i int, buf []byte) error {
 			off, l := span(i)
 			_, err := dst.WriteAt(buf[:l], off)

@@ -1,6 +1,7 @@
 package uvm
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -82,7 +83,10 @@ type Session struct {
 // rpc is a connection to a server that carries one request at a time.
 type rpc struct {
 	conn      *net.UnixConn
-	serverPID int
+	serverPID atomic.Int64
+	// restarts counts the notices of new servers taking over that this
+	// connection has read.
+	restarts atomic.Uint32
 
 	reqMu sync.Mutex // one request in flight; guards buf
 	seq   atomic.Uint32
@@ -189,7 +193,8 @@ func Connect(cfg Config) (*Session, error) {
 		host.Close()
 		return nil, err
 	}
-	s.serverPID, s.id, s.features, s.devices = int(hr.serverPID), hr.sessionID, uffd.Feature(hr.features), hr.devices
+	s.serverPID.Store(int64(hr.serverPID))
+	s.id, s.features, s.devices = hr.sessionID, uffd.Feature(hr.features), hr.devices
 	return s, nil
 }
 
@@ -275,10 +280,36 @@ func (c *rpc) exchange(b []byte, typ msgType, fds []int) (*wireReader, []int, er
 		c.gone.Store(true)
 		return nil, nil, c.goneError(typ)
 	}
-	reply, rfds, err := readMessage(c.conn, c.buf)
-	if err != nil {
-		c.gone.Store(true)
-		return nil, nil, c.goneError(typ)
+	var reply []byte
+	var rfds []int
+	for {
+		var err error
+		reply, rfds, err = readMessage(c.conn, c.buf)
+		if err != nil {
+			c.gone.Store(true)
+			return nil, nil, c.goneError(typ)
+		}
+		rh, payload, perr := parseHeader(reply)
+		if perr != nil || (rh.typ != msgRestarted && rh.seq == h.seq) {
+			break
+		}
+		closeFDs(rfds)
+		if rh.typ != msgRestarted {
+			continue // a reply to a request sent twice across a restart, answered already
+		}
+		// A new server took over from a dead one, which may have read
+		// this request and never answered: send it again, marked so
+		// that a server that has it already drops the copy.
+		if pid, _, err := decodeRestarted(&wireReader{b: payload}); err == nil {
+			c.serverPID.Store(int64(pid))
+		}
+		c.restarts.Add(1)
+		again := append([]byte(nil), b...)
+		binary.LittleEndian.PutUint32(again[12:], uint32(requestRetried))
+		if err := writeMessage(c.conn, again, fds); err != nil {
+			c.gone.Store(true)
+			return nil, nil, c.goneError(typ)
+		}
 	}
 	// The reply aliases buf, which the next request reuses.
 	r, err := parseReply(append([]byte(nil), reply...), h)
@@ -290,7 +321,7 @@ func (c *rpc) exchange(b []byte, typ msgType, fds []int) (*wireReader, []int, er
 }
 
 func (c *rpc) goneError(typ msgType) error {
-	return fmt.Errorf("%w: %s: the fault server (pid %d) exited; managed memory that was not on the host is lost", ErrServerGone, typ, c.serverPID)
+	return fmt.Errorf("%w: %s: the fault server (pid %d) exited; managed memory that was not on the host is lost", ErrServerGone, typ, c.serverPID.Load())
 }
 
 // jsonRequest sends a request whose reply is a JSON document and decodes
@@ -327,7 +358,11 @@ func (c *rpc) Info() (Info, error) {
 func (c *rpc) ServerStats() (Stats, error) { return c.stats(scopeServer, 0) }
 
 // ServerPID is the fault server's process id.
-func (c *rpc) ServerPID() int { return c.serverPID }
+func (c *rpc) ServerPID() int { return int(c.serverPID.Load()) }
+
+// ServerRestarts is how many times a new server has taken over from a
+// dead one, as this connection learnt at its requests.
+func (c *rpc) ServerRestarts() int { return int(c.restarts.Load()) }
 
 // Monitor is a read-only connection to a server, for `uvm stat` and `uvm
 // info`: it hands over no memory.
@@ -345,7 +380,7 @@ func ConnectMonitor(path string) (*Monitor, error) {
 	if err == nil {
 		var hr helloReply
 		if hr, err = decodeHelloReply(r); err == nil {
-			m.serverPID = int(hr.serverPID)
+			m.serverPID.Store(int64(hr.serverPID))
 		}
 	}
 	if err != nil {

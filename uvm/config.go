@@ -29,6 +29,7 @@ const (
 	EnvCopyThreads   = "UVM_COPY_THREADS"    // the copy engine's producer threads (default: calibrated)
 	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf, user or off
 	EnvAccessPolicy  = "UVM_ACCESS_POLICY"   // on (default), off, or settings: threshold=256,period=1s,...
+	EnvRestarts      = "UVM_RESTARTS"        // new servers in a row the guard starts when one dies (default 5), or off
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
@@ -36,6 +37,10 @@ const (
 	roleEnv         = "SOFTUVM_ROLE"          // set in re-executed server and guard processes
 	serverConfigEnv = "SOFTUVM_SERVER_CONFIG" // a private server's configuration, JSON
 	testDelayEnv    = "SOFTUVM_TEST_FAULT_DELAY"
+	// crashAfterPunchEnv=N makes a server kill itself right after the
+	// Nth punch of a migration's source, before the pages are installed
+	// (a test of the staging file); servers that take over do not see it.
+	crashAfterPunchEnv = "SOFTUVM_TEST_CRASH_AFTER_PUNCH"
 )
 
 // Default device configuration: one device with a 1 GiB arena.
@@ -97,9 +102,53 @@ type ServerConfig struct {
 	AccessPolicy AccessPolicy `json:"access_policy"`
 	// Thrashing configures thrashing detection (thrash.go).
 	Thrashing ThrashingSpec `json:"thrashing"`
+	// Restarts is how many new servers in a row the guard starts to take
+	// over when the server dies, each failing before it has taken over,
+	// before it gives up and poisons every page not on the host. 0 means
+	// the default (5); a negative number turns takeover off.
+	Restarts int `json:"restarts,omitempty"`
 	// FaultDelay stalls every fault this long before serving it. Tests
 	// use it to hold a thread inside a fault.
 	FaultDelay Duration `json:"fault_delay,omitempty"`
+}
+
+// restartAttempts is the configured Restarts as the guard counts them.
+func (c ServerConfig) restartAttempts() int {
+	switch {
+	case c.Restarts < 0:
+		return 0
+	case c.Restarts == 0:
+		return defaultRestartAttempts
+	}
+	return c.Restarts
+}
+
+// ParseRestarts reads a restart setting: "off", "on" (the default) or a
+// count of new servers in a row, 1 to 1000.
+func ParseRestarts(s string) (int, error) {
+	switch v := strings.TrimSpace(s); v {
+	case "off", "0":
+		return -1, nil
+	case "on", "":
+		return 0, nil
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return 0, fmt.Errorf("%w: restarts %q: want off, on, or a count from 1 to 1000", ErrInvalidValue, s)
+		}
+		return n, nil
+	}
+}
+
+// FormatRestarts is the inverse of ParseRestarts.
+func FormatRestarts(n int) string {
+	switch {
+	case n < 0:
+		return "off"
+	case n == 0:
+		return "on"
+	}
+	return strconv.Itoa(n)
 }
 
 // DeviceWorkers is the number of threads each device process of a server
@@ -160,6 +209,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.HostBudget < 0 {
 		return fmt.Errorf("%w: host budget %d: must not be negative", ErrInvalidValue, c.HostBudget)
+	}
+	if c.Restarts > 1000 {
+		return fmt.Errorf("%w: %d restarts: want at most 1000 (or off)", ErrInvalidValue, c.Restarts)
 	}
 	if c.DeviceWorkers < 0 || c.DeviceWorkers > 1024 {
 		return fmt.Errorf("%w: %d device workers: want 0 (one per CPU) to 1024", ErrInvalidValue, c.DeviceWorkers)
@@ -243,6 +295,13 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 			return fmt.Errorf("%s=%q: %w", EnvHostBudget, v, err)
 		}
 		c.HostBudget = n
+	}
+	if v := getenv(EnvRestarts); v != "" {
+		n, err := ParseRestarts(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %w", EnvRestarts, v, err)
+		}
+		c.Restarts = n
 	}
 	if v := getenv(EnvWorkers); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))

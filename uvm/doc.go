@@ -102,6 +102,10 @@
 //	                      kernel operations that carry it out
 //	view.use (read)       a view used by someone other than its handlers
 //	session.filesMu       creation of a session's device files
+//	session.journalMu     the session's journal, and the order its records
+//	                      reach the guard
+//	guardLink.mu          messages to the guard (a leaf)
+//	stagingArea.mu        the staging file's free slots (a leaf)
 //	accessState.mu        the views counted and user-space counts (a leaf)
 //
 // Fault handlers take block.mu (and what follows it), never session.mu or

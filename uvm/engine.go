@@ -94,13 +94,23 @@ type copyJob struct {
 	// produce and install; without, they get nil.
 	staging bool
 	produce func(i int, buf []byte) error
-	release func(i int) error
+	release func(i int, buf []byte) error
 	install func(i int, buf []byte) error
 	// restore puts back the source of chunk i, released but not
 	// installed because an earlier chunk failed.
 	restore func(i int, buf []byte)
 	// direct is the buffer the direct path uses, if the caller has one.
 	direct []byte
+	// buffers, if set, provides the staging buffers instead of the
+	// engine's own (the server's staging area, which a new server can
+	// read if this one dies).
+	buffers bufferSource
+}
+
+// bufferSource lends staging buffers of chunkBytes.
+type bufferSource interface {
+	get() []byte
+	put([]byte)
 }
 
 // chunkTask is chunk i of a job on its way through the producers and the
@@ -146,7 +156,7 @@ func (e *copyEngine) producer() {
 func (e *copyEngine) releaser() {
 	defer e.releasing.Done()
 	for t := range e.releases {
-		t.done <- t.job.release(t.i)
+		t.done <- t.job.release(t.i, t.buf)
 	}
 }
 
@@ -196,13 +206,18 @@ func (e *copyEngine) pipeline(job *copyJob) (int, error) {
 	for s := range slots {
 		slots[s] = chunkTask{job: job, done: make(chan error, 1)}
 		if job.staging {
-			slots[s].buf = *(e.bufs.Get().(*[]byte))
+			if job.buffers != nil {
+				slots[s].buf = job.buffers.get()
+			} else {
+				slots[s].buf = *(e.bufs.Get().(*[]byte))
+			}
 		}
 	}
 	defer func() {
 		for s := range slots {
-			if slots[s].buf != nil {
-				b := slots[s].buf
+			if b := slots[s].buf; b != nil && job.buffers != nil {
+				job.buffers.put(b)
+			} else if b != nil {
 				e.bufs.Put(&b)
 			}
 		}
@@ -258,7 +273,7 @@ func runDirect(job *copyJob) (int, error) {
 			}
 		}
 		if job.release != nil {
-			if err := job.release(i); err != nil {
+			if err := job.release(i, buf); err != nil {
 				return i, err
 			}
 		}

@@ -38,7 +38,7 @@ func (l *stageLog) job(chunks int, failInstallAt int) *copyJob {
 			l.mu.Unlock()
 			return nil
 		},
-		release: func(i int) error {
+		release: func(i int, _ []byte) error {
 			released[i].Store(true)
 			l.mu.Lock()
 			l.released = append(l.released, i)

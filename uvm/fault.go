@@ -243,7 +243,9 @@ func (o *mover) installPending(p int, src location, populated bool, oldFile, new
 	var done, found PageMask
 	var err error
 	var srcFile *devmem.File
-	buf := o.staging()[:PageSize]
+	slot, doneWithSlot := o.staging()
+	defer doneWithSlot()
+	buf := slot[:PageSize]
 	if populated {
 		if srcFile, err = o.sess.file(src); err != nil {
 			return 0, false, err
@@ -264,10 +266,16 @@ func (o *mover) installPending(p int, src location, populated bool, oldFile, new
 			one.Set(p)
 			o.auditLeaving(run{first: p, outer: p + 1, src: src, populated: true}, one)
 		}
+		// Until it is installed or put back, the page is only in buf
+		// (staging.go).
+		area := o.sess.srv.staging
+		area.mark(buf, o.sess.id, off, PageSize)
+		defer area.clear(buf)
 		if err := srcFile.Punch(off, PageSize); err != nil {
 			o.release(holders, addr, PageSize, true)
 			return 0, false, err
 		}
+		o.sess.srv.afterPunch()
 		done, found, err = o.install(v, installCopy, p, p+1, buf, false)
 	} else {
 		done, found, err = o.install(v, installZero, p, p+1, nil, false)

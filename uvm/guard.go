@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -15,29 +15,342 @@ import (
 	"github.com/softuvm/softuvm/uffd"
 )
 
-// The guard is a small process the server starts beside itself. It holds
-// a duplicate of every client's userfaultfd and waits. If the server dies,
-// the kernel must not see those userfaultfds close: it would unregister
-// the ranges, and the host file's holes would fill with zeros where data
-// lived on a device. Instead the guard takes over: it tells each client,
-// on the client's standard error, that its managed memory is lost, wakes
-// the threads the dead server left blocked, and answers every fault with
-// UFFDIO_POISON, so that the access raises SIGBUS at once. Pages still on
-// the host stay readable.
+// The guard is a small process the server starts beside itself, and the
+// reason no managed memory depends on one server process staying alive.
+// From the moment each exists it holds a duplicate of:
 //
-// Server to guard, one SOCK_SEQPACKET datagram each:
+//   - every listening socket (a daemon's, a private server's monitor
+//     socket), so that clients connecting while no server runs wait in
+//     the backlog instead of failing;
+//   - every client's control socket (the server's end) and every device
+//     process's server connection, so that no peer ever sees the server
+//     go away;
+//   - every userfaultfd (the client's, each device process's), so that
+//     the kernel never unregisters a range and lets holes fill with zeros;
+//   - every location file (host and device files) and the staging file,
+//     where migrations in flight keep the pages they carry (staging.go);
+//   - each session's journal: its ranges and advice (journal.go).
 //
-//	'A' session(uint64) pid(uint32) + the userfaultfd  add a client
-//	'D' session(uint64)                                forget a client
-//	'Q'                                                 exit: the server is closing cleanly
+// When the server dies (killed, crashed, or retiring for a replacement),
+// the guard starts a new one and hands it all of this (adopt.go): the new
+// server rebuilds residency from the files, wakes every thread left in a
+// fault, and tells each client that its pending request may have been
+// lost, so that it sends it again. Programs see a pause.
+//
+// When no server can take over (restarts are off, or new servers keep
+// failing), the guard serves the faults itself, with poison: a thread
+// touching a page that is not on the host gets SIGBUS, and a message on
+// its standard error says why; pages on the host stay readable. Every
+// peer's connection is hung up, so calls fail with ErrServerGone.
+//
+// If the guard dies, the server starts a new one and sends it everything
+// again. Only the death of both at once loses what was not on the host.
+//
+// Server to guard (and guard to a new server, the same messages), one
+// SOCK_SEQPACKET datagram each; numbers little-endian:
+const (
+	guardConfig   = 'C' // mode(1: 'p' private, 'd' daemon) restart attempts(4) the config, JSON
+	guardListener = 'L' // the socket's path; fd: the listening socket
+	guardStaging  = 'W' // fd: the staging file
+	guardSession  = 'S' // id(8) pid(4) features(8); fds: control socket, userfaultfd, host file
+	guardFile     = 'F' // id(8) location(1); fd: the session's file of that location
+	guardView     = 'V' // id(8) location(1) pid(4); fds: the device connection, its userfaultfd
+	guardViewGone = 'v' // id(8) location(1)
+	guardRecord   = 'R' // id(8) then a journal record
+	guardEnd      = 'E' // id(8): the session ended
+	guardQuit     = 'Q' // the server is closing cleanly: exit
+	guardRetire   = 'X' // fd: a socket to the server that replaces this one
+	guardReady    = 'K' // a new server to the guard: adoption done
+	guardHandover = 'T' // died(8, unix ns) restarts(4): ends a handover to a new server
+)
 
-type guardLink struct {
-	mu   sync.Mutex
-	conn *net.UnixConn
-	cmd  *exec.Cmd
-	done chan struct{}
+const (
+	modePrivate = 'p'
+	modeDaemon  = 'd'
+)
+
+// keptState is everything the guard holds, and everything a new server
+// receives from it.
+type keptState struct {
+	mode      byte
+	attempts  int
+	config    string
+	listeners []keptListener
+	staging   int
+	sessions  map[uint64]*keptSession
 }
 
+type keptListener struct {
+	path string
+	fd   int
+}
+
+type keptSession struct {
+	id       uint64
+	pid      int
+	features uint64
+	conn     int
+	uffd     int
+	host     int
+	files    map[location]int
+	views    map[location]*keptView
+	journal  *journal
+}
+
+type keptView struct {
+	pid  int
+	conn int
+	uffd int
+}
+
+func newKeptState() *keptState {
+	return &keptState{staging: -1, sessions: map[uint64]*keptSession{}, attempts: defaultRestartAttempts}
+}
+
+// apply takes one message into the state. It owns fds: they are kept or
+// closed, never leaked, whatever the message.
+func (st *keptState) apply(b []byte, fds []int) error {
+	keep := false
+	defer func() {
+		if !keep {
+			closeFDs(fds)
+		}
+	}()
+	bad := func(what string) error {
+		return fmt.Errorf("%w: guard message %q: %s (%d bytes, %d descriptors)", ErrInvalidValue, b[0], what, len(b), len(fds))
+	}
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty guard message", ErrInvalidValue)
+	}
+	le := binary.LittleEndian
+	body := b[1:]
+	var ks *keptSession
+	if b[0] == guardFile || b[0] == guardView || b[0] == guardViewGone || b[0] == guardRecord || b[0] == guardEnd {
+		if len(body) < 8 {
+			return bad("no session id")
+		}
+		ks = st.sessions[le.Uint64(body)]
+		if ks == nil {
+			return nil // a session that ended, or one never kept (monitors)
+		}
+	}
+	switch b[0] {
+	case guardConfig:
+		if len(body) < 5 || len(fds) != 0 {
+			return bad("want mode, attempts and the config")
+		}
+		st.mode, st.attempts, st.config = body[0], int(int32(le.Uint32(body[1:]))), string(body[5:])
+	case guardListener:
+		if len(fds) != 1 {
+			return bad("want one descriptor")
+		}
+		st.listeners = append(st.listeners, keptListener{path: string(body), fd: fds[0]})
+	case guardStaging:
+		if len(fds) != 1 {
+			return bad("want one descriptor")
+		}
+		if st.staging >= 0 {
+			syscall.Close(st.staging)
+		}
+		st.staging = fds[0]
+	case guardSession:
+		if len(body) != 20 || len(fds) != 3 {
+			return bad("want id, pid, features and three descriptors")
+		}
+		id := le.Uint64(body)
+		if old := st.sessions[id]; old != nil {
+			old.close()
+		}
+		st.sessions[id] = &keptSession{id: id, pid: int(le.Uint32(body[8:])), features: le.Uint64(body[12:]),
+			conn: fds[0], uffd: fds[1], host: fds[2], files: map[location]int{}, views: map[location]*keptView{}, journal: newJournal()}
+	case guardFile:
+		if len(body) != 9 || len(fds) != 1 {
+			return bad("want id, location and one descriptor")
+		}
+		l := location(body[8])
+		if old, ok := ks.files[l]; ok {
+			syscall.Close(old)
+		}
+		ks.files[l] = fds[0]
+	case guardView:
+		if len(body) != 13 || len(fds) != 2 {
+			return bad("want id, location, pid and two descriptors")
+		}
+		l := location(body[8])
+		if old := ks.views[l]; old != nil {
+			closeFDs([]int{old.conn, old.uffd})
+		}
+		ks.views[l] = &keptView{pid: int(le.Uint32(body[9:])), conn: fds[0], uffd: fds[1]}
+	case guardViewGone:
+		if len(body) != 9 {
+			return bad("want id and location")
+		}
+		if old := ks.views[location(body[8])]; old != nil {
+			closeFDs([]int{old.conn, old.uffd})
+			delete(ks.views, location(body[8]))
+		}
+	case guardRecord:
+		return ks.journal.apply(body[8:])
+	case guardEnd:
+		ks.close()
+		delete(st.sessions, ks.id)
+	default:
+		return bad("unknown message")
+	}
+	keep = true
+	return nil
+}
+
+func (ks *keptSession) close() {
+	closeFDs([]int{ks.conn, ks.uffd, ks.host})
+	for _, fd := range ks.files {
+		syscall.Close(fd)
+	}
+	for _, v := range ks.views {
+		closeFDs([]int{v.conn, v.uffd})
+	}
+}
+
+func (st *keptState) close() {
+	for _, ks := range st.sessions {
+		ks.close()
+	}
+	st.sessions = map[uint64]*keptSession{}
+	for _, l := range st.listeners {
+		syscall.Close(l.fd)
+	}
+	st.listeners = nil
+	if st.staging >= 0 {
+		syscall.Close(st.staging)
+		st.staging = -1
+	}
+}
+
+// sessionIDs returns the sessions in the order they were made.
+func (st *keptState) sessionIDs() []uint64 {
+	ids := make([]uint64, 0, len(st.sessions))
+	for id := range st.sessions {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Encoders of the guard messages: the server sends them to its guard,
+// and the guard the same to a new server.
+
+func guardConfigMsg(mode byte, attempts int, config string) []byte {
+	b := binary.LittleEndian.AppendUint32([]byte{guardConfig, mode}, uint32(int32(attempts)))
+	return append(b, config...)
+}
+
+func guardSessionMsg(id uint64, pid int, features uint64) []byte {
+	b := binary.LittleEndian.AppendUint64([]byte{guardSession}, id)
+	b = binary.LittleEndian.AppendUint32(b, uint32(pid))
+	return binary.LittleEndian.AppendUint64(b, features)
+}
+
+func guardIDMsg(op byte, id uint64) []byte { return binary.LittleEndian.AppendUint64([]byte{op}, id) }
+
+func guardLocMsg(op byte, id uint64, l location) []byte { return append(guardIDMsg(op, id), byte(l)) }
+
+func guardViewMsg(id uint64, l location, pid int) []byte {
+	return binary.LittleEndian.AppendUint32(guardLocMsg(guardView, id, l), uint32(pid))
+}
+
+func guardRecordMsg(id uint64, rec []byte) []byte { return append(guardIDMsg(guardRecord, id), rec...) }
+
+// send writes the whole state to c, as a handover or to a new guard.
+func (st *keptState) send(c *net.UnixConn) error {
+	if err := writeMessage(c, guardConfigMsg(st.mode, st.attempts, st.config), nil); err != nil {
+		return err
+	}
+	for _, l := range st.listeners {
+		if err := writeMessage(c, append([]byte{guardListener}, l.path...), []int{l.fd}); err != nil {
+			return err
+		}
+	}
+	if st.staging >= 0 {
+		if err := writeMessage(c, []byte{guardStaging}, []int{st.staging}); err != nil {
+			return err
+		}
+	}
+	for _, id := range st.sessionIDs() {
+		ks := st.sessions[id]
+		if err := writeMessage(c, guardSessionMsg(id, ks.pid, ks.features), []int{ks.conn, ks.uffd, ks.host}); err != nil {
+			return err
+		}
+		for l, fd := range ks.files {
+			if err := writeMessage(c, guardLocMsg(guardFile, id, l), []int{fd}); err != nil {
+				return err
+			}
+		}
+		for l, v := range ks.views {
+			if err := writeMessage(c, guardViewMsg(id, l, v.pid), []int{v.conn, v.uffd}); err != nil {
+				return err
+			}
+		}
+		for _, rec := range ks.journal.records() {
+			if err := writeMessage(c, guardRecordMsg(id, rec), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// receiveHandover reads a handover into st, up to its end.
+func (st *keptState) receiveHandover(c *net.UnixConn) (died time.Time, restarts int, err error) {
+	buf := make([]byte, maxMessageSize)
+	for {
+		b, fds, err := readMessage(c, buf)
+		if err != nil {
+			return time.Time{}, 0, fmt.Errorf("handover: %w", err)
+		}
+		if len(b) == 13 && b[0] == guardHandover {
+			closeFDs(fds)
+			return time.Unix(0, int64(binary.LittleEndian.Uint64(b[1:]))), int(binary.LittleEndian.Uint32(b[9:])), nil
+		}
+		if err := st.apply(b, fds); err != nil {
+			return time.Time{}, 0, fmt.Errorf("handover: %w", err)
+		}
+	}
+}
+
+// Restarts.
+const (
+	// defaultRestartAttempts is how many new servers in a row the guard
+	// starts, each failing before it has taken over, before it gives up.
+	defaultRestartAttempts = 5
+	// restartBackoff is the wait before the second attempt, doubled for
+	// each further one.
+	restartBackoff = 50 * time.Millisecond
+	// adoptTimeout bounds a new server's takeover.
+	adoptTimeout = 30 * time.Second
+)
+
+// guardLink is the server's end of its guard. Lock order: mu is a leaf
+// (taken after session.journalMu by record).
+type guardLink struct {
+	mu   sync.Mutex
+	conn *net.UnixConn // nil once the server quit
+	pid  int
+	// holding queues messages (with duplicated descriptors) while a new
+	// guard is being sent the whole state; flushed after it.
+	holding bool
+	pending []pendingGuardMsg
+	// quitting is set when the server closes or retires: the end of the
+	// link is then no reason to start a new guard.
+	quitting bool
+	done     chan struct{} // closed when the watcher has seen the link end
+}
+
+type pendingGuardMsg struct {
+	b   []byte
+	fds []int
+}
+
+// startGuard starts a guard process.
 func startGuard() (*guardLink, error) {
 	local, remote, err := socketPair("softuvm-guard")
 	if err != nil {
@@ -49,150 +362,474 @@ func startGuard() (*guardLink, error) {
 		local.Close()
 		return nil, err
 	}
-	g := &guardLink{conn: local, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(g.done) }()
-	return g, nil
+	go cmd.Wait()
+	return &guardLink{conn: local, pid: cmd.Process.Pid, done: make(chan struct{})}, nil
 }
 
-func (g *guardLink) send(b []byte, fds []int) {
+// PID is the guard's process id, 0 without a guard.
+func (g *guardLink) PID() int {
+	if g == nil {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.conn != nil {
-		writeMessage(g.conn, b, fds)
+	return g.pid
+}
+
+// send writes one message. The descriptors stay the caller's. A failure
+// means the guard is gone: the watcher notices and sends a new one the
+// whole state.
+func (g *guardLink) send(b []byte, fds ...int) {
+	if g == nil {
+		return
 	}
-}
-
-func (g *guardLink) add(id uint64, pid int, u *uffd.FD) {
-	b := []byte{'A'}
-	b = binary.LittleEndian.AppendUint64(b, id)
-	b = binary.LittleEndian.AppendUint32(b, uint32(pid))
-	g.send(b, []int{u.Fd()})
-}
-
-func (g *guardLink) remove(id uint64) {
-	g.send(binary.LittleEndian.AppendUint64([]byte{'D'}, id), nil)
-}
-
-// close tells the guard that the server is going away on purpose.
-func (g *guardLink) close() {
-	g.send([]byte{'Q'}, nil)
 	g.mu.Lock()
-	g.conn.Close()
+	defer g.mu.Unlock()
+	if g.conn == nil {
+		return
+	}
+	if g.holding {
+		m := pendingGuardMsg{b: append([]byte(nil), b...)}
+		for _, fd := range fds {
+			if d, err := syscall.Dup(fd); err == nil {
+				syscall.CloseOnExec(d)
+				m.fds = append(m.fds, d)
+			}
+		}
+		g.pending = append(g.pending, m)
+		return
+	}
+	writeMessage(g.conn, b, fds)
+}
+
+// quit tells the guard that the server is going away on purpose, and
+// waits for it to let go of everything.
+func (g *guardLink) quit() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	c := g.conn
 	g.conn = nil
+	g.quitting = true
 	g.mu.Unlock()
-	select {
+	if c == nil {
+		return
+	}
+	writeMessage(c, []byte{guardQuit}, nil)
+	select { // the guard closes its end once it has closed what it held
 	case <-g.done:
 	case <-time.After(2 * time.Second):
-		g.cmd.Process.Kill()
+	}
+	c.Close()
+}
+
+// watchGuard waits for the guard link to end; unless the server is
+// leaving, the guard died, and a new one gets the whole state.
+func (s *Server) watchGuard() {
+	g := s.guard
+	defer close(g.done)
+	buf := make([]byte, 16)
+	for {
+		g.mu.Lock()
+		c := g.conn
+		g.mu.Unlock()
+		if c == nil {
+			return
+		}
+		for {
+			if _, fds, err := readMessage(c, buf); err != nil {
+				break
+			} else {
+				closeFDs(fds)
+			}
+		}
+		g.mu.Lock()
+		leaving := g.quitting || g.conn != c
+		g.mu.Unlock()
+		if leaving {
+			return
+		}
+		select {
+		case <-s.done:
+			return
+		default:
+		}
+		if err := s.replaceGuard(c); err != nil {
+			s.logger.Printf("the guard (pid %d) died and no new one could start: %v; if this server dies too, its clients' data not on the host is lost", g.PID(), err)
+			return
+		}
 	}
 }
 
-type guarded struct {
-	pid int
-	u   *uffd.FD
+// replaceGuard starts a new guard and sends it everything the dead one
+// held.
+func (s *Server) replaceGuard(old *net.UnixConn) error {
+	g := s.guard
+	dead := g.PID()
+	ng, err := startGuard()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.conn, g.pid, g.holding = ng.conn, ng.pid, true
+	g.mu.Unlock()
+	old.Close()
+	st := s.snapshot()
+	defer st.close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holding = false
+	err = st.send(g.conn)
+	for _, m := range g.pending {
+		if err == nil {
+			err = writeMessage(g.conn, m.b, m.fds)
+		}
+		closeFDs(m.fds)
+	}
+	g.pending = nil
+	if err == nil {
+		s.logger.Printf("the guard (pid %d) died; a new one (pid %d) holds every session again", dead, g.pid)
+	}
+	return err
+}
+
+// snapshot is the server's state as the guard keeps it, with duplicated
+// descriptors (close it after use).
+func (s *Server) snapshot() *keptState {
+	st := newKeptState()
+	st.mode, st.attempts, st.config = s.mode, s.cfg.restartAttempts(), s.cfg.marshal()
+	dup := func(fd int) int {
+		d, err := syscall.Dup(fd)
+		if err != nil {
+			return -1
+		}
+		syscall.CloseOnExec(d)
+		return d
+	}
+	s.keptMu.Lock()
+	for _, kl := range s.keptListeners {
+		st.listeners = append(st.listeners, keptListener{path: kl.path, fd: dup(rawFD(kl.l))})
+	}
+	s.keptMu.Unlock()
+	st.staging = dup(s.staging.file.Fd())
+	for _, sess := range s.sessionList() {
+		client := sess.viewRef(hostLoc)
+		if client == nil {
+			continue
+		}
+		ks := &keptSession{id: sess.id, pid: sess.pid, features: uint64(client.uffd.Features()),
+			conn: dup(rawFD(sess.conn)), uffd: dup(client.uffd.Fd()), host: dup(sess.host.Fd()),
+			files: map[location]int{}, views: map[location]*keptView{}, journal: newJournal()}
+		client.release()
+		sess.filesMu.Lock()
+		for d, f := range sess.devFiles {
+			if f != nil {
+				ks.files[locationOf(Device(d))] = dup(f.Fd())
+			}
+		}
+		sess.filesMu.Unlock()
+		for l := 1; l < len(sess.views); l++ {
+			if v := sess.viewRef(location(l)); v != nil {
+				ks.views[location(l)] = &keptView{pid: v.pid, conn: dup(rawFD(v.conn)), uffd: dup(v.uffd.Fd())}
+				v.release()
+			}
+		}
+		sess.journalMu.Lock()
+		for _, rec := range sess.journal.records() {
+			ks.journal.apply(rec)
+		}
+		sess.journalMu.Unlock()
+		st.sessions[sess.id] = ks
+	}
+	return st
+}
+
+// keepListener gives the guard a copy of a listening socket, so that it
+// outlives this server.
+func (s *Server) keepListener(l *net.UnixListener, path string) {
+	s.keptMu.Lock()
+	s.keptListeners = append(s.keptListeners, keptListenerRef{path: path, l: l})
+	s.keptMu.Unlock()
+	s.guard.send(append([]byte{guardListener}, path...), rawFD(l))
+}
+
+// setMode says whether the guard restarts this server even when no
+// session is left (a daemon) or only while clients need it (private).
+func (s *Server) setMode(mode byte) {
+	s.mode = mode
+	s.guard.send(guardConfigMsg(mode, s.cfg.restartAttempts(), s.cfg.marshal()))
 }
 
 // runGuard is the guard process's main function.
 func runGuard() int {
-	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM)
-	f := os.NewFile(3, "softuvm-guard")
-	c, err := net.FileConn(f)
-	f.Close()
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGPIPE)
+	// The guard is small and holds what every client needs: never the
+	// process the OOM killer chooses (where this user may say so).
+	os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	link, err := fileConn(3)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "softuvm guard: %v\n", err)
 		return 2
 	}
-	conn := c.(*net.UnixConn)
-	clients := map[uint64]*guarded{}
-	buf := make([]byte, 64)
-	for {
-		b, fds, err := readMessage(conn, buf)
-		if err != nil {
-			if errors.Is(err, errPeerGone) {
-				break // the server died
-			}
-			fmt.Fprintf(os.Stderr, "softuvm guard: %v\n", err)
-			break
-		}
-		switch {
-		case len(b) == 13 && b[0] == 'A' && len(fds) == 1:
-			clients[binary.LittleEndian.Uint64(b[1:])] = &guarded{pid: int(binary.LittleEndian.Uint32(b[9:])), u: uffd.NewFD(fds[0])}
-		case len(b) == 9 && b[0] == 'D':
-			id := binary.LittleEndian.Uint64(b[1:])
-			if g := clients[id]; g != nil {
-				g.u.Close()
-				delete(clients, id)
-			}
-			closeFDs(fds)
-		case len(b) == 1 && b[0] == 'Q':
-			for _, g := range clients {
-				g.u.Close()
-			}
-			return 0
-		default:
-			closeFDs(fds)
-		}
-	}
-	if len(clients) == 0 {
-		return 0
-	}
-	return takeOver(clients)
+	g := &guard{st: newKeptState(), serverPID: os.Getppid()}
+	return g.run(link)
 }
 
-// takeOver serves the clients of a dead server with poison until they
-// exit.
-func takeOver(clients map[uint64]*guarded) int {
+type guard struct {
+	st        *keptState
+	serverPID int
+	restarts  int
+}
+
+func (g *guard) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "softuvm guard[%d]: %s\n", os.Getpid(), fmt.Sprintf(format, args...))
+}
+
+func (g *guard) run(link *net.UnixConn) int {
+	for {
+		successor, quit := g.follow(link)
+		link.Close()
+		if quit {
+			g.st.close()
+			return 0
+		}
+		died := time.Now()
+		if g.st.mode != modeDaemon && len(g.st.sessions) == 0 {
+			g.st.close() // a private server whose clients are all gone
+			return 0
+		}
+		if successor != nil {
+			if err := g.handover(successor, died); err == nil {
+				link = successor
+				continue
+			} else {
+				g.logf("the replacement server did not take over: %v", err)
+				successor.Close()
+			}
+		}
+		next, why := g.restart(died)
+		if next == nil {
+			g.poison(why)
+			return 1
+		}
+		link = next
+	}
+}
+
+// follow keeps the state the server sends until the link ends. It
+// returns the successor's socket if the server retired for one, and quit
+// if the server closed cleanly.
+func (g *guard) follow(link *net.UnixConn) (successor *net.UnixConn, quit bool) {
+	buf := make([]byte, maxMessageSize)
+	for {
+		b, fds, err := readMessage(link, buf)
+		if err != nil {
+			if !errors.Is(err, errPeerGone) {
+				g.logf("server link: %v", err)
+			}
+			return successor, false
+		}
+		switch {
+		case len(b) == 1 && b[0] == guardQuit:
+			closeFDs(fds)
+			return nil, true
+		case len(b) == 1 && b[0] == guardReady:
+			closeFDs(fds)
+		case len(b) == 1 && b[0] == guardRetire && len(fds) == 1:
+			c, err := fileConn(uintptr(fds[0]))
+			if err != nil {
+				g.logf("successor socket: %v", err)
+				continue
+			}
+			successor = c
+		default:
+			if err := g.st.apply(b, fds); err != nil {
+				g.logf("%v", err)
+			}
+		}
+	}
+}
+
+// handover sends the state to a new server and waits until it has taken
+// over.
+func (g *guard) handover(c *net.UnixConn, died time.Time) error {
+	if err := g.st.send(c); err != nil {
+		return err
+	}
+	end := binary.LittleEndian.AppendUint64([]byte{guardHandover}, uint64(died.UnixNano()))
+	end = binary.LittleEndian.AppendUint32(end, uint32(g.restarts+1))
+	if err := writeMessage(c, end, nil); err != nil {
+		return err
+	}
+	// Changes the new server makes while adopting arrive before its
+	// ready.
+	c.SetReadDeadline(time.Now().Add(adoptTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, maxMessageSize)
+	for {
+		b, fds, err := readMessage(c, buf)
+		if err != nil {
+			return fmt.Errorf("before it was ready: %w", err)
+		}
+		if len(b) == 1 && b[0] == guardReady {
+			g.restarts++
+			return nil
+		}
+		if err := g.st.apply(b, fds); err != nil {
+			g.logf("%v", err)
+		}
+	}
+}
+
+// restart starts new servers until one takes over, with back-off, and
+// returns its link; or nil and why none did.
+func (g *guard) restart(died time.Time) (*net.UnixConn, string) {
+	if g.st.attempts <= 0 {
+		return nil, "restarts are off"
+	}
+	var last error
+	wait := restartBackoff
+	for attempt := 0; attempt < g.st.attempts; attempt++ {
+		if attempt > 0 {
+			time.Sleep(wait)
+			wait *= 2
+		}
+		local, remote, err := socketPair("softuvm-guard")
+		if err != nil {
+			last = err
+			continue
+		}
+		cmd, err := reexec("adopt", "softuvm-server", []*os.File{remote})
+		remote.Close()
+		if err != nil {
+			local.Close()
+			last = err
+			continue
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		if err := g.handover(local, died); err != nil {
+			cmd.Process.Kill()
+			<-exited
+			local.Close()
+			last = err
+			g.logf("new server (pid %d, attempt %d of %d) did not take over: %v", cmd.Process.Pid, attempt+1, g.st.attempts, err)
+			continue
+		}
+		g.serverPID = cmd.Process.Pid
+		return local, ""
+	}
+	return nil, fmt.Sprintf("%d new servers in a row failed to take over (the last: %v)", g.st.attempts, last)
+}
+
+// poison serves the kept sessions' faults with poison until their
+// processes exit.
+func (g *guard) poison(why string) {
+	st := g.st
+	for _, l := range st.listeners {
+		syscall.Close(l.fd)
+	}
+	st.listeners = nil
 	p, err := uffd.NewPoller()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "softuvm guard: %v\n", err)
-		return 1
+		g.logf("%v", err)
+		return
 	}
 	defer p.Close()
-	// The whole user address space: threads blocked on faults the
-	// server read but never answered are woken to fault again, here.
-	const wakeStart, wakeLen = PageSize, 1<<47 - 2*PageSize
-	for id, g := range clients {
-		// The server read in blocking mode; epoll needs nonblocking.
-		g.u.SetNonblock(true)
-		notifyClient(g.pid, fmt.Sprintf("softuvm: the fault server of this process (pid %d) exited; managed memory that was not on the host is lost, and touching it now raises SIGBUS (bus error)\n", os.Getppid()))
-		p.Add(g.u, id)
-		g.u.Wake(wakeStart, wakeLen)
+	type watched struct {
+		pid int
+		u   *uffd.FD
+		id  uint64
+	}
+	var all []*watched
+	for _, id := range st.sessionIDs() {
+		ks := st.sessions[id]
+		hangUp(ks.conn)
+		notifyClient(ks.pid, fmt.Sprintf("softuvm: the fault server of this process (pid %d) exited and no new server took over (%s); managed memory that was not on the host is lost, and touching it now raises SIGBUS (bus error)\n", g.serverPID, why))
+		ws := []*watched{{pid: ks.pid, u: uffd.NewFD(ks.uffd), id: id}}
+		for _, v := range ks.views {
+			hangUp(v.conn)
+			ws = append(ws, &watched{pid: v.pid, u: uffd.NewFD(v.uffd), id: id})
+		}
+		for _, w := range ws {
+			// The server read in blocking mode; epoll needs nonblocking.
+			w.u.SetNonblock(true)
+			p.Add(w.u, uint64(len(all)))
+			all = append(all, w)
+			wakeAll(w.u, ks.journal)
+		}
 	}
 	msgs := make([]uffd.Msg, 16)
 	keys := make([]uint64, 0, 16)
-	for len(clients) > 0 {
+	live := len(all)
+	for live > 0 {
 		ready, _, err := p.Wait(keys[:0], 200*time.Millisecond)
 		if err != nil {
-			return 1
+			return
 		}
-		for _, id := range ready {
-			g := clients[id]
-			if g == nil {
+		for _, k := range ready {
+			w := all[k]
+			if w == nil {
 				continue
 			}
-			n, _ := g.u.ReadMessages(msgs)
+			n, _ := w.u.ReadMessages(msgs)
 			for _, m := range msgs[:n] {
+				if m.Event == uffd.EventFork {
+					closeFDs([]int{m.ChildFD})
+				}
 				if m.Event != uffd.EventPagefault {
-					if m.Event == uffd.EventFork {
-						closeFDs([]int{m.ChildFD})
-					}
 					continue
 				}
-				addr := uintptr(m.Address) &^ pageMask
-				if _, err := g.u.Poison(addr, PageSize, false); err != nil {
-					g.u.Wake(addr, PageSize)
-				}
+				poisonFault(w.u, &m)
 			}
 		}
-		for id, g := range clients {
-			if syscall.Kill(g.pid, 0) == syscall.ESRCH {
-				p.Remove(g.u)
-				g.u.Close()
-				delete(clients, id)
+		for i, w := range all {
+			if w != nil && syscall.Kill(w.pid, 0) == syscall.ESRCH {
+				p.Remove(w.u)
+				w.u.Close()
+				all[i] = nil
+				live--
 			}
 		}
 	}
-	return 0
+}
+
+// poisonFault answers a fault no server will serve. A write to a page
+// held still by write protection (a move the dead server began) finds
+// the page's data in place: the protection is lifted. Any other fault is
+// on a hole, a page that is not in this process's file: poison.
+func poisonFault(u *uffd.FD, m *uffd.Msg) {
+	addr := uintptr(m.Address) &^ pageMask
+	if m.Flags&uffd.PagefaultWP != 0 {
+		if err := u.WriteProtect(addr, PageSize, false, false); err == nil {
+			return
+		}
+	}
+	if _, err := u.Poison(addr, PageSize, false); err != nil {
+		// Filled meanwhile, or protected: let it retry.
+		u.WriteProtect(addr, PageSize, false, true)
+		u.Wake(addr, PageSize)
+	}
+}
+
+// wakeAll wakes every thread of u's process blocked in a fault: on each
+// range the journal knows, and, for faults on ranges it does not, the
+// whole address space.
+func wakeAll(u *uffd.FD, j *journal) {
+	for addr, msg := range j.allocs {
+		_, req, _ := parseRequest(msg)
+		u.Wake(uintptr(addr), uintptr(req.(allocRequest).length))
+	}
+	const wakeStart, wakeLen = 1 << 16, 1<<47 - 2<<16
+	u.Wake(wakeStart, wakeLen)
+}
+
+// hangUp ends a connection for its peer even while other descriptors of
+// it stay open.
+func hangUp(fd int) {
+	syscall.Shutdown(fd, syscall.SHUT_RDWR)
+	syscall.Close(fd)
 }
 
 // notifyClient writes msg on the standard error of process pid.

@@ -108,6 +108,12 @@ func (s *Server) unwatch(v *view) {
 func (h *handler) run(ready chan<- error) {
 	defer close(h.done)
 	defer h.reader.Release()
+	defer func() {
+		if h.staging != nil {
+			h.srv.staging.put(h.staging)
+			h.staging = nil
+		}
+	}()
 	// The thread stays locked for its life: it is pinned, and when the
 	// goroutine returns the runtime retires the thread with it.
 	runtime.LockOSThread()

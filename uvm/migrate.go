@@ -165,8 +165,10 @@ const stagingPages = chunkBytes / PageSize
 // file plus UFFDIO_CONTINUE serializes on that file's inode lock.
 func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File, wp bool) (done, found PageMask, err error) {
 	span := o.chunkSpan(first, outer)
+	direct, done1 := o.staging()
+	defer done1()
 	_, err = o.sess.srv.copyEngine(v.loc).run(&copyJob{
-		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: o.staging(),
+		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: direct, buffers: o.sess.srv.staging,
 		produce: func(i int, buf []byte) error {
 			p, q := span.pages(i)
 			_, err := f.ReadAt(buf[:(q-p)*PageSize], o.fileOff(p))
@@ -183,15 +185,19 @@ func (o *mover) installFromFile(v *view, first, outer int, f *devmem.File, wp bo
 	return done, found, err
 }
 
-// staging returns the calling thread's staging buffer.
-func (o *mover) staging() []byte {
+// staging returns a staging buffer, a slot of the server's staging area,
+// and what to call when done with it: a fault handler keeps one for its
+// life, the control path borrows one.
+func (o *mover) staging() ([]byte, func()) {
+	area := o.sess.srv.staging
 	if o.h == nil {
-		return make([]byte, stagingPages*PageSize)
+		buf := area.get()
+		return buf, func() { area.put(buf) }
 	}
-	if o.h.staging == nil { // allocated on first use: most sessions never need it
-		o.h.staging = make([]byte, stagingPages*PageSize)
+	if o.h.staging == nil { // taken on first use: most sessions never need it
+		o.h.staging = area.get()
 	}
-	return o.h.staging
+	return o.h.staging, func() {}
 }
 
 // run is a maximal stretch of pages with the same source and the same
@@ -386,23 +392,35 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (PageMask, error
 func (o *mover) transfer(dst pageSink, to location, first, outer int, src *devmem.File) (PageMask, error) {
 	var done PageMask
 	span := o.chunkSpan(first, outer)
+	area := o.sess.srv.staging
 	writeBack := func(x, y, p int, buf []byte) {
 		if _, err := src.WriteAt(buf[(x-p)*PageSize:(y-p)*PageSize], o.fileOff(x)); err != nil {
 			o.sess.srv.logger.Printf("put back %#x+%d after a failed migration: %v (the data is lost)", o.pageAddr(x), (y-x)*PageSize, err)
 		}
 	}
+	direct, doneWithDirect := o.staging()
+	defer doneWithDirect()
 	_, err := o.sess.srv.copyEngine(to).run(&copyJob{
-		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: o.staging(),
+		chunks: span.chunks, bytes: int64(outer-first) * PageSize, staging: true, direct: direct, buffers: area,
 		produce: func(i int, buf []byte) error {
 			p, q := span.pages(i)
 			_, err := src.ReadAt(buf[:(q-p)*PageSize], o.fileOff(p))
 			return err
 		},
-		release: func(i int) error {
+		release: func(i int, buf []byte) error {
 			p, q := span.pages(i)
-			return src.Punch(o.fileOff(p), int64(q-p)*PageSize)
+			// From the punch until the install the pages are only in
+			// buf: say so where a new server will look (staging.go).
+			area.mark(buf, o.sess.id, o.fileOff(p), (q-p)*PageSize)
+			err := src.Punch(o.fileOff(p), int64(q-p)*PageSize)
+			if err != nil {
+				area.clear(buf)
+			}
+			o.sess.srv.afterPunch()
+			return err
 		},
 		install: func(i int, buf []byte) error {
+			defer area.clear(buf)
 			p, q := span.pages(i)
 			got, err := dst.put(p, q, buf[:(q-p)*PageSize])
 			done.Or(&got)
@@ -417,6 +435,7 @@ func (o *mover) transfer(dst pageSink, to location, first, outer int, src *devme
 			return err
 		},
 		restore: func(i int, buf []byte) {
+			defer area.clear(buf)
 			p, q := span.pages(i)
 			writeBack(p, q, p, buf)
 		},

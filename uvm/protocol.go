@@ -52,6 +52,8 @@ const (
 	msgStreamOpen    // client -> device process: a stream's connection
 	msgDeviceFile    // client -> server: the session's file of a device, for copies
 	msgDeviceHints   // server -> device process: drop the mappings of these runs (hint faults)
+	msgRestarted     // server -> client, unsolicited: a new server took over; send a pending request again
+	msgReplace       // a new daemon -> the running one: retire, and let me take over
 	msgTypeEnd       // one past the last message type
 )
 
@@ -62,7 +64,7 @@ var msgTypeNames = [...]string{
 	msgDeviceMap: "device-map", msgDeviceUnmap: "device-unmap", msgLaunch: "launch", msgSync: "sync",
 	msgStreamDestroy: "stream-destroy", msgDeviceUp: "device-up", msgAdvise: "advise",
 	msgDeviceCopy: "device-copy", msgStreamOpen: "stream-open", msgDeviceFile: "device-file",
-	msgDeviceHints: "device-hints",
+	msgDeviceHints: "device-hints", msgRestarted: "restarted", msgReplace: "replace",
 }
 
 func (t msgType) String() string {
@@ -77,6 +79,11 @@ type header struct {
 	seq    uint32
 	status errorCode
 }
+
+// requestRetried is the status of a request sent again after a restart:
+// the server that took over may have read the first copy already, or the
+// dead one may have carried it out.
+const requestRetried errorCode = 1
 
 // Session roles given in hello.
 const (
@@ -346,8 +353,8 @@ func parseRequest(b []byte) (header, any, error) {
 	if err != nil {
 		return h, nil, err
 	}
-	if h.status != codeOK {
-		return h, nil, fmt.Errorf("%w: request with status %d, want 0", ErrInvalidValue, h.status)
+	if h.status != codeOK && h.status != requestRetried {
+		return h, nil, fmt.Errorf("%w: request with status %d, want 0 or %d (sent again)", ErrInvalidValue, h.status, requestRetried)
 	}
 	r := &wireReader{b: payload}
 	var req any
@@ -392,7 +399,7 @@ func parseRequest(b []byte) (header, any, error) {
 			r.err = fmt.Errorf("%w: stats scope %d, want 0 (server), 1 (session) or 2 (range)", ErrInvalidValue, sr.scope)
 		}
 		req = sr
-	case msgInfo:
+	case msgInfo, msgReplace:
 		req = struct{}{}
 	case msgDeviceConnect, msgDeviceFile:
 		req = deviceConnectRequest{device: r.i32("device")}
@@ -565,6 +572,20 @@ func encodeDeviceMap(seq uint32, mr deviceMapRequest) []byte {
 		w.u64(x)
 	}
 	return w.b
+}
+
+// encodeRestarted is the notice a new server sends each client it took
+// over, with its pid and how many servers died before it.
+func encodeRestarted(serverPID, restarts uint32) []byte {
+	w := newMessage(header{typ: msgRestarted})
+	w.u32(serverPID)
+	w.u32(restarts)
+	return w.b
+}
+
+func decodeRestarted(r *wireReader) (serverPID, restarts uint32, err error) {
+	serverPID, restarts = r.u32("server pid"), r.u32("restarts")
+	return serverPID, restarts, r.done("restarted notice")
 }
 
 func encodeDeviceUnmap(seq uint32, addr, length uint64) []byte {

@@ -1,6 +1,15 @@
 package uvm
 
-import "os"
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
 
 // What `uvm run` needs of a server it runs in its own process: a socket
 // of its own for the program it starts, and the server's counters
@@ -14,6 +23,7 @@ func (s *Server) Listen(path string) error {
 	if err != nil {
 		return err
 	}
+	s.keepListener(l, path)
 	go func() {
 		s.Serve(l)
 		os.Remove(path)
@@ -27,4 +37,122 @@ func (s *Server) Listen(path string) error {
 func (s *Server) Stats() Stats {
 	s.quiesce()
 	return s.stats.snapshot()
+}
+
+// ServerProcess is a fault server in a process of its own, serving on
+// sockets, as `uvm run` starts one for its program: a server in the
+// process that waits for the program would die with it, while this one
+// is restarted by its guard if it dies (guard.go) and the program never
+// notices.
+type ServerProcess struct {
+	cmd   *exec.Cmd
+	paths []string
+	done  chan struct{}
+}
+
+const serveSocketsEnv = "SOFTUVM_SERVE_SOCKETS" // the sockets a "serve" role listens on, colon-separated
+
+// StartServerProcess starts a server configured with cfg that listens on
+// each of paths, and returns once it serves.
+func StartServerProcess(cfg ServerConfig, paths ...string) (*ServerProcess, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: a server process needs a socket to serve on", ErrInvalidValue)
+	}
+	ready, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInitialization, err)
+	}
+	defer ready.Close()
+	cmd, err := reexec("serve", "softuvm-server", []*os.File{w}, serverConfigEnv+"="+cfg.marshal(), serveSocketsEnv+"="+strings.Join(paths, ":"))
+	w.Close()
+	if err != nil {
+		return nil, err
+	}
+	p := &ServerProcess{cmd: cmd, paths: paths, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	msg, _ := io.ReadAll(ready) // its end closes once it serves, or fails
+	if len(msg) > 0 && msg[0] != 'k' {
+		<-p.done
+		return nil, fmt.Errorf("%w: %s", ErrInitialization, strings.TrimSpace(string(msg)))
+	}
+	if len(msg) == 0 {
+		<-p.done
+		return nil, fmt.Errorf("%w: the server process exited before it served (%v)", ErrInitialization, cmd.ProcessState)
+	}
+	return p, nil
+}
+
+// Monitor connects to the server as a monitor (whichever process serves
+// now: a server restarted by the guard serves the same sockets).
+func (p *ServerProcess) Monitor() (*Monitor, error) { return ConnectMonitor(p.paths[0]) }
+
+// Close stops the server serving now, which ends its guard, and waits
+// for it to exit.
+func (p *ServerProcess) Close() error {
+	m, err := p.Monitor()
+	if err != nil {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		return nil
+	}
+	pid := m.ServerPID()
+	m.Close()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		if pid == p.cmd.Process.Pid {
+			select {
+			case <-p.done:
+				return nil
+			case <-time.After(10 * time.Second):
+				return fmt.Errorf("%w: the server (pid %d) did not exit on SIGTERM", ErrInternal, pid)
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // not our child: nothing to wait on
+	}
+	return nil
+}
+
+// runServeRole is the main function of a StartServerProcess server:
+// fd 3 says when it serves (or why it cannot), and a SIGTERM closes it.
+func runServeRole() int {
+	ready := os.NewFile(3, "softuvm-ready")
+	fail := func(err error) int {
+		fmt.Fprintf(ready, "%v\n", err)
+		ready.Close()
+		return 1
+	}
+	cfg, err := unmarshalServerConfig(os.Getenv(serverConfigEnv))
+	os.Unsetenv(serverConfigEnv)
+	paths := strings.Split(os.Getenv(serveSocketsEnv), ":")
+	os.Unsetenv(serveSocketsEnv)
+	if err != nil {
+		return fail(err)
+	}
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	srv, err := NewServer(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	srv.setMode(modeDaemon)
+	for _, p := range paths {
+		if err := srv.Listen(p); err != nil {
+			srv.Close()
+			return fail(err)
+		}
+	}
+	ready.Write([]byte{'k'})
+	ready.Close()
+	select {
+	case <-sigs:
+	case <-srv.Done():
+	}
+	srv.Close()
+	return 0
 }

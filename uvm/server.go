@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,7 +41,17 @@ type Server struct {
 	strayFaults   atomic.Uint64 // faults on addresses no range owns
 	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
 
-	guard *guardLink
+	guard   *guardLink
+	staging *stagingArea // the buffers migrations carry pages in (staging.go)
+	mode    byte         // modePrivate or modeDaemon: what the guard restarts
+	restart restartStats // this server's takeover, if it took over
+	// keptListeners are the listening sockets the guard holds too.
+	keptMu        sync.Mutex
+	keptListeners []keptListenerRef
+	idle          chan struct{} // signalled when the last session ends
+	// crashAfterPunch counts down to a self-inflicted SIGKILL after a
+	// punch (tests only; 0: never).
+	crashAfterPunch atomic.Int64
 
 	listenersMu sync.Mutex
 	listeners   []net.Listener
@@ -76,6 +87,25 @@ const (
 // NewServer creates the arenas and starts the handler threads. It serves
 // nobody until Serve or ServeConn is called.
 func NewServer(cfg ServerConfig) (*Server, error) {
+	return newServer(cfg, serverStart{mode: modePrivate})
+}
+
+// serverStart is how a server begins: fresh, or taking over from one that
+// died (adopt.go), with the dead one's guard and staging area.
+type serverStart struct {
+	guard    *guardLink
+	staging  *stagingArea
+	mode     byte
+	attempts int
+}
+
+// keptListenerRef is a listener the guard holds a copy of.
+type keptListenerRef struct {
+	path string
+	l    *net.UnixListener
+}
+
+func newServer(cfg ServerConfig, start serverStart) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -98,6 +128,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		logger:   log.New(os.Stderr, fmt.Sprintf("softuvm server[%d]: ", os.Getpid()), 0),
 		sessions: map[uint64]*session{},
 		done:     make(chan struct{}),
+		idle:     make(chan struct{}, 1),
+		mode:     start.mode,
+		staging:  start.staging,
+	}
+	if s.staging == nil {
+		if s.staging, err = newStagingArea(); err != nil {
+			return nil, err
+		}
+	}
+	if v := os.Getenv(crashAfterPunchEnv); v != "" {
+		n, _ := strconv.Atoi(v)
+		s.crashAfterPunch.Store(int64(n))
+		os.Unsetenv(crashAfterPunchEnv) // not for the guard and the servers it starts
 	}
 	for _, spec := range cfg.Devices {
 		a, err := devmem.NewArena(spec)
@@ -127,16 +170,31 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		runtime.GOMAXPROCS(n)
 	}
 
-	if cfg.Guard {
+	switch {
+	case start.guard != nil:
+		s.guard = start.guard
+		go s.watchGuard()
+	case cfg.Guard:
 		g, err := startGuard()
 		if err != nil {
 			// Without a guard the server still works; only its death
 			// would be handled less well. Say so and go on.
-			s.logger.Printf("no guard process (%v): if this server dies, clients blocked in faults will hang", err)
+			s.logger.Printf("no guard process (%v): if this server dies, its clients' data not on the host is lost", err)
+			break
 		}
 		s.guard = g
+		g.send(guardConfigMsg(s.mode, cfg.restartAttempts(), cfg.marshal()))
+		g.send([]byte{guardStaging}, s.staging.file.Fd())
+		go s.watchGuard()
 	}
 	return s, nil
+}
+
+// afterPunch is where a test makes the server die with pages in flight.
+func (s *Server) afterPunch() {
+	if s.crashAfterPunch.Load() > 0 && s.crashAfterPunch.Add(-1) == 0 {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
 }
 
 // locations is the number of places a page can live: the host and each
@@ -225,16 +283,15 @@ func (s *Server) Close() error {
 		}
 		s.listenersMu.Unlock()
 		for _, sess := range s.sessionList() {
-			sess.conn.Close() // its control loop ends and cleans up
+			hangUpConn(sess.conn) // its control loop ends and cleans up
 		}
 		s.waitSessions(5 * time.Second)
 		s.enginesOnce.Do(func() {}) // none made from now on
 		if s.engines != nil {
 			s.engines.stop() // every move has ended with its session
 		}
-		if s.guard != nil {
-			s.guard.close()
-		}
+		s.guard.quit()
+		s.staging.close()
 		s.closeArenas()
 	})
 	return nil
@@ -309,10 +366,36 @@ type Info struct {
 	// Anatomy is the fault anatomy's histograms (nil without eBPF or
 	// sampling).
 	Anatomy *FaultAnatomy `json:"anatomy,omitempty"`
+	// Restart describes the server's takeovers.
+	Restart RestartInfo `json:"restart"`
 	// VMStat is the growth of the kernel's system-wide counters
 	// (/proc/vmstat: pgfault, pgmajfault, pgalloc_normal, pgfree) since
 	// the server started.
 	VMStat map[string]uint64 `json:"vmstat,omitempty"`
+}
+
+// RestartInfo says whether this server took over from one that died, and
+// how long that took.
+type RestartInfo struct {
+	// Restarts counts the servers that died (or retired) before this one
+	// in its line; 0 for a server that started fresh.
+	Restarts uint64 `json:"restarts"`
+	// PauseMS is the time from the death of the last one to service
+	// resumed here.
+	PauseMS float64 `json:"pause_ms"`
+	// AdoptedPages is the number of pages found in the files when
+	// residency was rebuilt, and RebuildMS the time that took.
+	AdoptedPages int64   `json:"adopted_pages"`
+	RebuildMS    float64 `json:"rebuild_ms"`
+	// RecoveredPages were carried by migrations when the server died and
+	// put back in the host file from the staging file.
+	RecoveredPages int64 `json:"recovered_pages"`
+	// Policy is how many new servers in a row the guard starts ("off":
+	// none, pages not on the host are poisoned).
+	Policy string `json:"policy"`
+	// GuardPID is the guard process holding every session's state, 0
+	// without one.
+	GuardPID int `json:"guard_pid"`
 }
 
 // SessionInfo describes one connected process.
@@ -352,6 +435,11 @@ func (s *Server) info() Info {
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.access.mode,
 		VMStat: vmstatSince(s.vmstatStart),
+		Restart: RestartInfo{
+			Restarts: s.restart.count.Load(), PauseMS: float64(s.restart.lastPause.Load()) / 1e6,
+			AdoptedPages: s.restart.adoptedPages.Load(), RebuildMS: float64(s.restart.rebuild.Load()) / 1e6,
+			RecoveredPages: s.restart.recoveredPages.Load(), Policy: FormatRestarts(s.cfg.Restarts), GuardPID: s.guard.PID(),
+		},
 	}
 	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
 	if an := s.access.anatomy; an != nil {

@@ -51,6 +51,38 @@ type session struct {
 	stats  *counters // retired statistics of freed ranges
 	remaps *remapper // device mapping changes that faults cause
 
+	// journal is what a new server needs to take the session over
+	// (journal.go); journalMu guards it and orders what goes to the
+	// guard, so that the guard's copy follows the same order.
+	journalMu sync.Mutex
+	journal   *journal
+	// lastSeq is the sequence number of the last request answered: a
+	// client that learns of a restart sends its pending request again,
+	// and when the new server had it already, the copy is dropped.
+	// Owned by the control loop.
+	lastSeq uint32
+	// adoptedViews are the device processes a new server takes over,
+	// until resume attaches them.
+	adoptedViews map[location]*keptView
+}
+
+// newSession makes a session that serves nobody yet.
+func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) *session {
+	sess := &session{srv: s, id: id, pid: pid, role: role, conn: conn, stats: newCounters(s.locations()),
+		views: make([]atomic.Pointer[view], s.locations()), remaps: newRemapper(), journal: newJournal()}
+	sess.ranges.Store(&rangeTable{})
+	return sess
+}
+
+// record adds rec to the session's journal and sends it to the guard.
+func (sess *session) record(rec []byte) {
+	sess.journalMu.Lock()
+	defer sess.journalMu.Unlock()
+	if err := sess.journal.apply(rec); err != nil {
+		sess.srv.logger.Printf("session %d journal: %v", sess.id, err)
+		return
+	}
+	sess.srv.guard.send(guardRecordMsg(sess.id, rec))
 }
 
 // client is the session's client view, nil for a monitor.
@@ -81,9 +113,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	sess := &session{srv: s, id: s.nextSessionID.Add(1), pid: peerPID, role: hello.role, conn: c, stats: newCounters(s.locations()),
-		views: make([]atomic.Pointer[view], s.locations()), remaps: newRemapper()}
-	sess.ranges.Store(&rangeTable{})
+	sess := s.newSession(s.nextSessionID.Add(1), peerPID, hello.role, c)
 	if hello.role == roleClient {
 		if err := sess.adopt(fds[0], fds[1]); err != nil {
 			writeMessage(c, encodeError(h, err), nil)
@@ -146,9 +176,7 @@ func (sess *session) adopt(uffdFD, hostFD int) error {
 	}
 	sess.host = host
 	sess.views[hostLoc].Store(&view{sess: sess, loc: hostLoc, pid: sess.pid, uffd: u})
-	if g := sess.srv.guard; g != nil {
-		g.add(viewKey(sess.id, hostLoc), sess.pid, u)
-	}
+	sess.srv.guard.send(guardSessionMsg(sess.id, sess.pid, uint64(granted)), rawFD(sess.conn), u.Fd(), host.Fd())
 	return nil
 }
 
@@ -163,8 +191,20 @@ func (sess *session) controlLoop() {
 			}
 			return
 		}
-		closeFDs(fds) // no request after hello carries descriptors
 		h, req, err := parseRequest(b)
+		if err == nil && h.typ == msgReplace {
+			err = sess.replace(fds)
+			reply := encodeEmptyReply(h)
+			if err != nil {
+				reply = encodeError(h, err)
+			}
+			writeMessage(sess.conn, reply, nil)
+			continue
+		}
+		closeFDs(fds) // no other request after hello carries descriptors
+		if err == nil && h.status == requestRetried && h.seq == sess.lastSeq {
+			continue // answered already: this server read it before the client learnt of the restart
+		}
 		var reply []byte
 		if err == nil && h.typ == msgHello {
 			err = fmt.Errorf("%w: hello sent twice", ErrInvalidValue)
@@ -176,6 +216,7 @@ func (sess *session) controlLoop() {
 		if err == nil {
 			reply, replyFDs, err = sess.dispatch(h, req)
 		}
+		sess.lastSeq = h.seq
 		if err != nil {
 			reply = encodeError(h, err)
 		}
@@ -198,7 +239,11 @@ func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 		return encodeU64Reply(h, id), nil, nil
 	case rangeRequest:
 		if h.typ == msgFree {
-			return encodeEmptyReply(h), nil, sess.free(uintptr(r.addr))
+			err := sess.free(uintptr(r.addr))
+			if err != nil && h.status == requestRetried && sess.ranges.Load().lookup(uintptr(r.addr)) == nil {
+				err = nil // the server before this one freed it, and died before it could answer
+			}
+			return encodeEmptyReply(h), nil, err
 		}
 		if h.typ != msgRangeAttrs {
 			break
@@ -213,7 +258,11 @@ func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 	case deviceCopyRequest:
 		return encodeEmptyReply(h), nil, sess.deviceCopy(r)
 	case adviseRequest:
-		return encodeEmptyReply(h), nil, sess.advise(uintptr(r.addr), uintptr(r.length), Advice(r.advice), Device(r.device))
+		err := sess.advise(uintptr(r.addr), uintptr(r.length), Advice(r.advice), Device(r.device))
+		if err == nil {
+			sess.record(adviseRecord(encodeAdvise(0, r)))
+		}
+		return encodeEmptyReply(h), nil, err
 	case statsRequest:
 		st, err := sess.statsFor(r)
 		if err != nil {
@@ -239,37 +288,11 @@ func (sess *session) dispatch(h header, req any) ([]byte, []int, error) {
 // alloc registers a range the client has mapped from its host file at
 // offset == address.
 func (sess *session) alloc(r allocRequest) (uint64, error) {
-	spec := sess.srv.cfg.Prefetch
-	policy := sess.srv.prefetch
-	if r.prefetch != "" {
-		var err error
-		if spec, err = ParsePrefetchSpec(r.prefetch); err != nil {
-			return 0, err
-		}
-		if policy, err = NewPrefetchPolicy(spec); err != nil {
-			return 0, err
-		}
+	mr, err := sess.newRange(r)
+	if err != nil {
+		return 0, err
 	}
-	start, length := uintptr(r.addr), uintptr(r.length)
-	owner := hostLoc
-	if r.kind == kindDevice {
-		d := Device(r.device)
-		if d == CPU {
-			return 0, fmt.Errorf("%w: device memory on the CPU: use pinned host memory (HostAlloc)", ErrInvalidDevice)
-		}
-		if err := sess.srv.checkDevice(d, "device memory on"); err != nil {
-			return 0, err
-		}
-		// Device memory takes its capacity now, as cudaMalloc does,
-		// evicting managed pages if it must.
-		owner = locationOf(d)
-		if err := (&mover{sess: sess}).reserve(owner, int64(length/PageSize)); err != nil {
-			if !errors.Is(err, ErrMemoryAllocation) {
-				err = fmt.Errorf("%w: %v", ErrMemoryAllocation, err)
-			}
-			return 0, fmt.Errorf("%s of device memory on device %d: %w", FormatSize(int64(length)), d, err)
-		}
-	}
+	start, length := mr.start, mr.length
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	// The kernel gave this address to a new mapping, so any range still
@@ -278,14 +301,7 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 		sess.freeRangeLocked(old, false)
 	}
 	sess.nextID++
-	mr := &managedRange{
-		sess: sess, id: sess.nextID, start: start, fileOff: int64(start), length: length, size: int64(r.size), flags: r.flags,
-		kind: r.kind, owner: owner,
-		prefetch: policy, trackPrefetch: r.trackPrefetch || sess.srv.cfg.TrackPrefetchUse,
-		stats:  newCounters(sess.srv.locations()),
-		blocks: make([]atomic.Pointer[block], (length+BlockSize-1)/BlockSize),
-		born:   time.Now(),
-	}
+	mr.id = sess.nextID
 	// Publish before registering: a stale fault message that names this
 	// address once it is registered must find the range, not be taken
 	// for a stray and poisoned.
@@ -299,6 +315,7 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 		sess.freeRangeLocked(mr, false)
 		return 0, err
 	}
+	sess.record(allocRecord(encodeAlloc(0, r)))
 	if r.kind == kindManaged {
 		// sess.stats, not mr.stats: an allocation's counters retire into
 		// its session's when it is freed, and would count it twice.
@@ -308,6 +325,62 @@ func (sess *session) alloc(r allocRequest) (uint64, error) {
 		}
 	}
 	return mr.id, nil
+}
+
+// newRange makes the range an alloc request describes, reserving device
+// memory's capacity, without publishing or registering it.
+func (sess *session) newRange(r allocRequest) (*managedRange, error) {
+	policy := sess.srv.prefetch
+	if r.prefetch != "" {
+		spec, err := ParsePrefetchSpec(r.prefetch)
+		if err != nil {
+			return nil, err
+		}
+		if policy, err = NewPrefetchPolicy(spec); err != nil {
+			return nil, err
+		}
+	}
+	start, length := uintptr(r.addr), uintptr(r.length)
+	owner := hostLoc
+	if r.kind == kindDevice {
+		d := Device(r.device)
+		if d == CPU {
+			return nil, fmt.Errorf("%w: device memory on the CPU: use pinned host memory (HostAlloc)", ErrInvalidDevice)
+		}
+		if err := sess.srv.checkDevice(d, "device memory on"); err != nil {
+			return nil, err
+		}
+		// Device memory takes its capacity now, as cudaMalloc does,
+		// evicting managed pages if it must.
+		owner = locationOf(d)
+		if err := (&mover{sess: sess}).reserve(owner, int64(length/PageSize)); err != nil {
+			if !errors.Is(err, ErrMemoryAllocation) {
+				err = fmt.Errorf("%w: %v", ErrMemoryAllocation, err)
+			}
+			return nil, fmt.Errorf("%s of device memory on device %d: %w", FormatSize(int64(length)), d, err)
+		}
+	}
+	return &managedRange{
+		sess: sess, start: start, fileOff: int64(start), length: length, size: int64(r.size), flags: r.flags,
+		kind: r.kind, owner: owner,
+		prefetch: policy, trackPrefetch: r.trackPrefetch || sess.srv.cfg.TrackPrefetchUse,
+		stats:  newCounters(sess.srv.locations()),
+		blocks: make([]atomic.Pointer[block], (length+BlockSize-1)/BlockSize),
+		born:   time.Now(),
+	}, nil
+}
+
+// replace answers msgReplace: the sender takes this server's place.
+func (sess *session) replace(fds []int) error {
+	if len(fds) != 1 {
+		closeFDs(fds)
+		return fmt.Errorf("%w: replace carries %d descriptors, want 1 (the successor's socket)", ErrInvalidValue, len(fds))
+	}
+	if err := sess.srv.retire(fds[0]); err != nil {
+		closeFDs(fds)
+		return err
+	}
+	return nil
 }
 
 // findRange returns the range containing [addr, addr+length), which must
@@ -335,6 +408,7 @@ func (sess *session) free(addr uintptr) error {
 	}
 	sess.auditPrefetch(r, true)
 	sess.freeRangeLocked(r, true)
+	sess.record(freeRecord(addr))
 	return nil
 }
 
@@ -415,6 +489,7 @@ func (sess *session) deviceFile(d int) (*devmem.File, error) {
 		return nil, fmt.Errorf("%w: device %d file: %v", ErrMemoryAllocation, d, err)
 	}
 	sess.devFiles[d] = f
+	sess.srv.guard.send(guardLocMsg(guardFile, sess.id, locationOf(Device(d))), f.Fd())
 	return f, nil
 }
 
@@ -457,9 +532,19 @@ func (s *Server) endSession(sess *session) {
 	}
 	sess.devFiles = nil
 	sess.filesMu.Unlock()
+	if sess.role == roleClient {
+		s.guard.send(guardIDMsg(guardEnd, sess.id))
+	}
 	s.sessionsMu.Lock()
 	delete(s.sessions, sess.id)
+	n := len(s.sessions)
 	s.sessionsMu.Unlock()
+	if n == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (sess *session) info() SessionInfo {
@@ -507,6 +592,23 @@ func (sess *session) statsFor(r statsRequest) (Stats, error) {
 	sess.auditPrefetch(mr, false)
 	mr.quiesce()
 	return mr.stats.snapshot(), nil
+}
+
+// rawFD returns c's descriptor, which c keeps owning.
+func rawFD(c syscall.Conn) int {
+	fd := -1
+	if raw, err := c.SyscallConn(); err == nil {
+		raw.Control(func(f uintptr) { fd = int(f) })
+	}
+	return fd
+}
+
+// hangUpConn ends a connection for its peer even while another process
+// (the guard) holds a descriptor of it, and closes it here.
+func hangUpConn(c *net.UnixConn) {
+	c.CloseRead()
+	c.CloseWrite()
+	c.Close()
 }
 
 // readMessage reads one datagram and any descriptors it carries.

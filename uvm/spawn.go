@@ -30,6 +30,12 @@ func init() {
 	case "guard":
 		os.Unsetenv(roleEnv)
 		runRole(runGuard)
+	case "adopt":
+		os.Unsetenv(roleEnv)
+		runRole(runAdoptedServer)
+	case "serve":
+		os.Unsetenv(roleEnv)
+		runRole(runServeRole)
 	case "device":
 		// Not here: the program's kernels are registered by init
 		// functions of packages that import this one, which have not run
@@ -201,6 +207,7 @@ func runPrivateServer() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
 	path := PrivateServerSocketPath(os.Getpid())
 	if l, err := listenUnix(path); err == nil {
+		srv.keepListener(l, path)
 		go srv.Serve(l)
 		defer os.Remove(path)
 	}
@@ -222,6 +229,9 @@ func ListenAndServe(cfg ServerConfig, path string, ready func(*Server)) error {
 		return err
 	}
 	defer os.Remove(path)
+	srv.setMode(modeDaemon)
+	srv.keepListener(l, path)
+	srv.handleReplaceSignal([]string{path})
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -108,18 +108,15 @@ func (sess *session) detachOnce(v *view) {
 	v.use.Lock()
 	v.gone = true
 	v.use.Unlock()
-	if g := sess.srv.guard; g != nil {
-		g.remove(viewKey(sess.id, v.loc))
+	if v.loc != hostLoc {
+		sess.srv.guard.send(guardLocMsg(guardViewGone, sess.id, v.loc))
 	}
 	sess.srv.untrack(v)
 	v.uffd.Close()
 	if v.conn != nil {
-		v.conn.Close()
+		hangUpConn(v.conn)
 	}
 }
-
-// viewKey names a view for the guard.
-func viewKey(session uint64, l location) uint64 { return session<<8 | uint64(l) }
 
 // Device views.
 //
@@ -158,10 +155,15 @@ func (sess *session) serveDevice(l location, c *net.UnixConn) {
 		c.Close()
 		return
 	}
-	// Read replies until the device process goes away.
+	sess.readDeviceReplies(v)
+}
+
+// readDeviceReplies reads a device process's replies until it goes
+// away, then detaches its view.
+func (sess *session) readDeviceReplies(v *view) {
 	buf := make([]byte, maxMessageSize)
 	for {
-		b, fds, err := readMessage(c, buf)
+		b, fds, err := readMessage(v.conn, buf)
 		closeFDs(fds)
 		if err != nil {
 			break
@@ -169,7 +171,7 @@ func (sess *session) serveDevice(l location, c *net.UnixConn) {
 		select {
 		case v.replies <- append([]byte(nil), b...):
 		default:
-			srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, l.device())
+			sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, v.loc.device())
 		}
 	}
 	close(v.connDone)
@@ -258,9 +260,7 @@ func (sess *session) attachDevice(l location, c *net.UnixConn) (*view, error) {
 		writeMessage(c, encodeError(h, err), nil)
 		return nil, err
 	}
-	if g := srv.guard; g != nil {
-		g.add(viewKey(sess.id, l), v.pid, u)
-	}
+	srv.guard.send(guardViewMsg(sess.id, l, v.pid), rawFD(c), u.Fd())
 	srv.track(v)
 	sess.views[l].Store(v)
 	// Published first, so that copies made from now on protect it too;
@@ -362,15 +362,21 @@ func (v *view) requestLocked(b []byte, typ msgType) error {
 	if err := writeMessage(v.conn, b, nil); err != nil {
 		return fmt.Errorf("%w: device %d process: %v", ErrInternal, v.loc.device(), err)
 	}
-	select {
-	case reply := <-v.replies:
-		_, err := parseReply(reply, h)
-		return err
-	case <-v.connDone:
-		return fmt.Errorf("%w: device %d process (pid %d) went away", ErrInternal, v.loc.device(), v.pid)
-	case <-time.After(deviceRequestTimeout):
-		v.conn.Close() // its reader ends and detaches the view
-		return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", ErrInternal, v.loc.device(), v.pid, typ, deviceRequestTimeout)
+	timeout := time.After(deviceRequestTimeout)
+	for {
+		select {
+		case reply := <-v.replies:
+			if rh, _, err := parseHeader(reply); err == nil && rh.seq != h.seq {
+				continue // answers a request of the server before this one
+			}
+			_, err := parseReply(reply, h)
+			return err
+		case <-v.connDone:
+			return fmt.Errorf("%w: device %d process (pid %d) went away", ErrInternal, v.loc.device(), v.pid)
+		case <-timeout:
+			hangUpConn(v.conn) // its reader ends and detaches the view
+			return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", ErrInternal, v.loc.device(), v.pid, typ, deviceRequestTimeout)
+		}
 	}
 }
 

@@ -111,6 +111,7 @@ Environment (read by programs using softuvm and by private servers):
   %-18s on (default), off, or settings: %s
   %-18s auto (default: eBPF where it loads, else user space), ebpf, user or off
   %-18s on (default), off, or settings: %s
+  %-18s when the server dies: new servers in a row the guard starts (on: 5), or off
   %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
   %-18s 1: libuvm-preload.so reports its allocations at exit
   %-18s uvm run: the path of libuvm-preload.so
@@ -119,7 +120,7 @@ Run 'uvm help COMMAND' for a command's flags.
 `, uvm.EnvSocket, uvm.DefaultSocketPath(), uvm.EnvServer, uvm.EnvDevices, uvm.DefaultDevices,
 		uvm.EnvArenaSize, uvm.FormatSize(uvm.DefaultArenaSize), uvm.EnvArenaBackend, uvm.EnvPrefetch,
 		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch,
-		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing, uvm.EnvAccessCount, uvm.EnvAccessPolicy, uvm.DefaultAccessPolicy, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
+		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing, uvm.EnvAccessCount, uvm.EnvAccessPolicy, uvm.DefaultAccessPolicy, uvm.EnvRestarts, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
 }
 
 // newFlagSet makes a flag set whose usage names the command.
@@ -162,6 +163,7 @@ type serverFlags struct {
 	copyThreads  int
 	access       string
 	accessPolicy string
+	restarts     string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -194,6 +196,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
 	fs.StringVar(&f.accessPolicy, "access-policy", base.AccessPolicy.String(), "what the access counters drive: on, off (count only), or settings such as hints=on,threshold=256,period=1s,sample=256MiB,decay=32s,anatomy=64")
+	fs.StringVar(&f.restarts, "restarts", uvm.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 
 func (f *serverFlags) config() (uvm.ServerConfig, error) {
@@ -232,6 +235,9 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	}
 	if cfg.AccessPolicy, err = uvm.ParseAccessPolicy(f.accessPolicy); err != nil {
 		return cfg, fmt.Errorf("--access-policy: %w", err)
+	}
+	if cfg.Restarts, err = uvm.ParseRestarts(f.restarts); err != nil {
+		return cfg, fmt.Errorf("--restarts: %w", err)
 	}
 	return cfg, cfg.Validate()
 }

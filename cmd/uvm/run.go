@@ -54,7 +54,11 @@ type runReport struct {
 	EvictedPages      uint64                `json:"evicted_pages"`
 	FaultServiceP50NS int64                 `json:"fault_service_p50_ns"`
 	FaultServiceP99NS int64                 `json:"fault_service_p99_ns"`
-	Stats             uvm.Stats             `json:"stats"`
+	// ServerRestarts counts the servers that died under the program and
+	// were replaced; the counters are those of the last one, since it
+	// took over.
+	ServerRestarts uint64    `json:"server_restarts"`
+	Stats          uvm.Stats `json:"stats"`
 }
 
 func runRun(args []string) error {
@@ -168,8 +172,12 @@ func runRun(args []string) error {
 		return exitStatus(runStatusFailed)
 	}
 
-	st := srv.Stats()
+	st, restarts, err := serverStats(srv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: the fault server's counters: %v\n", err)
+	}
 	rep := makeRunReport(argv, ws, wall, minBytes, cfg, st)
+	rep.ServerRestarts = restarts
 	if !*quiet {
 		var b strings.Builder
 		renderRunSummary(&b, filepath.Base(argv[0]), rep)
@@ -189,38 +197,46 @@ func runRun(args []string) error {
 	return exitStatus(rep.ExitStatus)
 }
 
-// startRunServer starts a fault server in this process, listening on a
-// socket in a fresh private directory (and on the monitor socket of a
-// private server, so that `uvm stat` and `uvm info` find it). cleanup
-// closes the server and removes both sockets.
-func startRunServer(cfg uvm.ServerConfig) (*uvm.Server, string, func(), error) {
+// startRunServer starts a fault server in a process of its own (so that
+// it can die and be replaced by its guard while the program runs),
+// listening on a socket in a fresh private directory and on the monitor
+// socket of a private server named after this process, so that `uvm stat
+// --pid` and `uvm info` find it. cleanup stops the server and removes
+// both sockets.
+func startRunServer(cfg uvm.ServerConfig) (*uvm.ServerProcess, string, func(), error) {
 	dir, err := os.MkdirTemp("", "uvm-run-") // 0700
 	if err != nil {
 		return nil, "", nil, err
 	}
-	srv, err := uvm.NewServer(cfg)
+	sock := filepath.Join(dir, "uvm.sock")
+	monitor := uvm.PrivateServerSocketPath(os.Getpid())
+	proc, err := uvm.StartServerProcess(cfg, sock, monitor)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, "", nil, err
 	}
-	sock := filepath.Join(dir, "uvm.sock")
-	if err := srv.Listen(sock); err != nil {
-		srv.Close()
-		os.RemoveAll(dir)
-		return nil, "", nil, err
-	}
-	monitor := uvm.PrivateServerSocketPath(os.Getpid())
-	if srv.Listen(monitor) != nil {
-		monitor = "" // only `uvm stat` misses it
-	}
 	cleanup := func() {
-		srv.Close()
-		if monitor != "" {
-			os.Remove(monitor)
-		}
+		proc.Close()
+		os.Remove(monitor)
 		os.RemoveAll(dir)
 	}
-	return srv, sock, cleanup, nil
+	return proc, sock, cleanup, nil
+}
+
+// serverStats reads the run server's counters and how many times it was
+// restarted.
+func serverStats(proc *uvm.ServerProcess) (uvm.Stats, uint64, error) {
+	m, err := proc.Monitor()
+	if err != nil {
+		return uvm.Stats{}, 0, err
+	}
+	defer m.Close()
+	st, err := m.ServerStats()
+	if err != nil {
+		return st, 0, err
+	}
+	in, err := m.Info()
+	return st, in.Restart.Restarts, err
 }
 
 // findPreload finds libuvm-preload.so: the flag, $UVM_PRELOAD, next to
@@ -398,6 +414,9 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 		fmt.Fprintf(w, "  %-20s %d faults: p50 %v, p99 %v, max %v\n", "fault service", h.Count, time.Duration(r.FaultServiceP50NS), time.Duration(r.FaultServiceP99NS), time.Duration(h.MaxNS))
 	} else {
 		fmt.Fprintf(w, "  %-20s no faults\n", "fault service")
+	}
+	if r.ServerRestarts > 0 {
+		fmt.Fprintf(w, "  %-20s %d: the server died and was replaced; the figures above count since the last takeover\n", "server restarts", r.ServerRestarts)
 	}
 }
 

@@ -8,13 +8,21 @@ import (
 )
 
 func runServe(args []string) error {
-	fs := newFlagSet("serve", "[flags]", "Run a fault server daemon. Programs using softuvm find it at the socket and use it instead of starting a private server; it serves only its own user (and root)")
+	fs := newFlagSet("serve", "[flags]", "Run a fault server daemon. Programs using softuvm find it at the socket and use it instead of starting a private server; it serves only its own user (and root). "+
+		"A guard process holds every client's state: if the daemon dies, a new one takes over and programs see a pause. "+
+		"--replace makes this process (a new binary, say) take over from the daemon running at the socket, keeping its configuration; SIGUSR2 to a daemon starts such a replacement from its own binary")
 	var sf serverFlags
 	sf.register(fs)
 	socket := fs.String("socket", uvm.DefaultSocketPath(), "Unix socket to listen on (created 0600 in a 0700 directory)")
-	noGuard := fs.Bool("no-guard", false, "do not start the guard process that turns clients' faults into SIGBUS if this server dies")
+	noGuard := fs.Bool("no-guard", false, "do not start the guard process that keeps clients' state if this server dies (a dead server then loses what was not on the host, and blocked clients hang)")
+	replace := fs.Bool("replace", false, "take over from the daemon running at --socket, with its sessions and configuration, without ending any of them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *replace {
+		return uvm.ReplaceDaemon(*socket, func(s *uvm.Server) {
+			fmt.Fprintf(os.Stderr, "uvm serve: pid %d took over %s (%d sessions)\n", os.Getpid(), *socket, s.SessionCount())
+		})
 	}
 	cfg, err := sf.config()
 	if err != nil {
@@ -26,6 +34,6 @@ func runServe(args []string) error {
 		for _, d := range s.Devices() {
 			fmt.Fprintf(os.Stderr, "  %v: %s arena, backend %s, NUMA node %d, %d workers\n", d.Device, uvm.FormatSize(d.Capacity), d.Backend, d.Node, d.Workers)
 		}
-		fmt.Fprintf(os.Stderr, "  prefetch %s, handlers %s, guard %v, thrashing %s\n", cfg.Prefetch, cfg.Handlers, cfg.Guard, cfg.Thrashing)
+		fmt.Fprintf(os.Stderr, "  prefetch %s, handlers %s, guard %v, restarts %s, thrashing %s\n", cfg.Prefetch, cfg.Handlers, cfg.Guard, uvm.FormatRestarts(cfg.Restarts), cfg.Thrashing)
 	})
 }

@@ -116,7 +116,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 			clients++
 		}
 	}
-	fmt.Fprintf(w, "softuvm server pid %d on %s, up %s, %d clients, handlers %s %v, prefetch %s\n\n", in.PID, path, in.Uptime, clients, in.Handlers, in.HandlerCPUs, in.Prefetch)
+	fmt.Fprintf(w, "softuvm server pid %d on %s, up %s, %d clients, handlers %s %v, prefetch %s\n", in.PID, path, in.Uptime, clients, in.Handlers, in.HandlerCPUs, in.Prefetch)
+	fmt.Fprintln(w, restartLine(in.Restart))
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-12s %14s %14s\n", "arena", "used", "capacity")
 	for _, d := range in.Devices {
 		fmt.Fprintf(w, "%-12v %14s %14s\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity))
@@ -246,4 +248,18 @@ func writeHistogram(w io.Writer, h uvm.Histogram) {
 		bar := int(b.count * 40 / max(most, 1))
 		fmt.Fprintf(w, "  <= %8v %8d %s\n", b.upper, b.count, strings.Repeat("#", max(bar, 1)))
 	}
+}
+
+// restartLine says who keeps the server's state, and whether it took
+// over from a server that died.
+func restartLine(r uvm.RestartInfo) string {
+	guard := "no guard: if it dies, its clients' data not on the host is lost"
+	if r.GuardPID != 0 {
+		guard = fmt.Sprintf("guard pid %d, restarts %s", r.GuardPID, r.Policy)
+	}
+	if r.Restarts == 0 {
+		return guard + "; started fresh"
+	}
+	return fmt.Sprintf("%s; took over after %d server deaths: paused %.1f ms, %d pages adopted in %.1f ms, %d put back from the staging file (counters since the takeover)",
+		guard, r.Restarts, r.PauseMS, r.AdoptedPages, r.RebuildMS, r.RecoveredPages)
 }

@@ -87,7 +87,13 @@ enum uvm_msg_type {
 	UVM_MSG_STREAM_OPEN,
 	UVM_MSG_DEVICE_FILE,
 	UVM_MSG_DEVICE_HINTS,
+	UVM_MSG_RESTARTED, /* server -> client, unsolicited: a new server took over */
+	UVM_MSG_REPLACE,
 };
+
+/* The status of a request sent again after a restart notice: the new
+ * server drops it when it had read the first copy. */
+#define UVM_WIRE_RETRIED 1u
 
 /* Server status codes (uvm/errors.go errorCode). */
 enum uvm_wire_status {
@@ -190,6 +196,7 @@ struct uvm_session {
 	uint32_t seq;
 	uint8_t *rbuf; /* UVM_MAX_MESSAGE bytes, mmap'ed */
 	bool gone;     /* the server went away */
+	uint32_t restarts; /* restart notices read */
 
 	/* files_mu guards files, each asked for at a copy's first need. */
 	pthread_mutex_t files_mu;

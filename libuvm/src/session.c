@@ -355,7 +355,31 @@ uvmError_t uvm__request(struct uvm_session *s, struct uvm_msg *req, const int *f
 	uint16_t typ;
 	memcpy(&typ, req->buf + 6, 2);
 	int e = uvm__send(s->conn, req->buf, req->len, fds, nfds);
-	ssize_t n = e ? -e : uvm__recv(s->conn, s->rbuf, UVM_MAX_MESSAGE, rfds, maxrfds, nrfds);
+	ssize_t n;
+	for (;;) {
+		n = e ? -e : uvm__recv(s->conn, s->rbuf, UVM_MAX_MESSAGE, rfds, maxrfds, nrfds);
+		if (n <= 0)
+			break;
+		struct uvm_header nh;
+		struct uvm_reader nr;
+		if (!uvm__parse_header(s->rbuf, (size_t)n, &nh, &nr) || (nh.type != UVM_MSG_RESTARTED && nh.seq == seq))
+			break;
+		if (rfds && nrfds) {
+			for (int i = 0; i < *nrfds; i++)
+				close(rfds[i]);
+			*nrfds = 0;
+		}
+		if (nh.type != UVM_MSG_RESTARTED)
+			continue; /* answers a request sent twice across a restart */
+		/* A new server took over from a dead one, which may have read
+		 * this request and never answered: send it again, marked so that
+		 * a server that has it already drops the copy. */
+		s->server_pid = (pid_t)uvm__get_u32(&nr);
+		s->restarts++;
+		uint32_t retried = UVM_WIRE_RETRIED;
+		memcpy(req->buf + 12, &retried, 4);
+		e = uvm__send(s->conn, req->buf, req->len, fds, nfds);
+	}
 	if (n <= 0) {
 		s->gone = true;
 		pthread_mutex_unlock(&s->req_mu);

@@ -1,0 +1,421 @@
+package uvm
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// Adoption: a server started by the guard takes over every session of a
+// server that died (guard.go). The order matters:
+//
+//  1. Pages a migration carried when the server died go back to the host
+//     file, before anything can fault on them (staging.go).
+//  2. Each session's ranges come back from its journal, and where every
+//     page lives from its files (SEEK_DATA: a page is where its data is).
+//  3. Advice is replayed; write protection a dead move left behind is
+//     lifted, and read-duplicated pages are protected again.
+//  4. Device processes get their whole layout mapped again, the handler
+//     threads start, and every thread left in a fault is woken: one
+//     whose page is still missing faults again and is served.
+//  5. Each client is told that the server restarted, so that it sends
+//     again a request the dead server may have read and never answered.
+
+// runAdoptedServer is the main function of a server the guard started.
+func runAdoptedServer() int {
+	link, err := fileConn(3)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softuvm server[%d]: guard link: %v\n", os.Getpid(), err)
+		return 2
+	}
+	srv, paths, err := takeOver(link)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softuvm server[%d]: %v\n", os.Getpid(), err)
+		return 1
+	}
+	if srv.mode == modeDaemon {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		srv.handleReplaceSignal(paths)
+		select {
+		case <-sigs:
+		case <-srv.Done():
+		}
+	} else {
+		signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
+		own := PrivateServerSocketPath(os.Getpid())
+		if l, err := listenUnix(own); err == nil {
+			go srv.Serve(l)
+			paths = append(paths, own)
+		}
+		srv.waitIdle()
+	}
+	srv.Close()
+	for _, p := range paths {
+		os.Remove(p)
+	}
+	return 0
+}
+
+// listenerFromFD makes a listener of a listening socket received from the
+// guard.
+func listenerFromFD(fd int) (*net.UnixListener, error) {
+	f := os.NewFile(uintptr(fd), "softuvm-listener")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("not a unix socket")
+	}
+	ul.SetUnlinkOnClose(false)
+	return ul, nil
+}
+
+// adopt takes over the sessions in st.
+func (s *Server) adopt(st *keptState, died time.Time, restarts int) error {
+	start := time.Now()
+	var sessions []*session
+	for _, id := range st.sessionIDs() {
+		ks := st.sessions[id]
+		delete(st.sessions, id)
+		sess, err := s.adoptFiles(ks)
+		if err != nil {
+			s.logger.Printf("session %d (pid %d) cannot be adopted: %v", id, ks.pid, err)
+			continue
+		}
+		sessions = append(sessions, sess)
+		if id >= s.nextSessionID.Load() {
+			s.nextSessionID.Store(id)
+		}
+	}
+	byID := map[uint64]*session{}
+	for _, sess := range sessions {
+		byID[sess.id] = sess
+	}
+	recovered := s.recoverStaged(byID)
+	var adopted int64
+	for _, sess := range sessions {
+		n, err := sess.rebuild()
+		adopted += n
+		if err != nil {
+			s.logger.Printf("session %d (pid %d): %v", sess.id, sess.pid, err)
+		}
+	}
+	rebuilt := time.Since(start)
+	for _, sess := range sessions {
+		sess.resume(restarts)
+	}
+	pause := time.Since(died)
+	s.restart.count.Store(uint64(restarts))
+	s.restart.lastPause.Store(int64(pause))
+	s.restart.adoptedPages.Store(adopted)
+	s.restart.recoveredPages.Store(recovered)
+	s.restart.rebuild.Store(int64(rebuilt))
+	return nil
+}
+
+// adoptFiles makes a session of what the guard kept: its descriptors and
+// journal. Nothing runs for it yet.
+func (s *Server) adoptFiles(ks *keptSession) (*session, error) {
+	conn, err := fileConn(uintptr(ks.conn))
+	ks.conn = -1
+	if err != nil {
+		closeFDs([]int{ks.uffd, ks.host})
+		return nil, fmt.Errorf("control socket: %v", err)
+	}
+	sess := s.newSession(ks.id, ks.pid, roleClient, conn)
+	host, err := devmem.FileFromFD(ks.host, fmt.Sprintf("host file of pid %d", ks.pid))
+	if err != nil {
+		uffd.NewFD(ks.uffd).Close()
+		conn.Close()
+		return nil, err
+	}
+	sess.host = host
+	u := uffd.NewFD(ks.uffd)
+	u.SetHandshaken(uffd.Feature(ks.features), 0)
+	sess.views[hostLoc].Store(&view{sess: sess, loc: hostLoc, pid: ks.pid, uffd: u})
+	sess.devFiles = make([]*devmem.File, len(s.arenas))
+	for l, fd := range ks.files {
+		d := int(l) - 1
+		if d < 0 || d >= len(s.arenas) {
+			syscall.Close(fd)
+			continue
+		}
+		f, err := devmem.FileFromFD(fd, fmt.Sprintf("softuvm-dev%d-pid%d", d, ks.pid))
+		if err != nil {
+			s.logger.Printf("session %d: device %d file: %v", ks.id, d, err)
+			continue
+		}
+		sess.devFiles[d] = f
+	}
+	sess.journal = ks.journal
+	sess.adoptedViews = ks.views
+	return sess, nil
+}
+
+// recoverStaged writes back, into the host file, every page a migration
+// carried when the server died that no location file holds: its source
+// was punched and it never arrived. It returns the pages written.
+func (s *Server) recoverStaged(byID map[uint64]*session) int64 {
+	var n int64
+	for _, in := range s.staging.intents() {
+		sess := byID[in.session]
+		if sess == nil {
+			continue
+		}
+		for p := 0; p < len(in.data)/PageSize; p++ {
+			off := in.off + int64(p)*PageSize
+			if sess.anyFileHolds(off) {
+				continue
+			}
+			if _, err := sess.host.WriteAt(in.data[p*PageSize:(p+1)*PageSize], off); err != nil {
+				s.logger.Printf("session %d: put back the page at %#x that a migration carried: %v", sess.id, off, err)
+				continue
+			}
+			n++
+		}
+	}
+	s.staging.clearAll()
+	return n
+}
+
+// anyFileHolds reports whether a location file of the session holds the
+// page at file offset off.
+func (sess *session) anyFileHolds(off int64) bool {
+	for l := 0; l < sess.srv.locations(); l++ {
+		f := sess.host
+		if l > 0 {
+			f = sess.devFiles[l-1]
+		}
+		if f == nil {
+			continue
+		}
+		if ext, err := f.DataExtents(off, PageSize); err == nil && len(ext) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuild restores the session's ranges from its journal and where their
+// pages live from the files, and replays its advice. It returns the pages
+// found.
+func (sess *session) rebuild() (int64, error) {
+	srv := sess.srv
+	var pages int64
+	recs := sess.journal.records()
+	sess.journal = newJournal()
+	for _, rec := range recs {
+		_, req, err := parseRequest(rec[1:])
+		if err != nil {
+			return pages, err
+		}
+		switch r := req.(type) {
+		case allocRequest:
+			mr, err := sess.restoreRange(r)
+			if err != nil {
+				srv.logger.Printf("session %d: range %#x+%d: %v", sess.id, r.addr, r.length, err)
+				continue
+			}
+			pages += sess.residencyFromFiles(mr)
+		case adviseRequest:
+			if err := sess.advise(uintptr(r.addr), uintptr(r.length), Advice(r.advice), Device(r.device)); err != nil {
+				srv.logger.Printf("session %d: replay %v on %#x+%d: %v", sess.id, Advice(r.advice), r.addr, r.length, err)
+			}
+		}
+		sess.journal.apply(rec)
+	}
+	return pages, nil
+}
+
+// restoreRange makes a range the dead server had registered, as alloc
+// did, without registering it again: the kernel kept the registration.
+func (sess *session) restoreRange(r allocRequest) (*managedRange, error) {
+	mr, err := sess.newRange(r)
+	if err != nil {
+		return nil, err
+	}
+	sess.mu.Lock()
+	sess.nextID++
+	mr.id = sess.nextID
+	sess.ranges.Store(sess.ranges.Load().with(mr))
+	sess.mu.Unlock()
+	if r.kind == kindManaged {
+		for _, c := range []*counters{sess.stats, sess.srv.stats} {
+			c.allocations.Add(1)
+			c.allocatedBytes.Add(r.size)
+		}
+	}
+	return mr, nil
+}
+
+// residencyFromFiles sets where each page of mr lives from the location
+// files: a page is resident where a file holds its data. It charges the
+// arenas and the host budget as the moves that put the pages there did.
+func (sess *session) residencyFromFiles(mr *managedRange) int64 {
+	srv := sess.srv
+	var total int64
+	for l := 0; l < srv.locations(); l++ {
+		f, err := sess.file(location(l))
+		if err != nil || f == nil {
+			continue
+		}
+		ext, err := f.DataExtents(mr.fileOff, int64(mr.length))
+		if err != nil {
+			srv.logger.Printf("session %d: residency of %#x+%d on location %d: %v", sess.id, mr.start, mr.length, l, err)
+			continue
+		}
+		var n int64
+		for _, e := range ext {
+			for off := max(e.Off, mr.fileOff); off < min(e.End(), mr.fileOff+int64(mr.length)); off += PageSize {
+				page := int((off - mr.fileOff) / PageSize)
+				bi := page / PagesPerBlock
+				b := mr.block(bi)
+				b.mu.Lock()
+				b.resident[l].Set(page % PagesPerBlock)
+				b.mu.Unlock()
+				if mr.kind == kindManaged {
+					srv.lrus[l].touch(blockRef{r: mr, i: bi, b: b})
+				}
+				n++
+			}
+		}
+		if l == int(hostLoc) {
+			srv.hostPages.Add(n)
+		} else if mr.kind == kindManaged {
+			// Whatever the files hold is there: charge it, even past a
+			// capacity it can only exceed if accounting was wrong.
+			if err := srv.arenas[l-1].Reserve(n); err != nil {
+				srv.logger.Printf("device %d: adopted %d pages do not fit: %v", l-1, n, err)
+			}
+		}
+		total += n
+	}
+	return total
+}
+
+// resume starts serving an adopted session: write protection made right,
+// views attached and served, waiters woken, the client told.
+func (sess *session) resume(restarts int) {
+	srv := sess.srv
+	client := sess.client()
+	// A move the dead server began left pages write-protected: lift that,
+	// then protect again what read duplication needs.
+	for _, r := range sess.ranges.Load().ranges {
+		if err := client.uffd.WriteProtect(r.start, r.length, false, true); err != nil {
+			srv.logger.Printf("session %d: unprotect %#x+%d: %v", sess.id, r.start, r.length, err)
+		}
+	}
+	sess.protectCopies(client)
+	srv.track(client)
+	srv.sessionsMu.Lock()
+	srv.sessions[sess.id] = sess
+	srv.sessionsMu.Unlock()
+	go sess.remapLoop()
+	if err := srv.watch(client); err != nil {
+		srv.logger.Printf("session %d: %v", sess.id, err)
+	}
+	for l, kv := range sess.adoptedViews {
+		if err := sess.adoptDevice(l, kv, restarts); err != nil {
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l.device(), kv.pid, err)
+		}
+	}
+	sess.adoptedViews = nil
+	sess.wakeAll()
+	sess.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	writeMessage(sess.conn, encodeRestarted(uint32(os.Getpid()), uint32(restarts)), nil)
+	sess.conn.SetWriteDeadline(time.Time{})
+	go func() {
+		defer srv.endSession(sess)
+		sess.controlLoop()
+	}()
+}
+
+// adoptDevice attaches a device process the dead server served: it keeps
+// running its kernels; its view is served again, and its mappings are
+// made again from the rebuilt state (the dead server's remote mappings
+// are not known).
+func (sess *session) adoptDevice(l location, kv *keptView, restarts int) error {
+	srv := sess.srv
+	conn, err := fileConn(uintptr(kv.conn))
+	if err != nil {
+		syscall.Close(kv.uffd)
+		return err
+	}
+	u := uffd.NewFD(kv.uffd)
+	u.SetHandshaken(srv.features&wantedFeatures, 0)
+	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{})}
+	// Requests of this server are numbered apart from the dead one's,
+	// whose replies may still be on their way.
+	v.seq.Store(uint32(restarts) << 24)
+	go sess.readDeviceReplies(v)
+	if err := srv.watch(v); err != nil {
+		sess.detach(v)
+		return err
+	}
+	srv.track(v)
+	sess.views[l].Store(v)
+	sess.mu.Lock()
+	runs, err := sess.layoutFor(l)
+	sess.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, m := range runs {
+		var wp PageMask
+		if err := v.request(encodeDeviceMap(v.seq.Add(1), deviceMapRequest{addr: m.addr, length: m.length, loc: m.loc, wp: wp}), msgDeviceMap); err != nil {
+			return err
+		}
+	}
+	sess.protectCopies(v)
+	return nil
+}
+
+// wakeAll wakes every thread of every view blocked in a fault on the
+// session's ranges.
+func (sess *session) wakeAll() {
+	for l := range sess.views {
+		v := sess.viewRef(location(l))
+		if v == nil {
+			continue
+		}
+		for _, r := range sess.ranges.Load().ranges {
+			v.uffd.Wake(r.start, r.length)
+		}
+		v.release()
+	}
+}
+
+// restartStats are the server's takeovers.
+type restartStats struct {
+	count          atomic.Uint64 // restarts of this server's line, this one included
+	lastPause      atomic.Int64  // from the death to service resumed, ns
+	adoptedPages   atomic.Int64  // pages found in the files
+	recoveredPages atomic.Int64  // pages put back from the staging file
+	rebuild        atomic.Int64  // time to rebuild residency, ns
+}
+
+// waitIdle returns when the server has no session left.
+func (s *Server) waitIdle() {
+	for {
+		select {
+		case <-s.idle:
+		case <-s.done:
+			return
+		}
+		if s.SessionCount() == 0 {
+			return
+		}
+	}
+}
