@@ -30,6 +30,10 @@ import (
 
 // runAdoptedServer is the main function of a server the guard started.
 func runAdoptedServer() int {
+	if os.Getenv(adoptFailEnv) != "" {
+		fmt.Fprintf(os.Stderr, "softuvm server[%d]: %s is set: failing before the takeover\n", os.Getpid(), adoptFailEnv)
+		return 1
+	}
 	link, err := fileConn(3)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "softuvm server[%d]: guard link: %v\n", os.Getpid(), err)
@@ -305,34 +309,55 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 	return total
 }
 
-// resume starts serving an adopted session: write protection made right,
-// views attached and served, waiters woken, the client told.
+// resume starts serving an adopted session: views attached, write
+// protection made right, handlers started, waiters woken, device layouts
+// made again, the client told.
 func (sess *session) resume(restarts int) {
 	srv := sess.srv
-	client := sess.client()
-	// A move the dead server began left pages write-protected: lift that,
-	// then protect again what read duplication needs.
-	for _, r := range sess.ranges.Load().ranges {
-		if err := client.uffd.WriteProtect(r.start, r.length, false, true); err != nil {
-			srv.logger.Printf("session %d: unprotect %#x+%d: %v", sess.id, r.start, r.length, err)
+	views := []*view{sess.client()}
+	// Every view is published before any handler runs: a move must find
+	// each process that maps its source, to hold its writers still.
+	for l, kv := range sess.adoptedViews {
+		v, err := sess.adoptDevice(l, kv, restarts)
+		if err != nil {
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l.device(), kv.pid, err)
+			continue
 		}
+		views = append(views, v)
 	}
-	sess.protectCopies(client)
-	srv.track(client)
+	sess.adoptedViews = nil
+	for _, v := range views {
+		// A move the dead server began left pages write-protected:
+		// lift that, then protect again what read duplication needs.
+		for _, r := range sess.ranges.Load().ranges {
+			if err := v.uffd.WriteProtect(r.start, r.length, false, true); err != nil {
+				srv.logger.Printf("session %d: unprotect %#x+%d in pid %d: %v", sess.id, r.start, r.length, v.pid, err)
+			}
+		}
+		sess.protectCopies(v)
+		srv.track(v)
+	}
 	srv.sessionsMu.Lock()
 	srv.sessions[sess.id] = sess
 	srv.sessionsMu.Unlock()
 	go sess.remapLoop()
-	if err := srv.watch(client); err != nil {
-		srv.logger.Printf("session %d: %v", sess.id, err)
-	}
-	for l, kv := range sess.adoptedViews {
-		if err := sess.adoptDevice(l, kv, restarts); err != nil {
-			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l.device(), kv.pid, err)
+	for _, v := range views {
+		if err := srv.watch(v); err != nil {
+			srv.logger.Printf("session %d: pid %d: %v", sess.id, v.pid, err)
 		}
 	}
-	sess.adoptedViews = nil
 	sess.wakeAll()
+	// With faults served (a Go device whose kernel waits in a fault
+	// cannot answer until it is), each device maps its layout again: the
+	// dead server's remote mappings are not known, so every range is
+	// mapped as this server's state says.
+	for _, v := range views[1:] {
+		if err := sess.relayout(v); err == nil {
+			sess.protectCopies(v)
+		} else {
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, v.loc.device(), v.pid, err)
+		}
+	}
 	sess.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	writeMessage(sess.conn, encodeRestarted(uint32(os.Getpid()), uint32(restarts)), nil)
 	sess.conn.SetWriteDeadline(time.Time{})
@@ -342,43 +367,99 @@ func (sess *session) resume(restarts int) {
 	}()
 }
 
-// adoptDevice attaches a device process the dead server served: it keeps
-// running its kernels; its view is served again, and its mappings are
-// made again from the rebuilt state (the dead server's remote mappings
-// are not known).
-func (sess *session) adoptDevice(l location, kv *keptView, restarts int) error {
-	srv := sess.srv
+// adoptDevice makes the view of a device process the dead server served,
+// and publishes it; the process keeps running its kernels.
+func (sess *session) adoptDevice(l location, kv *keptView, restarts int) (*view, error) {
 	conn, err := fileConn(uintptr(kv.conn))
 	if err != nil {
 		syscall.Close(kv.uffd)
-		return err
+		return nil, err
 	}
 	u := uffd.NewFD(kv.uffd)
-	u.SetHandshaken(srv.features&wantedFeatures, 0)
+	u.SetHandshaken(sess.srv.features&wantedFeatures, 0)
 	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{})}
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.
 	v.seq.Store(uint32(restarts) << 24)
-	go sess.readDeviceReplies(v)
-	if err := srv.watch(v); err != nil {
-		sess.detach(v)
-		return err
-	}
-	srv.track(v)
 	sess.views[l].Store(v)
-	sess.mu.Lock()
-	runs, err := sess.layoutFor(l)
-	sess.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	for _, m := range runs {
-		var wp PageMask
-		if err := v.request(encodeDeviceMap(v.seq.Add(1), deviceMapRequest{addr: m.addr, length: m.length, loc: m.loc, wp: wp}), msgDeviceMap); err != nil {
-			return err
+	go sess.readDeviceReplies(v)
+	return v, nil
+}
+
+// relayout maps a device's managed ranges again, block by block, as
+// this server's state says: the dead server's remote mappings are not
+// known. Each block's runs are marked in flight while the device maps
+// them (a fault there installs through the view and reads which file got
+// the page, as during any remap), and the new mappings start
+// write-protected, so that a write racing a move faults instead of
+// landing in a page being copied.
+func (sess *session) relayout(v *view) error {
+	for _, r := range sess.ranges.Load().ranges {
+		if r.kind != kindManaged {
+			continue // pinned host and device memory: mapped as they always were
+		}
+		for bi := range r.blocks {
+			if r.blocks[bi].Load() == nil {
+				continue // no advice, nothing resident: the device maps its own file
+			}
+			if err := sess.relayoutBlock(v, r, bi); err != nil {
+				return err
+			}
 		}
 	}
-	sess.protectCopies(v)
+	return nil
+}
+
+func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
+	v.reqMu.Lock()
+	defer v.reqMu.Unlock()
+	b := r.blocks[bi].Load()
+	o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*BlockSize}
+	type run struct {
+		first, outer int
+		to           location
+	}
+	var runs []run
+	b.mu.Lock()
+	if r.freed.Load() {
+		b.mu.Unlock()
+		return nil
+	}
+	now := sess.srv.nowMicros()
+	for p := 0; p < b.pages; {
+		to := o.desiredFile(v.loc, p, now)
+		q := p + 1
+		for q < b.pages && o.desiredFile(v.loc, q, now) == to {
+			q++
+		}
+		runs = append(runs, run{p, q, to})
+		b.setMapping(v.loc, p, q, to, true, sess.srv.locations())
+		p = q
+	}
+	b.mu.Unlock()
+	var err error
+	done := 0
+	for _, rn := range runs {
+		var wp PageMask
+		wp.FillRange(0, rn.outer-rn.first)
+		err = v.requestLocked(encodeDeviceMap(v.seq.Add(1), deviceMapRequest{
+			addr: uint64(o.pageAddr(rn.first)), length: uint64(rn.outer-rn.first) * PageSize, loc: uint8(rn.to), wp: wp}), msgDeviceMap)
+		if err != nil {
+			break
+		}
+		done++
+	}
+	b.mu.Lock()
+	for i, rn := range runs {
+		b.settle(v.loc, rn.first, rn.outer, i < done)
+		if i < done && rn.to != v.loc {
+			r.countRemote(v.loc, rn.outer-rn.first)
+		}
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("map %#x+%d again: %w", o.blockAddr, b.pages*PageSize, err)
+	}
 	return nil
 }
 

@@ -41,6 +41,9 @@ const (
 	// Nth punch of a migration's source, before the pages are installed
 	// (a test of the staging file); servers that take over do not see it.
 	crashAfterPunchEnv = "SOFTUVM_TEST_CRASH_AFTER_PUNCH"
+	// adoptFailEnv makes every server the guard starts fail before it
+	// takes over (a test of the guard's bounded retries).
+	adoptFailEnv = "SOFTUVM_TEST_ADOPT_FAIL"
 )
 
 // Default device configuration: one device with a 1 GiB arena.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"sort"
 	"sync"
@@ -580,7 +581,21 @@ type guard struct {
 	st        *keptState
 	serverPID int
 	restarts  int
+	// readyAt is when the server now running took over; quickDeaths
+	// counts the servers in a row that died soon after it (a server that
+	// cannot live, not one that was killed once).
+	readyAt     time.Time
+	quickDeaths int
+	// server is the server the guard started, and exited closed once it
+	// has been waited for; nil for the first server (the guard's parent).
+	server *exec.Cmd
+	exited chan struct{}
 }
+
+// quickDeath is how soon after taking over an exit counts against the
+// restart attempts. A server killed by a signal (SIGKILL, the OOM
+// killer) never does: only one that fails by itself.
+const quickDeath = 250 * time.Millisecond
 
 func (g *guard) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "softuvm guard[%d]: %s\n", os.Getpid(), fmt.Sprintf(format, args...))
@@ -595,6 +610,11 @@ func (g *guard) run(link *net.UnixConn) int {
 			return 0
 		}
 		died := time.Now()
+		if g.failedQuickly(died) {
+			g.quickDeaths++
+		} else {
+			g.quickDeaths = 0
+		}
 		if g.st.mode != modeDaemon && len(g.st.sessions) == 0 {
 			g.st.close() // a private server whose clients are all gone
 			return 0
@@ -602,6 +622,7 @@ func (g *guard) run(link *net.UnixConn) int {
 		if successor != nil {
 			if err := g.handover(successor, died); err == nil {
 				link = successor
+				g.readyAt, g.quickDeaths = time.Now(), 0
 				continue
 			} else {
 				g.logf("the replacement server did not take over: %v", err)
@@ -610,11 +631,32 @@ func (g *guard) run(link *net.UnixConn) int {
 		}
 		next, why := g.restart(died)
 		if next == nil {
+			if len(g.st.sessions) == 0 {
+				g.logf("no server took over (%s), and none has clients: exiting", why)
+				g.st.close()
+				return 1
+			}
 			g.poison(why)
 			return 1
 		}
 		link = next
+		g.readyAt = time.Now()
 	}
+}
+
+// failedQuickly reports whether the server whose link just ended exited
+// by itself (not by a signal) soon after it took over.
+func (g *guard) failedQuickly(died time.Time) bool {
+	if g.server == nil || g.readyAt.IsZero() || died.Sub(g.readyAt) >= quickDeath {
+		return false
+	}
+	select {
+	case <-g.exited:
+	case <-time.After(time.Second):
+		return false
+	}
+	ws, ok := g.server.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && !ws.Signaled()
 }
 
 // follow keeps the state the server sends until the link ends. It
@@ -689,11 +731,12 @@ func (g *guard) restart(died time.Time) (*net.UnixConn, string) {
 		return nil, "restarts are off"
 	}
 	var last error
-	wait := restartBackoff
-	for attempt := 0; attempt < g.st.attempts; attempt++ {
+	if g.quickDeaths > 0 {
+		last = fmt.Errorf("%d servers in a row died within %v of taking over", g.quickDeaths, quickDeath)
+	}
+	for attempt := g.quickDeaths; attempt < g.st.attempts; attempt++ {
 		if attempt > 0 {
-			time.Sleep(wait)
-			wait *= 2
+			time.Sleep(restartBackoff << min(attempt-1, 5))
 		}
 		local, remote, err := socketPair("softuvm-guard")
 		if err != nil {
@@ -717,7 +760,7 @@ func (g *guard) restart(died time.Time) (*net.UnixConn, string) {
 			g.logf("new server (pid %d, attempt %d of %d) did not take over: %v", cmd.Process.Pid, attempt+1, g.st.attempts, err)
 			continue
 		}
-		g.serverPID = cmd.Process.Pid
+		g.serverPID, g.server, g.exited = cmd.Process.Pid, cmd, exited
 		return local, ""
 	}
 	return nil, fmt.Sprintf("%d new servers in a row failed to take over (the last: %v)", g.st.attempts, last)

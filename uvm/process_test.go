@@ -122,13 +122,18 @@ func TestFreeWhileBlockedInFault(t *testing.T) {
 	require.NoError(t, err)
 	b := a.Bytes()
 	result := make(chan any, 1)
+	tid := make(chan int, 1)
 	go func() {
+		runtime.LockOSThread()
+		tid <- syscall.Gettid()
 		debug.SetPanicOnFault(true)
 		defer func() { result <- recover() }()
 		v := b[5*PageSize]
 		result <- fmt.Sprintf("read %d", v)
 	}()
-	time.Sleep(50 * time.Millisecond) // let it block inside the fault
+	// The read is blocked inside the fault, as its thread's wchan shows.
+	wchan := fmt.Sprintf("/proc/self/task/%d/wchan", <-tid)
+	eventually(t, 5*time.Second, func() bool { w, _ := os.ReadFile(wchan); return string(w) == "handle_userfault" }, "the read never blocked in the fault")
 	t0 := time.Now()
 	require.NoError(t, a.Free())
 	assert.Less(t, time.Since(t0), 500*time.Millisecond, "Free does not wait for the stalled fault")
@@ -226,6 +231,9 @@ func roleBlockedReader() int {
 	cfg := testServerConfig()
 	cfg.FaultDelay = Duration(time.Minute)
 	cfg.Restarts = -1 // no takeover: the guard poisons
+	if os.Getenv(adoptFailEnv) != "" {
+		cfg.Restarts = 3 // every attempt fails
+	}
 	s, err := Connect(Config{Server: "private", Private: cfg})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -248,6 +256,40 @@ func roleBlockedReader() int {
 	return 0
 }
 
+// killBlockedReader runs roleBlockedReader, waits until its read is
+// blocked in the fault (seen in its threads' wchan), kills its server, and
+// returns how long after the kill the client ended, what it printed
+// after, its standard error, and how it ended.
+func killBlockedReader(t *testing.T, limit time.Duration, env ...string) (elapsed time.Duration, rest, stderr string, err error) {
+	t.Helper()
+	cmd := child(t, "blocked-reader", env...)
+	stdout, perr := cmd.StdoutPipe()
+	require.NoError(t, perr)
+	var errBuf syncBuffer
+	cmd.Stderr = &errBuf
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(stdout)
+	line, _ := r.ReadString('\n')
+	var serverPID int
+	_, perr = fmt.Sscanf(line, "server %d", &serverPID)
+	require.NoError(t, perr, "child said %q; stderr: %s", line, errBuf.String())
+	waitInFault(t, cmd.Process.Pid)
+	require.NoError(t, syscall.Kill(serverPID, syscall.SIGKILL))
+	killed := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+		elapsed = time.Since(killed)
+		b, _ := io.ReadAll(r)
+		return elapsed, string(b), errBuf.String(), err
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		t.Fatalf("the client hung after its server died; stderr: %s", errBuf.String())
+		return 0, "", "", nil
+	}
+}
+
 // TestServerDeathFailsClientFast: with takeover off, the server dies
 // while a client is blocked in a fault. Within a second the client gets a
 // clear fatal error (the guard's message, then SIGBUS), never a hang and
@@ -256,39 +298,32 @@ func TestServerDeathFailsClientFast(t *testing.T) {
 	requireRoot(t)
 	var worst time.Duration
 	for try := 0; try < 20; try++ {
-		cmd := child(t, "blocked-reader")
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		var stderr syncBuffer
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		r := bufio.NewReader(stdout)
-		line, _ := r.ReadString('\n')
-		var serverPID int
-		_, err = fmt.Sscanf(line, "server %d", &serverPID)
-		require.NoError(t, err, "child said %q; stderr: %s", line, stderr.String())
-		waitInFault(t, cmd.Process.Pid)
-		require.NoError(t, syscall.Kill(serverPID, syscall.SIGKILL))
-		killed := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			elapsed := time.Since(killed)
-			worst = max(worst, elapsed)
-			rest, _ := io.ReadAll(r)
-			assert.Less(t, elapsed, slowdown*time.Second, "try %d: the client must fail within a second", try)
-			assert.Error(t, err, "try %d: the client must not exit normally", try)
-			assert.NotContains(t, string(rest), "read ", "try %d: the client read data that no longer exists", try)
-			assert.Contains(t, stderr.String(), "the fault server of this process", "try %d: the guard says what happened", try)
-			assert.Contains(t, stderr.String(), "no new server took over (restarts are off)", "try %d", try)
-			assert.Contains(t, stderr.String(), "SIGBUS", "try %d", try)
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			t.Fatalf("try %d: the client hung after its server died; stderr: %s", try, stderr.String())
-		}
+		elapsed, rest, stderr, err := killBlockedReader(t, 10*time.Second)
+		worst = max(worst, elapsed)
+		assert.Less(t, elapsed, slowdown*time.Second, "try %d: the client must fail within a second", try)
+		assert.Error(t, err, "try %d: the client must not exit normally", try)
+		assert.NotContains(t, rest, "read ", "try %d: the client read data that no longer exists", try)
+		assert.Contains(t, stderr, "the fault server of this process", "try %d: the guard says what happened", try)
+		assert.Contains(t, stderr, "no new server took over (restarts are off)", "try %d", try)
+		assert.Contains(t, stderr, "SIGBUS", "try %d", try)
 	}
 	t.Logf("20 of 20 clients failed with SIGBUS, the slowest %v after the kill", worst.Round(time.Millisecond))
+}
+
+// TestRestartsGiveUp: when every new server fails before it takes over,
+// the guard tries as many times as configured, backing off, then poisons:
+// the blocked client gets SIGBUS with a message saying so.
+func TestRestartsGiveUp(t *testing.T) {
+	requireRoot(t)
+	elapsed, rest, stderr, err := killBlockedReader(t, 20*time.Second, adoptFailEnv+"=1")
+	assert.Error(t, err)
+	assert.NotContains(t, rest, "read ")
+	// Three attempts: no wait, 50 ms, 100 ms.
+	assert.GreaterOrEqual(t, elapsed, 150*time.Millisecond, "the guard backs off between attempts")
+	assert.Less(t, elapsed, slowdown*3*time.Second)
+	assert.Equal(t, 3, strings.Count(stderr, "failing before the takeover"), "three attempts: %s", stderr)
+	assert.Contains(t, stderr, "3 new servers in a row failed to take over")
+	assert.Contains(t, stderr, "SIGBUS")
 }
 
 // waitInFault waits until a thread of process pid is blocked in a

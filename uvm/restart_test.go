@@ -309,3 +309,25 @@ func TestCrashWithPagesInFlight(t *testing.T) {
 	assert.Equal(t, "restarts 1\n", string(out), "the prefetch was sent again to the new server")
 	assert.Regexp(t, `[1-9][0-9]* put back from the staging file`, stderr.String())
 }
+
+// TestRapidKills: servers killed as soon as they have taken over are not
+// servers failing by themselves: the guard keeps starting new ones (its
+// bounded retries count only exits without a signal).
+func TestRapidKills(t *testing.T) {
+	requireRoot(t)
+	sw := startSweeper(t)
+	sw.nextPass(60 * time.Second)
+	pid := serverOf(t, sw.cmd.pid, sw.guard)
+	for k := 0; k < 2*defaultRestartAttempts; k++ {
+		require.NotZero(t, pid)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		old := pid
+		eventually(t, 30*time.Second, func() bool {
+			pid = serverOf(t, sw.cmd.pid, sw.guard)
+			return pid != 0 && pid != old && strings.Count(sw.stderr.String(), "took over from") == k+1
+		}, "no server took over after kill %d: %s", k+1, sw.stderr.String())
+	}
+	sw.nextPass(60 * time.Second)
+	sw.finish()
+	assert.NotContains(t, sw.stderr.String(), "no new server took over")
+}

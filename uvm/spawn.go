@@ -91,6 +91,9 @@ func Main() {
 // handler threads in read(2)), and every request then waited for the
 // runtime's 10 ms background poll.
 func runRole(main func() int) {
+	// A server or guard outlives the terminal or pipe its standard error
+	// was: a log line written there must not kill it.
+	signal.Ignore(syscall.SIGPIPE)
 	status := make(chan int)
 	go func() { status <- main() }()
 	os.Exit(<-status)
