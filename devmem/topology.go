@@ -61,22 +61,40 @@ func PinCurrentThread(cpu int) error {
 // node node, so that what it copies lands on and is read from memory
 // near it. The caller must hold runtime.LockOSThread.
 func PinCurrentThreadToNode(node int) error {
+	cpus, err := NodeCPUs(node)
+	if err != nil {
+		return fmt.Errorf("pin thread to node %d: %w", node, err)
+	}
+	return PinCurrentThreadToCPUs(cpus)
+}
+
+// NodeCPUs returns the CPUs of NUMA node node.
+func NodeCPUs(node int) ([]int, error) {
 	nodes, err := Nodes()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, n := range nodes {
 		if n.ID == node {
 			if len(n.CPUs) == 0 {
-				return fmt.Errorf("pin thread to node %d: the node has no CPUs", node)
+				return nil, fmt.Errorf("node %d has no CPUs", node)
 			}
-			if err := memsys.SchedSetaffinitySet(n.CPUs); err != nil {
-				return fmt.Errorf("pin thread to node %d: %w", node, err)
-			}
-			return nil
+			return n.CPUs, nil
 		}
 	}
-	return fmt.Errorf("pin thread to node %d: no such node", node)
+	return nil, fmt.Errorf("no node %d", node)
+}
+
+// PinCurrentThreadToCPUs binds the calling OS thread to the CPUs in cpus
+// (lock the goroutine to its thread first).
+func PinCurrentThreadToCPUs(cpus []int) error {
+	if len(cpus) == 0 {
+		return fmt.Errorf("pin thread to no CPU: want at least one")
+	}
+	if err := memsys.SchedSetaffinitySet(cpus); err != nil {
+		return fmt.Errorf("pin thread to CPUs %v: %w", cpus, err)
+	}
+	return nil
 }
 
 // CurrentCPU reports the CPU the calling thread is running on (getcpu).

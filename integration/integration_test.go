@@ -347,13 +347,37 @@ func TestDaemon(t *testing.T) {
 
 func TestBenchFaultsJSON(t *testing.T) {
 	requireRoot(t)
+	const size = 8 << 20
 	out, errOut, err := uvmCmd(t, nil, "bench", "faults", "--json", "--runs", "1", "--pages", "200", "--size", "8MiB")
 	require.NoError(t, err, errOut)
-	var r map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
-	for _, k := range []string{"fault_p50_us", "fault_p99_us", "c_floor_p50_us", "fault_to_c_floor_ratio", "firsttouch_ratio", "d2h_memcpy_fraction", "memcpy_1t_gbps"} {
-		v, ok := r[k].(float64)
-		assert.True(t, ok && v > 0, "%s = %v", k, r[k])
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &raw), out)
+	field := func(k string) float64 {
+		v, ok := raw[k].(float64)
+		require.True(t, ok, "%s = %v", k, raw[k])
+		return v
 	}
+	p50, p99, floor := field("fault_p50_us"), field("fault_p99_us"), field("c_floor_p50_us")
+	firstManaged, firstAnon := field("firsttouch_managed_ns_per_page"), field("firsttouch_anon_ns_per_page")
+	firstFaults, d2hFaults := uint64(field("firsttouch_faults")), uint64(field("d2h_faults"))
+	d2h, memcpy1 := field("d2h_read_gbps"), field("memcpy_1t_gbps")
+
+	// A fault crosses the kernel twice and a context switch: not under
+	// half a microsecond, not over a tenth of a second here.
+	for k, v := range map[string]float64{"fault_p50_us": p50, "c_floor_p50_us": floor} {
+		assert.True(t, v >= 0.5 && v <= 1e5, "%s = %v us", k, v)
+	}
+	assert.GreaterOrEqual(t, p99, p50, "p99 >= p50")
+	// Each ratio is its two figures' quotient, computed here again.
+	assert.InEpsilon(t, p50/floor, field("fault_to_c_floor_ratio"), 1e-6, "fault_to_c_floor_ratio")
+	assert.InEpsilon(t, firstManaged/firstAnon, field("firsttouch_ratio"), 1e-6, "firsttouch_ratio")
+	assert.InEpsilon(t, d2h/memcpy1, field("d2h_memcpy_fraction"), 1e-6, "d2h_memcpy_fraction")
+	// What was timed happened: a first touch of 8 MiB faults at least
+	// once per 2 MiB block (density prefetch brings the rest), and
+	// reading it back from the device faults at least as often.
+	assert.Equal(t, float64(size), field("size_bytes"))
+	assert.GreaterOrEqual(t, firstFaults, uint64(size/(2<<20)), "first-touch faults")
+	assert.GreaterOrEqual(t, d2hFaults, uint64(size/(2<<20)), "device-to-host faults")
+	assert.LessOrEqual(t, firstFaults, uint64(size/4096), "at most one fault per page")
 	assert.Contains(t, errOut, "uvm bench: fault latency", "progress goes to stderr")
 }

@@ -3,8 +3,11 @@
 package uffd
 
 import (
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -97,13 +100,17 @@ func TestPollerShared(t *testing.T) {
 func TestPollerWakeup(t *testing.T) {
 	p := pollerT(t)
 	done := make(chan bool)
+	tid := make(chan int, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
 		keys, woken, err := p.Wait(nil, -1)
 		assert.NoError(t, err)
 		assert.Empty(t, keys)
 		done <- woken
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitWchan(t, <-tid, "do_epoll_wait") // Wait is blocked in epoll_wait
 	require.NoError(t, p.Wakeup())
 	select {
 	case woken := <-done:

@@ -1,7 +1,10 @@
 package uffd
 
 import (
+	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +65,7 @@ func TestReaderServesAndStops(t *testing.T) {
 	assert.Equal(t, fill(pageSize, 'R'), readPipe(t, pr, n))
 
 	// Now it waits in read(2) with nothing to come.
-	time.Sleep(20 * time.Millisecond)
+	waitWchan(t, int(r.tid.Load()), "userfaultfd_read_iter")
 	select {
 	case err := <-done:
 		t.Fatalf("reader returned early: %v", err)
@@ -113,15 +116,81 @@ func TestSetNonblock(t *testing.T) {
 	require.NoError(t, p.Add(f, 1))
 }
 
-// TestReaderAllocs: a read allocates nothing.
+// TestReaderAllocs: reading fault messages allocates nothing.
 func TestReaderAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector moves stack buffers to the heap")
 	}
 	f := handshakeT(t, 0)
+	require.NoError(t, f.SetNonblock(false))
+	const pages = 8
+	mem := mmapAnon(t, pages)
+	_, err := f.Register(addr(mem), uintptr(len(mem)), RegisterMissing)
+	require.NoError(t, err)
 	r, err := f.NewReader()
 	require.NoError(t, err)
-	r.Stop(time.Second)
-	var msgs [4]Msg
-	assert.Zero(t, testing.AllocsPerRun(100, func() { r.Read(msgs[:]) }))
+	defer r.Stop(time.Second)
+	// A fault per page, each a kernel read blocked until resolved; the
+	// messages wait in the userfaultfd.
+	var fls []*faulter
+	for p := 0; p < pages; p++ {
+		fl, _ := kernelRead(t, f, mem[p*pageSize:(p+1)*pageSize])
+		fls = append(fls, fl)
+	}
+	waitPending(t, f, pages)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var msgs [1]Msg
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for got := 0; got < pages; {
+		n, err := r.Read(msgs[:])
+		require.NoError(t, err)
+		got += n
+	}
+	runtime.ReadMemStats(&after)
+	assert.Zero(t, after.Mallocs-before.Mallocs, "allocations while reading %d fault messages", pages)
+	_, err = f.ZeroPage(addr(mem), uintptr(len(mem)), false)
+	require.NoError(t, err)
+	for _, fl := range fls {
+		_, err := fl.wait(t)
+		require.NoError(t, err)
+	}
+}
+
+// waitWchan waits until thread tid of this process sleeps in the kernel
+// function fn (its wchan).
+func waitWchan(t testing.TB, tid int, fn string) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/self/task/%d/wchan", tid)
+	deadline := time.Now().Add(testTimeout)
+	for {
+		if b, _ := os.ReadFile(path); string(b) == fn {
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(path)
+			t.Fatalf("thread %d sleeps in %q, not %q", tid, b, fn)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitPending waits until n fault messages wait in f, unread, as its
+// fdinfo says.
+func waitPending(t testing.TB, f *FD, n int) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd())
+	want := fmt.Sprintf("pending:\t%d\n", n)
+	deadline := time.Now().Add(testTimeout)
+	for {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want %q in %s:\n%s", want, path, b)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

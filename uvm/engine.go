@@ -37,9 +37,9 @@ import (
 // slower.
 type copyEngine struct {
 	producers int
-	// node is the NUMA node whose CPUs the producers run on, near the
-	// destinations they write; -1 leaves them to the scheduler.
-	node int
+	// cpus are the CPUs the producers run on: a NUMA node's, near the
+	// destinations they write; nil leaves them to the scheduler.
+	cpus []int
 	// directBelow is the size under which a job runs on its caller's
 	// goroutine.
 	directBelow int64
@@ -123,7 +123,7 @@ type chunkTask struct {
 }
 
 func newCopyEngine(producers int, directBelow int64) *copyEngine {
-	e := &copyEngine{producers: max(producers, 1), directBelow: directBelow, node: -1}
+	e := &copyEngine{producers: max(producers, 1), directBelow: directBelow}
 	e.bufs.New = func() any { b := make([]byte, chunkBytes); return &b }
 	return e
 }
@@ -142,7 +142,7 @@ func (e *copyEngine) launch() {
 
 func (e *copyEngine) producer() {
 	defer e.producing.Done()
-	pinToNode(e.node)
+	pinToCPUs(e.cpus)
 	for t := range e.tasks {
 		err := t.job.produce(t.i, t.buf)
 		if err != nil || t.job.release == nil {
@@ -289,12 +289,24 @@ func runDirect(job *copyJob) (int, error) {
 // pinToNode keeps the calling goroutine on its thread, bound to NUMA node
 // node's CPUs, for the rest of its life (the runtime retires the thread
 // with the goroutine); node -1 does nothing.
-func pinToNode(node int) {
+func pinToNode(node int) { pinToCPUs(nodeCPUs(node)) }
+
+// nodeCPUs is node's CPUs, nil for node -1 or one that cannot be read.
+func nodeCPUs(node int) []int {
 	if node < 0 {
+		return nil
+	}
+	cpus, _ := devmem.NodeCPUs(node) // unpinned, it copies all the same
+	return cpus
+}
+
+// pinToCPUs is pinToNode for a CPU set; nil does nothing.
+func pinToCPUs(cpus []int) {
+	if len(cpus) == 0 {
 		return
 	}
 	runtime.LockOSThread()
-	_ = devmem.PinCurrentThreadToNode(node) // unpinned, it copies all the same
+	_ = devmem.PinCurrentThreadToCPUs(cpus) // unpinned, it copies all the same
 }
 
 // copyEngines holds one engine per destination NUMA node, made on first
@@ -318,7 +330,7 @@ func (c *copyEngines) forNode(node int) *copyEngine {
 	e := c.byNode[node]
 	if e == nil {
 		e = newCopyEngine(c.producers, c.directBelow)
-		e.node = node
+		e.cpus = nodeCPUs(node)
 		if c.stopped {
 			e.stop()
 		}

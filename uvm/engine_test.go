@@ -224,22 +224,36 @@ func TestCopyEnginePinsProducersToTheDestinationNode(t *testing.T) {
 	engines := newCopyEngines(2, 0)
 	defer engines.stop()
 	for _, n := range nodes {
-		if len(n.CPUs) == 0 {
-			continue
+		if len(n.CPUs) > 0 {
+			assert.Equal(t, n.CPUs, engines.forNode(n.ID).cpus, "node %d's engine runs on its CPUs", n.ID)
 		}
-		var seen sync.Map
-		_, err := engines.forNode(n.ID).run(&copyJob{chunks: 8, bytes: 8 * chunkBytes, produce: func(i int, _ []byte) error {
-			cpus, err := devmem.AllowedCPUs()
-			seen.Store(i, cpus)
-			return err
-		}})
-		require.NoError(t, err)
-		seen.Range(func(_, v any) bool {
-			for _, c := range v.([]int) {
-				assert.Contains(t, n.CPUs, c, "a producer for node %d runs on its CPUs only", n.ID)
-			}
-			return true
-		})
 	}
+	assert.Nil(t, engines.forNode(-1).cpus, "no node: unpinned")
 	assert.Same(t, engines.forNode(-1), engines.forNode(-1), "one engine per node")
+
+	// The pinning itself, to a strict subset of the CPUs this process may
+	// use (one node's CPUs are all of them on a machine of one node, where
+	// an engine that pinned nothing would look right).
+	allowed, err := devmem.AllowedCPUs()
+	require.NoError(t, err)
+	if len(allowed) < 2 {
+		t.Skipf("one CPU allowed (%v): no strict subset to pin to", allowed)
+	}
+	e := newCopyEngine(2, 0)
+	e.cpus = allowed[len(allowed)-1:]
+	defer e.stop()
+	var seen sync.Map
+	_, err = e.run(&copyJob{chunks: 8, bytes: 8 * chunkBytes, produce: func(i int, _ []byte) error {
+		cpus, err := devmem.AllowedCPUs()
+		seen.Store(i, cpus)
+		return err
+	}})
+	require.NoError(t, err)
+	n := 0
+	seen.Range(func(_, v any) bool {
+		assert.Equal(t, e.cpus, v.([]int), "a producer runs on its engine's CPUs only")
+		n++
+		return true
+	})
+	assert.Equal(t, 8, n, "every chunk produced")
 }
