@@ -82,7 +82,7 @@ func NodeCPUs(node int) ([]int, error) {
 			return n.CPUs, nil
 		}
 	}
-	return nil, fmt.Errorf("no node %d", node)
+	return nil, fmt.Errorf("no such node %d", node)
 }
 
 // PinCurrentThreadToCPUs binds the calling OS thread to the CPUs in cpus

@@ -62,7 +62,7 @@ const (
 	guardQuit     = 'Q' // the server is closing cleanly: exit
 	guardRetire   = 'X' // fd: a socket to the server that replaces this one
 	guardReady    = 'K' // a new server to the guard: adoption done
-	guardHandover = 'T' // died(8, unix ns) restarts(4): ends a handover to a new server
+	guardHandover = 'T' // died(8, unix ns) restarts(4) guard pid(4): ends a handover to a new server
 )
 
 const (
@@ -300,20 +300,28 @@ func (st *keptState) send(c *net.UnixConn) error {
 	return nil
 }
 
+// handoverEnd is what the last message of a handover says.
+type handoverEnd struct {
+	died     time.Time // when the guard saw the server before die
+	restarts int       // servers that died or retired, that one included
+	guardPID int
+}
+
 // receiveHandover reads a handover into st, up to its end.
-func (st *keptState) receiveHandover(c *net.UnixConn) (died time.Time, restarts int, err error) {
+func (st *keptState) receiveHandover(c *net.UnixConn) (handoverEnd, error) {
 	buf := make([]byte, maxMessageSize)
+	le := binary.LittleEndian
 	for {
 		b, fds, err := readMessage(c, buf)
 		if err != nil {
-			return time.Time{}, 0, fmt.Errorf("handover: %w", err)
+			return handoverEnd{}, fmt.Errorf("handover: %w", err)
 		}
-		if len(b) == 13 && b[0] == guardHandover {
+		if len(b) == 17 && b[0] == guardHandover {
 			closeFDs(fds)
-			return time.Unix(0, int64(binary.LittleEndian.Uint64(b[1:]))), int(binary.LittleEndian.Uint32(b[9:])), nil
+			return handoverEnd{died: time.Unix(0, int64(le.Uint64(b[1:]))), restarts: int(le.Uint32(b[9:])), guardPID: int(le.Uint32(b[13:]))}, nil
 		}
 		if err := st.apply(b, fds); err != nil {
-			return time.Time{}, 0, fmt.Errorf("handover: %w", err)
+			return handoverEnd{}, fmt.Errorf("handover: %w", err)
 		}
 	}
 }
@@ -701,6 +709,7 @@ func (g *guard) handover(c *net.UnixConn, died time.Time) error {
 	}
 	end := binary.LittleEndian.AppendUint64([]byte{guardHandover}, uint64(died.UnixNano()))
 	end = binary.LittleEndian.AppendUint32(end, uint32(g.restarts+1))
+	end = binary.LittleEndian.AppendUint32(end, uint32(os.Getpid()))
 	if err := writeMessage(c, end, nil); err != nil {
 		return err
 	}

@@ -29,6 +29,19 @@ func integrityOps(t *testing.T) int {
 	return 100000
 }
 
+// integritySeed is UVM_INTEGRITY_SEED, or a new seed, logged so that a
+// failure can be run again.
+func integritySeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("UVM_INTEGRITY_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "UVM_INTEGRITY_SEED=%q: want a decimal number", v)
+	}
+	t.Logf("seed %d (rerun with UVM_INTEGRITY_SEED)", seed)
+	return seed
+}
+
 type shadowed struct {
 	a      *Allocation
 	shadow []byte
@@ -62,11 +75,7 @@ func (sl shadowed) write(rng *rand.Rand, off, length int) {
 // frees, and checks every byte against a shadow copy.
 func TestDataIntegrity(t *testing.T) {
 	s := newSession(t, testServerConfig())
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("UVM_INTEGRITY_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
-	}
-	t.Logf("seed %d (rerun with UVM_INTEGRITY_SEED)", seed)
+	seed := integritySeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	var pipe [2]int
 	require.NoError(t, syscall.Pipe(pipe[:]))
@@ -137,6 +146,7 @@ func TestDataIntegrity(t *testing.T) {
 			verify(op, sl, 0, n)
 			counts["verify-all"]++
 		default:
+			verify(op, sl, 0, n) // every byte of it, before it goes
 			require.NoError(t, sl.a.Free())
 			slots[i] = newAlloc()
 			verify(op, slots[i], 0, len(slots[i].shadow))
@@ -199,11 +209,7 @@ func TestDataIntegrityDevices(t *testing.T) {
 	// small (TestDataIntegrity keeps the calibrated choice).
 	cfg.CopyDirectBelow, cfg.CopyProducers = 1, 2
 	s := newSession(t, cfg)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("UVM_INTEGRITY_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
-	}
-	t.Logf("seed %d (rerun with UVM_INTEGRITY_SEED)", seed)
+	seed := integritySeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0xde71ce))
 	out, err := s.HostAlloc(16, HostAllocMapped)
 	require.NoError(t, err)
@@ -254,7 +260,6 @@ func TestDataIntegrityDevices(t *testing.T) {
 		}
 	}
 	processor := func() Device { return Device(rng.IntN(3) - 1) }
-	device := func() Device { return Device(rng.IntN(2)) }
 	counts := map[string]int{}
 	ops := integrityOps(t)
 	for op := 0; op < ops; op++ {
@@ -288,26 +293,47 @@ func TestDataIntegrityDevices(t *testing.T) {
 			require.NoError(t, s.DeviceSynchronize(1), "op %d", op)
 			counts["kernel-write"]++
 		case k < 62:
-			d := device()
-			off, length := span(n)
-			require.NoError(t, s.Launch(d, nil, "fnv", 1, params(uint64(sl.a.Addr())+uint64(off), uint64(length), uint64(out.Addr()))))
-			require.NoError(t, s.DeviceSynchronize(d), "op %d", op)
-			if got, want := hashes[0], fnv1a(sl.shadow[off:off+length]); got != want {
-				verify(op, sl, off, length) // names the byte if the host sees it too
-				explain(sl, off)
-				t.Fatalf("op %d: device %d read allocation %#x+%d+%d with hash %#x, want %#x", op, d, sl.a.Addr(), off, length, got, want)
+			// Kernels hashing on both devices at once, on different
+			// allocations (or the same, a third of the time).
+			j := (i + 1 + rng.IntN(len(slots)-1)) % len(slots)
+			if rng.IntN(3) == 0 {
+				j = i
 			}
-			record(op, fmt.Sprintf("device %d read", d), sl, off, length)
+			type hashed struct {
+				x         shadowed
+				off, leng int
+			}
+			var work [2]hashed
+			for d, x := range []shadowed{sl, slots[j]} {
+				off, length := span(len(x.shadow))
+				work[d] = hashed{x, off, length}
+				require.NoError(t, s.Launch(Device(d), nil, "fnv", 1, params(uint64(x.a.Addr())+uint64(off), uint64(length), uint64(out.Addr())+8*uint64(d))))
+			}
+			require.NoError(t, s.DeviceSynchronize(0), "op %d", op)
+			require.NoError(t, s.DeviceSynchronize(1), "op %d", op)
+			for d, w := range work {
+				if got, want := hashes[d], fnv1a(w.x.shadow[w.off:w.off+w.leng]); got != want {
+					verify(op, w.x, w.off, w.leng) // names the byte if the host sees it too
+					explain(w.x, w.off)
+					t.Fatalf("op %d: device %d read allocation %#x+%d+%d with hash %#x, want %#x", op, d, w.x.a.Addr(), w.off, w.leng, got, want)
+				}
+				record(op, fmt.Sprintf("device %d read", d), w.x, w.off, w.leng)
+			}
 			counts["kernel-read"]++
 		case k < 66:
-			d := device()
-			off, length := span(n)
-			require.NoError(t, s.Launch(d, nil, "addOne", 1+rng.IntN(2), rangeParams(sl.a.Addr()+uintptr(off), int64(length), 0)))
-			require.NoError(t, s.DeviceSynchronize(d), "op %d", op)
-			for b := off; b < off+length; b++ {
-				sl.shadow[b]++
+			// Kernels adding on both devices at once, on different
+			// allocations.
+			j := (i + 1 + rng.IntN(len(slots)-1)) % len(slots)
+			for d, x := range []shadowed{sl, slots[j]} {
+				off, length := span(len(x.shadow))
+				require.NoError(t, s.Launch(Device(d), nil, "addOne", 1+rng.IntN(2), rangeParams(x.a.Addr()+uintptr(off), int64(length), 0)))
+				for b := off; b < off+length; b++ {
+					x.shadow[b]++
+				}
+				record(op, fmt.Sprintf("device %d add", d), x, off, length)
 			}
-			record(op, fmt.Sprintf("device %d add", d), sl, off, length)
+			require.NoError(t, s.DeviceSynchronize(0), "op %d", op)
+			require.NoError(t, s.DeviceSynchronize(1), "op %d", op)
 			counts["kernel-add"]++
 		case k < 82:
 			off, length := span(n)
@@ -329,6 +355,7 @@ func TestDataIntegrityDevices(t *testing.T) {
 			verify(op, sl, 0, n)
 			counts["verify-all"]++
 		default:
+			verify(op, sl, 0, n) // every byte of it, before it goes
 			require.NoError(t, sl.a.Free())
 			slots[i] = newAlloc()
 			verify(op, slots[i], 0, len(slots[i].shadow))

@@ -49,7 +49,7 @@ func TestMemcpyEverySizeAndAlignment(t *testing.T) {
 			back := make([]byte, capacity)
 			for _, size := range []int64{1, 2, 63, 64, 4095, 4096, 4097, 64<<10 - 1, 64<<10 + 1, 1<<20 + 3, 8<<20 + 13, 33<<20 + 7} {
 				for _, off := range []int64{0, 1, PageSize - 3} {
-					if off+size+8 > capacity {
+					if off+size+2*PageSize > capacity {
 						continue
 					}
 					src := pattern(int(size), byte(size)+byte(off))
@@ -65,15 +65,16 @@ func TestMemcpyEverySizeAndAlignment(t *testing.T) {
 						{devB.Addr() + uintptr(off) + 5, devA.Addr() + uintptr(off), MemcpyDeviceToDevice},
 						{managed.Addr() + uintptr(off) + 3, devB.Addr() + uintptr(off) + 5, MemcpyDeviceToHost},
 						{devA.Addr() + 7, managed.Addr() + uintptr(off) + 3, MemcpyDefault},
-						{addr(back) + 8, devA.Addr() + 7, MemcpyDeviceToHost},
+						{addr(back) + PageSize, devA.Addr() + 7, MemcpyDeviceToHost},
 					}
 					clear(back)
 					for _, st := range steps {
 						require.NoError(t, s.Memcpy(st.dst, st.src, size, st.kind), "%s %v", name, st.kind)
 					}
-					sameBytes(t, src, back[8:8+size], name)
-					assert.Equal(t, make([]byte, 8), back[:8], "%s: nothing before the destination changed", name)
-					assert.Zero(t, back[8+size], "%s: nothing after it changed", name)
+					sameBytes(t, src, back[PageSize:PageSize+size], name)
+					// A page on each side of the last destination.
+					sameBytes(t, make([]byte, PageSize), back[:PageSize], name+": nothing before the destination changed")
+					sameBytes(t, make([]byte, PageSize), back[PageSize+size:2*PageSize+size], name+": nothing after it changed")
 				}
 			}
 			// Memset through the same mappings, unaligned, then read back.

@@ -77,7 +77,7 @@ func ReplaceDaemon(path string, ready func(*Server)) error {
 // holds: the sessions, and the listeners (whose paths it returns).
 func takeOver(link *net.UnixConn) (*Server, []string, error) {
 	st := newKeptState()
-	died, restarts, err := st.receiveHandover(link)
+	end, err := st.receiveHandover(link)
 	if err != nil {
 		st.close()
 		return nil, nil, err
@@ -99,13 +99,13 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 			return nil, nil, fmt.Errorf("staging file: %w", err)
 		}
 	}
-	g := &guardLink{conn: link, pid: os.Getppid(), done: make(chan struct{})}
+	g := &guardLink{conn: link, pid: end.guardPID, done: make(chan struct{})}
 	srv, err := newServer(cfg, serverStart{guard: g, staging: area, mode: st.mode, attempts: st.attempts})
 	if err != nil {
 		st.close()
 		return nil, nil, err
 	}
-	srv.adopt(st, died, restarts)
+	srv.adopt(st, end.died, end.restarts)
 	var paths []string
 	for _, kl := range st.listeners {
 		l, err := listenerFromFD(kl.fd)
@@ -122,7 +122,7 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 	st.listeners = nil
 	g.send([]byte{guardReady})
 	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file",
-		time.Since(died).Round(time.Millisecond), restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load())
+		time.Since(end.died).Round(time.Millisecond), end.restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load())
 	return srv, paths, nil
 }
 
