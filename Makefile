@@ -18,7 +18,7 @@ LIBUVM_OBJ := $(patsubst libuvm/src/%.c,$(BIN)/obj/%.o,$(LIBUVM_SRC))
 PRELOAD_OBJ := $(BIN)/obj/preload.o
 LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a $(BIN)/libuvm-preload.so
 
-.PHONY: all build lib demo test bench lint generate help clean install
+.PHONY: all build lib demo test fuzz bench lint generate help clean install
 
 all: build demo ## build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
 
@@ -57,9 +57,17 @@ install: build ## install uvm, uvm.h, libuvm and uvm.pc under PREFIX (default /u
 demo: build ## run `uvm demo`: allocate, touch, prefetch to a device and back
 	$(BIN)/uvm demo
 
-test: build ## run every test (as root: userfaultfd is root-only here)
+test: build ## run every test (as root: userfaultfd is root-only here), then fuzz the decoders for a minute
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m ./...
+	$(MAKE) fuzz
+
+FUZZTIME ?= 20s
+fuzz: ## fuzz the decoders of every peer, FUZZTIME each: requests (server, devices), replies (clients, server), the guard's messages
+	@for f in FuzzParseRequest FuzzParseReply FuzzGuardMessage; do \
+		echo "fuzz $$f for $(FUZZTIME)"; \
+		$(GO) test ./uvm -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 bench: build ## run the Go benchmarks and `uvm bench` faults, launch, memcpy and access
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./...

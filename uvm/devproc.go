@@ -65,7 +65,13 @@ func runDevice() int {
 		return fail("%v", err)
 	}
 	rt := newDeviceRuntime(d, workers)
-	go dev.serveServer(server)
+	go func() {
+		err := dev.serveServer(server)
+		// The fault server is gone and no guard kept the connection:
+		// the device's memory is gone, and so is the process.
+		fmt.Fprintf(os.Stderr, "softuvm device %d process %d: the fault server went away (%v); exiting\n", d, os.Getpid(), err)
+		os.Exit(1)
+	}()
 	if err := control.write(newMessage(header{typ: msgDeviceUp}).b); err != nil {
 		return 0 // the client is gone
 	}
@@ -247,16 +253,15 @@ func (dev *deviceMapping) mapFile(addr uintptr, length int64, loc int, wp PageMa
 	return devmem.DontFork(addr, length)
 }
 
-// serveServer answers the server's requests to map and unmap ranges. When
-// the server goes away the device's memory is gone, and so is the process.
-func (dev *deviceMapping) serveServer(c *net.UnixConn) {
+// serveServer answers the server's requests to map and unmap ranges until
+// the connection ends, and returns why it did.
+func (dev *deviceMapping) serveServer(c *net.UnixConn) error {
 	buf := make([]byte, maxMessageSize)
 	for {
 		b, fds, err := readMessage(c, buf)
 		closeFDs(fds)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "softuvm device %d process %d: the fault server went away (%v); exiting\n", dev.index, os.Getpid(), err)
-			os.Exit(1)
+			return err
 		}
 		h, req, err := parseRequest(b)
 		if err == nil {

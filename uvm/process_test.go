@@ -441,3 +441,88 @@ func TestWithoutUserfaultfdAccess(t *testing.T) {
 	}
 	t.Logf("what an unprivileged user sees: %s", res.Error)
 }
+
+// TestMalformedDeviceMessages: a device process that sends garbage, or a
+// hello that does not fit its connection, gets an error naming what is
+// wrong; the server goes on serving its client.
+func TestMalformedDeviceMessages(t *testing.T) {
+	s := newSession(t, testServerConfig())
+	connect := func() *net.UnixConn {
+		_, fds, err := s.requestWithFDs(encodeDeviceConnect(s.nextSeq(), 0), msgDeviceConnect)
+		require.NoError(t, err)
+		require.Len(t, fds, 1)
+		c, err := fileConn(uintptr(fds[0]))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string {
+		require.NoError(t, writeMessage(c, b, fds))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		reply, rfds, err := readMessage(c, make([]byte, 4096))
+		closeFDs(rfds)
+		require.NoError(t, err)
+		h, payload, err := parseHeader(reply)
+		require.NoError(t, err)
+		if h.status == codeOK {
+			return "ok"
+		}
+		return (&wireReader{b: payload}).str("message")
+	}
+	assert.Contains(t, roundTrip(connect(), []byte("not a message at all"), nil), "bad magic")
+	assert.Contains(t, roundTrip(connect(), encodeInfo(1), nil), "want device hello")
+	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 0, pid: 1}), nil), "with 0 descriptors, want device 0 and 1")
+	f, err := os.Open("/dev/null")
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 1, pid: 1}), []int{int(f.Fd())}), "want device 0")
+	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 0, pid: 1}), []int{int(f.Fd())}), "userfaultfd handshake of device 0")
+	// The client is served all the while.
+	a, err := s.MallocManaged(1 << 20)
+	require.NoError(t, err)
+	fill(a.Bytes(), 7)
+	require.NoError(t, a.Prefetch(0))
+	sameBytes(t, pattern(1<<20, 7), a.Bytes(), "after the bad device messages")
+}
+
+// TestMalformedServerMessagesToDevice: a device process answers requests
+// it cannot carry out (garbage, a request of the wrong kind, a map of a
+// location it has no file for, a range outside the managed window) with
+// an error naming the problem, and goes on serving.
+func TestMalformedServerMessagesToDevice(t *testing.T) {
+	server, device, err := socketPair("test-device")
+	require.NoError(t, err)
+	dc, err := fileConn(device.Fd())
+	device.Close()
+	require.NoError(t, err)
+	dev := &deviceMapping{index: 0}
+	served := make(chan error, 1)
+	go func() { served <- dev.serveServer(dc) }()
+	roundTrip := func(b []byte) string {
+		require.NoError(t, writeMessage(server, b, nil))
+		server.SetReadDeadline(time.Now().Add(5 * time.Second))
+		reply, _, err := readMessage(server, make([]byte, 4096))
+		require.NoError(t, err)
+		h, payload, err := parseHeader(reply)
+		require.NoError(t, err)
+		if h.status == codeOK {
+			return "ok"
+		}
+		return (&wireReader{b: payload}).str("message")
+	}
+	assert.Contains(t, roundTrip([]byte("garbage garbage garbage")), "bad magic")
+	assert.Contains(t, roundTrip(encodeInfo(2)), "not a request the server sends a device")
+	assert.Contains(t, roundTrip(encodeFree(3, managedWindowStart)), "not a request the server sends a device")
+	assert.Contains(t, roundTrip(encodeDeviceMap(4, deviceMapRequest{addr: managedWindowStart, length: PageSize, loc: 2})), "map location 2: this session has 0")
+	assert.Contains(t, roundTrip(encodeDeviceMap(5, deviceMapRequest{addr: 1 << 20, length: PageSize, loc: 0})), "outside the managed window")
+	assert.Contains(t, roundTrip(encodeDeviceHints(6, []mapping{{addr: 1 << 20, length: PageSize}})), "outside the managed window")
+	assert.Equal(t, "ok", roundTrip(encodeDeviceHints(7, nil)), "a request it can carry out, after all that")
+	server.Close()
+	select {
+	case err := <-served:
+		assert.ErrorIs(t, err, errPeerGone)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the device kept serving a closed connection")
+	}
+	dc.Close()
+}

@@ -656,7 +656,7 @@ func encodeLayoutReply(h header, lay layout) []byte {
 
 func decodeLayoutReply(r *wireReader) (layout, error) {
 	lay := layout{runs: decodeRuns(r, true)}
-	lay.minorRemote = r.u8("minor-remote flag") == 1
+	lay.minorRemote = r.boolean("minor-remote flag")
 	return lay, r.done("layout reply")
 }
 
