@@ -631,6 +631,7 @@ func (g *guard) run(link *net.UnixConn) int {
 			if err := g.handover(successor, died); err == nil {
 				link = successor
 				g.readyAt, g.quickDeaths = time.Now(), 0
+				g.server, g.exited = nil, nil // not the guard's child: no exit status to read
 				continue
 			} else {
 				g.logf("the replacement server did not take over: %v", err)

@@ -26,6 +26,7 @@ func init() {
 	testRoles["gc-copy"] = roleGCCopy
 	testRoles["client-exit"] = roleClientExit
 	testRoles["blocked-reader"] = roleBlockedReader
+	testRoles["poison-reader"] = rolePoisonReader
 	testRoles["connect"] = roleConnect
 }
 
@@ -525,4 +526,72 @@ func TestMalformedServerMessagesToDevice(t *testing.T) {
 		t.Fatal("the device kept serving a closed connection")
 	}
 	dc.Close()
+}
+
+// rolePoisonReader puts 2 MiB of a pattern in managed memory, the first
+// half on device 0, with takeover off; says its server's pid; and once
+// told (a line on stdin) reads the host half, says whether every byte is
+// right, then reads the device half, which must not come back.
+func rolePoisonReader() int {
+	cfg := testServerConfig()
+	cfg.Restarts = -1
+	s, err := Connect(Config{Server: "private", Private: cfg})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	const size = 2 << 20
+	a, err := s.MallocManaged(size)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	b := a.Bytes()
+	for i := range b {
+		b[i] = byte(i*7 + i>>12)
+	}
+	if err := s.Prefetch(a.Addr(), size/2, 0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("server %d\n", s.ServerPID())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	for i := size / 2; i < size; i++ {
+		if b[i] != byte(i*7+i>>12) {
+			fmt.Printf("host byte %#x is %#x\n", i, b[i])
+			return 1
+		}
+	}
+	fmt.Println("host half right")
+	v := b[12345]
+	fmt.Printf("read %d\n", v) // must never be printed: the data is gone
+	return 0
+}
+
+// TestPoisonKeepsHostPages: with takeover off and the server dead, the
+// pages that were on the host read right; a page that was on the device
+// raises SIGBUS.
+func TestPoisonKeepsHostPages(t *testing.T) {
+	requireRoot(t)
+	cmd := child(t, "poison-reader")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(stdout)
+	line, _ := r.ReadString('\n')
+	var serverPID int
+	_, err = fmt.Sscanf(line, "server %d", &serverPID)
+	require.NoError(t, err, "child said %q; stderr: %s", line, stderr.String())
+	require.NoError(t, syscall.Kill(serverPID, syscall.SIGKILL))
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(stderr.String(), "no new server took over") }, "the guard never took over: %s", stderr.String())
+	fmt.Fprintln(stdin)
+	rest, _ := io.ReadAll(r)
+	err = cmd.Wait()
+	assert.Equal(t, "host half right\n", string(rest), "stderr: %s", stderr.String())
+	assert.Error(t, err)
+	assert.Contains(t, stderr.String(), "SIGBUS")
 }
