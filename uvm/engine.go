@@ -8,7 +8,7 @@ import (
 )
 
 // The copy engine carries bulk moves, after "Multithreaded Double Queuing
-// for Balanced CPU-GPU Memory Copying" (../shared/seeds): one thread that
+// for Balanced CPU-GPU Memory Copying" (SAC'19): one thread that
 // copies and then installs leaves the install step idle while it copies
 // and the copy idle while it installs; N_P producers filling buffers that
 // one consumer drains keep both busy.
