@@ -356,24 +356,7 @@ func TestMalformedMessages(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string {
-		require.NoError(t, writeMessage(c, b, fds))
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		buf := make([]byte, 4096)
-		reply, rfds, err := readMessage(c, buf)
-		closeFDs(rfds)
-		if errors.Is(err, errPeerGone) {
-			return "closed"
-		}
-		require.NoError(t, err)
-		h, payload, err := parseHeader(reply)
-		require.NoError(t, err)
-		if h.status == codeOK {
-			return "ok"
-		}
-		msg := (&wireReader{b: payload}).str("message")
-		return msg
-	}
+	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string { return sendForReply(t, c, b, fds) }
 	assert.Contains(t, roundTrip(dial(), []byte("hello there, server"), nil), "bad magic")
 	assert.Contains(t, roundTrip(dial(), encodeHello(1, helloRequest{role: roleClient, pid: 1}), nil), "carries 0 file descriptors, want 2")
 	f, err := os.Open("/dev/null")
@@ -457,19 +440,7 @@ func TestMalformedDeviceMessages(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string {
-		require.NoError(t, writeMessage(c, b, fds))
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		reply, rfds, err := readMessage(c, make([]byte, 4096))
-		closeFDs(rfds)
-		require.NoError(t, err)
-		h, payload, err := parseHeader(reply)
-		require.NoError(t, err)
-		if h.status == codeOK {
-			return "ok"
-		}
-		return (&wireReader{b: payload}).str("message")
-	}
+	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string { return sendForReply(t, c, b, fds) }
 	assert.Contains(t, roundTrip(connect(), []byte("not a message at all"), nil), "bad magic")
 	assert.Contains(t, roundTrip(connect(), encodeInfo(1), nil), "want device hello")
 	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 0, pid: 1}), nil), "with 0 descriptors, want device 0 and 1")
@@ -499,18 +470,7 @@ func TestMalformedServerMessagesToDevice(t *testing.T) {
 	dev := &deviceMapping{index: 0}
 	served := make(chan error, 1)
 	go func() { served <- dev.serveServer(dc) }()
-	roundTrip := func(b []byte) string {
-		require.NoError(t, writeMessage(server, b, nil))
-		server.SetReadDeadline(time.Now().Add(5 * time.Second))
-		reply, _, err := readMessage(server, make([]byte, 4096))
-		require.NoError(t, err)
-		h, payload, err := parseHeader(reply)
-		require.NoError(t, err)
-		if h.status == codeOK {
-			return "ok"
-		}
-		return (&wireReader{b: payload}).str("message")
-	}
+	roundTrip := func(b []byte) string { return sendForReply(t, server, b, nil) }
 	assert.Contains(t, roundTrip([]byte("garbage garbage garbage")), "bad magic")
 	assert.Contains(t, roundTrip(encodeInfo(2)), "not a request the server sends a device")
 	assert.Contains(t, roundTrip(encodeFree(3, managedWindowStart)), "not a request the server sends a device")
@@ -594,4 +554,24 @@ func TestPoisonKeepsHostPages(t *testing.T) {
 	assert.Equal(t, "host half right\n", string(rest), "stderr: %s", stderr.String())
 	assert.Error(t, err)
 	assert.Contains(t, stderr.String(), "SIGBUS")
+}
+
+// sendForReply sends a message and returns how it was answered: "ok", the
+// error message, or "closed".
+func sendForReply(t *testing.T, c *net.UnixConn, b []byte, fds []int) string {
+	t.Helper()
+	require.NoError(t, writeMessage(c, b, fds))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	reply, rfds, err := readMessage(c, make([]byte, 4096))
+	closeFDs(rfds)
+	if errors.Is(err, errPeerGone) {
+		return "closed"
+	}
+	require.NoError(t, err)
+	h, payload, err := parseHeader(reply)
+	require.NoError(t, err)
+	if h.status == codeOK {
+		return "ok"
+	}
+	return (&wireReader{b: payload}).str("message")
 }
