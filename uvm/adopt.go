@@ -45,13 +45,7 @@ func runAdoptedServer() int {
 		return 1
 	}
 	if srv.mode == modeDaemon {
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-		srv.handleReplaceSignal(paths)
-		select {
-		case <-sigs:
-		case <-srv.Done():
-		}
+		srv.serveAsDaemon(paths, nil)
 	} else {
 		signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
 		own := PrivateServerSocketPath(os.Getpid())

@@ -257,23 +257,40 @@ func roleBlockedReader() int {
 	return 0
 }
 
+// reporter is a child role that prints "server PID" first.
+type reporter struct {
+	cmd       *exec.Cmd
+	stdout    *bufio.Reader
+	stdin     io.WriteCloser
+	stderr    *syncBuffer
+	serverPID int
+}
+
+// startReporter runs role and reads the pid of its server.
+func startReporter(t *testing.T, role string, env ...string) reporter {
+	t.Helper()
+	c := reporter{cmd: child(t, role, env...), stderr: &syncBuffer{}}
+	stdout, err := c.cmd.StdoutPipe()
+	require.NoError(t, err)
+	c.stdin, err = c.cmd.StdinPipe()
+	require.NoError(t, err)
+	c.cmd.Stderr = c.stderr
+	require.NoError(t, c.cmd.Start())
+	c.stdout = bufio.NewReader(stdout)
+	line, _ := c.stdout.ReadString('\n')
+	_, err = fmt.Sscanf(line, "server %d", &c.serverPID)
+	require.NoError(t, err, "child said %q; stderr: %s", line, c.stderr.String())
+	return c
+}
+
 // killBlockedReader runs roleBlockedReader, waits until its read is
 // blocked in the fault (seen in its threads' wchan), kills its server, and
 // returns how long after the kill the client ended, what it printed
 // after, its standard error, and how it ended.
 func killBlockedReader(t *testing.T, limit time.Duration, env ...string) (elapsed time.Duration, rest, stderr string, err error) {
 	t.Helper()
-	cmd := child(t, "blocked-reader", env...)
-	stdout, perr := cmd.StdoutPipe()
-	require.NoError(t, perr)
-	var errBuf syncBuffer
-	cmd.Stderr = &errBuf
-	require.NoError(t, cmd.Start())
-	r := bufio.NewReader(stdout)
-	line, _ := r.ReadString('\n')
-	var serverPID int
-	_, perr = fmt.Sscanf(line, "server %d", &serverPID)
-	require.NoError(t, perr, "child said %q; stderr: %s", line, errBuf.String())
+	c := startReporter(t, "blocked-reader", env...)
+	cmd, r, errBuf, serverPID := c.cmd, c.stdout, c.stderr, c.serverPID
 	waitInFault(t, cmd.Process.Pid)
 	require.NoError(t, syscall.Kill(serverPID, syscall.SIGKILL))
 	killed := time.Now()
@@ -495,21 +512,12 @@ func TestMalformedServerMessagesToDevice(t *testing.T) {
 func rolePoisonReader() int {
 	cfg := testServerConfig()
 	cfg.Restarts = -1
-	s, err := Connect(Config{Server: "private", Private: cfg})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	const size = 2 << 20
-	a, err := s.MallocManaged(size)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	s, a, ok := patterned(cfg, size, func(i int) byte { return byte(i*7 + i>>12) })
+	if !ok {
 		return 1
 	}
 	b := a.Bytes()
-	for i := range b {
-		b[i] = byte(i*7 + i>>12)
-	}
 	if err := s.Prefetch(a.Addr(), size/2, 0); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -533,24 +541,13 @@ func rolePoisonReader() int {
 // raises SIGBUS.
 func TestPoisonKeepsHostPages(t *testing.T) {
 	requireRoot(t)
-	cmd := child(t, "poison-reader")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	r := bufio.NewReader(stdout)
-	line, _ := r.ReadString('\n')
-	var serverPID int
-	_, err = fmt.Sscanf(line, "server %d", &serverPID)
-	require.NoError(t, err, "child said %q; stderr: %s", line, stderr.String())
-	require.NoError(t, syscall.Kill(serverPID, syscall.SIGKILL))
+	c := startReporter(t, "poison-reader")
+	cmd, r, stdin, stderr := c.cmd, c.stdout, c.stdin, c.stderr
+	require.NoError(t, syscall.Kill(c.serverPID, syscall.SIGKILL))
 	eventually(t, 10*time.Second, func() bool { return strings.Contains(stderr.String(), "no new server took over") }, "the guard never took over: %s", stderr.String())
 	fmt.Fprintln(stdin)
 	rest, _ := io.ReadAll(r)
-	err = cmd.Wait()
+	err := cmd.Wait()
 	assert.Equal(t, "host half right\n", string(rest), "stderr: %s", stderr.String())
 	assert.Error(t, err)
 	assert.Contains(t, stderr.String(), "SIGBUS")
@@ -574,4 +571,25 @@ func sendForReply(t *testing.T, c *net.UnixConn, b []byte, fds []int) string {
 		return "ok"
 	}
 	return (&wireReader{b: payload}).str("message")
+}
+
+// patterned connects a child role to a private server configured with
+// cfg and fills a new allocation of size bytes with pattern; on failure
+// it says why on standard error.
+func patterned(cfg ServerConfig, size int64, pattern func(i int) byte) (*Session, *Allocation, bool) {
+	s, err := Connect(Config{Server: "private", Private: cfg})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil, nil, false
+	}
+	a, err := s.MallocManaged(size)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil, nil, false
+	}
+	b := a.Bytes()
+	for i := range b {
+		b[i] = pattern(i)
+	}
+	return s, a, true
 }

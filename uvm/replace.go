@@ -59,18 +59,25 @@ func ReplaceDaemon(path string, ready func(*Server)) error {
 			os.Remove(p)
 		}
 	}()
+	srv.serveAsDaemon(paths, ready)
+	return nil
+}
+
+// serveAsDaemon serves as the daemon at paths until a SIGINT or SIGTERM,
+// or until the server closes; SIGUSR2 starts its replacement. ready is
+// called once it serves.
+func (s *Server) serveAsDaemon(paths []string, ready func(*Server)) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	srv.handleReplaceSignal(paths)
+	s.handleReplaceSignal(paths)
 	if ready != nil {
-		ready(srv)
+		ready(s)
 	}
 	select {
 	case <-sigs:
-	case <-srv.Done():
+	case <-s.Done():
 	}
-	return nil
 }
 
 // takeOver reads a handover from the guard on link and serves what it

@@ -267,21 +267,11 @@ func TestGuardKilled(t *testing.T) {
 func roleStagedCrash() int {
 	cfg := testServerConfig()
 	cfg.CopyDirectBelow = 1 << 40 // one goroutine: the crash comes at a known point
-	s, err := Connect(Config{Server: "private", Private: cfg})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	const size = 4 << 20
-	a, err := s.MallocManaged(size)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	s, a, ok := patterned(cfg, 4<<20, func(i int) byte { return sweepPattern(3, i) })
+	if !ok {
 		return 1
 	}
 	b := a.Bytes()
-	for i := range b {
-		b[i] = sweepPattern(3, i)
-	}
 	if err := a.Prefetch(0); err != nil {
 		fmt.Fprintln(os.Stderr, "prefetch:", err)
 		return 1

@@ -22,8 +22,7 @@ import (
 type stagingArea struct {
 	file    *devmem.File
 	mapping *devmem.Mapping
-	mem     []byte  // the mapping
-	base    uintptr // its address
+	mem     []byte // the mapping
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -67,7 +66,7 @@ func mapStagingArea(f *devmem.File) (*stagingArea, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: map the staging file: %v", ErrInitialization, err)
 	}
-	a := &stagingArea{file: f, mapping: m, mem: m.Bytes(), base: m.Addr()}
+	a := &stagingArea{file: f, mapping: m, mem: m.Bytes()}
 	a.cond = sync.NewCond(&a.mu)
 	return a, nil
 }

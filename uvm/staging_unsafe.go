@@ -5,7 +5,8 @@ import "unsafe"
 // slotOf returns the slot whose buffer buf is (or begins in).
 func (a *stagingArea) slotOf(buf []byte) int {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	return int((p - a.base - stagingHeader) / stagingSlotBytes)
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(a.mem)))
+	return int((p - base - stagingHeader) / stagingSlotBytes)
 }
 
 // intent returns slot s's intent record, in the shared mapping.
