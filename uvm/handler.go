@@ -135,15 +135,16 @@ func (h *handler) run(ready chan<- error) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		park := false
+		faults := false
 		read := time.Now()
 		for i := 0; i < n; i++ {
 			h.serve(&h.msgs[i], read)
-			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault && h.place.served(h, h.view.pid, h.msgs[i].TID, time.Now()) {
-				park = true
+			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault {
+				h.place.served(h, h.view.pid, h.msgs[i].TID, time.Now())
+				faults = true
 			}
 		}
-		if park {
+		if faults && h.place.parkIfIdle(h, time.Now()) {
 			select {
 			case <-h.unpark:
 			case <-h.stop:

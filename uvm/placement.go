@@ -58,16 +58,17 @@ func newPlacement(hs []*handler) *placement {
 	return p
 }
 
-// served is called by handler h after serving a fault of thread tid. It
-// returns true if h should park before waiting again.
-func (p *placement) served(h *handler, pid int, tid uint32, now time.Time) (park bool) {
+// served is called by handler h after serving a fault of thread tid: it
+// notes a fault from h's own CPU, or wakes the handler of the thread's
+// CPU if that one is parked.
+func (p *placement) served(h *handler, pid int, tid uint32, now time.Time) {
 	cpu, ok := p.cpuOf(pid, tid, now)
 	if !ok {
-		return false
+		return
 	}
 	if cpu == h.cpu {
 		h.lastLocal.Store(now.UnixNano())
-		return false
+		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -76,15 +77,34 @@ func (p *placement) served(h *handler, pid int, tid uint32, now time.Time) (park
 		if target.parked {
 			target.parked = false
 			p.waiting++
-			target.unpark <- struct{}{} // buffered: never blocks, never lost
+			// A handler is marked parked only just before it waits for
+			// this, so the buffer is empty; were it not, the handler
+			// would wake anyway, and a send that blocked here would hold
+			// mu against every handler.
+			select {
+			case target.unpark <- struct{}{}:
+			default:
+			}
 		}
 	}
-	if now.UnixNano()-h.lastLocal.Load() > int64(parkAfter) && p.waiting > 1 {
-		h.parked = true
-		p.waiting--
-		return true
+}
+
+// parkIfIdle is called by handler h after it served a batch of messages
+// with at least one fault: it returns true, marking h parked, if h has
+// seen no fault from its own CPU for parkAfter and another handler
+// waits. h must then wait for its unpark channel. Deciding once per batch
+// keeps each park matched by one wake: a handler that parked while
+// serving the rest of its batch, was woken and parked again, consumed the
+// first wake and waited on as parked, and the next wake blocked.
+func (p *placement) parkIfIdle(h *handler, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h.parked || now.UnixNano()-h.lastLocal.Load() <= int64(parkAfter) || p.waiting <= 1 {
+		return false
 	}
-	return false
+	h.parked = true
+	p.waiting--
+	return true
 }
 
 // cpuOf returns the CPU thread tid of process pid last ran on: where it
