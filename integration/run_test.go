@@ -355,6 +355,8 @@ func TestRunCPrograms(t *testing.T) {
 	}{
 		{name: "threads", minAllocs: 1 + 4*3, migrates: true},
 		{name: "fork", minAllocs: 2, migrates: true, stdout: []string{"fork child: ", "fork: "}},
+		// Forks while four threads rewrite their buffers and allocate.
+		{name: "forkthreads", minAllocs: 1 + 4 + 4, migrates: true, stdout: []string{"forkthreads: 6 forks"}},
 		// Two processes, two sessions, one server: the exec'd image
 		// allocates again.
 		{name: "exec", minAllocs: 2, stdout: []string{"exec parent: buffer of 4194304 bytes managed", "exec child: buffer of 4194304 bytes managed"}},
