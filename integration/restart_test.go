@@ -165,8 +165,9 @@ func daemonInfo(t *testing.T, sock string) uvm.Info {
 // TestDaemonReplaced: `uvm serve --replace`, and SIGUSR2 to the daemon
 // that took over, replace the daemon twice under a Go client and a C
 // client sweeping and checking 48 MiB each under a 16 MiB host budget
-// (the C one with a kernel writing part of it). Both finish with every
-// byte right, and the last daemon counts two restarts.
+// (the C one with a kernel writing part of it); then the daemon is
+// killed with SIGKILL. Both finish with every byte right, and the last
+// daemon counts three restarts.
 func TestDaemonReplaced(t *testing.T) {
 	requireRoot(t)
 	dir, err := os.MkdirTemp("", "uvm-replace-")
@@ -227,6 +228,18 @@ func TestDaemonReplaced(t *testing.T) {
 	in = daemonInfo(t, sock)
 	assert.NotEqual(t, replacement.Process.Pid, in.PID)
 	assert.Equal(t, uint64(2), in.Restart.Restarts)
+
+	// SIGKILL, mid-pass: the guard starts a daemon that takes over both
+	// clients, the C one's device process included.
+	killed := in.PID
+	require.NoError(t, syscall.Kill(killed, syscall.SIGKILL))
+	for _, c := range clients {
+		c.pass(t)
+		c.pass(t)
+	}
+	in = daemonInfo(t, sock)
+	assert.NotEqual(t, killed, in.PID)
+	assert.Equal(t, uint64(3), in.Restart.Restarts)
 	for _, c := range clients {
 		c.finish(t)
 	}
