@@ -26,7 +26,7 @@ const DefaultThreshold = 256
 
 // Counters is the loaded and attached access-counting program.
 type Counters struct {
-	objs  countersObjects
+	objs  countersLoaded
 	link  link.Link
 	ring  *ringbuf.Reader
 	start time.Time
@@ -38,6 +38,19 @@ type Counters struct {
 	closed     bool
 	switchLink link.Link       // sched_switch, nil while off
 	resumes    *ringbuf.Reader // nil while off
+}
+
+// countersLoaded is what Counters keeps of the collection: its programs
+// and maps, not its global variables. A loaded variable memory-maps its
+// section's map, and the mapping, unmapped only by a garbage collection,
+// kept .bss and .rodata alive after Close.
+type countersLoaded struct {
+	countersPrograms
+	countersMaps
+}
+
+func (o *countersLoaded) Close() error {
+	return errors.Join(o.countersPrograms.Close(), o.countersMaps.Close())
 }
 
 // Crossing is a region whose count reached a multiple of the threshold.

@@ -2,12 +2,14 @@ package uvm
 
 import (
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -112,8 +114,52 @@ func counterPrograms(t *testing.T) map[ebpf.ProgramID]bool {
 	}
 }
 
-// TestServerExitLeavesNoProgram: a server's access-counter programs (and
-// with them their maps and links) are gone once it is closed.
+// counterObjects returns the maps the given programs use and the links
+// that attach them.
+func counterObjects(t *testing.T, progs []ebpf.ProgramID) (maps []ebpf.MapID, links []link.ID) {
+	t.Helper()
+	ours := map[ebpf.ProgramID]bool{}
+	seen := map[ebpf.MapID]bool{}
+	for _, id := range progs {
+		ours[id] = true
+		p, err := ebpf.NewProgramFromID(id)
+		require.NoError(t, err)
+		info, err := p.Info()
+		p.Close()
+		require.NoError(t, err)
+		ids, ok := info.MapIDs()
+		require.True(t, ok, "the kernel does not list program %d's maps", id)
+		for _, m := range ids {
+			if !seen[m] {
+				seen[m] = true
+				maps = append(maps, m)
+			}
+		}
+	}
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		if info, err := it.Link.Info(); err == nil && ours[info.Program] {
+			links = append(links, it.ID)
+		}
+	}
+	require.NoError(t, it.Err())
+	return maps, links
+}
+
+// gone reports whether an eBPF object that open would open by id no
+// longer exists.
+func gone(open func() (io.Closer, error)) bool {
+	c, err := open()
+	if err == nil {
+		c.Close()
+	}
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// TestServerExitLeavesNoProgram: a server's access-counter programs, the
+// maps they use and the links that attach them are gone once it is
+// closed.
 func TestServerExitLeavesNoProgram(t *testing.T) {
 	requireRoot(t)
 	before := counterPrograms(t)
@@ -132,15 +178,25 @@ func TestServerExitLeavesNoProgram(t *testing.T) {
 		}
 	}
 	assert.Len(t, ours, 2, "the counting program and the anatomy's")
+	maps, links := counterObjects(t, ours)
+	t.Logf("programs %v, maps %v, links %v", ours, maps, links)
+	assert.NotEmpty(t, maps, "the counters keep their counts in maps")
+	assert.Len(t, links, len(ours), "each program is attached by a link")
 	require.NoError(t, srv.Close())
 	for _, id := range ours {
 		assert.Eventually(t, func() bool {
-			p, err := ebpf.NewProgramFromID(id)
-			if err == nil {
-				p.Close()
-			}
-			return errors.Is(err, os.ErrNotExist)
+			return gone(func() (io.Closer, error) { return ebpf.NewProgramFromID(id) })
 		}, 2*time.Second, 10*time.Millisecond, "program %d is left after the server closed", id)
+	}
+	for _, id := range maps {
+		assert.Eventually(t, func() bool {
+			return gone(func() (io.Closer, error) { return ebpf.NewMapFromID(id) })
+		}, 2*time.Second, 10*time.Millisecond, "map %d is left after the server closed", id)
+	}
+	for _, id := range links {
+		assert.Eventually(t, func() bool {
+			return gone(func() (io.Closer, error) { return link.NewFromID(id) })
+		}, 2*time.Second, 10*time.Millisecond, "link %d is left after the server closed", id)
 	}
 }
 
