@@ -239,7 +239,12 @@ static bool hello(struct uvm_session *s, int uffd)
 	struct uvm_reader r;
 	uvmError_t err = uvm__request(s, &m, fds, 2, reply, sizeof reply, &r, NULL, 0, NULL, "hello");
 	if (err != uvmSuccess) {
-		init_fail(err == uvmErrorServerGone ? uvmErrorInitializationError : err, "%s", uvmGetLastErrorMessage());
+		/* A server that refused the configuration said why, with its
+		 * code; one that hung up, or answered what this library cannot
+		 * read, is no server to initialize with. */
+		bool foreign = err == uvmErrorUnknown;
+		init_fail(err == uvmErrorServerGone || foreign ? uvmErrorInitializationError : err, "%s%s", uvmGetLastErrorMessage(),
+			  foreign ? " (is it a softuvm server of another version?)" : "");
 		return false;
 	}
 	s->server_pid = (pid_t)uvm__get_u32(&r);
