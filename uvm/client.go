@@ -3,6 +3,7 @@ package uvm
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -31,6 +32,12 @@ type Config struct {
 	Socket string `json:"socket"`
 	// Private configures a private server.
 	Private ServerConfig `json:"private"`
+	// Log, if set, receives what a private server, its guard and the
+	// session's device processes write (their errors, a poisoned page's
+	// explanation); otherwise they write to this program's standard
+	// error. A file, not any writer: the guard outlives the server and
+	// would keep a pipe open.
+	Log *os.File `json:"-"`
 }
 
 // ConfigFromEnv reads UVM_SERVER, UVM_SOCKET and the server settings
@@ -63,6 +70,7 @@ type Session struct {
 	devices  []DeviceInfo
 	features uffd.Feature
 	private  *privateServer // nil with a daemon
+	log      *os.File       // where device processes write; nil: standard error
 
 	allocMu    sync.RWMutex
 	allocs     []*Allocation  // sorted by address, guarded by allocMu
@@ -175,7 +183,7 @@ func Connect(cfg Config) (*Session, error) {
 	// The server owns the userfaultfd from here on; this process keeps
 	// no copy, so it never resolves its own faults by accident.
 	defer u.Close()
-	s := &Session{host: host, rpc: rpc{buf: make([]byte, maxMessageSize)}}
+	s := &Session{host: host, log: cfg.Log, rpc: rpc{buf: make([]byte, maxMessageSize)}}
 	if err := s.dial(cfg); err != nil {
 		host.Close()
 		return nil, err
@@ -219,7 +227,7 @@ func (s *Session) dial(cfg Config) error {
 			return fmt.Errorf("%w: no fault server at %s (%v); start one with `uvm serve`, or set %s=private", ErrInitialization, path, err, EnvServer)
 		}
 	}
-	conn, ps, err := startPrivateServer(cfg.Private)
+	conn, ps, err := startPrivateServer(cfg.Private, cfg.Log)
 	if err != nil {
 		return err
 	}
@@ -410,11 +418,12 @@ func (s *Session) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	var errs []error
 	s.devMu.Lock()
 	for _, dp := range s.devs {
 		if dp != nil {
 			dp.mu.Lock()
-			dp.stop()
+			errs = append(errs, dp.stop())
 			dp.mu.Unlock()
 		}
 	}
@@ -438,7 +447,8 @@ func (s *Session) Close() error {
 	}
 	s.closeCopies()
 	s.closeConn()
-	return s.host.Close()
+	errs = append(errs, s.host.Close())
+	return errors.Join(errs...)
 }
 
 // IsPrivate reports whether the session started its own server.

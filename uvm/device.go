@@ -296,7 +296,7 @@ func (s *Session) DeviceReset(d Device) error {
 	dp := s.deviceProc(d)
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
-	dp.stop()
+	_ = dp.stop() // a reset ends the process however it is: a stuck one is why it is reset
 	dp.gen++
 	dp.pending = nil
 	clear(dp.outstanding)
@@ -493,7 +493,7 @@ func (dp *deviceProc) ensureRunning() error {
 		return fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
 	defer defRemote.Close()
-	cmd, err := reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), []*os.File{serverEnd, remote, defRemote},
+	cmd, err := reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), s.log, []*os.File{serverEnd, remote, defRemote},
 		deviceEnv+"="+strconv.Itoa(dp.index), deviceWorkersEnv+"="+strconv.Itoa(max(1, s.devices[dp.index].Workers)))
 	if err != nil {
 		local.Close()
@@ -526,19 +526,27 @@ func (dp *deviceProc) ensureRunning() error {
 	return nil
 }
 
-// stop ends the process, if any. dp.mu is held.
-func (dp *deviceProc) stop() {
+// stop ends the process, if any, and says if it did not end well: it
+// exited with an error, died by a signal, or had to be killed. dp.mu is
+// held.
+func (dp *deviceProc) stop() error {
 	if dp.cmd == nil {
-		return
+		return nil
 	}
 	dp.closeConns() // the process exits when its control connection closes
+	var err error
 	select {
 	case <-dp.exited:
+		if !dp.cmd.ProcessState.Success() {
+			err = fmt.Errorf("%w: device %d: its process (pid %d) %s when stopped", ErrLaunchFailure, dp.index, dp.cmd.Process.Pid, processEnd(dp.cmd.ProcessState))
+		}
 	case <-time.After(2 * time.Second):
 		dp.cmd.Process.Kill()
 		<-dp.exited
+		err = fmt.Errorf("%w: device %d: its process (pid %d) did not exit within 2s of being stopped, and was killed", ErrLaunchFailure, dp.index, dp.cmd.Process.Pid)
 	}
 	dp.cmd = nil
+	return err
 }
 
 // DevicePID returns the process id of device d's process, 0 if none runs.

@@ -365,7 +365,7 @@ func startGuard() (*guardLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := reexec("guard", "softuvm-guard", []*os.File{remote})
+	cmd, err := reexec("guard", "softuvm-guard", nil, []*os.File{remote})
 	remote.Close()
 	if err != nil {
 		local.Close()
@@ -753,7 +753,7 @@ func (g *guard) restart(died time.Time) (*net.UnixConn, string) {
 			last = err
 			continue
 		}
-		cmd, err := reexec("adopt", "softuvm-server", []*os.File{remote})
+		cmd, err := reexec("adopt", "softuvm-server", nil, []*os.File{remote})
 		remote.Close()
 		if err != nil {
 			local.Close()

@@ -61,10 +61,16 @@ func testServerConfig() ServerConfig {
 func newSession(t testing.TB, cfg ServerConfig) *Session {
 	t.Helper()
 	requireRoot(t)
-	s, err := Connect(Config{Server: "private", Private: cfg})
+	log, err := os.CreateTemp(t.TempDir(), "server-*.log")
+	require.NoError(t, err)
+	s, err := Connect(Config{Server: "private", Private: cfg, Log: log})
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		s.Close()
+		defer log.Close()
+		// A device process that exits badly when stopped fails Close.
+		if err := s.Close(); err != nil {
+			t.Errorf("close the session: %v", err)
+		}
 		// A server that crashed, or did not exit when its client left,
 		// fails the test even if the client saw nothing. Under the race
 		// detector a process's exit alone (racefini) outlasts the two
@@ -74,8 +80,35 @@ func newSession(t testing.TB, cfg ServerConfig) *Session {
 				t.Errorf("the private server ended badly: %v", ps.cmd.ProcessState)
 			}
 		}
+		checkServerLog(t, log)
 	})
 	return s
+}
+
+// badLogLines are what a private server, its guard or a device process
+// writes when something went wrong that a client may never notice.
+var badLogLines = []string{"poisoned", "panic:", "fatal error:", "WARNING: DATA RACE"}
+
+// checkServerLog fails t if the log of its private server, guard and
+// device processes has a bad line (no test of a private session provokes
+// one on purpose; those that poison pages run their servers in child
+// processes), and shows the log when t failed.
+func checkServerLog(t testing.TB, log *os.File) {
+	t.Helper()
+	b, err := os.ReadFile(log.Name())
+	if err != nil {
+		t.Errorf("read the server's log: %v", err)
+		return
+	}
+	text := string(b)
+	for _, bad := range badLogLines {
+		if strings.Contains(text, bad) {
+			t.Errorf("the server's log has %q", bad)
+		}
+	}
+	if t.Failed() && text != "" {
+		t.Logf("the server's log:\n%s", text)
+	}
 }
 
 // startServer runs a server in this process, listening on a socket in a

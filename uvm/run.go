@@ -66,7 +66,7 @@ func StartServerProcess(cfg ServerConfig, paths ...string) (*ServerProcess, erro
 		return nil, fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
 	defer ready.Close()
-	cmd, err := reexec("serve", "softuvm-server", []*os.File{w}, serverConfigEnv+"="+cfg.marshal(), serveSocketsEnv+"="+strings.Join(paths, ":"))
+	cmd, err := reexec("serve", "softuvm-server", nil, []*os.File{w}, serverConfigEnv+"="+cfg.marshal(), serveSocketsEnv+"="+strings.Join(paths, ":"))
 	w.Close()
 	if err != nil {
 		return nil, err

@@ -130,13 +130,17 @@ func socketPair(name string) (local *net.UnixConn, remote *os.File, err error) {
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), name), nil
 }
 
-// reexec starts this program's binary in a role, with extra as fds 3, 4...
-func reexec(role, argv0 string, extra []*os.File, env ...string) (*exec.Cmd, error) {
+// reexec starts this program's binary in a role, with extra as fds 3, 4...,
+// writing to log (nil: this process's standard error).
+func reexec(role, argv0 string, log *os.File, extra []*os.File, env ...string) (*exec.Cmd, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{argv0}
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
 	cmd.ExtraFiles = extra
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if log == nil {
+		log = os.Stderr
+	}
+	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: a Ctrl-C meant for the program must not
 	// kill the server under it (the server exits when its client does).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -146,7 +150,7 @@ func reexec(role, argv0 string, extra []*os.File, env ...string) (*exec.Cmd, err
 	return cmd, nil
 }
 
-func startPrivateServer(cfg ServerConfig) (*net.UnixConn, *privateServer, error) {
+func startPrivateServer(cfg ServerConfig, log *os.File) (*net.UnixConn, *privateServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -154,7 +158,7 @@ func startPrivateServer(cfg ServerConfig) (*net.UnixConn, *privateServer, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
-	cmd, err := reexec("server", "softuvm-server", []*os.File{remote}, serverConfigEnv+"="+cfg.marshal())
+	cmd, err := reexec("server", "softuvm-server", log, []*os.File{remote}, serverConfigEnv+"="+cfg.marshal())
 	remote.Close()
 	if err != nil {
 		local.Close()
