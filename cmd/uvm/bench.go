@@ -70,18 +70,24 @@ type faultsReport struct {
 	CFloorNote                string   `json:"c_floor_note,omitempty"`
 
 	// Sequential first touch (one write per page) of managed memory with
-	// the default prefetch, against plain anonymous memory.
+	// the default prefetch, against plain anonymous memory in 4 KiB pages
+	// (MADV_NOHUGEPAGE), as managed memory is mapped. The machine's
+	// transparent huge page settings, anonymous and shmem, are recorded:
+	// they change both sides' costs.
 	FirstTouchManagedNS float64 `json:"firsttouch_managed_ns_per_page"`
 	FirstTouchAnonNS    float64 `json:"firsttouch_anon_ns_per_page"`
 	FirstTouchRatio     float64 `json:"firsttouch_ratio"`
 	FirstTouchFaults    uint64  `json:"firsttouch_faults"`
+	THPAnon             string  `json:"thp_anon"`
+	THPShmem            string  `json:"thp_shmem"`
 	// The floor under any first touch of managed memory here: creating a
 	// zeroed page in a memfd and mapping it with UFFDIO_ZEROPAGE, 2 MiB
 	// per call, no fault at all.
 	ZeroPageFloorNS float64 `json:"zeropage_floor_ns_per_page"`
 
-	// Sequential host read of memory resident on device 0 (fault-driven
-	// migration with prefetch), against single-thread memcpy.
+	// A host copy out of memory resident on device 0 (fault-driven
+	// migration with prefetch) into a warm buffer, against the same copy
+	// from a warm source on the same thread.
 	D2HGBps           float64 `json:"d2h_read_gbps"`
 	Memcpy1TGBps      float64 `json:"memcpy_1t_gbps"`
 	D2HMemcpyFraction float64 `json:"d2h_memcpy_fraction"`
@@ -100,7 +106,7 @@ type machineSummary struct {
 
 func benchFaults(args []string) error {
 	fs := newFlagSet("bench faults", "[--json] [--runs N] [--pages N] [--size SIZE] [--cfloor PATH]",
-		"Measure one-page fault latency (against a minimal C handler), first-touch cost (against anonymous memory) and device-to-host read bandwidth (against memcpy). Figures are medians over runs, after a warm-up")
+		"Measure one-page fault latency (against a minimal C handler), first-touch cost (against anonymous memory) and device-to-host copy bandwidth (a copy out of managed memory on a device, against the same copy from a warm buffer). Figures are medians over runs, after a warm-up")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	runs := fs.Int("runs", 7, "measured runs of each experiment")
 	pages := fs.Int("pages", 4096, "pages touched per fault-latency run")
@@ -177,7 +183,7 @@ func benchFaults(args []string) error {
 	if err := firstTouch(s, size, *runs, &rep); err != nil {
 		return err
 	}
-	progress("device to host: %d runs of a sequential host read of %s resident on device 0, against memcpy", *runs, uvm.FormatSize(size))
+	progress("device to host: %d runs of a host copy of %s resident on device 0 into a warm buffer, against the same copy from a warm source", *runs, uvm.FormatSize(size))
 	if err := deviceToHost(s, size, *runs, &rep); err != nil {
 		return err
 	}
@@ -301,6 +307,10 @@ func firstTouch(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
 		if err != nil {
 			return fmt.Errorf("anonymous mmap of %d bytes: %w", size, err)
 		}
+		if err := syscall.Madvise(b, syscall.MADV_NOHUGEPAGE); err != nil {
+			syscall.Munmap(b)
+			return fmt.Errorf("madvise(MADV_NOHUGEPAGE) on the anonymous baseline: %w", err)
+		}
 		t0 = time.Now()
 		touchPages(b)
 		an := float64(time.Since(t0).Nanoseconds()) / pages
@@ -311,6 +321,11 @@ func firstTouch(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
 		managed, anon = append(managed, m), append(anon, an)
 		rep.FirstTouchFaults = after.TotalFaults() - before.TotalFaults()
 	}
+	if rep.FirstTouchFaults == 0 {
+		return fmt.Errorf("first touch of %s of managed memory took no fault: the figure would time no first touch", uvm.FormatSize(size))
+	}
+	rep.THPAnon = thpSetting("/sys/kernel/mm/transparent_hugepage/enabled")
+	rep.THPShmem = thpSetting("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 	rep.FirstTouchManagedNS, rep.FirstTouchAnonNS = median(managed), median(anon)
 	rep.FirstTouchRatio = rep.FirstTouchManagedNS / rep.FirstTouchAnonNS
 	floor, err := zeroPageFloor(size, runs)
@@ -319,6 +334,20 @@ func firstTouch(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
 	}
 	rep.ZeroPageFloorNS = floor
 	return nil
+}
+
+// thpSetting returns the selected value of a transparent huge page
+// setting ("always [madvise] never" gives "madvise"), or "unknown".
+func thpSetting(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "unknown"
+	}
+	text := string(b)
+	if i, j := strings.IndexByte(text, '['), strings.IndexByte(text, ']'); i >= 0 && j > i {
+		return text[i+1 : j]
+	}
+	return strings.TrimSpace(text)
 }
 
 // zeroPageFloor times UFFDIO_ZEROPAGE into a registered memfd mapping in
@@ -400,8 +429,12 @@ func deviceToHost(s *uvm.Session, size int64, runs int, rep *faultsReport) error
 		if err != nil {
 			return err
 		}
+		// The figure and its baseline are the same copy into the same
+		// warm destination on the same thread: only the source differs,
+		// managed memory on the device (every page migrates back into
+		// a page the server allocates) against a warm buffer.
 		t0 := time.Now()
-		sink += sumWords(b)
+		copy(dst, b)
 		secs := time.Since(t0).Seconds()
 		after, err := a.Stats()
 		if err != nil {
@@ -413,6 +446,9 @@ func deviceToHost(s *uvm.Session, size int64, runs int, rep *faultsReport) error
 		t0 = time.Now()
 		copy(dst, src)
 		mcSecs := time.Since(t0).Seconds()
+		if moved := after.MigratedPages(0, uvm.CPU) - before.MigratedPages(0, uvm.CPU); moved != uint64(size/uvm.PageSize) {
+			return fmt.Errorf("device-to-host copy: %d pages came back from the device, want %d: the figure would time no migration", moved, size/uvm.PageSize)
+		}
 		if r == 0 {
 			continue
 		}
@@ -434,7 +470,7 @@ func deviceToHost(s *uvm.Session, size int64, runs int, rep *faultsReport) error
 // what any migration into fresh 4 KiB pages costs at least here.
 func freshPageWrite(src []byte) (float64, error) {
 	var rates []float64
-	for r := 0; r < 4; r++ {
+	for r := 0; r < 8; r++ { // the first a warm-up, then the median of seven
 		fd, err := memfdCreate("softuvm-bench")
 		if err != nil {
 			return 0, err
@@ -481,12 +517,12 @@ func printFaultsReport(r faultsReport) {
 	fmt.Printf("    one unpinned       %6.2f %s\n", r.FaultSingleHandlerP50US, optUS(r.CFloorSingleHandlerP50US))
 	fmt.Printf("\nfirst touch of %s, one write per page\n", uvm.FormatSize(r.SizeBytes))
 	fmt.Printf("  managed, default prefetch  %7.0f ns/page  (%d faults)\n", r.FirstTouchManagedNS, r.FirstTouchFaults)
-	fmt.Printf("  anonymous memory           %7.0f ns/page\n", r.FirstTouchAnonNS)
+	fmt.Printf("  anonymous memory, 4 KiB    %7.0f ns/page  (transparent huge pages: anonymous %s, shmem %s)\n", r.FirstTouchAnonNS, r.THPAnon, r.THPShmem)
 	fmt.Printf("  ratio                      %7.2f\n", r.FirstTouchRatio)
 	fmt.Printf("  UFFDIO_ZEROPAGE alone      %7.0f ns/page  (creating the pages, no faults: the floor)\n\n", r.ZeroPageFloorNS)
-	fmt.Printf("host read of %s resident on device 0\n", uvm.FormatSize(r.SizeBytes))
-	fmt.Printf("  migrating read             %7.2f GB/s  (%d faults)\n", r.D2HGBps, r.D2HFaults)
-	fmt.Printf("  memcpy, one thread         %7.2f GB/s\n", r.Memcpy1TGBps)
+	fmt.Printf("host copy of %s resident on device 0 into a warm buffer\n", uvm.FormatSize(r.SizeBytes))
+	fmt.Printf("  migrating copy             %7.2f GB/s  (%d faults)\n", r.D2HGBps, r.D2HFaults)
+	fmt.Printf("  memcpy of a warm source    %7.2f GB/s  (same destination, same thread)\n", r.Memcpy1TGBps)
 	fmt.Printf("  fraction                   %7.2f\n", r.D2HMemcpyFraction)
 	fmt.Printf("  writing fresh memfd pages  %7.2f GB/s  (the ceiling of any copy into new pages here)\n", r.FreshPageWriteGBps)
 }

@@ -347,6 +347,13 @@ func launchTouch(s *uvm.Session, kb, workers int, budget time.Duration) (launchR
 			return row, err
 		}
 	}
+	var before uvm.Stats
+	if a != nil {
+		var err error
+		if before, err = a.Stats(); err != nil {
+			return row, err
+		}
+	}
 	var lat []time.Duration
 	start := time.Now()
 	for len(lat) < 7 || time.Since(start) < budget {
@@ -355,6 +362,26 @@ func launchTouch(s *uvm.Session, kb, workers int, budget time.Duration) (launchR
 			return row, err
 		}
 		lat = append(lat, time.Since(t0))
+	}
+	// Every iteration moves every page to the device and back; pages
+	// the thrashing detector pinned, or that stayed put, would make the
+	// figure time something else. Moves beyond that (a page prefetched
+	// along and moved again) are part of what is timed. The server
+	// counts a move once it has woken the faulting thread, so the last
+	// iteration's may not be counted yet.
+	if a != nil {
+		after, err := a.Stats()
+		if err != nil {
+			return row, err
+		}
+		pages := uint64(size / uvm.PageSize)
+		want := uint64(len(lat)) * pages
+		for _, way := range [][2]uvm.Device{{uvm.CPU, 0}, {0, uvm.CPU}} {
+			if moved := after.MigratedPages(way[0], way[1]) - before.MigratedPages(way[0], way[1]); moved+pages < want {
+				return row, fmt.Errorf("launch and touch of %d KiB: %d pages moved from %v to %v in %d iterations, want at least %d (less the last iteration's %d)",
+					kb, moved, way[0], way[1], len(lat), want, pages)
+			}
+		}
 	}
 	row.USPerIter = float64(medianDuration(lat).Nanoseconds()) / 1e3
 	if size > 0 {
