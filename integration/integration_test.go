@@ -237,10 +237,15 @@ func TestBenchAccess(t *testing.T) {
 		assert.GreaterOrEqual(t, perRegion, 256.0, "%s: a region migrates at the threshold, not before", mode)
 		if strings.HasPrefix(rep["mode"].(string), "ebpf") {
 			assert.NotNil(t, rep["counting_overhead_us"], "%s", mode)
+			// The timed round only: one sample per page, the warm-up
+			// round's as many again left out.
+			assert.Equal(t, 4096.0, rep["anatomy_samples"], "%s: anatomy samples", mode)
+			// A stage that includes a system call or a context switch
+			// takes at least 100 ns (Quantile is never below 1 ns).
 			anatomy, _ := rep["anatomy"].(map[string]any)
-			for _, k := range []string{"to_server", "sampling", "decision", "ioctl", "wake", "total"} {
+			for _, k := range []string{"to_server", "sampling", "decision", "ioctl", "total"} {
 				v, ok := anatomy[k].(float64)
-				assert.True(t, ok && v > 0, "anatomy stage %s = %v", k, anatomy[k])
+				assert.True(t, ok && v >= 0.1, "anatomy stage %s = %v us", k, anatomy[k])
 			}
 		}
 		if mode == "user" {

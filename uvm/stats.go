@@ -456,3 +456,20 @@ func (h *Histogram) Add(o Histogram) {
 	}
 	h.Buckets = merged
 }
+
+// Since returns what h, a later snapshot of the same histogram as
+// earlier, counted after earlier was taken: a benchmark's timed part
+// without its warm-up. The maximum is h's, which may be the warm-up's.
+func (h Histogram) Since(earlier Histogram) Histogram {
+	out := Histogram{Count: h.Count - min(h.Count, earlier.Count), SumNS: h.SumNS - min(h.SumNS, earlier.SumNS), MaxNS: h.MaxNS}
+	before := map[uint64]uint64{}
+	for _, b := range earlier.Buckets {
+		before[b.UpperNS] = b.Count
+	}
+	for _, b := range h.Buckets {
+		if n := b.Count - min(b.Count, before[b.UpperNS]); n > 0 {
+			out.Buckets = append(out.Buckets, Bucket{UpperNS: b.UpperNS, Count: n})
+		}
+	}
+	return out
+}

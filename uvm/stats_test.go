@@ -116,3 +116,15 @@ func TestAllocationsCounted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), sess.Allocations, "frees do not uncount")
 }
+
+// TestHistogramSince: a later snapshot less an earlier one is what was
+// counted in between, bucket by bucket, worked out here by hand.
+func TestHistogramSince(t *testing.T) {
+	earlier := Histogram{Count: 3, SumNS: 3000, MaxNS: 2000, Buckets: []Bucket{{UpperNS: 1024, Count: 2}, {UpperNS: 2048, Count: 1}}}
+	later := Histogram{Count: 7, SumNS: 23000, MaxNS: 9000, Buckets: []Bucket{{UpperNS: 1024, Count: 2}, {UpperNS: 2048, Count: 3}, {UpperNS: 16384, Count: 2}}}
+	got := later.Since(earlier)
+	assert.Equal(t, Histogram{Count: 4, SumNS: 20000, MaxNS: 9000, Buckets: []Bucket{{UpperNS: 2048, Count: 2}, {UpperNS: 16384, Count: 2}}}, got)
+	// The median of the four: the second of them lies in the 2048 bucket.
+	assert.Equal(t, 2048*time.Nanosecond, got.Quantile(0.5))
+	assert.Equal(t, Histogram{MaxNS: 2000}, earlier.Since(earlier))
+}

@@ -406,7 +406,32 @@ func faultAnatomy(pages int, rep *accessReport) error {
 		return err
 	}
 	defer s.Close()
-	for r := 0; r < 2; r++ { // the first round warms up
+	// samples waits until the server has reported at least want samples
+	// (a sampled fault's report arrives after its wake) and returns the
+	// anatomy.
+	samples := func(want uint64) (*uvm.FaultAnatomy, error) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			in, err := s.Info()
+			if err != nil {
+				return nil, err
+			}
+			if in.Anatomy == nil {
+				return nil, fmt.Errorf("the server samples no fault: %s", in.AccessCounting)
+			}
+			if in.Anatomy.Samples >= want || time.Now().After(deadline) {
+				return in.Anatomy, nil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var warm *uvm.FaultAnatomy
+	for r := 0; r < 2; r++ { // the first round warms up, and is subtracted
+		if r == 1 {
+			if warm, err = samples(uint64(pages)); err != nil {
+				return err
+			}
+		}
 		a, err := s.MallocManaged(int64(pages)*uvm.PageSize, uvm.WithPrefetch(uvm.PrefetchSpec{Policy: "none"}))
 		if err != nil {
 			return err
@@ -419,17 +444,18 @@ func faultAnatomy(pages int, rep *accessReport) error {
 			return err
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // the last reports arrive
-	in, err := s.Info()
+	an, err := samples(warm.Samples + uint64(pages))
 	if err != nil {
 		return err
 	}
-	an := in.Anatomy
-	if an == nil || an.Samples == 0 {
-		return fmt.Errorf("the server sampled no fault: %s", in.AccessCounting)
+	// One fault per page (no prefetch), every one sampled: exactly the
+	// timed round's pages, or the figures describe other faults.
+	if got := an.Samples - warm.Samples; got != uint64(pages) {
+		return fmt.Errorf("the server sampled %d faults in a round of %d pages, want one per page", got, pages)
 	}
-	us := func(h uvm.Histogram) float64 { return float64(h.Quantile(0.5).Nanoseconds()) / 1e3 }
-	rep.Anatomy = map[string]float64{"to_server": us(an.ToServer), "sampling": us(an.Sampling), "decision": us(an.Decision), "ioctl": us(an.Ioctl), "wake": us(an.Wake), "total": us(an.Total)}
-	rep.AnatomySamples = an.Samples
+	us := func(h, w uvm.Histogram) float64 { return float64(h.Since(w).Quantile(0.5).Nanoseconds()) / 1e3 }
+	rep.Anatomy = map[string]float64{"to_server": us(an.ToServer, warm.ToServer), "sampling": us(an.Sampling, warm.Sampling),
+		"decision": us(an.Decision, warm.Decision), "ioctl": us(an.Ioctl, warm.Ioctl), "wake": us(an.Wake, warm.Wake), "total": us(an.Total, warm.Total)}
+	rep.AnatomySamples = an.Samples - warm.Samples
 	return nil
 }
