@@ -448,10 +448,12 @@ func faultAnatomy(pages int, rep *accessReport) error {
 	if err != nil {
 		return err
 	}
-	// One fault per page (no prefetch), every one sampled: exactly the
-	// timed round's pages, or the figures describe other faults.
-	if got := an.Samples - warm.Samples; got != uint64(pages) {
-		return fmt.Errorf("the server sampled %d faults in a round of %d pages, want one per page", got, pages)
+	// About one fault per page (no prefetch), every one sampled: a round
+	// takes a page's fault or two more now and then, and a report can be
+	// lost, so within 1% of the round's pages, or the figures describe
+	// other faults (the warm-up's doubled them).
+	if got, want := an.Samples-warm.Samples, uint64(pages); got+want/100 < want || got > want+want/100+2 {
+		return fmt.Errorf("the server sampled %d faults in a round of %d pages, want one per page within 1%%", got, pages)
 	}
 	us := func(h, w uvm.Histogram) float64 { return float64(h.Since(w).Quantile(0.5).Nanoseconds()) / 1e3 }
 	rep.Anatomy = map[string]float64{"to_server": us(an.ToServer, warm.ToServer), "sampling": us(an.Sampling, warm.Sampling),
