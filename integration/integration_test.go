@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softuvm/softuvm/uvm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/uvm"
 )
 
 var binDir string // holds uvm, uvm-cfloor and libuvm, built by TestMain
@@ -179,7 +181,7 @@ func TestInfo(t *testing.T) {
 	if os.Geteuid() == 0 {
 		assert.Contains(t, in.Features, "MISSING_SHMEM")
 	}
-	text, _, err := uvmCmd(t, []string{uvm.EnvDevices + "=2", uvm.EnvArenaSize + "=64MiB,128MiB"}, "info")
+	text, _, err := uvmCmd(t, []string{config.EnvDevices + "=2", config.EnvArenaSize + "=64MiB,128MiB"}, "info")
 	require.NoError(t, err)
 	assert.Contains(t, text, "devices         2 configured")
 	assert.Contains(t, text, "capacity=134217728")

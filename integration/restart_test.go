@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softuvm/softuvm/uvm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/uvm"
 )
 
 // sweepByte is what the Go sweeper writes at byte i of pass gen.
@@ -308,7 +311,7 @@ func (l logFileT) String() string {
 // runServerPID asks the fault server of `uvm run` pid, at its monitor
 // socket, for its pid: whichever server serves now.
 func runServerPID(runPID int) int {
-	m, err := uvm.ConnectMonitor(uvm.PrivateServerSocketPath(runPID))
+	m, err := wire.ConnectMonitor(config.PrivateServerSocketPath(runPID))
 	if err != nil {
 		return 0
 	}

@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softuvm/softuvm/uvm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/uvm"
 )
 
 // Tests of `uvm run`: real programs from Debian packages and small C

@@ -12,6 +12,11 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/server"
+	"github.com/softuvm/softuvm/policy"
 )
 
 // TestAccessCountsBesideServedAndMinflt: a client's faults are shown
@@ -19,7 +24,7 @@ import (
 // 1% over more than 10,000 faults (every fault here is a user fault).
 func TestAccessCountsBesideServedAndMinflt(t *testing.T) {
 	s := newSession(t, testServerConfig())
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	if !strings.HasPrefix(in.AccessCounting, "ebpf") {
 		t.Skipf("no eBPF access counters here: %s", in.AccessCounting)
@@ -28,7 +33,7 @@ func TestAccessCountsBesideServedAndMinflt(t *testing.T) {
 	a, err := s.MallocManaged(pages*PageSize, WithPrefetch(PrefetchSpec{Policy: "none"}))
 	require.NoError(t, err)
 	mine := func() SessionInfo {
-		in, err := s.Info()
+		in, err := s.rpc.Info()
 		require.NoError(t, err)
 		for _, si := range in.Sessions {
 			if si.PID == os.Getpid() {
@@ -48,7 +53,7 @@ func TestAccessCountsBesideServedAndMinflt(t *testing.T) {
 	// A handler counts a fault after waking its thread: the last count
 	// may land a moment after the touch.
 	var after SessionInfo
-	eventually(t, 2*time.Second, func() bool { after = mine(); return after.ServedFaults-before.ServedFaults >= pages }, "served fewer faults than pages")
+	Eventually(t, 2*time.Second, func() bool { after = mine(); return after.ServedFaults-before.ServedFaults >= pages }, "served fewer faults than pages")
 	served := after.ServedFaults - before.ServedFaults
 	counted := *after.EBPFFaults - *before.EBPFFaults
 	minflt := *after.MinorFaults - *before.MinorFaults
@@ -60,9 +65,9 @@ func TestAccessCountsBesideServedAndMinflt(t *testing.T) {
 
 func TestAccessCountingOffAndBadValues(t *testing.T) {
 	cfg := testServerConfig()
-	cfg.AccessCounting = AccessCountingOff
+	cfg.AccessCounting = config.AccessCountingOff
 	s := newSession(t, cfg)
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	assert.Equal(t, "off (configured)", in.AccessCounting)
 	for _, si := range in.Sessions {
@@ -70,8 +75,8 @@ func TestAccessCountingOffAndBadValues(t *testing.T) {
 	}
 	cfg.AccessCounting = "psychic"
 	assert.ErrorContains(t, cfg.Validate(), `access counting "psychic": want "auto", "ebpf", "user" or "off"`)
-	cfg.AccessCounting = AccessCountingAuto
-	cfg.AccessPolicy = AccessPolicy{Hints: true, Threshold: 256, Period: Duration(time.Second), Sample: 1 << 20, Decay: Duration(time.Millisecond)}
+	cfg.AccessCounting = config.AccessCountingAuto
+	cfg.AccessPolicy = policy.AccessPolicy{Hints: true, Threshold: 256, Period: core.Duration(time.Second), Sample: 1 << 20, Decay: core.Duration(time.Millisecond)}
 	assert.ErrorContains(t, cfg.Validate(), "access counter decay 1ms: want at least the period (1s)")
 	for text, want := range map[string]string{
 		"threshold=0": "access counter threshold 0",
@@ -83,15 +88,15 @@ func TestAccessCountingOffAndBadValues(t *testing.T) {
 		"threshold":   "want key=value",
 		"decay=soon":  `setting "decay=soon"`,
 	} {
-		_, err := ParseAccessPolicy(text)
+		_, err := policy.ParseAccessPolicy(text)
 		assert.ErrorContains(t, err, want, text)
 	}
-	p, err := ParseAccessPolicy("threshold=64,period=20ms,sample=1MiB,decay=1s,anatomy=0,hints=off")
+	p, err := policy.ParseAccessPolicy("threshold=64,period=20ms,sample=1MiB,decay=1s,anatomy=0,hints=off")
 	require.NoError(t, err)
-	assert.Equal(t, AccessPolicy{Threshold: 64, Period: Duration(20 * time.Millisecond), Sample: 1 << 20, Decay: Duration(time.Second)}, p)
-	round, err := ParseAccessPolicy(DefaultAccessPolicy.String())
+	assert.Equal(t, policy.AccessPolicy{Threshold: 64, Period: core.Duration(20 * time.Millisecond), Sample: 1 << 20, Decay: core.Duration(time.Second)}, p)
+	round, err := policy.ParseAccessPolicy(policy.DefaultAccessPolicy.String())
 	require.NoError(t, err)
-	assert.Equal(t, DefaultAccessPolicy, round, "String reads back")
+	assert.Equal(t, policy.DefaultAccessPolicy, round, "String reads back")
 }
 
 // counterPrograms lists the ids of the loaded access-counter programs.
@@ -164,12 +169,12 @@ func TestServerExitLeavesNoProgram(t *testing.T) {
 	requireRoot(t)
 	before := counterPrograms(t)
 	cfg := testServerConfig()
-	cfg.AccessCounting = AccessCountingAuto
-	srv, err := NewServer(cfg)
+	cfg.AccessCounting = config.AccessCountingAuto
+	srv, err := server.NewServer(cfg)
 	require.NoError(t, err)
-	if srv.access.ebpf == nil {
+	if srv.Access.Ebpf == nil {
 		srv.Close()
-		t.Skipf("no eBPF access counters here: %s", srv.access.mode)
+		t.Skipf("no eBPF access counters here: %s", srv.Access.Mode)
 	}
 	var ours []ebpf.ProgramID
 	for id := range counterPrograms(t) {
@@ -235,11 +240,11 @@ func TestFaultAnatomy(t *testing.T) {
 // anatomy once half of them are sampled.
 func sampledAnatomy(t *testing.T, delay time.Duration, pages int) *FaultAnatomy {
 	cfg := testServerConfig()
-	cfg.AccessPolicy = DefaultAccessPolicy
+	cfg.AccessPolicy = policy.DefaultAccessPolicy
 	cfg.AccessPolicy.AnatomyEvery = 1
-	cfg.FaultDelay = Duration(delay)
+	cfg.FaultDelay = core.Duration(delay)
 	s := newSession(t, cfg)
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	if in.Anatomy == nil {
 		t.Skipf("no fault anatomy here: %s", in.AccessCounting)
@@ -251,8 +256,8 @@ func sampledAnatomy(t *testing.T, delay time.Duration, pages int) *FaultAnatomy 
 		b[i] = 1
 	}
 	var an *FaultAnatomy
-	eventually(t, 2*time.Second, func() bool {
-		in, err := s.Info()
+	Eventually(t, 2*time.Second, func() bool {
+		in, err := s.rpc.Info()
 		require.NoError(t, err)
 		an = in.Anatomy
 		return an.Samples >= uint64(pages/2)

@@ -8,9 +8,13 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 )
 
 func init() {
@@ -61,7 +65,7 @@ func params(vs ...uint64) []byte {
 
 func twoDeviceConfig() ServerConfig {
 	c := DefaultServerConfig()
-	c.Devices = DeviceSpecs(2, []int64{64 << 20}, c.Devices[0].Backend)
+	c.Devices = config.DeviceSpecs(2, []int64{64 << 20}, c.Devices[0].Backend)
 	c.DeviceWorkers = 2
 	return c
 }
@@ -164,7 +168,7 @@ func TestReadMostly(t *testing.T) {
 
 	// Unset collapses every copy to one.
 	require.NoError(t, s.MemAdvise(a.Addr(), size, AdviseUnsetReadMostly, 0))
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	assert.Zero(t, in.Devices[0].UsedBytes+in.Devices[1].UsedBytes, "the host had a copy of every page, and kept it")
 	assert.Equal(t, want, runSum(t, s, 1, a, out))
@@ -221,7 +225,7 @@ func TestPreferredLocationDevice(t *testing.T) {
 	assert.Equal(t, pages, st.MigratedPages(CPU, 0), "device 1's faults brought the pages home to device 0")
 	assert.Zero(t, st.MigratedPages(CPU, 1), "not to device 1")
 	assert.Equal(t, pages, st.RemoteMappedPages(1))
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	assert.Equal(t, int64(size), in.Devices[0].UsedBytes)
 	assert.Zero(t, in.Devices[1].UsedBytes)
@@ -270,8 +274,8 @@ func TestAccessedBy(t *testing.T) {
 // and the device maps it there. Every increment survives.
 func TestThrashing(t *testing.T) {
 	cfg := twoDeviceConfig()
-	cfg.Thrashing = ThrashingSpec{Enabled: true, Threshold: 3, Lapse: Duration(20 * time.Millisecond), Nap: Duration(200 * time.Microsecond),
-		PinThreshold: 3, Pin: Duration(5 * time.Second), Epoch: Duration(10 * time.Second)}
+	cfg.Thrashing = policy.ThrashingSpec{Enabled: true, Threshold: 3, Lapse: core.Duration(20 * time.Millisecond), Nap: core.Duration(200 * time.Microsecond),
+		PinThreshold: 3, Pin: core.Duration(5 * time.Second), Epoch: core.Duration(10 * time.Second)}
 	s := newSession(t, cfg)
 	a, err := s.MallocManaged(PageSize)
 	require.NoError(t, err)

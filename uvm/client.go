@@ -1,8 +1,6 @@
 package uvm
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,13 +12,13 @@ import (
 	"unsafe"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/engine"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
-
-// MaxAllocation bounds one managed allocation: 64 TiB of address space.
-// Pages are created on first touch, so a large allocation costs nothing
-// until it is used.
-const MaxAllocation = 1 << 46
 
 // Config says how a process reaches a fault server. It is plain data.
 type Config struct {
@@ -64,7 +62,7 @@ func ConfigFromEnv() (Config, error) {
 // userfaultfd and host file its managed memory uses. Its methods are safe
 // for concurrent use.
 type Session struct {
-	rpc
+	rpc      wire.Client // the control connection to the server
 	host     *devmem.File
 	id       uint64
 	devices  []DeviceInfo
@@ -81,27 +79,11 @@ type Session struct {
 	// files, all fetched from the server on first use (copyside.go).
 	copyMu      sync.Mutex
 	copyParams  *copyParams
-	engines     *copyEngines
+	engines     *engine.CopyEngines
 	deviceFiles []*devmem.File
 
 	devMu sync.Mutex
 	devs  []*deviceProc // created on first use, guarded by devMu
-}
-
-// rpc is a connection to a server that carries one request at a time.
-type rpc struct {
-	conn      *net.UnixConn
-	serverPID atomic.Int64
-	// restarts counts the notices of new servers taking over that this
-	// connection has read.
-	restarts atomic.Uint32
-
-	reqMu sync.Mutex // one request in flight; guards buf
-	seq   atomic.Uint32
-	buf   []byte
-
-	gone   atomic.Bool
-	closed atomic.Bool
 }
 
 // Allocation is one managed allocation.
@@ -113,7 +95,7 @@ type Allocation struct {
 	reserved  uintptr // length rounded up to 2 MiB: the address space held
 	bufferID  uint64
 	device    Device
-	kind      rangeKind
+	kind      core.RangeKind
 	flags     uint32  // HostAlloc's flags for pinned host memory
 	hostAlias uintptr // registered host memory: where the program has it
 	freed     atomic.Bool
@@ -127,15 +109,15 @@ type Allocation struct {
 }
 
 // AllocOption tunes one allocation.
-type AllocOption func(*allocRequest) error
+type AllocOption func(*wire.AllocRequest) error
 
 // WithPrefetch chooses the allocation's fault prefetch policy.
 func WithPrefetch(spec PrefetchSpec) AllocOption {
-	return func(r *allocRequest) error {
-		if _, err := NewPrefetchPolicy(spec); err != nil {
+	return func(r *wire.AllocRequest) error {
+		if _, err := policy.NewPrefetchPolicy(spec); err != nil {
 			return err
 		}
-		r.prefetch = spec.String()
+		r.Prefetch = spec.String()
 		return nil
 	}
 }
@@ -145,24 +127,24 @@ func WithPrefetch(spec PrefetchSpec) AllocOption {
 // on the first touch of each prefetched page, because such pages are left
 // unmapped so that their use can be seen.
 func TrackPrefetchUse() AllocOption {
-	return func(r *allocRequest) error { r.trackPrefetch = true; return nil }
+	return func(r *wire.AllocRequest) error { r.TrackPrefetch = true; return nil }
 }
 
 // Attachment flags of MallocManaged, as cudaMemAttachGlobal and
 // cudaMemAttachHost. They are recorded; with no streams yet they change
 // nothing.
 const (
-	AttachGlobal = 0x1
-	AttachHost   = 0x2
+	AttachGlobal = core.AttachGlobal
+	AttachHost   = core.AttachHost
 )
 
 // WithFlags sets the allocation's attach flags.
 func WithFlags(flags uint32) AllocOption {
-	return func(r *allocRequest) error {
+	return func(r *wire.AllocRequest) error {
 		if flags != AttachGlobal && flags != AttachHost {
 			return fmt.Errorf("%w: managed allocation flags %#x: want AttachGlobal (%#x) or AttachHost (%#x)", ErrInvalidValue, flags, AttachGlobal, AttachHost)
 		}
-		r.flags = flags
+		r.Flags = flags
 		return nil
 	}
 }
@@ -183,56 +165,27 @@ func Connect(cfg Config) (*Session, error) {
 	// The server owns the userfaultfd from here on; this process keeps
 	// no copy, so it never resolves its own faults by accident.
 	defer u.Close()
-	s := &Session{host: host, log: cfg.Log, rpc: rpc{buf: make([]byte, maxMessageSize)}}
+	s := &Session{host: host, log: cfg.Log, rpc: wire.Client{Buf: make([]byte, wire.MaxMessageSize)}}
 	if err := s.dial(cfg); err != nil {
 		host.Close()
 		return nil, err
 	}
-	hello := helloRequest{role: roleClient, pid: uint32(os.Getpid())}
-	r, err := s.requestFDs(encodeHello(s.nextSeq(), hello), msgHello, []int{u.Fd(), host.Fd()})
+	hello := wire.HelloRequest{Role: wire.RoleClient, Pid: uint32(os.Getpid())}
+	r, err := s.rpc.RequestFDs(wire.EncodeHello(s.rpc.NextSeq(), hello), wire.MsgHello, []int{u.Fd(), host.Fd()})
 	if err != nil {
 		s.closeConn()
 		host.Close()
 		return nil, err
 	}
-	hr, err := decodeHelloReply(r)
+	hr, err := wire.DecodeHelloReply(r)
 	if err != nil {
 		s.closeConn()
 		host.Close()
 		return nil, err
 	}
-	s.serverPID.Store(int64(hr.serverPID))
-	s.id, s.features, s.devices = hr.sessionID, uffd.Feature(hr.features), hr.devices
+	s.rpc.PeerPID.Store(int64(hr.ServerPID))
+	s.id, s.features, s.devices = hr.SessionID, uffd.Feature(hr.Features), hr.Devices
 	return s, nil
-}
-
-func (s *Session) dial(cfg Config) error {
-	mode := cfg.Server
-	if mode == "" {
-		mode = "auto"
-	}
-	path := cfg.Socket
-	explicit := path != ""
-	if !explicit {
-		path = DefaultSocketPath()
-		explicit = os.Getenv(EnvSocket) != ""
-	}
-	if mode != "private" {
-		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-		if err == nil {
-			s.conn = c
-			return nil
-		}
-		if mode == "daemon" || explicit {
-			return fmt.Errorf("%w: no fault server at %s (%v); start one with `uvm serve`, or set %s=private", ErrInitialization, path, err, EnvServer)
-		}
-	}
-	conn, ps, err := startPrivateServer(cfg.Private, cfg.Log)
-	if err != nil {
-		return err
-	}
-	s.conn, s.private = conn, ps
-	return nil
 }
 
 var (
@@ -255,158 +208,74 @@ func Default() (*Session, error) {
 	return defaultSession, defaultErr
 }
 
-func (c *rpc) nextSeq() uint32 { return c.seq.Add(1) }
-
-// request sends one request and returns the reply's payload.
-func (c *rpc) request(b []byte, typ msgType) (*wireReader, error) {
-	return c.requestFDs(b, typ, nil)
-}
-
-func (c *rpc) requestFDs(b []byte, typ msgType, fds []int) (*wireReader, error) {
-	r, rfds, err := c.exchange(b, typ, fds)
-	closeFDs(rfds)
-	return r, err
-}
-
-// requestWithFDs sends a request and returns the descriptors its reply
-// carries, which the caller owns.
-func (c *rpc) requestWithFDs(b []byte, typ msgType) (*wireReader, []int, error) {
-	return c.exchange(b, typ, nil)
-}
-
-func (c *rpc) exchange(b []byte, typ msgType, fds []int) (*wireReader, []int, error) {
-	if c.closed.Load() {
-		return nil, nil, fmt.Errorf("%w: %s: session closed", ErrInvalidValue, typ)
-	}
-	if c.gone.Load() {
-		return nil, nil, c.goneError(typ)
-	}
-	c.reqMu.Lock()
-	defer c.reqMu.Unlock()
-	h, _, _ := parseHeader(b)
-	if err := writeMessage(c.conn, b, fds); err != nil {
-		c.gone.Store(true)
-		return nil, nil, c.goneError(typ)
-	}
-	var reply []byte
-	var rfds []int
-	for {
-		var err error
-		reply, rfds, err = readMessage(c.conn, c.buf)
-		if err != nil {
-			c.gone.Store(true)
-			return nil, nil, c.goneError(typ)
-		}
-		rh, payload, perr := parseHeader(reply)
-		if perr != nil || (rh.typ != msgRestarted && rh.seq == h.seq) {
-			break
-		}
-		closeFDs(rfds)
-		if rh.typ != msgRestarted {
-			continue // a reply to a request sent twice across a restart, answered already
-		}
-		// A new server took over from a dead one, which may have read
-		// this request and never answered: send it again, marked so
-		// that a server that has it already drops the copy.
-		if pid, _, err := decodeRestarted(&wireReader{b: payload}); err == nil {
-			c.serverPID.Store(int64(pid))
-		}
-		c.restarts.Add(1)
-		again := append([]byte(nil), b...)
-		binary.LittleEndian.PutUint32(again[12:], uint32(requestRetried))
-		if err := writeMessage(c.conn, again, fds); err != nil {
-			c.gone.Store(true)
-			return nil, nil, c.goneError(typ)
-		}
-	}
-	// The reply aliases buf, which the next request reuses.
-	r, err := parseReply(append([]byte(nil), reply...), h)
+// MallocManaged allocates managed memory in the default session.
+func MallocManaged(size int64, opts ...AllocOption) (*Allocation, error) {
+	s, err := Default()
 	if err != nil {
-		closeFDs(rfds)
-		return nil, nil, err
+		return nil, err
 	}
-	return r, rfds, nil
+	return s.MallocManaged(size, opts...)
 }
 
-func (c *rpc) goneError(typ msgType) error {
-	return fmt.Errorf("%w: %s: the fault server (pid %d) exited; managed memory that was not on the host is lost", ErrServerGone, typ, c.serverPID.Load())
-}
-
-// jsonRequest sends a request whose reply is a JSON document and decodes
-// the document into out.
-func (c *rpc) jsonRequest(b []byte, typ msgType, out any) error {
-	r, err := c.request(b, typ)
+// Free releases an allocation of the default session.
+func Free(addr uintptr) error {
+	s, err := Default()
 	if err != nil {
 		return err
 	}
-	text, err := decodeStringReply(r)
+	return s.Free(addr)
+}
+
+// Prefetch migrates a range of the default session.
+func Prefetch(addr uintptr, n int64, dst Device) error {
+	s, err := Default()
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal([]byte(text), out); err != nil {
-		return fmt.Errorf("%w: %s reply: %v", ErrInternal, typ, err)
+	return s.Prefetch(addr, n, dst)
+}
+
+// GetDeviceCount returns the number of devices of the default session.
+func GetDeviceCount() (int, error) {
+	s, err := Default()
+	if err != nil {
+		return 0, err
 	}
+	return s.DeviceCount(), nil
+}
+
+func (s *Session) dial(cfg Config) error {
+	mode := cfg.Server
+	if mode == "" {
+		mode = "auto"
+	}
+	path := cfg.Socket
+	explicit := path != ""
+	if !explicit {
+		path = config.DefaultSocketPath()
+		explicit = os.Getenv(EnvSocket) != ""
+	}
+	if mode != "private" {
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err == nil {
+			s.rpc.Conn = c
+			return nil
+		}
+		if mode == "daemon" || explicit {
+			return fmt.Errorf("%w: no fault server at %s (%v); start one with `uvm serve`, or set %s=private", ErrInitialization, path, err, EnvServer)
+		}
+	}
+	conn, ps, err := startPrivateServer(cfg.Private, cfg.Log)
+	if err != nil {
+		return err
+	}
+	s.rpc.Conn, s.private = conn, ps
 	return nil
 }
 
-func (c *rpc) stats(scope uint8, addr uintptr) (Stats, error) {
-	var st Stats
-	err := c.jsonRequest(encodeStats(c.nextSeq(), statsRequest{scope: scope, addr: uint64(addr)}), msgStats, &st)
-	return st, err
-}
-
-// Info returns the server's configuration and state.
-func (c *rpc) Info() (Info, error) {
-	var in Info
-	err := c.jsonRequest(encodeInfo(c.nextSeq()), msgInfo, &in)
-	return in, err
-}
-
-// ServerStats returns the server's counters over every process it served.
-func (c *rpc) ServerStats() (Stats, error) { return c.stats(scopeServer, 0) }
-
-// ServerPID is the fault server's process id.
-func (c *rpc) ServerPID() int { return int(c.serverPID.Load()) }
-
-// ServerRestarts is how many times a new server has taken over from a
-// dead one, as this connection learnt at its requests.
-func (c *rpc) ServerRestarts() int { return int(c.restarts.Load()) }
-
-// Monitor is a read-only connection to a server, for `uvm stat` and `uvm
-// info`: it hands over no memory.
-type Monitor struct{ rpc }
-
-// ConnectMonitor connects to the server listening at path (a daemon's
-// socket, or PrivateServerSocketPath of a private server).
-func ConnectMonitor(path string) (*Monitor, error) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		return nil, fmt.Errorf("%w: no fault server at %s: %v", ErrInitialization, path, err)
-	}
-	m := &Monitor{rpc{conn: c, buf: make([]byte, maxMessageSize)}}
-	r, err := m.request(encodeHello(m.nextSeq(), helloRequest{role: roleMonitor, pid: uint32(os.Getpid())}), msgHello)
-	if err == nil {
-		var hr helloReply
-		if hr, err = decodeHelloReply(r); err == nil {
-			m.serverPID.Store(int64(hr.serverPID))
-		}
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return m, nil
-}
-
-// Close disconnects.
-func (m *Monitor) Close() error {
-	m.closed.Store(true)
-	return m.conn.Close()
-}
-
 func (s *Session) closeConn() {
-	if s.conn != nil {
-		s.conn.Close()
+	if s.rpc.Conn != nil {
+		s.rpc.Conn.Close()
 	}
 	if s.private != nil {
 		s.private.wait(2 * time.Second)
@@ -415,7 +284,7 @@ func (s *Session) closeConn() {
 
 // Close frees every allocation and disconnects. A private server exits.
 func (s *Session) Close() error {
-	if s.closed.Swap(true) {
+	if s.rpc.Closed.Swap(true) {
 		return nil
 	}
 	var errs []error
@@ -466,10 +335,10 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: managed allocation of %d bytes: want at least 1 byte", ErrInvalidValue, size)
 	}
-	if size > MaxAllocation {
-		return nil, fmt.Errorf("%w: managed allocation of %d bytes (%s): the limit is %s", ErrInvalidValue, size, FormatSize(size), FormatSize(MaxAllocation))
+	if size > core.MaxAllocation {
+		return nil, fmt.Errorf("%w: managed allocation of %d bytes (%s): the limit is %s", ErrInvalidValue, size, FormatSize(size), FormatSize(core.MaxAllocation))
 	}
-	req := allocRequest{size: uint64(size), flags: AttachGlobal}
+	req := wire.AllocRequest{Size: uint64(size), Flags: AttachGlobal}
 	for _, o := range opts {
 		if err := o(&req); err != nil {
 			return nil, err
@@ -481,9 +350,9 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 // allocate reserves address space in the managed window, maps the host
 // file over it (prepare may fill it, as pinned memory is filled before it
 // is registered) and registers the range with the server.
-func (s *Session) allocate(size int64, req allocRequest, prepare func(addr uintptr, length int64) error) (*Allocation, error) {
-	length := roundUp(uintptr(size), PageSize)
-	reserved := roundUp(length, BlockSize)
+func (s *Session) allocate(size int64, req wire.AllocRequest, prepare func(addr uintptr, length int64) error) (*Allocation, error) {
+	length := core.RoundUp(uintptr(size), PageSize)
+	reserved := core.RoundUp(length, BlockSize)
 	addr, err := s.window.reserve(reserved)
 	if err != nil {
 		return nil, err
@@ -504,25 +373,25 @@ func (s *Session) allocate(size int64, req allocRequest, prepare func(addr uintp
 			return nil, err
 		}
 	}
-	req.addr, req.length = uint64(addr), uint64(length)
-	r, err := s.request(encodeAlloc(s.nextSeq(), req), msgAlloc)
+	req.Addr, req.Length = uint64(addr), uint64(length)
+	r, err := s.rpc.Request(wire.EncodeAlloc(s.rpc.NextSeq(), req), wire.MsgAlloc)
 	var id uint64
 	if err == nil {
-		id = r.u64("buffer id")
-		err = r.done("alloc reply")
+		id = r.U64("buffer id")
+		err = r.Done("alloc reply")
 	}
 	if err != nil {
-		if req.kind == kindPinnedHost {
+		if req.Kind == core.KindPinnedHost {
 			s.host.Punch(int64(addr), int64(length))
 		}
 		s.window.release(addr, reserved)
 		return nil, err
 	}
-	a := &Allocation{s: s, addr: addr, size: size, length: length, reserved: reserved, bufferID: id, device: 0, kind: req.kind}
+	a := &Allocation{s: s, addr: addr, size: size, length: length, reserved: reserved, bufferID: id, device: 0, kind: req.Kind}
 	switch {
-	case req.kind == kindDevice:
-		a.device = Device(req.device)
-	case len(s.devices) == 0 || req.kind == kindPinnedHost:
+	case req.Kind == core.KindDevice:
+		a.device = Device(req.Device)
+	case len(s.devices) == 0 || req.Kind == core.KindPinnedHost:
 		a.device = CPU
 	}
 	s.allocMu.Lock()
@@ -533,8 +402,6 @@ func (s *Session) allocate(size int64, req allocRequest, prepare func(addr uintp
 	s.allocMu.Unlock()
 	return a, nil
 }
-
-func roundUp(n, to uintptr) uintptr { return (n + to - 1) &^ (to - 1) }
 
 // lookup returns the allocation holding addr.
 func (s *Session) lookup(addr uintptr) *Allocation {
@@ -560,7 +427,7 @@ func (s *Session) Free(addr uintptr) error {
 	if err != nil {
 		return err
 	}
-	if a.kind == kindPinnedHost {
+	if a.kind == core.KindPinnedHost {
 		return fmt.Errorf("%w: free %#x: it is pinned host memory; free it with FreeHost (or HostUnregister if it was registered)", ErrInvalidValue, addr)
 	}
 	return s.release(a)
@@ -595,7 +462,7 @@ func (s *Session) release(a *Allocation) error {
 	// The server frees first, while the range is still registered: it
 	// sees which prefetched pages were used, and a thread blocked in a
 	// fault on the range is woken into SIGBUS rather than left waiting.
-	_, err := s.request(encodeFree(s.nextSeq(), uint64(a.addr)), msgFree)
+	_, err := s.rpc.Request(wire.EncodeFree(s.rpc.NextSeq(), uint64(a.addr)), wire.MsgFree)
 	if rerr := s.window.release(a.addr, a.reserved); rerr != nil && err == nil {
 		err = fmt.Errorf("%w: unmap %#x: %v", ErrInternal, a.addr, rerr)
 	}
@@ -615,8 +482,8 @@ func (s *Session) pageRange(what string, addr uintptr, n int64) (*Allocation, ui
 	if uint64(n) > uint64(a.addr+a.length-addr) {
 		return nil, 0, 0, fmt.Errorf("%w: %s %#x+%d runs past the end of the allocation %#x+%d", ErrInvalidValue, what, addr, n, a.addr, a.size)
 	}
-	start := addr &^ pageMask
-	end := roundUp(addr+uintptr(n), PageSize)
+	start := addr &^ core.PageOffsetMask
+	end := core.RoundUp(addr+uintptr(n), PageSize)
 	return a, start, end - start, nil
 }
 
@@ -632,11 +499,11 @@ func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
 	if err != nil {
 		return err
 	}
-	r, err := s.request(encodePrefetch(s.nextSeq(), prefetchRequest{addr: uint64(start), length: uint64(length), dst: int32(dst)}), msgPrefetch)
+	r, err := s.rpc.Request(wire.EncodePrefetch(s.rpc.NextSeq(), wire.PrefetchRequest{Addr: uint64(start), Length: uint64(length), Dst: int32(dst)}), wire.MsgPrefetch)
 	if err != nil {
 		return err
 	}
-	return r.done("prefetch reply")
+	return r.Done("prefetch reply")
 }
 
 func (s *Session) deviceChoices() string {
@@ -656,11 +523,11 @@ func (s *Session) RangeAttributes(addr uintptr, n int64) (RangeAttributes, error
 	if err != nil {
 		return RangeAttributes{}, err
 	}
-	r, err := s.request(encodeRangeAttrs(s.nextSeq(), rangeRequest{addr: uint64(start), length: uint64(length)}), msgRangeAttrs)
+	r, err := s.rpc.Request(wire.EncodeRangeAttrs(s.rpc.NextSeq(), wire.RangeRequest{Addr: uint64(start), Length: uint64(length)}), wire.MsgRangeAttrs)
 	if err != nil {
 		return RangeAttributes{}, err
 	}
-	return decodeRangeAttrsReply(r)
+	return wire.DecodeRangeAttrsReply(r)
 }
 
 // RangeAttribute queries one attribute, as cuMemRangeGetAttribute. The
@@ -703,13 +570,13 @@ func (s *Session) PointerAttributes(ptr uintptr) (PointerAttributes, error) {
 	attrs := PointerAttributes{Type: MemoryManaged, Device: a.device, DevicePointer: ptr, HostPointer: ptr,
 		RangeStart: a.addr, RangeSize: a.size, BufferID: a.bufferID, IsManaged: true}
 	switch a.kind {
-	case kindPinnedHost:
+	case core.KindPinnedHost:
 		attrs.Type, attrs.IsManaged = MemoryHost, false
 		if a.hostAlias != 0 {
 			attrs.HostPointer = a.hostAlias + (ptr - a.addr)
 			attrs.RangeStart = a.hostAlias
 		}
-	case kindDevice:
+	case core.KindDevice:
 		attrs.Type, attrs.IsManaged, attrs.HostPointer = MemoryDevice, false, 0
 	}
 	return attrs, nil
@@ -717,7 +584,7 @@ func (s *Session) PointerAttributes(ptr uintptr) (PointerAttributes, error) {
 
 // Stats returns the counters of this process's allocations, freed ones
 // included.
-func (s *Session) Stats() (Stats, error) { return s.stats(scopeSession, 0) }
+func (s *Session) Stats() (Stats, error) { return s.rpc.Stats(wire.ScopeSession, 0) }
 
 // Addr is the allocation's start.
 func (a *Allocation) Addr() uintptr { return a.addr }
@@ -740,42 +607,17 @@ func (a *Allocation) Free() error { return a.s.Free(a.addr) }
 func (a *Allocation) Prefetch(dst Device) error { return a.s.Prefetch(a.addr, a.size, dst) }
 
 // Stats returns the allocation's counters.
-func (a *Allocation) Stats() (Stats, error) { return a.s.stats(scopeRange, a.addr) }
+func (a *Allocation) Stats() (Stats, error) { return a.s.rpc.Stats(wire.ScopeRange, a.addr) }
 
-// Package-level functions act on the Default session.
+// Info returns the server's configuration and state.
+func (s *Session) Info() (Info, error) { return s.rpc.Info() }
 
-// MallocManaged allocates managed memory in the default session.
-func MallocManaged(size int64, opts ...AllocOption) (*Allocation, error) {
-	s, err := Default()
-	if err != nil {
-		return nil, err
-	}
-	return s.MallocManaged(size, opts...)
-}
+// ServerStats returns the server's counters over every process it served.
+func (s *Session) ServerStats() (Stats, error) { return s.rpc.ServerStats() }
 
-// Free releases an allocation of the default session.
-func Free(addr uintptr) error {
-	s, err := Default()
-	if err != nil {
-		return err
-	}
-	return s.Free(addr)
-}
+// ServerPID is the fault server's process id.
+func (s *Session) ServerPID() int { return s.rpc.ServerPID() }
 
-// Prefetch migrates a range of the default session.
-func Prefetch(addr uintptr, n int64, dst Device) error {
-	s, err := Default()
-	if err != nil {
-		return err
-	}
-	return s.Prefetch(addr, n, dst)
-}
-
-// GetDeviceCount returns the number of devices of the default session.
-func GetDeviceCount() (int, error) {
-	s, err := Default()
-	if err != nil {
-		return 0, err
-	}
-	return s.DeviceCount(), nil
-}
+// ServerRestarts is how many times a new server has taken over from a
+// dead one, as this session learnt at its requests.
+func (s *Session) ServerRestarts() int { return s.rpc.ServerRestarts() }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/core"
 )
 
 // fill writes a pattern that depends on the byte's offset and seed.
@@ -50,7 +52,7 @@ func TestFirstTouchReadsZerosAndCounts(t *testing.T) {
 	assert.Less(t, st.PrefetchedPages, uint64(1024))
 	assert.Equal(t, host.Missing, st.FaultService.Count)
 
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	require.Len(t, in.Sessions, 1)
 	assert.Equal(t, int64(4<<20), in.Sessions[0].HostBytes, "the host file holds the pages")
@@ -66,7 +68,7 @@ func TestPrefetchRoundTrip(t *testing.T) {
 	fill(b, 7)
 
 	require.NoError(t, a.Prefetch(0))
-	in, err := s.Info()
+	in, err := s.rpc.Info()
 	require.NoError(t, err)
 	pages := int64((size + PageSize - 1) / PageSize)
 	assert.Equal(t, int64(0), in.Sessions[0].HostBytes, "the host copies were freed")
@@ -84,7 +86,7 @@ func TestPrefetchRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(pages), st.MigratedPages(CPU, 0))
 	assert.Equal(t, uint64(pages), st.MigratedPages(0, CPU))
-	in, err = s.Info()
+	in, err = s.rpc.Info()
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), in.Devices[0].UsedBytes, "faulting back freed the device pages")
 	assert.Equal(t, int64(0), in.Devices[0].FileBytes)
@@ -344,7 +346,7 @@ func TestBadInputNamesTheValue(t *testing.T) {
 	}{
 		{"zero size", second(s.MallocManaged(0)), ErrInvalidValue, "allocation of 0 bytes"},
 		{"negative size", second(s.MallocManaged(-5)), ErrInvalidValue, "allocation of -5 bytes"},
-		{"absurd size", second(s.MallocManaged(MaxAllocation + 1)), ErrInvalidValue, "70368744177665 bytes"},
+		{"absurd size", second(s.MallocManaged(core.MaxAllocation + 1)), ErrInvalidValue, "70368744177665 bytes"},
 		{"bad flags", second(s.MallocManaged(1, WithFlags(9))), ErrInvalidValue, "flags 0x9"},
 		{"bad policy", second(s.MallocManaged(1, WithPrefetch(PrefetchSpec{Policy: "window", Window: 0}))), ErrInvalidValue, "window 0"},
 		{"unknown device", s.Prefetch(a.Addr(), 1, 3), ErrInvalidDevice, "device 3"},

@@ -5,16 +5,10 @@ import (
 	"syscall"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/engine"
+	"github.com/softuvm/softuvm/internal/server"
+	"github.com/softuvm/softuvm/internal/wire"
 )
-
-// The client's side of copies. Memcpy and Memset run in the client's own
-// process: ordinary, managed and pinned memory are in its address space,
-// and device memory is reached through a shared mapping of the session's
-// file of the device (msgDeviceFile), the same pages that device
-// processes map at the device memory's addresses. One copy, no staging
-// window, no request per chunk: only a note to the server afterwards of
-// which device pages were written. The server's copy calibration decides
-// how many producer threads share a copy and from what size.
 
 // copyParams are the copy engine's parameters, as the server calibrated
 // them.
@@ -32,7 +26,7 @@ func (s *Session) copyParameters() (copyParams, error) {
 		return *s.copyParams, nil
 	}
 	p, fds, err := s.deviceFileRequest(CPU)
-	closeFDs(fds)
+	wire.CloseFDs(fds)
 	if err != nil {
 		return copyParams{}, err
 	}
@@ -43,17 +37,17 @@ func (s *Session) copyParameters() (copyParams, error) {
 // deviceFileRequest sends msgDeviceFile for device d (CPU: the parameters
 // only) and returns the parameters and the descriptors the reply carries.
 func (s *Session) deviceFileRequest(d Device) (copyParams, []int, error) {
-	r, fds, err := s.requestWithFDs(encodeDeviceFile(s.nextSeq(), d), msgDeviceFile)
+	r, fds, err := s.rpc.RequestWithFDs(wire.EncodeDeviceFile(s.rpc.NextSeq(), d), wire.MsgDeviceFile)
 	if err != nil {
 		return copyParams{}, nil, err
 	}
-	p := copyParams{producers: int(r.u64("copy producers")), nonTemporalAbove: int64(r.u64("non-temporal size")), directBelow: int64(r.u64("direct-path size"))}
-	if err := r.done("device file reply"); err != nil {
-		closeFDs(fds)
+	p := copyParams{producers: int(r.U64("copy producers")), nonTemporalAbove: int64(r.U64("non-temporal size")), directBelow: int64(r.U64("direct-path size"))}
+	if err := r.Done("device file reply"); err != nil {
+		wire.CloseFDs(fds)
 		return copyParams{}, nil, err
 	}
 	if p.producers < 1 || p.producers > 1024 || p.nonTemporalAbove < 0 || p.directBelow < 0 {
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		return copyParams{}, nil, fmt.Errorf("%w: device file reply: %d copy producers, non-temporal from %d, direct below %d", ErrInternal, p.producers, p.nonTemporalAbove, p.directBelow)
 	}
 	return p, fds, nil
@@ -62,21 +56,21 @@ func (s *Session) deviceFileRequest(d Device) (copyParams, []int, error) {
 // copyEngine is the session's engine for copies into d, started on first
 // use and stopped by Close: its producers run near d's memory where it is
 // device memory on a NUMA arena of a machine with several nodes.
-func (s *Session) copyEngine(p copyParams, d side) *copyEngine {
+func (s *Session) copyEngine(p copyParams, d side) *engine.CopyEngine {
 	s.copyMu.Lock()
 	if s.engines == nil {
-		s.engines = newCopyEngines(p.producers, p.directBelow)
-		if s.closed.Load() {
-			s.engines.stop()
+		s.engines = engine.NewCopyEngines(p.producers, p.directBelow)
+		if s.rpc.Closed.Load() {
+			s.engines.Stop()
 		}
 	}
 	engines := s.engines
 	s.copyMu.Unlock()
 	node := -1
 	if d.device() && int(d.a.device) < len(s.devices) {
-		node = arenaNode(s.devices[d.a.device].Backend, s.devices[d.a.device].Node)
+		node = server.ArenaNode(s.devices[d.a.device].Backend, s.devices[d.a.device].Node)
 	}
-	return engines.forNode(node)
+	return engines.ForNode(node)
 }
 
 // deviceFile returns the session's file of device d, fetched once.
@@ -97,7 +91,7 @@ func (s *Session) deviceFile(d Device) (*devmem.File, error) {
 		return nil, err
 	}
 	if len(fds) != 1 {
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		return nil, fmt.Errorf("%w: device file reply carries %d descriptors, want 1", ErrInternal, len(fds))
 	}
 	f, err := devmem.FileFromFD(fds[0], fmt.Sprintf("softuvm-dev%d", d))
@@ -117,7 +111,7 @@ func (s *Session) closeCopies() {
 	s.copyMu.Lock()
 	defer s.copyMu.Unlock()
 	if s.engines != nil {
-		s.engines.stop()
+		s.engines.Stop()
 	}
 	for i, f := range s.deviceFiles {
 		if f != nil {
@@ -196,7 +190,7 @@ func (s *Session) noteWritten(d side, n int64) error {
 	if !fresh {
 		return nil
 	}
-	if err := s.deviceCopy(deviceCopyRequest{op: deviceWritten, dst: uint64(d.ptr), length: uint64(n)}); err != nil {
+	if err := s.deviceCopy(wire.DeviceCopyRequest{Op: wire.DeviceWritten, Dst: uint64(d.ptr), Length: uint64(n)}); err != nil {
 		return err
 	}
 	a.shadowMu.Lock()

@@ -8,13 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// Delayed migration: a device reading an accessed-by range it maps in
-// host memory takes hint faults, which the access counters count; a
-// region whose count reaches the threshold migrates to the device.
-// Every test runs with the eBPF counters and with the user-space
-// fallback forced.
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+)
 
 const hintPeriod = 10 * time.Millisecond
 
@@ -22,22 +20,22 @@ func accessTestConfig(mode string, decay time.Duration) ServerConfig {
 	c := testServerConfig()
 	c.DeviceWorkers = 1
 	c.AccessCounting = mode
-	c.AccessPolicy = AccessPolicy{Hints: true, Threshold: 256, Period: Duration(hintPeriod), Sample: 256 << 20,
-		Decay: Duration(decay), AnatomyEvery: 1}
+	c.AccessPolicy = policy.AccessPolicy{Hints: true, Threshold: 256, Period: core.Duration(hintPeriod), Sample: 256 << 20,
+		Decay: core.Duration(decay), AnatomyEvery: 1}
 	return c
 }
 
 // eachCountingMode runs f with the eBPF counters (skipped where they do
 // not load) and with user-space counting.
 func eachCountingMode(t *testing.T, decay time.Duration, f func(t *testing.T, s *Session, mode string)) {
-	for _, mode := range []string{AccessCountingEBPF, AccessCountingUser} {
+	for _, mode := range []string{config.AccessCountingEBPF, config.AccessCountingUser} {
 		t.Run(mode, func(t *testing.T) {
 			requireRoot(t)
-			if mode == AccessCountingEBPF {
+			if mode == config.AccessCountingEBPF {
 				cfg := testServerConfig()
-				cfg.AccessCounting = AccessCountingAuto
+				cfg.AccessCounting = config.AccessCountingAuto
 				s := newSession(t, cfg)
-				in, err := s.Info()
+				in, err := s.rpc.Info()
 				require.NoError(t, err)
 				s.Close()
 				if !strings.HasPrefix(in.AccessCounting, "ebpf") {
@@ -45,7 +43,7 @@ func eachCountingMode(t *testing.T, decay time.Duration, f func(t *testing.T, s 
 				}
 			}
 			s := newSession(t, accessTestConfig(mode, decay))
-			in, err := s.Info()
+			in, err := s.rpc.Info()
 			require.NoError(t, err)
 			require.True(t, strings.HasPrefix(in.AccessCounting, mode), "Info says %q", in.AccessCounting)
 			f(t, s, mode)
@@ -75,7 +73,7 @@ func hostRangeAccessedBy(t *testing.T, s *Session, size int64) (a, out *Allocati
 // accesses: the device process's faults as eBPF counts them, or the
 // minor faults the server served in user-space mode.
 func sampledAccesses(t *testing.T, s *Session, mode string) uint64 {
-	if mode == AccessCountingUser {
+	if mode == config.AccessCountingUser {
 		st, err := s.Stats()
 		require.NoError(t, err)
 		return st.FaultsBy(0).Minor

@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"fmt"
-	"github.com/softuvm/softuvm/devmem"
 	"os"
 	"os/exec"
 	"sort"
@@ -13,6 +12,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/device"
+	"github.com/softuvm/softuvm/internal/wire"
 )
 
 // deviceProc is the client's handle on one device's process, started on
@@ -29,8 +34,8 @@ type deviceProc struct {
 	// control opens streams in the process; streams holds the
 	// connection of each stream in use, 0 the default stream's. Nil
 	// while no process runs.
-	control *directConn
-	streams map[uint32]*directConn
+	control *wire.DirectConn
+	streams map[uint32]*wire.DirectConn
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when cmd has been waited for
 	gen     uint64        // incremented by each reset: older streams are stale
@@ -53,13 +58,6 @@ type Stream struct {
 	gen    uint64
 }
 
-// Device returns the stream's device.
-func (st *Stream) Device() Device { return Device(st.device) }
-
-func (st *Stream) String() string {
-	return fmt.Sprintf("stream %d of device %d", st.id, st.device)
-}
-
 // DeviceAttr names a device attribute for DeviceGetAttribute.
 type DeviceAttr int
 
@@ -79,6 +77,23 @@ const (
 	// kernels.
 	AttrWorkerCount
 )
+
+func processEnd(ps *os.ProcessState) string {
+	if ps == nil {
+		return "exited"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("was killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
+	}
+	return fmt.Sprintf("exited with status %d", ps.ExitCode())
+}
+
+// Device returns the stream's device.
+func (st *Stream) Device() Device { return Device(st.device) }
+
+func (st *Stream) String() string {
+	return fmt.Sprintf("stream %d of device %d", st.id, st.device)
+}
 
 func (a DeviceAttr) String() string {
 	switch a {
@@ -172,7 +187,7 @@ func (s *Session) StreamDestroy(st *Stream) error {
 	st.gen = ^uint64(0) // stale from now on
 	if c := dp.streams[st.id]; c != nil {
 		// The process runs what is queued, then ends the stream.
-		c.write(encodeStreamRequest(msgStreamDestroy, dp.nextSeq(), st.id))
+		c.Write(wire.EncodeStreamRequest(wire.MsgStreamDestroy, dp.nextSeq(), st.id))
 		c.Close()
 		delete(dp.streams, st.id)
 	}
@@ -204,11 +219,11 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	if err := s.checkDevice(d, "launch on"); err != nil {
 		return err
 	}
-	if _, ok := lookupKernel(name); !ok {
+	if _, ok := device.LookupKernel(name); !ok {
 		return fmt.Errorf("%w: launch of kernel %q: no kernel of that name is registered (RegisterKernel in an init function)", ErrInvalidValue, name)
 	}
-	if nthreads < 1 || nthreads > maxLaunchThreads {
-		return fmt.Errorf("%w: launch of kernel %q with %d threads: want 1 to %d", ErrInvalidValue, name, nthreads, maxLaunchThreads)
+	if nthreads < 1 || nthreads > wire.MaxLaunchThreads {
+		return fmt.Errorf("%w: launch of kernel %q with %d threads: want 1 to %d", ErrInvalidValue, name, nthreads, wire.MaxLaunchThreads)
 	}
 	if len(params) > MaxKernelParams {
 		return fmt.Errorf("%w: launch of kernel %q with %d bytes of parameters: at most %d", ErrInvalidValue, name, len(params), MaxKernelParams)
@@ -241,7 +256,7 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	if err != nil {
 		cpu = -1
 	}
-	if err := c.write(encodeLaunch(dp.nextSeq(), launchRequest{stream: stream, nthreads: uint32(nthreads), name: name, params: params, cpu: int32(cpu)})); err != nil {
+	if err := c.Write(wire.EncodeLaunch(dp.nextSeq(), wire.LaunchRequest{Stream: stream, Nthreads: uint32(nthreads), Name: name, Params: params, Cpu: int32(cpu)})); err != nil {
 		dp.died(err) // reported by the next synchronize
 	}
 	return nil
@@ -275,7 +290,7 @@ func (s *Session) DeviceSynchronize(d Device) error {
 	if err := s.checkDevice(d, "synchronize"); err != nil {
 		return err
 	}
-	return s.syncDevice(d, allStreams)
+	return s.syncDevice(d, wire.AllStreams)
 }
 
 func (s *Session) syncDevice(d Device, stream uint32) error {
@@ -325,15 +340,15 @@ func (dp *deviceProc) nextSeq() uint32 { dp.seq++; return dp.seq }
 
 // stream returns the connection of stream id, opening it in the process
 // on first use. dp.mu is held and the process runs.
-func (dp *deviceProc) stream(id uint32) (*directConn, error) {
+func (dp *deviceProc) stream(id uint32) (*wire.DirectConn, error) {
 	if c := dp.streams[id]; c != nil {
 		return c, nil
 	}
-	local, remote, err := directSocketPair(fmt.Sprintf("softuvm-device-%d-stream-%d", dp.index, id))
+	local, remote, err := wire.DirectSocketPair(fmt.Sprintf("softuvm-device-%d-stream-%d", dp.index, id))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInternal, err)
 	}
-	err = dp.control.writeFDs(encodeStreamRequest(msgStreamOpen, dp.nextSeq(), id), []int{int(remote.Fd())})
+	err = dp.control.WriteFDs(wire.EncodeStreamRequest(wire.MsgStreamOpen, dp.nextSeq(), id), []int{int(remote.Fd())})
 	remote.Close()
 	if err != nil {
 		local.Close()
@@ -353,16 +368,16 @@ func (dp *deviceProc) sync(stream uint32) error {
 		dp.pending = nil
 	}
 	type waiting struct {
-		c *directConn
-		h header
+		c *wire.DirectConn
+		h wire.Header
 	}
 	var waits []waiting
 	for id, c := range dp.streams {
-		if stream != allStreams && id != stream {
+		if stream != wire.AllStreams && id != stream {
 			continue
 		}
-		h := header{typ: msgSync, seq: dp.nextSeq()}
-		if err := c.write(encodeStreamRequest(msgSync, h.seq, id)); err != nil {
+		h := wire.Header{Typ: wire.MsgSync, Seq: dp.nextSeq()}
+		if err := c.Write(wire.EncodeStreamRequest(wire.MsgSync, h.Seq, id)); err != nil {
 			dp.died(err)
 			break
 		}
@@ -372,12 +387,12 @@ func (dp *deviceProc) sync(stream uint32) error {
 		if dp.control == nil {
 			break // died while waiting for an earlier stream
 		}
-		reply, err := w.c.read(dp.buf, 0)
+		reply, err := w.c.Read(dp.buf, 0)
 		if err != nil {
 			dp.died(err)
 			break
 		}
-		if _, err := parseReply(reply, w.h); err != nil {
+		if _, err := wire.ParseReply(reply, w.h); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -385,12 +400,12 @@ func (dp *deviceProc) sync(stream uint32) error {
 		errs = append(errs, dp.pending)
 		dp.pending = nil
 	}
-	if stream == allStreams {
+	if stream == wire.AllStreams {
 		clear(dp.outstanding)
 	} else {
 		delete(dp.outstanding, stream)
 	}
-	return joinErrors(errs)
+	return core.JoinErrors(errs)
 }
 
 // died records that the process went away, naming what it was running,
@@ -447,16 +462,6 @@ func (dp *deviceProc) closeConns() {
 	}
 }
 
-func processEnd(ps *os.ProcessState) string {
-	if ps == nil {
-		return "exited"
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return fmt.Sprintf("was killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
-	}
-	return fmt.Sprintf("exited with status %d", ps.ExitCode())
-}
-
 // ensureRunning starts the device's process if it has none. dp.mu is
 // held.
 func (dp *deviceProc) ensureRunning() error {
@@ -469,32 +474,32 @@ func (dp *deviceProc) ensureRunning() error {
 		}
 	}
 	s := dp.s
-	r, fds, err := s.requestWithFDs(encodeDeviceConnect(s.nextSeq(), Device(dp.index)), msgDeviceConnect)
+	r, fds, err := s.rpc.RequestWithFDs(wire.EncodeDeviceConnect(s.rpc.NextSeq(), Device(dp.index)), wire.MsgDeviceConnect)
 	if err == nil && len(fds) != 1 {
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		err = fmt.Errorf("%w: device connection came with %d descriptors", ErrInternal, len(fds))
 	}
 	if err == nil {
-		err = r.done("device connect reply")
+		err = r.Done("device connect reply")
 	}
 	if err != nil {
 		return err
 	}
 	serverEnd := os.NewFile(uintptr(fds[0]), "softuvm-device-server")
 	defer serverEnd.Close()
-	local, remote, err := directSocketPair(fmt.Sprintf("softuvm-device-%d-control", dp.index))
+	local, remote, err := wire.DirectSocketPair(fmt.Sprintf("softuvm-device-%d-control", dp.index))
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
 	defer remote.Close()
-	defStream, defRemote, err := directSocketPair(fmt.Sprintf("softuvm-device-%d-stream-0", dp.index))
+	defStream, defRemote, err := wire.DirectSocketPair(fmt.Sprintf("softuvm-device-%d-stream-0", dp.index))
 	if err != nil {
 		local.Close()
 		return fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
 	defer defRemote.Close()
-	cmd, err := reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), s.log, []*os.File{serverEnd, remote, defRemote},
-		deviceEnv+"="+strconv.Itoa(dp.index), deviceWorkersEnv+"="+strconv.Itoa(max(1, s.devices[dp.index].Workers)))
+	cmd, err := wire.Reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), s.log, []*os.File{serverEnd, remote, defRemote},
+		config.DeviceEnv+"="+strconv.Itoa(dp.index), config.DeviceWorkersEnv+"="+strconv.Itoa(max(1, s.devices[dp.index].Workers)))
 	if err != nil {
 		local.Close()
 		defStream.Close()
@@ -503,11 +508,11 @@ func (dp *deviceProc) ensureRunning() error {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	// Wait for the process to say it is up (it has mapped every range).
-	b, err := local.read(dp.buf, 30*time.Second)
+	b, err := local.Read(dp.buf, 30*time.Second)
 	if err == nil {
-		var h header
-		if h, _, err = parseHeader(b); err == nil && h.typ != msgDeviceUp {
-			err = fmt.Errorf("device process sent %s, want device-up", h.typ)
+		var h wire.Header
+		if h, _, err = wire.ParseHeader(b); err == nil && h.Typ != wire.MsgDeviceUp {
+			err = fmt.Errorf("device process sent %s, want device-up", h.Typ)
 		}
 	}
 	if err != nil {
@@ -522,7 +527,7 @@ func (dp *deviceProc) ensureRunning() error {
 		return fmt.Errorf("%w: start device %d's process: %v (%s%s)", ErrInitialization, dp.index, err, processEnd(cmd.ProcessState), hint)
 	}
 	dp.control, dp.cmd, dp.exited = local, cmd, exited
-	dp.streams = map[uint32]*directConn{0: defStream}
+	dp.streams = map[uint32]*wire.DirectConn{0: defStream}
 	return nil
 }
 

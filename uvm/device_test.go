@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/devmem"
 )
 
 // Kernels of the tests, registered as programs register theirs: in init.
@@ -128,7 +129,7 @@ func TestDeviceProcessKilledMidKernel(t *testing.T) {
 	require.NotZero(t, pid)
 	// Wait until the kernel has written everything (the pages are on the
 	// device), then kill the process.
-	eventually(t, 10*time.Second, func() bool {
+	Eventually(t, 10*time.Second, func() bool {
 		in, err := s.Info()
 		return err == nil && in.Devices[0].UsedBytes == size
 	}, "the kernel did not fill the range")

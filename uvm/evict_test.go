@@ -5,11 +5,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
 )
 
 func smallArenaConfig(arena int64) ServerConfig {
 	c := DefaultServerConfig()
-	c.Devices = DeviceSpecs(1, []int64{arena}, c.Devices[0].Backend)
+	c.Devices = config.DeviceSpecs(1, []int64{arena}, c.Devices[0].Backend)
 	return c
 }
 

@@ -6,6 +6,9 @@ import (
 	"log"
 	"unsafe"
 
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -29,21 +32,21 @@ func ExampleMallocManaged() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(st.MigratedPages(uvm.CPU, 0), "pages went to the device")
+	fmt.Println(st.MigratedPages(core.CPU, 0), "pages went to the device")
 }
 
 // A session with an explicit configuration: a private server with two
 // devices and the window prefetcher.
 func ExampleConnect() {
-	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(2, []int64{256 << 20}, cfg.Devices[0].Backend)
-	cfg.Prefetch = uvm.PrefetchSpec{Policy: "window", Window: 8}
+	cfg := config.DefaultServerConfig()
+	cfg.Devices = config.DeviceSpecs(2, []int64{256 << 20}, cfg.Devices[0].Backend)
+	cfg.Prefetch = policy.PrefetchSpec{Policy: "window", Window: 8}
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer s.Close()
-	a, err := s.MallocManaged(1<<20, uvm.WithPrefetch(uvm.PrefetchSpec{Policy: "none"}))
+	a, err := s.MallocManaged(1<<20, uvm.WithPrefetch(policy.PrefetchSpec{Policy: "none"}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,13 +64,13 @@ func ExampleConnect() {
 // --prefetch once registered (from an init function, so that the server,
 // a re-execution of the same program, knows it too).
 func ExampleRegisterPrefetchPolicy() {
-	err := uvm.RegisterPrefetchPolicy("next-page", func(arg string) (uvm.PrefetchPolicy, error) {
+	err := policy.RegisterPrefetchPolicy("next-page", func(arg string) (policy.PrefetchPolicy, error) {
 		return nextPage{}, nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	spec, _ := uvm.ParsePrefetchSpec("next-page")
+	spec, _ := policy.ParsePrefetchSpec("next-page")
 	fmt.Println(spec.Policy)
 	// Output: next-page
 }
@@ -76,7 +79,7 @@ type nextPage struct{}
 
 func (nextPage) Name() string { return "next-page" }
 
-func (nextPage) Expand(c *uvm.PrefetchContext) (m uvm.PageMask) {
+func (nextPage) Expand(c *policy.PrefetchContext) (m core.PageMask) {
 	for p := c.Faulted.NextSet(0); p >= 0; p = c.Faulted.NextSet(p + 1) {
 		if p+1 < c.Pages {
 			m.Set(p + 1)
@@ -130,10 +133,10 @@ func ExampleSession_MemAdvise() {
 		log.Fatal(err)
 	}
 	defer table.Free()
-	if err := s.MemAdvise(table.Addr(), table.Size(), uvm.AdviseSetReadMostly, 0); err != nil {
+	if err := s.MemAdvise(table.Addr(), table.Size(), core.AdviseSetReadMostly, 0); err != nil {
 		log.Fatal(err)
 	}
-	if err := s.MemAdvise(table.Addr(), table.Size(), uvm.AdviseSetAccessedBy, 0); err != nil {
+	if err := s.MemAdvise(table.Addr(), table.Size(), core.AdviseSetAccessedBy, 0); err != nil {
 		log.Fatal(err)
 	}
 	attrs, err := s.RangeAttributes(table.Addr(), table.Size())

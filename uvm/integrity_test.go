@@ -11,8 +11,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
 )
 
 // integrityOps is how many random operations TestDataIntegrity runs:
@@ -57,17 +59,6 @@ func newShadowed(t *testing.T, s *Session, rng *rand.Rand, maxSize int64) shadow
 	a, err := s.MallocManaged(size)
 	require.NoError(t, err)
 	return shadowed{a: a, shadow: make([]byte, size)}
-}
-
-// write writes random bytes at [off, off+length) from the host, and into
-// the shadow.
-func (sl shadowed) write(rng *rand.Rand, off, length int) {
-	src := make([]byte, length)
-	for j := range src {
-		src[j] = byte(rng.Uint32())
-	}
-	copy(sl.a.Bytes()[off:], src)
-	copy(sl.shadow[off:], src)
 }
 
 // TestDataIntegrity runs random host writes, reads, kernel-mode writes
@@ -203,7 +194,7 @@ func fnv1a(b []byte) uint64 {
 // advice, all checked byte for byte against a shadow copy.
 func TestDataIntegrityDevices(t *testing.T) {
 	cfg := DefaultServerConfig()
-	cfg.Devices = DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2
 	// Every move and copy through the copy engine's threads, however
 	// small (TestDataIntegrity keeps the calibrated choice).
@@ -374,4 +365,15 @@ func TestDataIntegrityDevices(t *testing.T) {
 	require.Positive(t, st.EvictedPages(0)+st.EvictedPages(1), "arenas overflowed")
 	require.Positive(t, st.ReadDuplicatedPages(CPU)+st.ReadDuplicatedPages(0)+st.ReadDuplicatedPages(1), "pages were duplicated")
 	require.Positive(t, st.RemoteMappedPages(0)+st.RemoteMappedPages(1), "devices mapped remotely")
+}
+
+// write writes random bytes at [off, off+length) from the host, and into
+// the shadow.
+func (sl shadowed) write(rng *rand.Rand, off, length int) {
+	src := make([]byte, length)
+	for j := range src {
+		src[j] = byte(rng.Uint32())
+	}
+	copy(sl.a.Bytes()[off:], src)
+	copy(sl.shadow[off:], src)
 }

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softuvm/softuvm/internal/fdleak"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/fdleak"
+	"github.com/softuvm/softuvm/internal/server"
 )
 
 // Tests run the real thing: private fault servers (re-executions of this
@@ -52,7 +55,7 @@ func requireRoot(t testing.TB) {
 // testServerConfig is a small, fast configuration: one 64 MiB device.
 func testServerConfig() ServerConfig {
 	c := DefaultServerConfig()
-	c.Devices = DeviceSpecs(1, []int64{64 << 20}, c.Devices[0].Backend)
+	c.Devices = config.DeviceSpecs(1, []int64{64 << 20}, c.Devices[0].Backend)
 	return c
 }
 
@@ -119,13 +122,13 @@ func checkServerLog(t testing.TB, log *os.File) {
 
 // startServer runs a server in this process, listening on a socket in a
 // temporary directory. Its clients must be other processes.
-func startServer(t testing.TB, cfg ServerConfig) (*Server, string) {
+func startServer(t testing.TB, cfg ServerConfig) (*server.Server, string) {
 	t.Helper()
 	requireRoot(t)
-	srv, err := NewServer(cfg)
+	srv, err := server.NewServer(cfg)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "uvm.sock")
-	l, err := listenUnix(path)
+	l, err := server.ListenUnix(path)
 	require.NoError(t, err)
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
@@ -143,7 +146,7 @@ func child(t testing.TB, role string, env ...string) *exec.Cmd {
 }
 
 // eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -155,7 +158,7 @@ func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 }
 
 // fdCount is the number of descriptors this process holds.
-func fdCount(t testing.TB) int {
+func FdCount(t testing.TB) int {
 	fds, err := fdleak.Snapshot()
 	require.NoError(t, err)
 	return len(fds)

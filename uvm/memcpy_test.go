@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/server"
 )
 
 // copyConfig is one device large enough for size bytes of device memory
@@ -18,7 +21,7 @@ import (
 // or leaves the calibration's choice (0).
 func copyConfig(size, directBelow int64) ServerConfig {
 	c := DefaultServerConfig()
-	c.Devices = DeviceSpecs(1, []int64{2*size + 16<<20}, c.Devices[0].Backend)
+	c.Devices = config.DeviceSpecs(1, []int64{2*size + 16<<20}, c.Devices[0].Backend)
 	c.CopyDirectBelow = directBelow
 	if directBelow > 0 {
 		c.CopyProducers = 2
@@ -201,7 +204,7 @@ func TestMemcpyLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, s.Memcpy(dev.Addr(), addr(src), 32<<20, MemcpyHostToDevice))
 	assert.Greater(t, runtime.NumGoroutine(), before, "the copy engine's producers run")
 	require.NoError(t, s.Close())
-	eventually(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= before },
+	Eventually(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= before },
 		"%d goroutines after Close, %d before Connect", runtime.NumGoroutine(), before)
 }
 
@@ -247,16 +250,16 @@ func TestServerCloseLeavesNoGoroutines(t *testing.T) {
 		cfg := testServerConfig()
 		cfg.Guard = false
 		cfg.CopyDirectBelow, cfg.CopyProducers = 1, 2
-		srv, err := NewServer(cfg)
+		srv, err := server.NewServer(cfg)
 		require.NoError(t, err)
 		path := filepath.Join(t.TempDir(), "uvm.sock")
-		l, err := listenUnix(path)
+		l, err := server.ListenUnix(path)
 		require.NoError(t, err)
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(l) }()
 		out, err := child(t, "prefetch-round-trip", EnvSocket+"="+path).CombinedOutput()
 		require.NoError(t, err, "%s", out)
-		assert.Positive(t, srv.stats.snapshot().MigratedPages(CPU, 0))
+		assert.Positive(t, srv.Counters.Snapshot().MigratedPages(CPU, 0))
 		require.NoError(t, srv.Close())
 		<-served
 	}

@@ -5,22 +5,10 @@ import (
 	"sort"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
 )
-
-// Other kinds of memory than managed, after CUDA's pinned-memory and
-// device-memory APIs (cudaMalloc, cudaHostAlloc, cudaHostRegister).
-//
-// Device memory lives in one device's arena only: its kernels, and its
-// peers' (mapping it remotely), reach it; the host cannot, and a host
-// touch poisons the page (SIGBUS) with a message in the server's log.
-// Memcpy and Memset move data in and out.
-//
-// Pinned host memory lives in host memory and never migrates or is
-// evicted; every device maps it directly (zero-copy), so kernels reach
-// it at the same pointer, as mapped memory with unified addressing does.
-// Its flags are recorded: every pinned allocation is portable and mapped
-// here, and write-combined memory is filled by Memcpy and Memset with
-// non-temporal stores.
 
 // HostAlloc flags, as cudaHostAllocDefault, cudaHostAllocPortable,
 // cudaHostAllocMapped and cudaHostAllocWriteCombined.
@@ -39,6 +27,41 @@ const (
 	HostRegisterMapped   = 0x2
 )
 
+func checkSize(what string, size int64) error {
+	if size <= 0 {
+		return fmt.Errorf("%w: %s of %d bytes: want at least 1 byte", ErrInvalidValue, what, size)
+	}
+	if size > core.MaxAllocation {
+		return fmt.Errorf("%w: %s of %d bytes (%s): the limit is %s", ErrInvalidValue, what, size, FormatSize(size), FormatSize(core.MaxAllocation))
+	}
+	return nil
+}
+
+// registration is host memory the program registered: its pages alias a
+// pinned allocation's, which devices map.
+type registration struct {
+	host  uintptr
+	alloc *Allocation
+}
+
+// Malloc allocates device memory in the default session.
+func Malloc(d Device, size int64) (*Allocation, error) {
+	s, err := Default()
+	if err != nil {
+		return nil, err
+	}
+	return s.Malloc(d, size)
+}
+
+// HostAlloc allocates pinned host memory in the default session.
+func HostAlloc(size int64, flags uint32) (*Allocation, error) {
+	s, err := Default()
+	if err != nil {
+		return nil, err
+	}
+	return s.HostAlloc(size, flags)
+}
+
 // Malloc allocates size bytes of device memory on device d, as
 // cudaMalloc: the capacity is taken from d's arena now (managed pages are
 // evicted to make room) and fails with ErrMemoryAllocation if it cannot
@@ -50,7 +73,7 @@ func (s *Session) Malloc(d Device, size int64) (*Allocation, error) {
 	if err := checkSize("device allocation", size); err != nil {
 		return nil, err
 	}
-	return s.allocate(size, allocRequest{size: uint64(size), kind: kindDevice, device: int32(d)}, nil)
+	return s.allocate(size, wire.AllocRequest{Size: uint64(size), Kind: core.KindDevice, Device: int32(d)}, nil)
 }
 
 // HostAlloc allocates size bytes of pinned host memory, as cudaHostAlloc,
@@ -64,7 +87,7 @@ func (s *Session) HostAlloc(size int64, flags uint32) (*Allocation, error) {
 	if err := checkSize("host allocation", size); err != nil {
 		return nil, err
 	}
-	a, err := s.allocate(size, allocRequest{size: uint64(size), flags: flags, kind: kindPinnedHost}, func(addr uintptr, length int64) error {
+	a, err := s.allocate(size, wire.AllocRequest{Size: uint64(size), Flags: flags, Kind: core.KindPinnedHost}, func(addr uintptr, length int64) error {
 		// Pinned memory exists from the start, as cudaHostAlloc's does.
 		if err := s.host.Allocate(int64(addr), length); err != nil {
 			return fmt.Errorf("%w: pin %s of host memory: %v", ErrMemoryAllocation, FormatSize(length), err)
@@ -77,23 +100,13 @@ func (s *Session) HostAlloc(size int64, flags uint32) (*Allocation, error) {
 	return a, err
 }
 
-func checkSize(what string, size int64) error {
-	if size <= 0 {
-		return fmt.Errorf("%w: %s of %d bytes: want at least 1 byte", ErrInvalidValue, what, size)
-	}
-	if size > MaxAllocation {
-		return fmt.Errorf("%w: %s of %d bytes (%s): the limit is %s", ErrInvalidValue, what, size, FormatSize(size), FormatSize(MaxAllocation))
-	}
-	return nil
-}
-
 // FreeHost frees pinned host memory from HostAlloc, as cudaFreeHost.
 func (s *Session) FreeHost(addr uintptr) error {
 	a, err := s.allocationAt(addr, "free host")
 	if err != nil {
 		return err
 	}
-	if a.kind != kindPinnedHost || a.hostAlias != 0 {
+	if a.kind != core.KindPinnedHost || a.hostAlias != 0 {
 		return fmt.Errorf("%w: free host %#x: it is %s, not memory from HostAlloc", ErrInvalidValue, addr, a.kindName())
 	}
 	return s.release(a)
@@ -104,7 +117,7 @@ func (a *Allocation) kindName() string {
 	if a.hostAlias != 0 {
 		return "registered host memory"
 	}
-	if a.kind == kindDevice {
+	if a.kind == core.KindDevice {
 		return fmt.Sprintf("device memory of device %d", a.device)
 	}
 	return a.kind.String()
@@ -122,7 +135,7 @@ func (s *Session) HostGetDevicePointer(host uintptr, flags uint32) (uintptr, err
 		return reg.alloc.addr + (host - reg.host), nil
 	}
 	a := s.lookup(host)
-	if a == nil || a.kind != kindPinnedHost {
+	if a == nil || a.kind != core.KindPinnedHost {
 		what := "not memory of this runtime"
 		if a != nil {
 			what = a.kindName()
@@ -130,13 +143,6 @@ func (s *Session) HostGetDevicePointer(host uintptr, flags uint32) (uintptr, err
 		return 0, fmt.Errorf("%w: device pointer of %#x: it is %s; want memory from HostAlloc or HostRegister", ErrInvalidValue, host, what)
 	}
 	return host, nil
-}
-
-// registration is host memory the program registered: its pages alias a
-// pinned allocation's, which devices map.
-type registration struct {
-	host  uintptr
-	alloc *Allocation
 }
 
 func (r registration) end() uintptr { return r.host + r.alloc.length }
@@ -171,7 +177,7 @@ func (s *Session) HostRegister(ptr uintptr, size int64, flags uint32) error {
 	if ptr%PageSize != 0 || size%PageSize != 0 {
 		return fmt.Errorf("%w: host register %#x+%d: address and size must be multiples of the page size (%d)", ErrInvalidValue, ptr, size, PageSize)
 	}
-	if ptr+uintptr(size) > managedWindowStart && ptr < managedWindowStart+managedWindowSize {
+	if ptr+uintptr(size) > config.ManagedWindowStart && ptr < config.ManagedWindowStart+config.ManagedWindowSize {
 		return fmt.Errorf("%w: host register %#x+%d: the range is in the runtime's own window; it is already managed, pinned or device memory", ErrInvalidValue, ptr, size)
 	}
 	if !devmem.IsMapped(ptr, size) {
@@ -187,7 +193,7 @@ func (s *Session) HostRegister(ptr uintptr, size int64, flags uint32) error {
 	s.allocMu.RUnlock()
 	// The contents go to a pinned allocation, and then the program's
 	// pages become an alias of it. Nothing may write the range meanwhile.
-	a, err := s.allocate(size, allocRequest{size: uint64(size), flags: flags, kind: kindPinnedHost}, func(addr uintptr, length int64) error {
+	a, err := s.allocate(size, wire.AllocRequest{Size: uint64(size), Flags: flags, Kind: core.KindPinnedHost}, func(addr uintptr, length int64) error {
 		copy(devmem.BytesAt(addr, length), devmem.BytesAt(ptr, length))
 		return nil
 	})
@@ -227,24 +233,4 @@ func (s *Session) HostUnregister(ptr uintptr) error {
 	}
 	copy(devmem.BytesAt(ptr, length), saved)
 	return s.release(reg.alloc)
-}
-
-// Package-level functions of the default session.
-
-// Malloc allocates device memory in the default session.
-func Malloc(d Device, size int64) (*Allocation, error) {
-	s, err := Default()
-	if err != nil {
-		return nil, err
-	}
-	return s.Malloc(d, size)
-}
-
-// HostAlloc allocates pinned host memory in the default session.
-func HostAlloc(size int64, flags uint32) (*Allocation, error) {
-	s, err := Default()
-	if err != nil {
-		return nil, err
-	}
-	return s.HostAlloc(size, flags)
 }

@@ -5,20 +5,23 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 )
 
 // touchSequentially simulates a processor touching every page of a block
 // in order under policy p, and returns the pages that faulted: those not
 // yet brought by an earlier fault.
-func touchSequentially(p PrefetchPolicy, pages int) []int {
-	var resident PageMask
+func touchSequentially(p policy.PrefetchPolicy, pages int) []int {
+	var resident core.PageMask
 	var faults []int
 	for page := 0; page < pages; page++ {
 		if resident.Test(page) {
 			continue
 		}
 		faults = append(faults, page)
-		c := PrefetchContext{Pages: pages, ResidentOnDest: resident, Populated: !resident.Empty()}
+		c := policy.PrefetchContext{Pages: pages, ResidentOnDest: resident, Populated: !resident.Empty()}
 		c.Faulted.Set(page)
 		extra := p.Expand(&c)
 		extra.TrimTo(pages)
@@ -32,16 +35,16 @@ func touchSequentially(p PrefetchPolicy, pages int) []int {
 // on the first page of each region the tree doubles into: 16 pages (the
 // big page), then 16, 32, 64, 128, 256.
 func TestDensitySequential(t *testing.T) {
-	faults := touchSequentially(DensityPrefetch{Threshold: 51}, PagesPerBlock)
+	faults := touchSequentially(policy.DensityPrefetch{Threshold: 51}, core.PagesPerBlock)
 	assert.Equal(t, []int{0, 16, 32, 64, 128, 256}, faults)
 }
 
 func TestDensityFirstFaultIsBigPage(t *testing.T) {
-	d := DensityPrefetch{Threshold: 51}
-	c := PrefetchContext{Pages: PagesPerBlock}
+	d := policy.DensityPrefetch{Threshold: 51}
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock}
 	c.Faulted.Set(37)
 	got := d.Expand(&c)
-	var want PageMask
+	var want core.PageMask
 	want.FillRange(32, 48)
 	assert.Equal(t, want, got, "a lone fault brings its 64 KiB big page")
 }
@@ -49,23 +52,23 @@ func TestDensityFirstFaultIsBigPage(t *testing.T) {
 func TestDensityThreshold(t *testing.T) {
 	// Half of the first 64 pages resident: 32 + the faulted big page's
 	// 16 = 48 of 64 > 51%: the whole 64-page subtree comes.
-	c := PrefetchContext{Pages: PagesPerBlock, Populated: true}
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true}
 	c.ResidentOnDest.FillRange(0, 32)
 	c.Faulted.Set(40)
-	got := DensityPrefetch{Threshold: 51}.Expand(&c)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
 	assert.Equal(t, 64, got.CountRange(0, 64))
 	assert.Equal(t, 64, got.Count())
 	// With a threshold of 80 the 64-page subtree (75%) does not qualify
 	// but the 32-page one holding page 40 ([32,64): 16 of 32 = 50%) does
 	// not either: only the big page comes.
-	got = DensityPrefetch{Threshold: 80}.Expand(&c)
+	got = policy.DensityPrefetch{Threshold: 80}.Expand(&c)
 	assert.Equal(t, 16, got.Count())
 }
 
 func TestDensityPreferredFirstTouchFillsBlock(t *testing.T) {
-	c := PrefetchContext{Pages: 300, DestIsPreferred: true}
+	c := policy.PrefetchContext{Pages: 300, DestIsPreferred: true}
 	c.Faulted.Set(5)
-	got := DensityPrefetch{Threshold: 51}.Expand(&c)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
 	assert.Equal(t, 300, got.Count())
 }
 
@@ -73,29 +76,29 @@ func TestDensityShortBlockClamps(t *testing.T) {
 	// A block of 20 pages: the first big page makes 16 of its 20 pages
 	// (the subtree clamped to the real pages) dense, so one fault brings
 	// all 20, and nothing past them.
-	faults := touchSequentially(DensityPrefetch{Threshold: 51}, 20)
+	faults := touchSequentially(policy.DensityPrefetch{Threshold: 51}, 20)
 	assert.Equal(t, []int{0}, faults)
-	c := PrefetchContext{Pages: 20}
+	c := policy.PrefetchContext{Pages: 20}
 	c.Faulted.Set(19)
-	got := DensityPrefetch{Threshold: 51}.Expand(&c)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
 	assert.Equal(t, -1, got.NextSet(20))
 }
 
 func TestDensityRespectsThrashing(t *testing.T) {
-	c := PrefetchContext{Pages: PagesPerBlock}
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock}
 	c.Faulted.Set(3)
 	c.Thrashing.Set(5)
-	got := DensityPrefetch{Threshold: 51}.Expand(&c)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
 	assert.True(t, got.Empty() || !got.Test(5), "thrashing pages are never prefetched")
 	assert.Equal(t, 0, got.CountRange(0, 16)-got.CountRange(3, 4), "a big page with a thrashing page is not grown")
 }
 
 func TestWindowAndNone(t *testing.T) {
-	assert.Len(t, touchSequentially(NoPrefetch{}, 64), 64)
-	assert.Equal(t, []int{0, 9, 18, 27}, touchSequentially(WindowPrefetch{Pages: 8}, 32))
-	c := PrefetchContext{Pages: 10}
+	assert.Len(t, touchSequentially(policy.NoPrefetch{}, 64), 64)
+	assert.Equal(t, []int{0, 9, 18, 27}, touchSequentially(policy.WindowPrefetch{Pages: 8}, 32))
+	c := policy.PrefetchContext{Pages: 10}
 	c.Faulted.Set(8)
-	got := WindowPrefetch{Pages: 8}.Expand(&c)
+	got := policy.WindowPrefetch{Pages: 8}.Expand(&c)
 	assert.Equal(t, 1, got.Count(), "the window stops at the block's end")
 }
 
@@ -113,7 +116,7 @@ func TestParsePrefetchSpec(t *testing.T) {
 		got, err := ParsePrefetchSpec(tc.in)
 		require.NoError(t, err, tc.in)
 		assert.Equal(t, tc.want, got, tc.in)
-		p, err := NewPrefetchPolicy(got)
+		p, err := policy.NewPrefetchPolicy(got)
 		require.NoError(t, err)
 		assert.Equal(t, got.String(), p.Name())
 	}
@@ -127,36 +130,37 @@ func TestParsePrefetchSpec(t *testing.T) {
 
 type everyOther struct{}
 
-func (everyOther) Name() string { return "every-other" }
-func (everyOther) Expand(c *PrefetchContext) (m PageMask) {
-	for p := c.Faulted.NextSet(0); p >= 0; p = c.Faulted.NextSet(p + 1) {
-		if p+2 < c.Pages {
-			m.Set(p + 2)
-		}
-	}
-	return m
-}
-
 func TestRegisterPrefetchPolicy(t *testing.T) {
-	require.NoError(t, RegisterPrefetchPolicy("every-other", func(arg string) (PrefetchPolicy, error) { return everyOther{}, nil }))
-	require.Error(t, RegisterPrefetchPolicy("every-other", nil), "twice")
-	require.Error(t, RegisterPrefetchPolicy("density", nil), "reserved")
-	require.Error(t, RegisterPrefetchPolicy("a:b", nil), "colon")
+	require.NoError(t, policy.RegisterPrefetchPolicy("every-other", func(arg string) (policy.PrefetchPolicy, error) { return everyOther{}, nil }))
+	require.Error(t, policy.RegisterPrefetchPolicy("every-other", nil), "twice")
+	require.Error(t, policy.RegisterPrefetchPolicy("density", nil), "reserved")
+	require.Error(t, policy.RegisterPrefetchPolicy("a:b", nil), "colon")
 	spec, err := ParsePrefetchSpec("every-other")
 	require.NoError(t, err)
-	p, err := NewPrefetchPolicy(spec)
+	p, err := policy.NewPrefetchPolicy(spec)
 	require.NoError(t, err)
 	assert.Equal(t, "every-other", p.Name())
-	assert.Contains(t, PrefetchPolicyNames(), "every-other")
+	assert.Contains(t, policy.PrefetchPolicyNames(), "every-other")
 }
 
 func BenchmarkDensityExpand(b *testing.B) {
-	d := DensityPrefetch{Threshold: 51}
-	c := PrefetchContext{Pages: PagesPerBlock, Populated: true}
+	d := policy.DensityPrefetch{Threshold: 51}
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true}
 	c.ResidentOnDest.FillRange(0, 200)
 	c.Faulted.Set(200)
 	b.ReportAllocs()
 	for b.Loop() {
 		d.Expand(&c)
 	}
+}
+
+func (everyOther) Name() string { return "every-other" }
+
+func (everyOther) Expand(c *policy.PrefetchContext) (m core.PageMask) {
+	for p := c.Faulted.NextSet(0); p >= 0; p = c.Faulted.NextSet(p + 1) {
+		if p+2 < c.Pages {
+			m.Set(p + 2)
+		}
+	}
+	return m
 }

@@ -20,6 +20,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/device"
+	"github.com/softuvm/softuvm/internal/wire"
 )
 
 func init() {
@@ -118,7 +123,7 @@ func TestFreeWhileBlockedInFault(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	poisonExpected.Store(t.Name(), true) // the fault, served after Free, finds no allocation
 	cfg := testServerConfig()
-	cfg.FaultDelay = Duration(time.Second)
+	cfg.FaultDelay = core.Duration(time.Second)
 	s := newSession(t, cfg)
 	a, err := s.MallocManaged(1 << 20)
 	require.NoError(t, err)
@@ -135,7 +140,7 @@ func TestFreeWhileBlockedInFault(t *testing.T) {
 	}()
 	// The read is blocked inside the fault, as its thread's wchan shows.
 	wchan := fmt.Sprintf("/proc/self/task/%d/wchan", <-tid)
-	eventually(t, 5*time.Second, func() bool { w, _ := os.ReadFile(wchan); return string(w) == "handle_userfault" }, "the read never blocked in the fault")
+	Eventually(t, 5*time.Second, func() bool { w, _ := os.ReadFile(wchan); return string(w) == "handle_userfault" }, "the read never blocked in the fault")
 	t0 := time.Now()
 	require.NoError(t, a.Free())
 	assert.Less(t, time.Since(t0), 500*time.Millisecond, "Free does not wait for the stalled fault")
@@ -192,7 +197,7 @@ func roleClientExit() int {
 // and no descriptors in the server.
 func TestClientExitLeavesNothing(t *testing.T) {
 	srv, path := startServer(t, testServerConfig())
-	baseline := fdCount(t)
+	baseline := FdCount(t)
 	for _, kill := range []bool{false, true} {
 		cmd := child(t, "client-exit", EnvSocket+"="+path)
 		if kill {
@@ -207,7 +212,7 @@ func TestClientExitLeavesNothing(t *testing.T) {
 		require.NoError(t, cmd.Start())
 		line, _ := bufio.NewReader(stdout).ReadString('\n')
 		require.Equal(t, "ready\n", line, "child stderr: %s", stderr.String())
-		in := srv.info()
+		in := srv.Info()
 		require.Len(t, in.Sessions, 1)
 		assert.Equal(t, 3, in.Sessions[0].Allocations)
 		assert.Equal(t, int64(4<<20), in.Devices[0].UsedBytes, "two 2 MiB prefetches are on the device")
@@ -216,13 +221,13 @@ func TestClientExitLeavesNothing(t *testing.T) {
 		}
 		stdin.Close() // the child exits now
 		cmd.Wait()
-		eventually(t, 5*time.Second, func() bool { return srv.SessionCount() == 0 }, "the session outlived its client (killed=%v)", kill)
-		in = srv.info()
+		Eventually(t, 5*time.Second, func() bool { return srv.SessionCount() == 0 }, "the session outlived its client (killed=%v)", kill)
+		in = srv.Info()
 		assert.Zero(t, in.Devices[0].UsedBytes, "arena accounting (killed=%v)", kill)
 		assert.Zero(t, in.Devices[0].FileBytes, "arena files (killed=%v)", kill)
-		eventually(t, 5*time.Second, func() bool { return fdCount(t) <= baseline }, "the server kept descriptors of the client (killed=%v): %d > %d", kill, fdCount(t), baseline)
+		Eventually(t, 5*time.Second, func() bool { return FdCount(t) <= baseline }, "the server kept descriptors of the client (killed=%v): %d > %d", kill, FdCount(t), baseline)
 	}
-	st := srv.stats.snapshot()
+	st := srv.Counters.Snapshot()
 	assert.Positive(t, st.MigratedPages(CPU, 0))
 }
 
@@ -231,9 +236,9 @@ func TestClientExitLeavesNothing(t *testing.T) {
 // stays blocked in that fault until something happens.
 func roleBlockedReader() int {
 	cfg := testServerConfig()
-	cfg.FaultDelay = Duration(time.Minute)
+	cfg.FaultDelay = core.Duration(time.Minute)
 	cfg.Restarts = -1 // no takeover: the guard poisons
-	if os.Getenv(adoptFailEnv) != "" {
+	if os.Getenv(config.AdoptFailEnv) != "" {
 		cfg.Restarts = 3 // every attempt fails
 	}
 	s, err := Connect(Config{Server: "private", Private: cfg})
@@ -334,7 +339,7 @@ func TestServerDeathFailsClientFast(t *testing.T) {
 // the blocked client gets SIGBUS with a message saying so.
 func TestRestartsGiveUp(t *testing.T) {
 	requireRoot(t)
-	elapsed, rest, stderr, err := killBlockedReader(t, 20*time.Second, adoptFailEnv+"=1")
+	elapsed, rest, stderr, err := killBlockedReader(t, 20*time.Second, config.AdoptFailEnv+"=1")
 	assert.Error(t, err)
 	assert.NotContains(t, rest, "read ")
 	// Three attempts: no wait, 50 ms, 100 ms.
@@ -349,7 +354,7 @@ func TestRestartsGiveUp(t *testing.T) {
 // userfaultfd fault, as its wchan shows.
 func waitInFault(t testing.TB, pid int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool { return threadsInFault(pid) > 0 }, "no thread of pid %d blocked in a fault", pid)
+	Eventually(t, 10*time.Second, func() bool { return threadsInFault(pid) > 0 }, "no thread of pid %d blocked in a fault", pid)
 }
 
 // threadsInFault counts the threads of pid blocked in handle_userfault.
@@ -376,17 +381,17 @@ func TestMalformedMessages(t *testing.T) {
 	}
 	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string { return sendForReply(t, c, b, fds) }
 	assert.Contains(t, roundTrip(dial(), []byte("hello there, server"), nil), "bad magic")
-	assert.Contains(t, roundTrip(dial(), encodeHello(1, helloRequest{role: roleClient, pid: 1}), nil), "carries 0 file descriptors, want 2")
+	assert.Contains(t, roundTrip(dial(), wire.EncodeHello(1, wire.HelloRequest{Role: wire.RoleClient, Pid: 1}), nil), "carries 0 file descriptors, want 2")
 	f, err := os.Open("/dev/null")
 	require.NoError(t, err)
 	defer f.Close()
-	assert.Contains(t, roundTrip(dial(), encodeHello(1, helloRequest{role: roleClient, pid: 1}), []int{int(f.Fd()), int(f.Fd())}), "host file")
+	assert.Contains(t, roundTrip(dial(), wire.EncodeHello(1, wire.HelloRequest{Role: wire.RoleClient, Pid: 1}), []int{int(f.Fd()), int(f.Fd())}), "host file")
 	mon := dial()
-	assert.Equal(t, "ok", roundTrip(mon, encodeHello(1, helloRequest{role: roleMonitor, pid: 1}), nil))
-	assert.Contains(t, roundTrip(mon, encodeFree(2, 1<<30), nil), "needs a client session")
-	assert.Contains(t, roundTrip(mon, encodeHello(3, helloRequest{role: roleMonitor}), nil), "hello sent twice")
-	assert.Equal(t, "ok", roundTrip(mon, encodeInfo(4), nil), "the monitor still works after errors")
-	m, err := ConnectMonitor(path)
+	assert.Equal(t, "ok", roundTrip(mon, wire.EncodeHello(1, wire.HelloRequest{Role: wire.RoleMonitor, Pid: 1}), nil))
+	assert.Contains(t, roundTrip(mon, wire.EncodeFree(2, 1<<30), nil), "needs a client session")
+	assert.Contains(t, roundTrip(mon, wire.EncodeHello(3, wire.HelloRequest{Role: wire.RoleMonitor}), nil), "hello sent twice")
+	assert.Equal(t, "ok", roundTrip(mon, wire.EncodeInfo(4), nil), "the monitor still works after errors")
+	m, err := wire.ConnectMonitor(path)
 	require.NoError(t, err)
 	defer m.Close()
 	in, err := m.Info()
@@ -450,23 +455,23 @@ func TestWithoutUserfaultfdAccess(t *testing.T) {
 func TestMalformedDeviceMessages(t *testing.T) {
 	s := newSession(t, testServerConfig())
 	connect := func() *net.UnixConn {
-		_, fds, err := s.requestWithFDs(encodeDeviceConnect(s.nextSeq(), 0), msgDeviceConnect)
+		_, fds, err := s.rpc.RequestWithFDs(wire.EncodeDeviceConnect(s.rpc.NextSeq(), 0), wire.MsgDeviceConnect)
 		require.NoError(t, err)
 		require.Len(t, fds, 1)
-		c, err := fileConn(uintptr(fds[0]))
+		c, err := device.FileConn(uintptr(fds[0]))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
 	roundTrip := func(c *net.UnixConn, b []byte, fds []int) string { return sendForReply(t, c, b, fds) }
 	assert.Contains(t, roundTrip(connect(), []byte("not a message at all"), nil), "bad magic")
-	assert.Contains(t, roundTrip(connect(), encodeInfo(1), nil), "want device hello")
-	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 0, pid: 1}), nil), "with 0 descriptors, want device 0 and 1")
+	assert.Contains(t, roundTrip(connect(), wire.EncodeInfo(1), nil), "want device hello")
+	assert.Contains(t, roundTrip(connect(), wire.EncodeDeviceHello(1, wire.DeviceHelloRequest{Device: 0, Pid: 1}), nil), "with 0 descriptors, want device 0 and 1")
 	f, err := os.Open("/dev/null")
 	require.NoError(t, err)
 	defer f.Close()
-	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 1, pid: 1}), []int{int(f.Fd())}), "want device 0")
-	assert.Contains(t, roundTrip(connect(), encodeDeviceHello(1, deviceHelloRequest{device: 0, pid: 1}), []int{int(f.Fd())}), "userfaultfd handshake of device 0")
+	assert.Contains(t, roundTrip(connect(), wire.EncodeDeviceHello(1, wire.DeviceHelloRequest{Device: 1, Pid: 1}), []int{int(f.Fd())}), "want device 0")
+	assert.Contains(t, roundTrip(connect(), wire.EncodeDeviceHello(1, wire.DeviceHelloRequest{Device: 0, Pid: 1}), []int{int(f.Fd())}), "userfaultfd handshake of device 0")
 	// The client is served all the while.
 	a, err := s.MallocManaged(1 << 20)
 	require.NoError(t, err)
@@ -480,26 +485,26 @@ func TestMalformedDeviceMessages(t *testing.T) {
 // location it has no file for, a range outside the managed window) with
 // an error naming the problem, and goes on serving.
 func TestMalformedServerMessagesToDevice(t *testing.T) {
-	server, device, err := socketPair("test-device")
+	server, deviceEnd, err := wire.SocketPair("test-device")
 	require.NoError(t, err)
-	dc, err := fileConn(device.Fd())
-	device.Close()
+	dc, err := device.FileConn(deviceEnd.Fd())
+	deviceEnd.Close()
 	require.NoError(t, err)
-	dev := &deviceMapping{index: 0}
+	dev := &device.DeviceMapping{Index: 0}
 	served := make(chan error, 1)
-	go func() { served <- dev.serveServer(dc) }()
+	go func() { served <- dev.ServeServer(dc) }()
 	roundTrip := func(b []byte) string { return sendForReply(t, server, b, nil) }
 	assert.Contains(t, roundTrip([]byte("garbage garbage garbage")), "bad magic")
-	assert.Contains(t, roundTrip(encodeInfo(2)), "not a request the server sends a device")
-	assert.Contains(t, roundTrip(encodeFree(3, managedWindowStart)), "not a request the server sends a device")
-	assert.Contains(t, roundTrip(encodeDeviceMap(4, deviceMapRequest{addr: managedWindowStart, length: PageSize, loc: 2})), "map location 2: this session has 0")
-	assert.Contains(t, roundTrip(encodeDeviceMap(5, deviceMapRequest{addr: 1 << 20, length: PageSize, loc: 0})), "outside the managed window")
-	assert.Contains(t, roundTrip(encodeDeviceHints(6, []mapping{{addr: 1 << 20, length: PageSize}})), "outside the managed window")
-	assert.Equal(t, "ok", roundTrip(encodeDeviceHints(7, nil)), "a request it can carry out, after all that")
+	assert.Contains(t, roundTrip(wire.EncodeInfo(2)), "not a request the server sends a device")
+	assert.Contains(t, roundTrip(wire.EncodeFree(3, config.ManagedWindowStart)), "not a request the server sends a device")
+	assert.Contains(t, roundTrip(wire.EncodeDeviceMap(4, wire.DeviceMapRequest{Addr: config.ManagedWindowStart, Length: PageSize, Loc: 2})), "map location 2: this session has 0")
+	assert.Contains(t, roundTrip(wire.EncodeDeviceMap(5, wire.DeviceMapRequest{Addr: 1 << 20, Length: PageSize, Loc: 0})), "outside the managed window")
+	assert.Contains(t, roundTrip(wire.EncodeDeviceHints(6, []wire.Mapping{{Addr: 1 << 20, Length: PageSize}})), "outside the managed window")
+	assert.Equal(t, "ok", roundTrip(wire.EncodeDeviceHints(7, nil)), "a request it can carry out, after all that")
 	server.Close()
 	select {
 	case err := <-served:
-		assert.ErrorIs(t, err, errPeerGone)
+		assert.ErrorIs(t, err, wire.ErrPeerGone)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the device kept serving a closed connection")
 	}
@@ -545,7 +550,7 @@ func TestPoisonKeepsHostPages(t *testing.T) {
 	c := startReporter(t, "poison-reader")
 	cmd, r, stdin, stderr := c.cmd, c.stdout, c.stdin, c.stderr
 	require.NoError(t, syscall.Kill(c.serverPID, syscall.SIGKILL))
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(stderr.String(), "no new server took over") }, "the guard never took over: %s", stderr.String())
+	Eventually(t, 10*time.Second, func() bool { return strings.Contains(stderr.String(), "no new server took over") }, "the guard never took over: %s", stderr.String())
 	fmt.Fprintln(stdin)
 	rest, _ := io.ReadAll(r)
 	err := cmd.Wait()
@@ -558,20 +563,20 @@ func TestPoisonKeepsHostPages(t *testing.T) {
 // error message, or "closed".
 func sendForReply(t *testing.T, c *net.UnixConn, b []byte, fds []int) string {
 	t.Helper()
-	require.NoError(t, writeMessage(c, b, fds))
+	require.NoError(t, wire.WriteMessage(c, b, fds))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	reply, rfds, err := readMessage(c, make([]byte, 4096))
-	closeFDs(rfds)
-	if errors.Is(err, errPeerGone) {
+	reply, rfds, err := wire.ReadMessage(c, make([]byte, 4096))
+	wire.CloseFDs(rfds)
+	if errors.Is(err, wire.ErrPeerGone) {
 		return "closed"
 	}
 	require.NoError(t, err)
-	h, payload, err := parseHeader(reply)
+	h, payload, err := wire.ParseHeader(reply)
 	require.NoError(t, err)
-	if h.status == codeOK {
+	if h.Status == wire.CodeOK {
 		return "ok"
 	}
-	return (&wireReader{b: payload}).str("message")
+	return (&wire.WireReader{B: payload}).Str("message")
 }
 
 // patterned connects a child role to a private server configured with

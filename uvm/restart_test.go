@@ -18,6 +18,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/wire"
 )
 
 func init() {
@@ -164,31 +167,6 @@ func startSweeper(t *testing.T, env ...string) *sweeper {
 	return sw
 }
 
-// nextPass waits for the sweeper to finish a pass, checked byte by byte.
-func (sw *sweeper) nextPass(timeout time.Duration) int {
-	sw.t.Helper()
-	select {
-	case n, ok := <-sw.passes:
-		require.True(sw.t, ok, "the sweeper ended; stderr: %s", sw.stderr.String())
-		return n
-	case <-time.After(timeout):
-		sw.t.Fatalf("no pass within %v; stderr: %s", timeout, sw.stderr.String())
-		return 0
-	}
-}
-
-// finish stops the sweeper after its current pass and checks it ended well.
-func (sw *sweeper) finish() {
-	sw.t.Helper()
-	sw.cmd.stdin.Close()
-	select {
-	case err := <-sw.cmd.wait:
-		require.NoError(sw.t, err, "sweeper: %s", sw.stderr.String())
-	case <-time.After(60 * time.Second):
-		sw.t.Fatalf("the sweeper did not finish; stderr: %s", sw.stderr.String())
-	}
-}
-
 var tookOver = regexp.MustCompile(`took over from a server that ended ([0-9.]+m?s) ago`)
 
 // pauses are the takeover pauses the new servers logged.
@@ -240,8 +218,8 @@ func TestGuardKilled(t *testing.T) {
 	require.NotZero(t, server)
 	require.NoError(t, syscall.Kill(sw.guard, syscall.SIGKILL))
 	var guard int
-	eventually(t, 10*time.Second, func() bool {
-		m, err := ConnectMonitor(PrivateServerSocketPath(server))
+	Eventually(t, 10*time.Second, func() bool {
+		m, err := wire.ConnectMonitor(config.PrivateServerSocketPath(server))
 		if err != nil {
 			return false
 		}
@@ -253,7 +231,7 @@ func TestGuardKilled(t *testing.T) {
 	sw.nextPass(60 * time.Second)
 	require.NoError(t, syscall.Kill(server, syscall.SIGKILL))
 	sw.nextPass(60 * time.Second)
-	eventually(t, 10*time.Second, func() bool { return serverOf(t, sw.cmd.pid, guard) != 0 }, "no server after the kill")
+	Eventually(t, 10*time.Second, func() bool { return serverOf(t, sw.cmd.pid, guard) != 0 }, "no server after the kill")
 	sw.nextPass(60 * time.Second)
 	sw.finish()
 	assert.Len(t, pauses(sw.stderr.String()), 1)
@@ -291,7 +269,7 @@ func roleStagedCrash() int {
 // the staging file; the new server puts them back, and no byte is lost.
 func TestCrashWithPagesInFlight(t *testing.T) {
 	requireRoot(t)
-	cmd := child(t, "staged-crash", crashAfterPunchEnv+"=1")
+	cmd := child(t, "staged-crash", config.CrashAfterPunchEnv+"=1")
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -308,11 +286,11 @@ func TestRapidKills(t *testing.T) {
 	sw := startSweeper(t)
 	sw.nextPass(60 * time.Second)
 	pid := serverOf(t, sw.cmd.pid, sw.guard)
-	for k := 0; k < 2*defaultRestartAttempts; k++ {
+	for k := 0; k < 2*config.DefaultRestartAttempts; k++ {
 		require.NotZero(t, pid)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		old := pid
-		eventually(t, 30*time.Second, func() bool {
+		Eventually(t, 30*time.Second, func() bool {
 			pid = serverOf(t, sw.cmd.pid, sw.guard)
 			return pid != 0 && pid != old && strings.Count(sw.stderr.String(), "took over from") == k+1
 		}, "no server took over after kill %d: %s", k+1, sw.stderr.String())
@@ -320,4 +298,29 @@ func TestRapidKills(t *testing.T) {
 	sw.nextPass(60 * time.Second)
 	sw.finish()
 	assert.NotContains(t, sw.stderr.String(), "no new server took over")
+}
+
+// nextPass waits for the sweeper to finish a pass, checked byte by byte.
+func (sw *sweeper) nextPass(timeout time.Duration) int {
+	sw.t.Helper()
+	select {
+	case n, ok := <-sw.passes:
+		require.True(sw.t, ok, "the sweeper ended; stderr: %s", sw.stderr.String())
+		return n
+	case <-time.After(timeout):
+		sw.t.Fatalf("no pass within %v; stderr: %s", timeout, sw.stderr.String())
+		return 0
+	}
+}
+
+// finish stops the sweeper after its current pass and checks it ended well.
+func (sw *sweeper) finish() {
+	sw.t.Helper()
+	sw.cmd.stdin.Close()
+	select {
+	case err := <-sw.cmd.wait:
+		require.NoError(sw.t, err, "sweeper: %s", sw.stderr.String())
+	case <-time.After(60 * time.Second):
+		sw.t.Fatalf("the sweeper did not finish; stderr: %s", sw.stderr.String())
+	}
 }

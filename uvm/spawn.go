@@ -1,16 +1,19 @@
 package uvm
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/device"
+	"github.com/softuvm/softuvm/internal/server"
+	"github.com/softuvm/softuvm/internal/wire"
 )
 
 // The fault server runs in its own process: a Go handler cannot serve
@@ -21,26 +24,26 @@ import (
 // this package's init function notices the role and runs the server
 // instead of the program. The guard process is started the same way.
 func init() {
-	switch role := os.Getenv(roleEnv); role {
+	switch role := os.Getenv(config.RoleEnv); role {
 	case "":
 		return
 	case "server":
-		os.Unsetenv(roleEnv)
+		os.Unsetenv(config.RoleEnv)
 		runRole(runPrivateServer)
 	case "guard":
-		os.Unsetenv(roleEnv)
-		runRole(runGuard)
+		os.Unsetenv(config.RoleEnv)
+		runRole(server.RunGuard)
 	case "adopt":
-		os.Unsetenv(roleEnv)
-		runRole(runAdoptedServer)
+		os.Unsetenv(config.RoleEnv)
+		runRole(server.RunAdoptedServer)
 	case "serve":
-		os.Unsetenv(roleEnv)
-		runRole(runServeRole)
+		os.Unsetenv(config.RoleEnv)
+		runRole(server.RunServeRole)
 	case "device":
 		// Not here: the program's kernels are registered by init
 		// functions of packages that import this one, which have not run
 		// yet. Main runs the device once initialization is over.
-		os.Unsetenv(roleEnv)
+		os.Unsetenv(config.RoleEnv)
 		deviceRole = true
 		go func() {
 			time.Sleep(deviceMainDeadline)
@@ -50,7 +53,7 @@ func init() {
 			}
 		}()
 	default:
-		fmt.Fprintf(os.Stderr, "softuvm: unknown %s=%q\n", roleEnv, role)
+		fmt.Fprintf(os.Stderr, "softuvm: unknown %s=%q\n", config.RoleEnv, role)
 		os.Exit(2)
 	}
 }
@@ -80,7 +83,7 @@ const deviceMainDeadline = time.Second
 func Main() {
 	deviceMainCalled.Store(true)
 	if deviceRole {
-		runRole(runDevice)
+		runRole(device.RunDevice)
 	}
 }
 
@@ -105,60 +108,15 @@ type privateServer struct {
 	done chan struct{}
 }
 
-func (p *privateServer) wait(timeout time.Duration) {
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// socketPair returns two connected SOCK_SEQPACKET sockets.
-func socketPair(name string) (local *net.UnixConn, remote *os.File, err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("socketpair: %w", err)
-	}
-	lf := os.NewFile(uintptr(fds[0]), name)
-	defer lf.Close()
-	c, err := net.FileConn(lf)
-	if err != nil {
-		syscall.Close(fds[1])
-		return nil, nil, fmt.Errorf("socketpair: %w", err)
-	}
-	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), name), nil
-}
-
-// reexec starts this program's binary in a role, with extra as fds 3, 4...,
-// writing to log (nil: this process's standard error).
-func reexec(role, argv0 string, log *os.File, extra []*os.File, env ...string) (*exec.Cmd, error) {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{argv0}
-	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
-	cmd.ExtraFiles = extra
-	if log == nil {
-		log = os.Stderr
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group: a Ctrl-C meant for the program must not
-	// kill the server under it (the server exits when its client does).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%w: start %s process (%s): %v", ErrInitialization, role, argv0, err)
-	}
-	return cmd, nil
-}
-
 func startPrivateServer(cfg ServerConfig, log *os.File) (*net.UnixConn, *privateServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	local, remote, err := socketPair("softuvm-control")
+	local, remote, err := wire.SocketPair("softuvm-control")
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
-	cmd, err := reexec("server", "softuvm-server", log, []*os.File{remote}, serverConfigEnv+"="+cfg.marshal())
+	cmd, err := wire.Reexec("server", "softuvm-server", log, []*os.File{remote}, config.ServerConfigEnv+"="+cfg.Marshal())
 	remote.Close()
 	if err != nil {
 		local.Close()
@@ -179,12 +137,12 @@ func startPrivateServer(cfg ServerConfig, log *os.File) (*net.UnixConn, *private
 func runPrivateServer() int {
 	var cfg ServerConfig
 	var err error
-	if text := os.Getenv(serverConfigEnv); text != "" {
-		cfg, err = unmarshalServerConfig(text)
+	if text := os.Getenv(config.ServerConfigEnv); text != "" {
+		cfg, err = config.UnmarshalServerConfig(text)
 	} else {
 		cfg, err = ServerConfigFromEnv()
 	}
-	os.Unsetenv(serverConfigEnv)
+	os.Unsetenv(config.ServerConfigEnv)
 	f := os.NewFile(3, "softuvm-control")
 	c, cerr := net.FileConn(f)
 	f.Close()
@@ -197,24 +155,24 @@ func runPrivateServer() int {
 		fmt.Fprintf(os.Stderr, "softuvm server: fd 3 is not a unix socket\n")
 		return 2
 	}
-	var srv *Server
+	var srv *server.Server
 	if err == nil {
-		srv, err = NewServer(cfg)
+		srv, err = server.NewServer(cfg)
 	}
 	if err != nil {
 		// The client learns why from the error reply to its hello.
-		buf := make([]byte, maxMessageSize)
-		if b, fds, rerr := readMessage(conn, buf); rerr == nil {
-			closeFDs(fds)
-			h, _, _ := parseHeader(b)
-			writeMessage(conn, encodeError(h, err), nil)
+		buf := make([]byte, wire.MaxMessageSize)
+		if b, fds, rerr := wire.ReadMessage(conn, buf); rerr == nil {
+			wire.CloseFDs(fds)
+			h, _, _ := wire.ParseHeader(b)
+			wire.WriteMessage(conn, wire.EncodeError(h, err), nil)
 		}
 		return 1
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
-	path := PrivateServerSocketPath(os.Getpid())
-	if l, err := listenUnix(path); err == nil {
-		srv.keepListener(l, path)
+	path := config.PrivateServerSocketPath(os.Getpid())
+	if l, err := server.ListenUnix(path); err == nil {
+		srv.KeepListener(l, path)
 		go srv.Serve(l)
 		defer os.Remove(path)
 	}
@@ -223,77 +181,11 @@ func runPrivateServer() int {
 	return 0
 }
 
-// ListenAndServe runs a daemon on the socket at path until a SIGINT or
-// SIGTERM: `uvm serve`.
-func ListenAndServe(cfg ServerConfig, path string, ready func(*Server)) error {
-	srv, err := NewServer(cfg)
-	if err != nil {
-		return err
+func (p *privateServer) wait(timeout time.Duration) {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-p.done
 	}
-	defer srv.Close()
-	l, err := listenUnix(path)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(path)
-	srv.setMode(modeDaemon)
-	srv.keepListener(l, path)
-	srv.handleReplaceSignal([]string{path})
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		select {
-		case <-sigs:
-			srv.Close()
-		case <-srv.Done():
-		}
-	}()
-	if ready != nil {
-		ready(srv)
-	}
-	return srv.Serve(l)
-}
-
-// listenUnix listens on path with owner-only permissions, in a directory
-// only the owner can enter. A socket file left by a dead server is
-// replaced; one a live server answers on is an error.
-func listenUnix(path string) (*net.UnixListener, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: socket directory %s: %v", ErrInitialization, dir, err)
-	}
-	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 && dir != os.TempDir() {
-		os.Chmod(dir, 0o700)
-	}
-	if _, err := os.Lstat(path); err == nil {
-		if c, err := net.Dial("unixpacket", path); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%w: a fault server already listens on %s", ErrInitialization, path)
-		}
-		os.Remove(path)
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("%w: listen on %s: %v", ErrInitialization, path, err)
-	}
-	l.SetUnlinkOnClose(false)
-	if err := os.Chmod(path, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
-		l.Close()
-		return nil, fmt.Errorf("%w: chmod %s: %v", ErrInitialization, path, err)
-	}
-	return l, nil
-}
-
-// dupCloexec returns a duplicate of f's descriptor that this process owns
-// (f may be closed), close-on-exec.
-func dupCloexec(f *os.File) (int, error) {
-	fd, err := syscall.Dup(int(f.Fd()))
-	if err != nil {
-		return -1, fmt.Errorf("%w: dup: %v", ErrInternal, err)
-	}
-	syscall.CloseOnExec(fd)
-	return fd, nil
 }

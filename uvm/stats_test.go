@@ -8,30 +8,32 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/core"
 )
 
 func TestHistogramBuckets(t *testing.T) {
 	for ns := uint64(0); ns < 1<<20; ns += 1 + ns/7 {
-		b := histBucket(ns)
-		require.Less(t, ns, histBucketUpper(b), "value %d above its bucket %d", ns, b)
+		b := core.HistBucket(ns)
+		require.Less(t, ns, core.HistBucketUpper(b), "value %d above its bucket %d", ns, b)
 		if b > 0 {
-			require.GreaterOrEqual(t, ns, histBucketUpper(b-1), "value %d below its bucket %d", ns, b)
+			require.GreaterOrEqual(t, ns, core.HistBucketUpper(b-1), "value %d below its bucket %d", ns, b)
 		}
 	}
-	assert.Equal(t, histBuckets-1, histBucket(1<<62), "huge values land in the last bucket")
+	assert.Equal(t, core.HistBuckets-1, core.HistBucket(1<<62), "huge values land in the last bucket")
 }
 
 func TestHistogramQuantiles(t *testing.T) {
-	var h histogram
+	var h core.LiveHistogram
 	rng := rand.New(rand.NewPCG(3, 4))
 	var vals []float64
 	for i := 0; i < 10000; i++ {
 		v := time.Duration(1000 + rng.ExpFloat64()*9000)
 		vals = append(vals, float64(v))
-		h.record(v)
+		h.Record(v)
 	}
 	sort.Float64s(vals)
-	s := h.snapshot()
+	s := h.Snapshot()
 	assert.Equal(t, uint64(10000), s.Count)
 	for _, q := range []float64{0.5, 0.9, 0.99} {
 		exact := vals[int(q*float64(len(vals)))-1]
@@ -48,17 +50,17 @@ func TestHistogramQuantiles(t *testing.T) {
 }
 
 func TestCountersSnapshotAndMerge(t *testing.T) {
-	c := newCounters(3)
-	c.faults[hostLoc][faultMissing].Add(5)
-	c.faults[2][faultWP].Add(1)
-	c.addMigrated(hostLoc, 1, 10)
-	c.addMigrated(1, hostLoc, 4)
-	c.populated[hostLoc].Add(7)
-	c.prefetched.Add(3)
-	c.service.record(8 * time.Microsecond)
-	c.allocations.Add(2)
-	c.allocatedBytes.Add(3 << 20)
-	s := c.snapshot()
+	c := core.NewCounters(3)
+	c.Faults[core.HostLoc][core.FaultMissing].Add(5)
+	c.Faults[2][core.FaultWP].Add(1)
+	c.AddMigrated(core.HostLoc, 1, 10)
+	c.AddMigrated(1, core.HostLoc, 4)
+	c.Populated[core.HostLoc].Add(7)
+	c.Prefetched.Add(3)
+	c.Service.Record(8 * time.Microsecond)
+	c.Allocations.Add(2)
+	c.AllocatedBytes.Add(3 << 20)
+	s := c.Snapshot()
 	assert.Equal(t, uint64(6), s.TotalFaults())
 	assert.Equal(t, ProcessorFaults{Processor: CPU, Missing: 5}, s.FaultsBy(CPU))
 	assert.Equal(t, uint64(1), s.FaultsBy(1).WriteProtect)
@@ -68,10 +70,10 @@ func TestCountersSnapshotAndMerge(t *testing.T) {
 	assert.Equal(t, uint64(7), s.PopulatedPages(CPU))
 	assert.Equal(t, uint64(10*PageSize), s.Migrations[0].Bytes)
 
-	total := newCounters(3)
-	total.addFrom(c)
-	total.addFrom(c)
-	t2 := total.snapshot()
+	total := core.NewCounters(3)
+	total.AddFrom(c)
+	total.AddFrom(c)
+	t2 := total.Snapshot()
 	assert.Equal(t, 2*s.TotalFaults(), t2.TotalFaults())
 	assert.Equal(t, uint64(20), t2.MigratedPages(CPU, 0))
 	assert.Equal(t, 2*s.FaultService.Count, t2.FaultService.Count)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/config"
 )
 
 // TestConcurrentFaultsPrefetchesEvictionsAndKernels: several threads
@@ -20,7 +22,7 @@ import (
 // runs while other faults are in flight; every byte is checked at the end.
 func TestConcurrentFaultsPrefetchesEvictionsAndKernels(t *testing.T) {
 	cfg := DefaultServerConfig()
-	cfg.Devices = DeviceSpecs(2, []int64{4 << 20}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(2, []int64{4 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2
 	s := newSession(t, cfg)
 	const (

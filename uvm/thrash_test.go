@@ -6,24 +6,27 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 )
 
 func TestParseThrashingSpec(t *testing.T) {
 	for _, s := range []string{"", "on", "default"} {
-		got, err := ParseThrashingSpec(s)
+		got, err := policy.ParseThrashingSpec(s)
 		require.NoError(t, err, s)
-		assert.Equal(t, DefaultThrashing, got, s)
+		assert.Equal(t, policy.DefaultThrashing, got, s)
 	}
-	off, err := ParseThrashingSpec("off")
+	off, err := policy.ParseThrashingSpec("off")
 	require.NoError(t, err)
 	assert.False(t, off.Enabled)
 	assert.Equal(t, "off", off.String())
 
-	got, err := ParseThrashingSpec("threshold=5,lapse=2ms,nap=1ms,pin-threshold=3,pin=1s,epoch=4s")
+	got, err := policy.ParseThrashingSpec("threshold=5,lapse=2ms,nap=1ms,pin-threshold=3,pin=1s,epoch=4s")
 	require.NoError(t, err)
-	assert.Equal(t, ThrashingSpec{Enabled: true, Threshold: 5, Lapse: Duration(2 * time.Millisecond), Nap: Duration(time.Millisecond),
-		PinThreshold: 3, Pin: Duration(time.Second), Epoch: Duration(4 * time.Second)}, got)
-	back, err := ParseThrashingSpec(got.String())
+	assert.Equal(t, policy.ThrashingSpec{Enabled: true, Threshold: 5, Lapse: core.Duration(2 * time.Millisecond), Nap: core.Duration(time.Millisecond),
+		PinThreshold: 3, Pin: core.Duration(time.Second), Epoch: core.Duration(4 * time.Second)}, got)
+	back, err := policy.ParseThrashingSpec(got.String())
 	require.NoError(t, err)
 	assert.Equal(t, got, back, "String parses back")
 
@@ -36,7 +39,7 @@ func TestParseThrashingSpec(t *testing.T) {
 		"epoch=1us":       "epoch 1µs: want at least the lapse",
 		"pin-threshold=0": "pin threshold 0",
 	} {
-		_, err := ParseThrashingSpec(spec)
+		_, err := policy.ParseThrashingSpec(spec)
 		require.Error(t, err, spec)
 		assert.ErrorIs(t, err, ErrInvalidValue, spec)
 		assert.Contains(t, err.Error(), msg, spec)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
 )
 
 // vaWindow hands out addresses for managed ranges from the managed window
@@ -27,7 +28,7 @@ func (w *vaWindow) reserve(length uintptr) (uintptr, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.init {
-		w.free = []extent{{managedWindowStart, managedWindowStart + managedWindowSize}}
+		w.free = []extent{{config.ManagedWindowStart, config.ManagedWindowStart + config.ManagedWindowSize}}
 		w.init = true
 	}
 	for i := 0; i < len(w.free); i++ {
@@ -45,7 +46,7 @@ func (w *vaWindow) reserve(length uintptr) (uintptr, error) {
 			start += BlockSize
 		}
 	}
-	return 0, fmt.Errorf("%w: no %s of free address space left in the managed window %#x+%s", ErrMemoryAllocation, FormatSize(int64(length)), uintptr(managedWindowStart), FormatSize(managedWindowSize))
+	return 0, fmt.Errorf("%w: no %s of free address space left in the managed window %#x+%s", ErrMemoryAllocation, FormatSize(int64(length)), uintptr(config.ManagedWindowStart), FormatSize(config.ManagedWindowSize))
 }
 
 // take removes [start, end) from free extent i.

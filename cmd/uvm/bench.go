@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/uffd"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -126,7 +127,7 @@ func benchFaults(args []string) error {
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 
 	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{max(uvm.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(1, []int64{max(config.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 	if err != nil {
 		return err
@@ -140,9 +141,9 @@ func benchFaults(args []string) error {
 	}
 	rep.FaultP50US, rep.FaultP99US = p50, p99
 	for _, alt := range []struct {
-		placement uvm.HandlerPlacement
+		placement config.HandlerPlacement
 		p50       *float64
-	}{{uvm.HandlersPerCPU, &rep.FaultPerCPUHandlersP50US}, {uvm.HandlersSingle, &rep.FaultSingleHandlerP50US}} {
+	}{{config.HandlersPerCPU, &rep.FaultPerCPUHandlersP50US}, {config.HandlersSingle, &rep.FaultSingleHandlerP50US}} {
 		c := cfg
 		c.Handlers = alt.placement
 		progress("fault latency with %s handlers", alt.placement)

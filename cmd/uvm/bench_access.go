@@ -11,6 +11,9 @@ import (
 
 	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -70,7 +73,7 @@ func benchAccess(args []string) error {
 	faultRounds := fs.Int("fault-rounds", 21, "rounds of each fault-cost condition (median)")
 	sizeText := fs.String("size", "256MiB", "the remotely mapped range")
 	period := fs.Duration("period", 50*time.Millisecond, "hint-fault period of the streaming run (the server's default is 1s)")
-	mode := fs.String("access-counting", uvm.AccessCountingAuto, "access counting of the streaming run: auto, ebpf or user")
+	mode := fs.String("access-counting", config.AccessCountingAuto, "access counting of the streaming run: auto, ebpf or user")
 	faultPages := fs.Int("fault-pages", 65536, "minor faults per fault-cost round")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up waiting for delayed migration after this long")
 	if err := parseFlags(fs, args); err != nil {
@@ -83,7 +86,7 @@ func benchAccess(args []string) error {
 	if *runs < 1 || *faultRounds < 1 || size < 64<<10 || *faultPages < 64 || *period < time.Millisecond {
 		return fmt.Errorf("want --runs >= 1, --fault-rounds >= 1, --size >= 64KiB, --fault-pages >= 64 and --period >= 1ms")
 	}
-	if *mode != uvm.AccessCountingAuto && *mode != uvm.AccessCountingEBPF && *mode != uvm.AccessCountingUser {
+	if *mode != config.AccessCountingAuto && *mode != config.AccessCountingEBPF && *mode != config.AccessCountingUser {
 		return fmt.Errorf("--access-counting %q: want auto, ebpf or user", *mode)
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
@@ -96,9 +99,9 @@ func benchAccess(args []string) error {
 		progress("counting overhead not measured: %v", err)
 	}
 
-	policy := uvm.DefaultAccessPolicy
-	policy.Period = uvm.Duration(*period)
-	policy.Decay = uvm.Duration(max(time.Duration(policy.Decay), 32**period))
+	policy := policy.DefaultAccessPolicy
+	policy.Period = core.Duration(*period)
+	policy.Decay = core.Duration(max(time.Duration(policy.Decay), 32**period))
 	rep.Policy = policy.String()
 	progress("delayed migration: a kernel streaming over %s mapped remotely, hint faults every %v", uvm.FormatSize(size), *period)
 	if err := remoteStream(size, *runs, *mode, policy, *timeout, progress, &rep); err != nil {
@@ -223,9 +226,9 @@ type remoteRange struct {
 	launch func() (float64, error)
 }
 
-func newRemoteRange(size int64, mode string, policy uvm.AccessPolicy) (*remoteRange, error) {
+func newRemoteRange(size int64, mode string, policy policy.AccessPolicy) (*remoteRange, error) {
 	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{max(uvm.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(1, []int64{max(config.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
 	cfg.AccessCounting = mode
 	cfg.AccessPolicy = policy
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
@@ -273,7 +276,7 @@ func (rr *remoteRange) close() {
 
 // unsampledStream times the kernel over the range mapped remotely with
 // no hint faults: what the remote mapping itself costs.
-func unsampledStream(size int64, runs int, mode string, policy uvm.AccessPolicy) (float64, error) {
+func unsampledStream(size int64, runs int, mode string, policy policy.AccessPolicy) (float64, error) {
 	policy.Hints = false
 	rr, err := newRemoteRange(size, mode, policy)
 	if err != nil {
@@ -299,7 +302,7 @@ func unsampledStream(size int64, runs int, mode string, policy uvm.AccessPolicy)
 
 // remoteStream streams a kernel over an accessed-by range resident on the
 // host until delayed migration has moved it all to device 0.
-func remoteStream(size int64, runs int, mode string, policy uvm.AccessPolicy, timeout time.Duration, progress func(string, ...any), rep *accessReport) error {
+func remoteStream(size int64, runs int, mode string, policy policy.AccessPolicy, timeout time.Duration, progress func(string, ...any), rep *accessReport) error {
 	rr, err := newRemoteRange(size, mode, policy)
 	if err != nil {
 		return err
@@ -311,7 +314,7 @@ func remoteStream(size int64, runs int, mode string, policy uvm.AccessPolicy, ti
 		return err
 	}
 	rep.Mode = in.AccessCounting
-	user := strings.HasPrefix(in.AccessCounting, uvm.AccessCountingUser)
+	user := strings.HasPrefix(in.AccessCounting, config.AccessCountingUser)
 	if strings.HasPrefix(in.AccessCounting, "off") {
 		return fmt.Errorf("access counting is off: %s", in.AccessCounting)
 	}
@@ -398,8 +401,8 @@ var anatomyStages = []string{"to_server", "sampling", "decision", "ioctl", "wake
 // sampled and reads the medians of the server's histograms.
 func faultAnatomy(pages int, rep *accessReport) error {
 	cfg := uvm.DefaultServerConfig()
-	cfg.AccessCounting = uvm.AccessCountingEBPF
-	cfg.AccessPolicy = uvm.DefaultAccessPolicy
+	cfg.AccessCounting = config.AccessCountingEBPF
+	cfg.AccessPolicy = policy.DefaultAccessPolicy
 	cfg.AccessPolicy.AnatomyEvery = 1
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 	if err != nil {

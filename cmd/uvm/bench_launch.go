@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -104,7 +106,7 @@ func benchLaunch(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	thrash, err := uvm.ParseThrashingSpec(*thrashing)
+	thrash, err := policy.ParseThrashingSpec(*thrashing)
 	if err != nil {
 		return fmt.Errorf("--thrashing: %w", err)
 	}
@@ -116,7 +118,7 @@ func benchLaunch(args []string) error {
 		return fmt.Errorf("want --max-kb >= 4 and --seconds > 0")
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
-	s, err := oneDeviceSession(max(uvm.DefaultArenaSize, 2*int64(*maxKB)<<10), thrash)
+	s, err := oneDeviceSession(max(config.DefaultArenaSize, 2*int64(*maxKB)<<10), thrash)
 	if err != nil {
 		return err
 	}
@@ -188,9 +190,9 @@ func benchLaunch(args []string) error {
 }
 
 // oneDeviceSession starts a private server with one device.
-func oneDeviceSession(arena int64, thrash uvm.ThrashingSpec) (*uvm.Session, error) {
+func oneDeviceSession(arena int64, thrash policy.ThrashingSpec) (*uvm.Session, error) {
 	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{arena}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(1, []int64{arena}, cfg.Devices[0].Backend)
 	cfg.Thrashing = thrash
 	return uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 }
@@ -199,7 +201,7 @@ func oneDeviceSession(arena int64, thrash uvm.ThrashingSpec) (*uvm.Session, erro
 // the arena's size, which the host wrote first (so every page comes from
 // the host and half of them are evicted again on the way), against the
 // same read of warm host memory on as many threads.
-func oversubStream(arena int64, runs int, thrash uvm.ThrashingSpec, rep *launchReport) error {
+func oversubStream(arena int64, runs int, thrash policy.ThrashingSpec, rep *launchReport) error {
 	s, err := oneDeviceSession(arena, thrash)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -17,10 +18,10 @@ import (
 // medians over runs, after a warm-up that is not counted; GB/s are 1e9
 // bytes a second.
 type memcpyReport struct {
-	Machine   machineSummary      `json:"machine"`
-	Runs      int                 `json:"runs"`
-	SizeBytes int64               `json:"size_bytes"`
-	Engine    uvm.CopyCalibration `json:"engine"`
+	Machine   machineSummary         `json:"machine"`
+	Runs      int                    `json:"runs"`
+	SizeBytes int64                  `json:"size_bytes"`
+	Engine    config.CopyCalibration `json:"engine"`
 
 	// Plain memcpy between warm buffers of the size, in this process:
 	// one thread, and every CPU copying a share at once.
@@ -216,7 +217,7 @@ func parseProducers(text string) ([]int, error) {
 // directBelow override the engine's calibration where nonzero.
 func memcpySession(size int64, producers int, directBelow int64) (*uvm.Session, error) {
 	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{2*size + 64<<20}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(1, []int64{2*size + 64<<20}, cfg.Devices[0].Backend)
 	cfg.CopyProducers = producers
 	cfg.CopyDirectBelow = directBelow
 	return uvm.Connect(uvm.Config{Server: "private", Private: cfg})

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -52,7 +53,7 @@ func benchRestart(args []string) error {
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = uvm.DeviceSpecs(1, []int64{size}, cfg.Devices[0].Backend)
+	cfg.Devices = config.DeviceSpecs(1, []int64{size}, cfg.Devices[0].Backend)
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 	if err != nil {
 		return err

@@ -9,6 +9,9 @@ import (
 	"strings"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/uffd"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -63,16 +66,16 @@ func runInfo(args []string) error {
 	mi.OpenDevice, mi.OpenSyscall = errText(dev), errText(sys)
 	if f, err := uffd.Supported(); err == nil {
 		mi.Features = f.String()
-		if missing := uvm.RequiredFeatures &^ f; missing != 0 {
+		if missing := core.RequiredFeatures &^ f; missing != 0 {
 			mi.FeaturesMissing = missing.String()
 		}
 	} else {
 		mi.Features = "unknown: " + err.Error()
 	}
 	mi.Nodes, _ = devmem.Nodes()
-	if m, err := uvm.ConnectMonitor(uvm.DefaultSocketPath()); err == nil {
+	if m, err := wire.ConnectMonitor(config.DefaultSocketPath()); err == nil {
 		if in, err := m.Info(); err == nil {
-			mi.Daemon = &serverSummary{Socket: uvm.DefaultSocketPath(), Info: in}
+			mi.Daemon = &serverSummary{Socket: config.DefaultSocketPath(), Info: in}
 		}
 		m.Close()
 	}
@@ -83,11 +86,11 @@ func runInfo(args []string) error {
 	cfg, cfgErr := uvm.ServerConfigFromEnv()
 	if cfgErr == nil {
 		mi.Prefetch = cfg.Prefetch.String()
-		mi.Workers = uvm.DeviceWorkers(cfg)
+		mi.Workers = config.DeviceWorkers(cfg)
 		mi.Thrashing = cfg.Thrashing.String()
 		mi.AccessCounting = cfg.AccessCounting
 		if mi.AccessCounting == "" {
-			mi.AccessCounting = uvm.AccessCountingAuto
+			mi.AccessCounting = config.AccessCountingAuto
 		}
 		mi.AccessPolicy = cfg.AccessPolicy.String()
 		for _, spec := range cfg.Devices {
@@ -137,14 +140,14 @@ func runInfo(args []string) error {
 		fmt.Printf("access          counting %s (UVM_ACCESS_COUNTING), policy %s (UVM_ACCESS_POLICY)\n", mi.AccessCounting, mi.AccessPolicy)
 	}
 	if mi.Daemon == nil {
-		fmt.Printf("daemon          none at %s (programs start a private server)\n", uvm.DefaultSocketPath())
+		fmt.Printf("daemon          none at %s (programs start a private server)\n", config.DefaultSocketPath())
 	} else {
 		printServer("daemon", mi.Daemon.Socket, mi.Daemon.Info)
 	}
 	for _, pid := range mi.Private {
-		if m, err := uvm.ConnectMonitor(uvm.PrivateServerSocketPath(pid)); err == nil {
+		if m, err := wire.ConnectMonitor(config.PrivateServerSocketPath(pid)); err == nil {
 			if in, err := m.Info(); err == nil {
-				printServer("private server", uvm.PrivateServerSocketPath(pid), in)
+				printServer("private server", config.PrivateServerSocketPath(pid), in)
 			}
 			m.Close()
 		}

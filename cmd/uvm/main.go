@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -117,10 +119,10 @@ Environment (read by programs using softuvm and by private servers):
   %-18s uvm run: the path of libuvm-preload.so
 
 Run 'uvm help COMMAND' for a command's flags.
-`, uvm.EnvSocket, uvm.DefaultSocketPath(), uvm.EnvServer, uvm.EnvDevices, uvm.DefaultDevices,
-		uvm.EnvArenaSize, uvm.FormatSize(uvm.DefaultArenaSize), uvm.EnvArenaBackend, uvm.EnvPrefetch,
-		strings.Join(uvm.PrefetchPolicyNames(), ", "), uvm.EnvHandlers, uvm.EnvTrackPrefetch,
-		uvm.EnvWorkers, uvm.EnvHostBudget, uvm.EnvThrashing, uvm.DefaultThrashing, uvm.EnvAccessCount, uvm.EnvAccessPolicy, uvm.DefaultAccessPolicy, uvm.EnvRestarts, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
+`, uvm.EnvSocket, config.DefaultSocketPath(), uvm.EnvServer, config.EnvDevices, config.DefaultDevices,
+		config.EnvArenaSize, uvm.FormatSize(config.DefaultArenaSize), config.EnvArenaBackend, config.EnvPrefetch,
+		strings.Join(policy.PrefetchPolicyNames(), ", "), config.EnvHandlers, config.EnvTrackPrefetch,
+		config.EnvWorkers, config.EnvHostBudget, config.EnvThrashing, policy.DefaultThrashing, config.EnvAccessCount, config.EnvAccessPolicy, policy.DefaultAccessPolicy, config.EnvRestarts, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD")
 }
 
 // newFlagSet makes a flag set whose usage names the command.
@@ -171,7 +173,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	if err != nil {
 		base = uvm.DefaultServerConfig()
 	}
-	size := int64(uvm.DefaultArenaSize)
+	size := int64(config.DefaultArenaSize)
 	backend := devmem.BackendAuto
 	if len(base.Devices) > 0 {
 		size, backend = base.Devices[0].Capacity, base.Devices[0].Backend
@@ -179,7 +181,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.devices, "devices", len(base.Devices), "number of devices")
 	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
 	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa, or a comma list, one per device")
-	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(uvm.PrefetchPolicyNames(), ", "))
+	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(policy.PrefetchPolicyNames(), ", "))
 	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
 	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
 	fs.IntVar(&f.workers, "device-workers", base.DeviceWorkers, "threads that run each device's kernels (0: one per CPU)")
@@ -192,11 +194,11 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.copyThreads, "copy-threads", base.CopyProducers, "the copy engine's producer threads per bulk move (0: calibrated at start)")
 	access := base.AccessCounting
 	if access == "" {
-		access = uvm.AccessCountingAuto
+		access = config.AccessCountingAuto
 	}
 	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
 	fs.StringVar(&f.accessPolicy, "access-policy", base.AccessPolicy.String(), "what the access counters drive: on, off (count only), or settings such as hints=on,threshold=256,period=1s,sample=256MiB,decay=32s,anatomy=64")
-	fs.StringVar(&f.restarts, "restarts", uvm.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
+	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 
 func (f *serverFlags) config() (uvm.ServerConfig, error) {
@@ -209,18 +211,18 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 		}
 		sizes = append(sizes, n)
 	}
-	backends, err := uvm.ParseBackends(f.arenaBackend)
+	backends, err := config.ParseBackends(f.arenaBackend)
 	if err != nil {
 		return cfg, fmt.Errorf("--arena-backend: %w", err)
 	}
 	if f.devices < 0 {
 		return cfg, fmt.Errorf("--devices %d: want 0 or more", f.devices)
 	}
-	cfg.Devices = uvm.DeviceSpecsEach(f.devices, sizes, backends)
+	cfg.Devices = config.DeviceSpecsEach(f.devices, sizes, backends)
 	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
 		return cfg, fmt.Errorf("--prefetch: %w", err)
 	}
-	cfg.Handlers = uvm.HandlerPlacement(f.handlers)
+	cfg.Handlers = config.HandlerPlacement(f.handlers)
 	cfg.TrackPrefetchUse = f.track
 	cfg.DeviceWorkers = f.workers
 	cfg.CopyProducers = f.copyThreads
@@ -230,13 +232,13 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 			return cfg, fmt.Errorf("--host-budget: %w", err)
 		}
 	}
-	if cfg.Thrashing, err = uvm.ParseThrashingSpec(f.thrashing); err != nil {
+	if cfg.Thrashing, err = policy.ParseThrashingSpec(f.thrashing); err != nil {
 		return cfg, fmt.Errorf("--thrashing: %w", err)
 	}
-	if cfg.AccessPolicy, err = uvm.ParseAccessPolicy(f.accessPolicy); err != nil {
+	if cfg.AccessPolicy, err = policy.ParseAccessPolicy(f.accessPolicy); err != nil {
 		return cfg, fmt.Errorf("--access-policy: %w", err)
 	}
-	if cfg.Restarts, err = uvm.ParseRestarts(f.restarts); err != nil {
+	if cfg.Restarts, err = config.ParseRestarts(f.restarts); err != nil {
 		return cfg, fmt.Errorf("--restarts: %w", err)
 	}
 	return cfg, cfg.Validate()
@@ -244,7 +246,7 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 
 // privateServers lists the private servers whose monitor sockets exist.
 func privateServers() []int {
-	entries, err := os.ReadDir(uvm.PrivateServerSocketDir())
+	entries, err := os.ReadDir(config.PrivateServerSocketDir())
 	if err != nil {
 		return nil
 	}

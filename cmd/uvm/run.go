@@ -17,6 +17,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/server"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -203,14 +205,14 @@ func runRun(args []string) error {
 // socket of a private server named after this process, so that `uvm stat
 // --pid` and `uvm info` find it. cleanup stops the server and removes
 // both sockets.
-func startRunServer(cfg uvm.ServerConfig) (*uvm.ServerProcess, string, func(), error) {
+func startRunServer(cfg uvm.ServerConfig) (*server.ServerProcess, string, func(), error) {
 	dir, err := os.MkdirTemp("", "uvm-run-") // 0700
 	if err != nil {
 		return nil, "", nil, err
 	}
 	sock := filepath.Join(dir, "uvm.sock")
-	monitor := uvm.PrivateServerSocketPath(os.Getpid())
-	proc, err := uvm.StartServerProcess(cfg, sock, monitor)
+	monitor := config.PrivateServerSocketPath(os.Getpid())
+	proc, err := server.StartServerProcess(cfg, sock, monitor)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, "", nil, err
@@ -225,7 +227,7 @@ func startRunServer(cfg uvm.ServerConfig) (*uvm.ServerProcess, string, func(), e
 
 // serverStats reads the run server's counters and how many times it was
 // restarted.
-func serverStats(proc *uvm.ServerProcess) (uvm.Stats, uint64, error) {
+func serverStats(proc *server.ServerProcess) (uvm.Stats, uint64, error) {
 	m, err := proc.Monitor()
 	if err != nil {
 		return uvm.Stats{}, 0, err

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softuvm/softuvm/uvm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/uvm"
 )
 
 func TestRunEnv(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -30,7 +32,7 @@ func runStat(args []string) error {
 	if err != nil {
 		return err
 	}
-	m, err := uvm.ConnectMonitor(path)
+	m, err := wire.ConnectMonitor(path)
 	if err != nil {
 		return err
 	}
@@ -81,18 +83,18 @@ func findServer(pid int, socket string) (string, error) {
 	case socket != "":
 		return socket, nil
 	case pid != 0:
-		return uvm.PrivateServerSocketPath(pid), nil
+		return config.PrivateServerSocketPath(pid), nil
 	}
-	if m, err := uvm.ConnectMonitor(uvm.DefaultSocketPath()); err == nil {
+	if m, err := wire.ConnectMonitor(config.DefaultSocketPath()); err == nil {
 		m.Close()
-		return uvm.DefaultSocketPath(), nil
+		return config.DefaultSocketPath(), nil
 	}
 	pids := privateServers()
 	switch len(pids) {
 	case 0:
-		return "", fmt.Errorf("no fault server is running: no daemon at %s and no private server (start one with `uvm serve`, or run a program that uses softuvm)", uvm.DefaultSocketPath())
+		return "", fmt.Errorf("no fault server is running: no daemon at %s and no private server (start one with `uvm serve`, or run a program that uses softuvm)", config.DefaultSocketPath())
 	case 1:
-		return uvm.PrivateServerSocketPath(pids[0]), nil
+		return config.PrivateServerSocketPath(pids[0]), nil
 	}
 	return "", fmt.Errorf("several private servers run (pids %v): choose one with --pid", pids)
 }

@@ -1,0 +1,88 @@
+package config
+
+import "github.com/softuvm/softuvm/internal/core"
+
+// Info is the server's configuration and state, for `uvm info` and
+// `uvm stat`.
+type Info struct {
+	PID          int              `json:"pid"`
+	Uptime       string           `json:"uptime"`
+	Features     string           `json:"userfaultfd_features"`
+	Prefetch     string           `json:"prefetch"`
+	Handlers     HandlerPlacement `json:"handlers"`
+	HandlerCPUs  []int            `json:"handler_cpus"`
+	Guard        bool             `json:"guard"`
+	Sessions     []SessionInfo    `json:"sessions"`
+	Devices      []ArenaInfo      `json:"devices"`
+	StrayFaults  uint64           `json:"stray_faults"`
+	PoisonedPage uint64           `json:"poisoned_pages"`
+	GoMaxProcs   int              `json:"gomaxprocs"`
+	// CopyEngine is the copy engine's calibration, with the
+	// configuration's overrides applied.
+	CopyEngine CopyCalibration `json:"copy_engine"`
+	// AccessCounting says how accesses are counted, or why they are not.
+	AccessCounting string `json:"access_counting"`
+	// Anatomy is the fault anatomy's histograms (nil without eBPF or
+	// sampling).
+	Anatomy *core.FaultAnatomy `json:"anatomy,omitempty"`
+	// Restart describes the server's takeovers.
+	Restart RestartInfo `json:"restart"`
+	// VMStat is the growth of the kernel's system-wide counters
+	// (/proc/vmstat: pgfault, pgmajfault, pgalloc_normal, pgfree) since
+	// the server started.
+	VMStat map[string]uint64 `json:"vmstat,omitempty"`
+}
+
+// RestartInfo says whether this server took over from one that died, and
+// how long that took.
+type RestartInfo struct {
+	// Restarts counts the servers that died (or retired) before this one
+	// in its line; 0 for a server that started fresh.
+	Restarts uint64 `json:"restarts"`
+	// PauseMS is the time from the death of the last one to service
+	// resumed here.
+	PauseMS float64 `json:"pause_ms"`
+	// AdoptedPages is the number of pages found in the files when
+	// residency was rebuilt, and RebuildMS the time that took.
+	AdoptedPages int64   `json:"adopted_pages"`
+	RebuildMS    float64 `json:"rebuild_ms"`
+	// RecoveredPages were carried by migrations when the server died and
+	// put back in the host file from the staging file.
+	RecoveredPages int64 `json:"recovered_pages"`
+	// Policy is how many new servers in a row the guard starts ("off":
+	// none, pages not on the host are poisoned).
+	Policy string `json:"policy"`
+	// GuardPID is the guard process holding every session's state, 0
+	// without one.
+	GuardPID int `json:"guard_pid"`
+}
+
+// SessionInfo describes one connected process.
+type SessionInfo struct {
+	ID          uint64 `json:"id"`
+	PID         int    `json:"pid"`
+	Role        string `json:"role"`
+	Allocations int    `json:"allocations"`
+	// ManagedBytes is the sum of the allocations' sizes; HostBytes the
+	// memory their host file holds.
+	ManagedBytes int64 `json:"managed_bytes"`
+	HostBytes    int64 `json:"host_bytes"`
+	// Faults of a client since it connected, three ways: those the
+	// server served, every user fault the eBPF counters saw (nil when
+	// they are off), and the kernel's minflt (nil if unreadable).
+	ServedFaults uint64  `json:"served_faults"`
+	EBPFFaults   *uint64 `json:"ebpf_faults,omitempty"`
+	MinorFaults  *uint64 `json:"minflt,omitempty"`
+	// Devices counts the faults of the client's device processes the
+	// same three ways, since each started.
+	Devices []ProcessFaults `json:"device_processes,omitempty"`
+}
+
+// ArenaInfo describes one device's arena.
+type ArenaInfo struct {
+	core.DeviceInfo
+	UsedBytes int64 `json:"used_bytes"`
+	// FileBytes is what the arena's files really hold (st_blocks): equal
+	// to UsedBytes unless accounting went wrong.
+	FileBytes int64 `json:"file_bytes"`
+}

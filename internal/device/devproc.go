@@ -1,0 +1,445 @@
+package device
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+func RunDevice() int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "softuvm device process %d: %s\n", os.Getpid(), fmt.Sprintf(format, args...))
+		return 1
+	}
+	if err := devmem.ReserveAddressSpaceAt(config.ManagedWindowStart, config.ManagedWindowSize); err != nil {
+		return fail("reserve the managed window: %v", err)
+	}
+	d, err := strconv.Atoi(os.Getenv(config.DeviceEnv))
+	workers, werr := strconv.Atoi(os.Getenv(config.DeviceWorkersEnv))
+	if err != nil || werr != nil || d < 0 || workers < 1 {
+		return fail("%s=%q %s=%q: want a device index and a worker count", config.DeviceEnv, os.Getenv(config.DeviceEnv), config.DeviceWorkersEnv, os.Getenv(config.DeviceWorkersEnv))
+	}
+	server, err := FileConn(3)
+	if err != nil {
+		return fail("server connection: %v", err)
+	}
+	control, err := wire.NewDirectConn(os.NewFile(4, "softuvm-client"))
+	if err != nil {
+		return fail("client connection: %v", err)
+	}
+	defaultStream, err := wire.NewDirectConn(os.NewFile(5, "softuvm-default-stream"))
+	if err != nil {
+		return fail("default stream connection: %v", err)
+	}
+	dev, err := attachToServer(server, d)
+	if err != nil {
+		return fail("%v", err)
+	}
+	rt := newDeviceRuntime(d, workers)
+	go func() {
+		err := dev.ServeServer(server)
+		// The fault server is gone and no guard kept the connection:
+		// the device's memory is gone, and so is the process.
+		fmt.Fprintf(os.Stderr, "softuvm device %d process %d: the fault server went away (%v); exiting\n", d, os.Getpid(), err)
+		os.Exit(1)
+	}()
+	if err := control.Write(wire.NewMessage(wire.Header{Typ: wire.MsgDeviceUp}).B); err != nil {
+		return 0 // the client is gone
+	}
+	go rt.serveStream(0, defaultStream)
+	rt.serveControl(control)
+	return 0
+}
+
+func FileConn(fd uintptr) (*net.UnixConn, error) {
+	f := os.NewFile(fd, "softuvm-socket")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("fd %d is not a unix socket", fd)
+	}
+	return uc, nil
+}
+
+// deviceMapping is the device process's side of its view.
+type DeviceMapping struct {
+	Index int
+	// files[l] is location l's file of the session: the device maps its
+	// own over every range, and others' over parts (remote mappings).
+	files []*devmem.File
+	// uffd is the device's userfaultfd, which the server serves; the
+	// process keeps a copy only to register each new mapping itself
+	// before it becomes visible (see mapFile).
+	uffd *uffd.FD
+	// minorRemote registers mappings of other locations' files for MINOR
+	// faults: the access counters count in user space, and a hint fault
+	// (see dropMappings) must reach the server.
+	minorRemote bool
+}
+
+// attachToServer hands the server this process's userfaultfd, maps every
+// managed range of the client from the device's file, and says so.
+func attachToServer(c *net.UnixConn, d int) (*DeviceMapping, error) {
+	u, err := uffd.Open(uffd.CloseOnExec)
+	if err != nil {
+		return nil, err
+	}
+	h := wire.Header{Typ: wire.MsgDeviceHello, Seq: 1}
+	if err := wire.WriteMessage(c, wire.EncodeDeviceHello(h.Seq, wire.DeviceHelloRequest{Device: uint32(d), Pid: uint32(os.Getpid())}), []int{u.Fd()}); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, wire.MaxMessageSize)
+	b, fds, err := wire.ReadMessage(c, buf)
+	if err != nil {
+		return nil, err
+	}
+	r, err := wire.ParseReply(b, h)
+	if err != nil || len(fds) < d+2 {
+		wire.CloseFDs(fds)
+		return nil, fmt.Errorf("device hello: %v (with %d descriptors, want one per location)", err, len(fds))
+	}
+	lay, err := wire.DecodeLayoutReply(r)
+	if err != nil {
+		wire.CloseFDs(fds)
+		return nil, err
+	}
+	// The server did the handshake on the shared file; this copy needs
+	// only to know, to register.
+	u.SetHandshaken(core.RequiredFeatures, 0)
+	dev := &DeviceMapping{Index: d, uffd: u, minorRemote: lay.MinorRemote}
+	for l, fd := range fds {
+		f, err := devmem.FileFromFD(fd, fmt.Sprintf("location %d file", l))
+		if err != nil {
+			wire.CloseFDs(fds[l+1:])
+			return nil, err
+		}
+		dev.files = append(dev.files, f)
+	}
+	// No kernel runs yet, so nothing touches a run between its mapping
+	// and its registration.
+	for _, m := range lay.Runs {
+		if err := dev.mapFixed(uintptr(m.Addr), int64(m.Length), int(m.Loc)); err != nil {
+			return nil, err
+		}
+	}
+	h = wire.Header{Typ: wire.MsgDeviceReady, Seq: 2}
+	if err := wire.WriteMessage(c, wire.NewMessage(h).B, nil); err != nil {
+		return nil, err
+	}
+	if b, _, err = wire.ReadMessage(c, buf); err != nil {
+		return nil, err
+	}
+	if _, err := wire.ParseReply(b, h); err != nil {
+		return nil, fmt.Errorf("device ready: %w", err)
+	}
+	return dev, nil
+}
+
+func checkInWindow(addr uintptr, length int64) error {
+	if addr < config.ManagedWindowStart || uint64(addr)+uint64(length) > config.ManagedWindowStart+config.ManagedWindowSize {
+		return fmt.Errorf("%w: range %#x+%d lies outside the managed window %#x+%#x", core.ErrInvalidValue, addr, length, config.ManagedWindowStart, config.ManagedWindowSize)
+	}
+	return nil
+}
+
+// deviceRuntime runs launched kernels. Each stream is a connection of its
+// own, served by a goroutine that reads its launches in order and runs
+// them, so that a launch and a synchronize cross no goroutine: the thread
+// the kernel wakes when a message arrives runs the kernel and answers.
+// A kernel's threads beyond the first are spread over the worker threads.
+type deviceRuntime struct {
+	index   int
+	workers []chan *kernelChunk
+}
+
+// kernelChunk is the threads [first, outer) of one launch, run by one
+// worker.
+type kernelChunk struct {
+	k            Kernel
+	name         string
+	first, outer int
+	nthreads     int
+	params       []byte
+	err          error
+	wg           *sync.WaitGroup
+}
+
+func newDeviceRuntime(index, workers int) *deviceRuntime {
+	rt := &deviceRuntime{index: index}
+	ncpu := runtime.NumCPU()
+	for w := 0; w < workers; w++ {
+		ch := make(chan *kernelChunk, 1)
+		rt.workers = append(rt.workers, ch)
+		go rt.worker(w%ncpu, ch)
+	}
+	return rt
+}
+
+// runChunk runs one chunk's threads, turning a panic into an error that
+// names the kernel, the device and the thread.
+func runChunk(c *kernelChunk, device int) (err error) {
+	tid := c.first
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: kernel %q panicked on device %d in thread %d of %d: %v", core.ErrLaunchFailure, c.name, device, tid, c.nthreads, r)
+		}
+	}()
+	for ; tid < c.outer; tid++ {
+		c.k(tid, c.nthreads, c.params)
+	}
+	return nil
+}
+
+// modeFor is how a mapping of location loc's file is registered.
+func (dev *DeviceMapping) modeFor(loc int) uffd.RegisterMode {
+	if dev.minorRemote && loc != dev.Index+1 {
+		return core.HostViewMode | uffd.RegisterMinor
+	}
+	return core.HostViewMode
+}
+
+// dropMappings drops the page-table entries of runs, which the server
+// chose among the remote mappings (hint faults): the pages stay in their
+// files, so the next access is a minor fault, resolved by the kernel and
+// seen by the eBPF counters, or sent to the server in MINOR mode.
+func (dev *DeviceMapping) dropMappings(runs []wire.Mapping) error {
+	for _, m := range runs {
+		if err := checkInWindow(uintptr(m.Addr), int64(m.Length)); err != nil {
+			return err
+		}
+		if err := devmem.DropPages(uintptr(m.Addr), int64(m.Length)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapFixed maps location loc's file over [addr, addr+length) and
+// registers it, while no kernel runs.
+func (dev *DeviceMapping) mapFixed(addr uintptr, length int64, loc int) error {
+	if err := dev.checkMap(addr, length, loc); err != nil {
+		return err
+	}
+	if err := dev.files[loc].MapFixed(addr, int64(addr), length); err != nil {
+		return err
+	}
+	if _, err := dev.uffd.Register(addr, uintptr(length), dev.modeFor(loc)); err != nil {
+		return err
+	}
+	return devmem.DontFork(addr, length)
+}
+
+func (dev *DeviceMapping) checkMap(addr uintptr, length int64, loc int) error {
+	if err := checkInWindow(addr, length); err != nil {
+		return err
+	}
+	if loc >= len(dev.files) {
+		return fmt.Errorf("%w: map location %d: this session has %d", core.ErrInvalidValue, loc, len(dev.files))
+	}
+	return nil
+}
+
+// mapFile maps location loc's file over [addr, addr+length) while kernels
+// may run: the new mapping is made elsewhere, registered with the
+// userfaultfd and write-protected where wp says, and only then moved over
+// the old one, so that no thread ever sees it unregistered (holes would
+// fill with zeros) or writable where it must not be (a read-duplicated
+// page). The move keeps write protection because the server asked for
+// remap events.
+func (dev *DeviceMapping) mapFile(addr uintptr, length int64, loc int, wp core.PageMask) error {
+	if err := dev.checkMap(addr, length, loc); err != nil {
+		return err
+	}
+	err := dev.files[loc].MapOver(addr, int64(addr), length, func(scratch uintptr) error {
+		if _, err := dev.uffd.Register(scratch, uintptr(length), dev.modeFor(loc)); err != nil {
+			return err
+		}
+		for p, q := wp.NextRun(0); p >= 0; p, q = wp.NextRun(q) {
+			if err := dev.uffd.WriteProtect(scratch+uintptr(p)*core.PageSize, uintptr(q-p)*core.PageSize, true, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return devmem.DontFork(addr, length)
+}
+
+// serveServer answers the server's requests to map and unmap ranges until
+// the connection ends, and returns why it did.
+func (dev *DeviceMapping) ServeServer(c *net.UnixConn) error {
+	buf := make([]byte, wire.MaxMessageSize)
+	for {
+		b, fds, err := wire.ReadMessage(c, buf)
+		wire.CloseFDs(fds)
+		if err != nil {
+			return err
+		}
+		h, req, err := wire.ParseRequest(b)
+		if err == nil {
+			switch r := req.(type) {
+			case wire.DeviceMapRequest:
+				err = dev.mapFile(uintptr(r.Addr), int64(r.Length), int(r.Loc), r.Wp)
+			case wire.HintsRequest:
+				err = dev.dropMappings(r.Runs)
+			case wire.RangeRequest:
+				if h.Typ != wire.MsgDeviceUnmap {
+					err = fmt.Errorf("%w: %s is not a request the server sends a device", core.ErrInvalidValue, h.Typ)
+					break
+				}
+				err = devmem.ReturnToReservation(uintptr(r.Addr), int64(r.Length))
+			default:
+				err = fmt.Errorf("%w: %s is not a request the server sends a device", core.ErrInvalidValue, h.Typ)
+			}
+		}
+		reply := wire.EncodeEmptyReply(h)
+		if err != nil {
+			reply = wire.EncodeError(h, err)
+		}
+		wire.WriteMessage(c, reply, nil)
+	}
+}
+
+// worker runs kernel chunks on a thread pinned to one CPU: a device's
+// threads stay put, as a GPU's do, and the fault server serves their
+// faults on the CPU they take them.
+func (rt *deviceRuntime) worker(cpu int, ch <-chan *kernelChunk) {
+	runtime.LockOSThread()
+	devmem.PinCurrentThread(cpu) // best effort: an unpinned worker still works
+	// A kernel touching freed or lost memory gets a recoverable fault,
+	// reported at synchronize, instead of killing the device.
+	debug.SetPanicOnFault(true)
+	for c := range ch {
+		c.err = runChunk(c, rt.index)
+		c.wg.Done()
+	}
+}
+
+// serveControl accepts the client's new streams until the client goes
+// away; then the process ends: it exists for its client.
+func (rt *deviceRuntime) serveControl(control *wire.DirectConn) {
+	buf := make([]byte, wire.MaxMessageSize)
+	for {
+		b, fds, err := control.ReadFDs(buf, 0)
+		if err != nil {
+			return
+		}
+		h, req, err := wire.ParseRequest(b)
+		sr, ok := req.(wire.StreamRequest)
+		if err != nil || !ok || h.Typ != wire.MsgStreamOpen || len(fds) != 1 {
+			wire.CloseFDs(fds)
+			if err == nil {
+				err = fmt.Errorf("%w: %s with %d descriptors is not a request a client sends a device's control connection", core.ErrInvalidValue, h.Typ, len(fds))
+			}
+			fmt.Fprintf(os.Stderr, "softuvm device %d process %d: %v\n", rt.index, os.Getpid(), err)
+			continue
+		}
+		go rt.serveStream(sr.Stream, &wire.DirectConn{Fd: fds[0]})
+	}
+}
+
+// serveStream runs one stream: its launches in order, and answers its
+// synchronizations with the errors of the kernels since the last one.
+func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
+	defer conn.Close()
+	// The stream's thread follows the thread that launches on it: the
+	// synchronize that follows waits there, and a wake-up on the same CPU
+	// is several times cheaper than one across CPUs.
+	runtime.LockOSThread()
+	pinned := -1
+	// A single-threaded kernel runs on this goroutine.
+	debug.SetPanicOnFault(true)
+	buf := make([]byte, wire.MaxMessageSize)
+	var errs []error
+	for {
+		b, err := conn.Read(buf, 0)
+		if err != nil {
+			return
+		}
+		h, req, err := wire.ParseRequest(b)
+		switch r := req.(type) {
+		case wire.LaunchRequest:
+			if r.Cpu >= 0 && int(r.Cpu) != pinned && devmem.PinCurrentThread(int(r.Cpu)) == nil {
+				pinned = int(r.Cpu)
+			}
+			if err := rt.launch(&r); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		case wire.StreamRequest:
+			if h.Typ == wire.MsgStreamDestroy {
+				return
+			}
+			if err == nil && h.Typ != wire.MsgSync {
+				err = fmt.Errorf("%w: %s is not a request a client sends a stream", core.ErrInvalidValue, h.Typ)
+			}
+		default:
+			if err == nil {
+				err = fmt.Errorf("%w: %s is not a request a client sends a stream", core.ErrInvalidValue, h.Typ)
+			}
+		}
+		if err == nil && len(errs) > 0 {
+			err = core.JoinErrors(errs)
+			errs = nil
+		}
+		reply := wire.EncodeEmptyReply(h)
+		if err != nil {
+			reply = wire.EncodeError(h, err)
+		}
+		if conn.Write(reply) != nil {
+			return
+		}
+	}
+}
+
+// streamSpin is how long a stream's thread polls for the next message
+// before it sleeps: a synchronize usually follows its launch at once, and
+// catching it awake saves a wake-up, which costs a VM like this one tens
+// of microseconds across CPUs.
+// launch runs one kernel to completion. One thread, or a device with one
+// worker, runs on the stream's goroutine: there is no one to share with,
+// and a hand-off would cost a wake-up.
+func (rt *deviceRuntime) launch(lr *wire.LaunchRequest) error {
+	k, ok := LookupKernel(lr.Name)
+	if !ok {
+		return fmt.Errorf("%w: kernel %q is not registered in device %d's process (register it in an init function)", core.ErrLaunchFailure, lr.Name, rt.index)
+	}
+	n := int(lr.Nthreads)
+	parts := min(n, len(rt.workers))
+	var wg sync.WaitGroup
+	if parts <= 1 {
+		c := &kernelChunk{k: k, name: lr.Name, first: 0, outer: n, nthreads: n, params: lr.Params, wg: &wg}
+		return runChunk(c, rt.index)
+	}
+	chunks := make([]kernelChunk, parts)
+	for i := range chunks {
+		chunks[i] = kernelChunk{k: k, name: lr.Name, first: i * n / parts, outer: (i + 1) * n / parts, nthreads: n, params: lr.Params, wg: &wg}
+		wg.Add(1)
+		rt.workers[i] <- &chunks[i]
+	}
+	wg.Wait()
+	var errs []error
+	for i := range chunks {
+		if chunks[i].err != nil {
+			errs = append(errs, chunks[i].err)
+		}
+	}
+	return core.JoinErrors(errs)
+}

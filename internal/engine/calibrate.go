@@ -1,0 +1,453 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+)
+
+var (
+	calibrationOnce sync.Once
+	calibration     config.CopyCalibration
+)
+
+// Calibration is this machine's calibration: measured by the first
+// server since boot (a few hundred milliseconds of one CPU) and kept in
+// the runtime directory, so that every later server, and every run of a
+// benchmark, copies with the same parameters. UVM_COPY_CALIBRATION=fresh
+// measures again (and keeps the new one).
+func Calibration() config.CopyCalibration {
+	calibrationOnce.Do(func() {
+		path := calibrationPath()
+		if os.Getenv(config.EnvCopyCalibration) != "fresh" {
+			if c, ok := loadCalibration(path); ok {
+				calibration = c
+				return
+			}
+		}
+		calibration = calibrate()
+		if calibration.Err == "" {
+			storeCalibration(path, calibration)
+		}
+	})
+	return calibration
+}
+
+// calibrationVersion changes whenever what calibrate measures does, so
+// that a kept calibration from an older softuvm is measured again.
+const calibrationVersion = 2
+
+// calibrationKey says which machine, boot and calibration a kept
+// calibration is for.
+func calibrationKey() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return fmt.Sprintf("v%d boot=%s cpus=%d llc=%d", calibrationVersion, strings.TrimSpace(string(boot)), runtime.NumCPU(), lastLevelCache())
+}
+
+func calibrationPath() string { return filepath.Join(config.RuntimeDir(), "copy-calibration.json") }
+
+type keptCalibration struct {
+	Key         string                 `json:"key"`
+	Calibration config.CopyCalibration `json:"calibration"`
+}
+
+func loadCalibration(path string) (config.CopyCalibration, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return config.CopyCalibration{}, false
+	}
+	var k keptCalibration
+	if json.Unmarshal(b, &k) != nil || k.Key != calibrationKey() || k.Calibration.CopyProducers < 1 {
+		return config.CopyCalibration{}, false
+	}
+	k.Calibration.Kept = path
+	return k.Calibration, true
+}
+
+// storeCalibration keeps c for later servers, written whole or not at all.
+func storeCalibration(path string, c config.CopyCalibration) {
+	b, err := json.Marshal(keptCalibration{Key: calibrationKey(), Calibration: c})
+	if err != nil || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".copy-calibration-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), path) != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// calibrationBytes is each copy thread's buffer: large enough that the
+// buffers of every thread together are twice the last-level cache (so
+// that copies measure memory, not the cache), and at least 8 MiB.
+func calibrationBytes(cpus int) int {
+	return max(8<<20, 2*lastLevelCache()/max(cpus, 1))
+}
+
+// lastLevelCache is the largest CPU cache in bytes, 32 MiB if unknown.
+func lastLevelCache() int {
+	size := 0
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "size"))
+		if err != nil {
+			continue
+		}
+		text := strings.TrimSpace(string(b))
+		mult := 1
+		switch {
+		case strings.HasSuffix(text, "K"):
+			mult, text = 1<<10, strings.TrimSuffix(text, "K")
+		case strings.HasSuffix(text, "M"):
+			mult, text = 1<<20, strings.TrimSuffix(text, "M")
+		}
+		if n, err := strconv.Atoi(text); err == nil {
+			size = max(size, n*mult)
+		}
+	}
+	if size == 0 {
+		return 32 << 20
+	}
+	return size
+}
+
+func calibrate() config.CopyCalibration {
+	started := time.Now()
+	c := config.CopyCalibration{CPUs: runtime.NumCPU()}
+	each := calibrationBytes(c.CPUs)
+	bufs := make([][2][]byte, c.CPUs)
+	for i := range bufs {
+		for j := range 2 {
+			bufs[i][j] = make([]byte, each)
+			for k := 0; k < each; k += core.PageSize { // touch: fresh memory costs several times more here
+				bufs[i][j][k] = 1
+			}
+		}
+	}
+	// 1, 2, 4, ... threads and every CPU in turn, by the median: a burst
+	// of other work slows one round, not one count.
+	counts := threadCounts(c.CPUs)
+	rates := make([][]float64, len(counts))
+	for range 5 {
+		for k, n := range counts {
+			rates[k] = append(rates[k], rateOf(int64(each*n), func() {
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Add(1)
+					go func() { defer wg.Done(); copy(bufs[i][1], bufs[i][0]) }()
+				}
+				wg.Wait()
+			}))
+		}
+	}
+	for k := range counts {
+		c.CopyThreadsGBps = append(c.CopyThreadsGBps, median(rates[k]))
+	}
+	c.HostCopyGBps, c.AllCopyGBps = c.CopyThreadsGBps[0], c.CopyThreadsGBps[len(counts)-1]
+	c.CopyProducers = copyProducersFor(counts, c.CopyThreadsGBps)
+	c.MemoryGBps = 2 * c.AllCopyGBps
+	if nonTemporalStores {
+		// Copies past half the cache evict what they do not replace
+		// anyway; from there, where stores that skip the cache are
+		// faster, they pay.
+		// Compared run by run, each against an ordinary copy right
+		// before it, and by the median: a busy moment slows both.
+		var nt, plain []float64
+		for range 5 {
+			plain = append(plain, rateOf(int64(each), func() { copy(bufs[0][1], bufs[0][0]) }))
+			nt = append(nt, rateOf(int64(each), func() { CopyNonTemporal(bufs[0][1], bufs[0][0]) }))
+		}
+		c.NonTemporalGBps = median(nt)
+		if c.NonTemporalGBps > median(plain) {
+			c.NonTemporalAbove = int64(lastLevelCache() / 2)
+		}
+	}
+	var err error
+	if c.InstallGBps, err = installRate(bufs[0][0][:core.BlockSize]); err != nil {
+		c.Err = err.Error()
+	}
+	c.BlockMovers = blockMoversFor(c.InstallGBps, c.MemoryGBps, c.CPUs)
+	if c.BlockMoversGBps, err = calibrateBlockMovers(bufs[0][0][:core.BlockSize], c.CPUs); err != nil {
+		c.Err = err.Error()
+	}
+	if c.DirectBelow, err = calibrateMigration(bufs[0][0][:core.BlockSize], c.BlockMovers); err != nil {
+		c.Err = err.Error()
+		c.DirectBelow = math.MaxInt64
+	}
+	c.MigrationProducers = producersFor(c.InstallGBps, c.HostCopyGBps, c.MemoryGBps, c.CPUs)
+	var handOff time.Duration
+	c.CopyDirectBelow, handOff = calibrateCopy(c.CopyProducers, c.HostCopyGBps)
+	c.HandOffUS = float64(handOff.Nanoseconds()) / 1e3
+	c.Took = core.Duration(time.Since(started))
+	return c
+}
+
+// producersFor applies the paper's two conditions: producers keep up with
+// the consumer, S_B2D <= N_P * S_H2B, and together with it stay within
+// memory bandwidth, S_B2D + 2 * N_P * S_H2B <= B_MEM. The first gives the
+// smallest N_P; the second lowers it where memory cannot feed that many.
+func producersFor(consumerGBps, producerGBps, memoryGBps float64, cpus int) int {
+	if producerGBps <= 0 || consumerGBps <= 0 {
+		return 1
+	}
+	n := int(math.Ceil(consumerGBps/producerGBps - 1e-9))
+	for n > 1 && consumerGBps+2*float64(n)*producerGBps > memoryGBps {
+		n--
+	}
+	return max(1, min(n, cpus))
+}
+
+// copyProducersFor is N_P for copies straight into existing pages, which
+// have no consumer: the producers are the whole transfer, and the paper's
+// second condition becomes "enough producers to bring memory to its copy
+// rate, B_MEM/2". A producer slows as others share memory, so the count
+// is measured, not divided out: the smallest count whose rate is within
+// 10% of the best.
+func copyProducersFor(counts []int, gbps []float64) int {
+	best := slices.Max(gbps)
+	for k, r := range gbps {
+		if r >= 0.9*best {
+			return counts[k]
+		}
+	}
+	return counts[len(counts)-1]
+}
+
+// threadCounts is 1, 2, 4, ... below cpus, and cpus.
+func threadCounts(cpus int) []int {
+	var out []int
+	for n := 1; n < cpus; n *= 2 {
+		out = append(out, n)
+	}
+	return append(out, max(cpus, 1))
+}
+
+// blockMoversFor is the paper's second condition for producers that
+// install what they copy at installGBps each: together they read and
+// write 2 * N * installGBps, which must stay within memory's bandwidth.
+func blockMoversFor(installGBps, memoryGBps float64, cpus int) int {
+	if installGBps <= 0 {
+		return 1
+	}
+	return max(1, min(cpus, int(memoryGBps/(2*installGBps))))
+}
+
+// rateOf runs f once and returns its rate in GB/s.
+func rateOf(bytes int64, f func()) float64 {
+	t := time.Now()
+	f()
+	return float64(bytes) / time.Since(t).Seconds() / 1e9
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// bestRate runs f five times and returns the best rate in GB/s.
+func bestRate(bytes int64, f func()) float64 {
+	best := time.Duration(math.MaxInt64)
+	for range 5 {
+		t := time.Now()
+		f()
+		best = min(best, time.Since(t))
+	}
+	return float64(bytes) / best.Seconds() / 1e9
+}
+
+// installRate is writing a block into new pages of a memfd, best of
+// five: every migration's install step allocates its pages so.
+func installRate(data []byte) (float64, error) {
+	f, err := devmem.CreateFile("softuvm-calibrate-install", core.BlockSize)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return bestRate(core.BlockSize, func() {
+		if _, err := f.WriteAt(data, 0); err == nil {
+			_ = f.Punch(0, core.BlockSize)
+		}
+	}), nil
+}
+
+// calibrateMigration returns the smallest move size from which the
+// engine's pipeline beats running every stage on the mover's goroutine
+// by 10%: it moves pages between two memfds the way a migration does
+// (read the source, punch it, write the destination), at sizes from a
+// block down to two chunks, each way round, the median of five in turn
+// with five direct moves, with movers moves at once (as many as a bulk
+// move runs), each of its own block.
+func calibrateMigration(data []byte, movers int) (directBelow int64, err error) {
+	var files [2]*devmem.File
+	for i := range files {
+		if files[i], err = devmem.CreateFile(fmt.Sprintf("softuvm-calibrate-%d", i), int64(movers)*core.BlockSize); err != nil {
+			return 0, err
+		}
+		defer files[i].Close()
+	}
+	engine := newCopyEngine(1, 0) // the paper's N_P for a consumer slower than one producer, as here
+	defer engine.stop()
+	for m := range movers {
+		if _, err := files[0].WriteAt(data, int64(m)*core.BlockSize); err != nil {
+			return 0, err
+		}
+	}
+	from := 0
+	move := func(size int64, e *CopyEngine) time.Duration {
+		src, dst := files[from], files[1-from]
+		from = 1 - from
+		t := time.Now()
+		var wg sync.WaitGroup
+		for m := range movers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = e.Run(migrationJob(src, dst, int64(m)*core.BlockSize, size))
+			}()
+		}
+		wg.Wait()
+		return time.Since(t)
+	}
+	// The engine must win by a margin at a size and at every larger one:
+	// one lucky run on a noisy machine must not turn it on.
+	directBelow = math.MaxInt64
+	for size := int64(core.BlockSize); size >= 2*ChunkBytes; size /= 2 {
+		var direct, piped []float64
+		for range 5 {
+			direct = append(direct, move(size, nil).Seconds())
+			piped = append(piped, move(size, engine).Seconds())
+		}
+		if median(piped) > 0.9*median(direct) {
+			break
+		}
+		directBelow = size
+	}
+	return directBelow, nil
+}
+
+// migrationJob moves [base, base+size) from src to dst as migrations do,
+// for calibration.
+func migrationJob(src, dst *devmem.File, base, size int64) *CopyJob {
+	n := size
+	span := func(i int) (int64, int64) {
+		off := int64(i) * ChunkBytes
+		return base + off, min(ChunkBytes, n-off)
+	}
+	return &CopyJob{
+		Chunks: int((n + ChunkBytes - 1) / ChunkBytes), Bytes: n, Staging: true,
+		Produce: func(i int, buf []byte) error {
+			off, l := span(i)
+			_, err := src.ReadAt(buf[:l], off)
+			return err
+		},
+		Release: func(i int, _ []byte) error { off, l := span(i); return src.Punch(off, l) },
+		Install: func(i int, buf []byte) error {
+			off, l := span(i)
+			_, err := dst.WriteAt(buf[:l], off)
+			return err
+		},
+		Restore: func(i int, buf []byte) { off, l := span(i); _, _ = src.WriteAt(buf[:l], off) },
+	}
+}
+
+// calibrateCopy returns the copy size from which the engine's producers
+// pay: where a single-thread copy takes handOffMargin times the engine's
+// fixed cost of a copy (waking the producers, handing them chunks and
+// waiting for them: the median over many tiny copies with idle time
+// between, so that a busy moment does not decide). MaxInt64 with a single
+// producer.
+func calibrateCopy(producers int, hostCopyGBps float64) (int64, time.Duration) {
+	if producers < 2 || hostCopyGBps <= 0 {
+		return math.MaxInt64, 0
+	}
+	engine := newCopyEngine(producers, 0)
+	defer engine.stop()
+	job := &CopyJob{Chunks: 2 * producers, Bytes: math.MaxInt64, Produce: func(int, []byte) error { return nil }}
+	costs := make([]time.Duration, 0, 101)
+	for range cap(costs) {
+		// Idle between copies, as a program is between Memcpy calls:
+		// the producers park, and waking them is most of the cost.
+		time.Sleep(200 * time.Microsecond)
+		t := time.Now()
+		_, _ = engine.Run(job)
+		costs = append(costs, time.Since(t))
+	}
+	slices.Sort(costs)
+	cost := costs[len(costs)/2]
+	size := int64(handOffMargin * cost.Seconds() * hostCopyGBps * 1e9)
+	return max(2*copyChunkBytes, int64(1)<<bits.Len64(uint64(size-1))), cost
+}
+
+// handOffMargin is how many times its hand-offs a copy must take on one
+// thread before the engine shares it out: 20, so that they cost at most
+// 5% of it.
+const handOffMargin = 20
+
+// calibrationBlocks is how many blocks the block-mover calibration moves
+// each time: enough to share among movers, few enough to take
+// milliseconds.
+const calibrationBlocks = 8
+
+// calibrateBlockMovers moves calibrationBlocks blocks between two memfds
+// the way a migration does, with 1, 2, ... movers (up to the CPUs, at most
+// 16) each taking whole blocks, and returns the best of five rates for
+// each count, stopping after the first count that is not 10% faster.
+func calibrateBlockMovers(data []byte, cpus int) ([]float64, error) {
+	size := int64(calibrationBlocks * core.BlockSize)
+	var files [2]*devmem.File
+	var err error
+	for i := range files {
+		if files[i], err = devmem.CreateFile(fmt.Sprintf("softuvm-calibrate-blocks-%d", i), size); err != nil {
+			return nil, err
+		}
+		defer files[i].Close()
+	}
+	for b := int64(0); b < size; b += core.BlockSize {
+		if _, err := files[0].WriteAt(data, b); err != nil {
+			return nil, err
+		}
+	}
+	from := 0
+	var rates []float64
+	for movers := 1; movers <= min(cpus, 16); movers++ {
+		rate := bestRate(size, func() {
+			src, dst := files[from], files[1-from]
+			from = 1 - from
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range movers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for b := next.Add(1) - 1; b < calibrationBlocks; b = next.Add(1) - 1 {
+						_, _ = runDirect(migrationJob(src, dst, b*core.BlockSize, core.BlockSize))
+					}
+				}()
+			}
+			wg.Wait()
+		})
+		rates = append(rates, rate)
+		if movers > 1 && rate < 1.1*rates[movers-2] {
+			break
+		}
+	}
+	return rates, nil
+}

@@ -1,0 +1,485 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/device"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// runAdoptedServer is the main function of a server the guard started.
+func RunAdoptedServer() int {
+	if os.Getenv(config.AdoptFailEnv) != "" {
+		fmt.Fprintf(os.Stderr, "softuvm server[%d]: %s is set: failing before the takeover\n", os.Getpid(), config.AdoptFailEnv)
+		return 1
+	}
+	link, err := device.FileConn(3)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softuvm server[%d]: guard link: %v\n", os.Getpid(), err)
+		return 2
+	}
+	srv, paths, err := takeOver(link)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softuvm server[%d]: %v\n", os.Getpid(), err)
+		return 1
+	}
+	if srv.mode == ModeDaemon {
+		srv.serveAsDaemon(paths, nil)
+	} else {
+		signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
+		own := config.PrivateServerSocketPath(os.Getpid())
+		if l, err := ListenUnix(own); err == nil {
+			go srv.Serve(l)
+			paths = append(paths, own)
+		}
+		srv.waitIdle()
+	}
+	srv.Close()
+	for _, p := range paths {
+		os.Remove(p)
+	}
+	return 0
+}
+
+// listenerFromFD makes a listener of a listening socket received from the
+// guard.
+func listenerFromFD(fd int) (*net.UnixListener, error) {
+	f := os.NewFile(uintptr(fd), "softuvm-listener")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("not a unix socket")
+	}
+	ul.SetUnlinkOnClose(false)
+	return ul, nil
+}
+
+// restartStats are the server's takeovers.
+type restartStats struct {
+	count          atomic.Uint64 // restarts of this server's line, this one included
+	lastPause      atomic.Int64  // from the death to service resumed, ns
+	adoptedPages   atomic.Int64  // pages found in the files
+	recoveredPages atomic.Int64  // pages put back from the staging file
+	rebuild        atomic.Int64  // time to rebuild residency, ns
+}
+
+// adopt takes over the sessions in st.
+func (s *Server) adopt(st *keptState, died time.Time, restarts int) error {
+	start := time.Now()
+	var sessions []*session
+	for _, id := range st.sessionIDs() {
+		ks := st.Sessions[id]
+		delete(st.Sessions, id)
+		sess, err := s.adoptFiles(ks)
+		if err != nil {
+			s.logger.Printf("session %d (pid %d) cannot be adopted: %v", id, ks.pid, err)
+			continue
+		}
+		sessions = append(sessions, sess)
+		if id >= s.nextSessionID.Load() {
+			s.nextSessionID.Store(id)
+		}
+	}
+	byID := map[uint64]*session{}
+	for _, sess := range sessions {
+		byID[sess.id] = sess
+	}
+	recovered := s.recoverStaged(byID)
+	var adopted int64
+	for _, sess := range sessions {
+		n, err := sess.rebuild()
+		adopted += n
+		if err != nil {
+			s.logger.Printf("session %d (pid %d): %v", sess.id, sess.pid, err)
+		}
+	}
+	rebuilt := time.Since(start)
+	for _, sess := range sessions {
+		sess.resume(restarts)
+	}
+	pause := time.Since(died)
+	s.restart.count.Store(uint64(restarts))
+	s.restart.lastPause.Store(int64(pause))
+	s.restart.adoptedPages.Store(adopted)
+	s.restart.recoveredPages.Store(recovered)
+	s.restart.rebuild.Store(int64(rebuilt))
+	return nil
+}
+
+// adoptFiles makes a session of what the guard kept: its descriptors and
+// journal. Nothing runs for it yet.
+func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
+	conn, err := device.FileConn(uintptr(ks.Conn))
+	ks.Conn = -1
+	if err != nil {
+		wire.CloseFDs([]int{ks.Uffd, ks.Host})
+		return nil, fmt.Errorf("control socket: %v", err)
+	}
+	sess := s.newSession(ks.Id, ks.pid, wire.RoleClient, conn)
+	host, err := devmem.FileFromFD(ks.Host, fmt.Sprintf("host file of pid %d", ks.pid))
+	if err != nil {
+		uffd.NewFD(ks.Uffd).Close()
+		conn.Close()
+		return nil, err
+	}
+	sess.host = host
+	u := uffd.NewFD(ks.Uffd)
+	u.SetHandshaken(uffd.Feature(ks.features), 0)
+	sess.views[core.HostLoc].Store(&view{sess: sess, loc: core.HostLoc, pid: ks.pid, uffd: u})
+	sess.devFiles = make([]*devmem.File, len(s.arenas))
+	for l, fd := range ks.Files {
+		d := int(l) - 1
+		if d < 0 || d >= len(s.arenas) {
+			syscall.Close(fd)
+			continue
+		}
+		f, err := devmem.FileFromFD(fd, fmt.Sprintf("softuvm-dev%d-pid%d", d, ks.pid))
+		if err != nil {
+			s.logger.Printf("session %d: device %d file: %v", ks.Id, d, err)
+			continue
+		}
+		sess.devFiles[d] = f
+	}
+	sess.journal = ks.Journal
+	sess.adoptedViews = ks.Views
+	return sess, nil
+}
+
+// recoverStaged writes back, into the host file, every page a migration
+// carried when the server died that no location file holds: its source
+// was punched and it never arrived. It returns the pages written.
+func (s *Server) recoverStaged(byID map[uint64]*session) int64 {
+	var n int64
+	for _, in := range s.staging.intents() {
+		sess := byID[in.session]
+		if sess == nil {
+			continue
+		}
+		for p := 0; p < len(in.data)/core.PageSize; p++ {
+			off := in.off + int64(p)*core.PageSize
+			if sess.anyFileHolds(off) {
+				continue
+			}
+			if _, err := sess.host.WriteAt(in.data[p*core.PageSize:(p+1)*core.PageSize], off); err != nil {
+				s.logger.Printf("session %d: put back the page at %#x that a migration carried: %v", sess.id, off, err)
+				continue
+			}
+			n++
+		}
+	}
+	s.staging.clearAll()
+	return n
+}
+
+// anyFileHolds reports whether a location file of the session holds the
+// page at file offset off.
+func (sess *session) anyFileHolds(off int64) bool {
+	for l := 0; l < sess.srv.locations(); l++ {
+		f := sess.host
+		if l > 0 {
+			f = sess.devFiles[l-1]
+		}
+		if f == nil {
+			continue
+		}
+		if ext, err := f.DataExtents(off, core.PageSize); err == nil && len(ext) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuild restores the session's ranges from its journal and where their
+// pages live from the files, and replays its advice. It returns the pages
+// found.
+func (sess *session) rebuild() (int64, error) {
+	srv := sess.srv
+	var pages int64
+	recs := sess.journal.Records()
+	sess.journal = NewJournal()
+	for _, rec := range recs {
+		_, req, err := wire.ParseRequest(rec[1:])
+		if err != nil {
+			return pages, err
+		}
+		switch r := req.(type) {
+		case wire.AllocRequest:
+			mr, err := sess.restoreRange(r)
+			if err != nil {
+				srv.logger.Printf("session %d: range %#x+%d: %v", sess.id, r.Addr, r.Length, err)
+				continue
+			}
+			pages += sess.residencyFromFiles(mr)
+		case wire.AdviseRequest:
+			if err := sess.advise(uintptr(r.Addr), uintptr(r.Length), core.Advice(r.Advice), core.Device(r.Device)); err != nil {
+				srv.logger.Printf("session %d: replay %v on %#x+%d: %v", sess.id, core.Advice(r.Advice), r.Addr, r.Length, err)
+			}
+		}
+		sess.journal.apply(rec)
+	}
+	return pages, nil
+}
+
+// restoreRange makes a range the dead server had registered, as alloc
+// did, without registering it again: the kernel kept the registration.
+func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
+	mr, err := sess.newRange(r)
+	if err != nil {
+		return nil, err
+	}
+	sess.mu.Lock()
+	sess.nextID++
+	mr.id = sess.nextID
+	sess.ranges.Store(sess.ranges.Load().with(mr))
+	sess.mu.Unlock()
+	if r.Kind == core.KindManaged {
+		for _, c := range []*core.Counters{sess.stats, sess.srv.Counters} {
+			c.Allocations.Add(1)
+			c.AllocatedBytes.Add(r.Size)
+		}
+	}
+	return mr, nil
+}
+
+// residencyFromFiles sets where each page of mr lives from the location
+// files: a page is resident where a file holds its data. It charges the
+// arenas and the host budget as the moves that put the pages there did.
+func (sess *session) residencyFromFiles(mr *managedRange) int64 {
+	srv := sess.srv
+	var total int64
+	for l := 0; l < srv.locations(); l++ {
+		f, err := sess.file(core.Location(l))
+		if err != nil || f == nil {
+			continue
+		}
+		ext, err := f.DataExtents(mr.fileOff, int64(mr.length))
+		if err != nil {
+			srv.logger.Printf("session %d: residency of %#x+%d on location %d: %v", sess.id, mr.start, mr.length, l, err)
+			continue
+		}
+		var n int64
+		for _, e := range ext {
+			for off := max(e.Off, mr.fileOff); off < min(e.End(), mr.fileOff+int64(mr.length)); off += core.PageSize {
+				page := int((off - mr.fileOff) / core.PageSize)
+				bi := page / core.PagesPerBlock
+				b := mr.block(bi)
+				b.mu.Lock()
+				b.resident[l].Set(page % core.PagesPerBlock)
+				b.mu.Unlock()
+				if mr.kind == core.KindManaged {
+					srv.lrus[l].touch(blockRef{r: mr, i: bi, b: b})
+				}
+				n++
+			}
+		}
+		if l == int(core.HostLoc) {
+			srv.hostPages.Add(n)
+		} else if mr.kind == core.KindManaged {
+			// Whatever the files hold is there: charge it, even past a
+			// capacity it can only exceed if accounting was wrong.
+			if err := srv.arenas[l-1].Reserve(n); err != nil {
+				srv.logger.Printf("device %d: adopted %d pages do not fit: %v", l-1, n, err)
+			}
+		}
+		total += n
+	}
+	return total
+}
+
+// resume starts serving an adopted session: views attached, write
+// protection made right, handlers started, waiters woken, device layouts
+// made again, the client told.
+func (sess *session) resume(restarts int) {
+	srv := sess.srv
+	views := []*view{sess.client()}
+	// Every view is published before any handler runs: a move must find
+	// each process that maps its source, to hold its writers still.
+	for l, kv := range sess.adoptedViews {
+		v, err := sess.adoptDevice(l, kv, restarts)
+		if err != nil {
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l.Device(), kv.pid, err)
+			continue
+		}
+		views = append(views, v)
+	}
+	sess.adoptedViews = nil
+	for _, v := range views {
+		// A move the dead server began left pages write-protected:
+		// lift that, then protect again what read duplication needs.
+		for _, r := range sess.ranges.Load().ranges {
+			if err := v.uffd.WriteProtect(r.start, r.length, false, true); err != nil {
+				srv.logger.Printf("session %d: unprotect %#x+%d in pid %d: %v", sess.id, r.start, r.length, v.pid, err)
+			}
+		}
+		sess.protectCopies(v)
+		srv.track(v)
+	}
+	srv.sessionsMu.Lock()
+	srv.sessions[sess.id] = sess
+	srv.sessionsMu.Unlock()
+	go sess.remapLoop()
+	for _, v := range views {
+		if err := srv.watch(v); err != nil {
+			srv.logger.Printf("session %d: pid %d: %v", sess.id, v.pid, err)
+		}
+	}
+	sess.wakeAll()
+	// With faults served (a Go device whose kernel waits in a fault
+	// cannot answer until it is), each device maps its layout again: the
+	// dead server's remote mappings are not known, so every range is
+	// mapped as this server's state says.
+	for _, v := range views[1:] {
+		if err := sess.relayout(v); err == nil {
+			sess.protectCopies(v)
+		} else {
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, v.loc.Device(), v.pid, err)
+		}
+	}
+	sess.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	wire.WriteMessage(sess.conn, wire.EncodeRestarted(uint32(os.Getpid()), uint32(restarts)), nil)
+	sess.conn.SetWriteDeadline(time.Time{})
+	go func() {
+		defer srv.endSession(sess)
+		sess.controlLoop()
+	}()
+}
+
+// adoptDevice makes the view of a device process the dead server served,
+// and publishes it; the process keeps running its kernels.
+func (sess *session) adoptDevice(l core.Location, kv *KeptView, restarts int) (*view, error) {
+	conn, err := device.FileConn(uintptr(kv.conn))
+	if err != nil {
+		syscall.Close(kv.uffd)
+		return nil, err
+	}
+	u := uffd.NewFD(kv.uffd)
+	u.SetHandshaken(sess.srv.features&core.WantedFeatures, 0)
+	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{})}
+	// Requests of this server are numbered apart from the dead one's,
+	// whose replies may still be on their way.
+	v.seq.Store(uint32(restarts) << 24)
+	sess.views[l].Store(v)
+	go sess.readDeviceReplies(v)
+	return v, nil
+}
+
+// relayout maps a device's managed ranges again, block by block, as
+// this server's state says: the dead server's remote mappings are not
+// known. Each block's runs are marked in flight while the device maps
+// them (a fault there installs through the view and reads which file got
+// the page, as during any remap), and the new mappings start
+// write-protected, so that a write racing a move faults instead of
+// landing in a page being copied.
+func (sess *session) relayout(v *view) error {
+	for _, r := range sess.ranges.Load().ranges {
+		if r.kind != core.KindManaged {
+			continue // pinned host and device memory: mapped as they always were
+		}
+		for bi := range r.blocks {
+			if r.blocks[bi].Load() == nil {
+				continue // no advice, nothing resident: the device maps its own file
+			}
+			if err := sess.relayoutBlock(v, r, bi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
+	v.reqMu.Lock()
+	defer v.reqMu.Unlock()
+	b := r.blocks[bi].Load()
+	o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*core.BlockSize}
+	type run struct {
+		first, outer int
+		to           core.Location
+	}
+	var runs []run
+	b.mu.Lock()
+	if r.freed.Load() {
+		b.mu.Unlock()
+		return nil
+	}
+	now := sess.srv.nowMicros()
+	for p := 0; p < b.pages; {
+		to := o.desiredFile(v.loc, p, now)
+		q := p + 1
+		for q < b.pages && o.desiredFile(v.loc, q, now) == to {
+			q++
+		}
+		runs = append(runs, run{p, q, to})
+		b.setMapping(v.loc, p, q, to, true, sess.srv.locations())
+		p = q
+	}
+	b.mu.Unlock()
+	var err error
+	done := 0
+	for _, rn := range runs {
+		var wp core.PageMask
+		wp.FillRange(0, rn.outer-rn.first)
+		err = v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
+			Addr: uint64(o.pageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, Loc: uint8(rn.to), Wp: wp}), wire.MsgDeviceMap)
+		if err != nil {
+			break
+		}
+		done++
+	}
+	b.mu.Lock()
+	for i, rn := range runs {
+		b.settle(v.loc, rn.first, rn.outer, i < done)
+		if i < done && rn.to != v.loc {
+			r.countRemote(v.loc, rn.outer-rn.first)
+		}
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("map %#x+%d again: %w", o.blockAddr, b.pages*core.PageSize, err)
+	}
+	return nil
+}
+
+// wakeAll wakes every thread of every view blocked in a fault on the
+// session's ranges.
+func (sess *session) wakeAll() {
+	for l := range sess.views {
+		v := sess.viewRef(core.Location(l))
+		if v == nil {
+			continue
+		}
+		for _, r := range sess.ranges.Load().ranges {
+			v.uffd.Wake(r.start, r.length)
+		}
+		v.release()
+	}
+}
+
+// waitIdle returns when the server has no session left.
+func (s *Server) waitIdle() {
+	for {
+		select {
+		case <-s.idle:
+		case <-s.done:
+			return
+		}
+		if s.SessionCount() == 0 {
+			return
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package server
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/core"
+)
+
+// lru orders one location's blocks by the last migration into them.
+type lru struct {
+	mu    sync.Mutex
+	order list.List // of *blockRef, front = least recent; guarded by mu
+	index map[*block]*list.Element
+}
+
+// blockRef names a block of a range.
+type blockRef struct {
+	r *managedRange
+	i int
+	b *block
+}
+
+// evictWait bounds how long a reservation waits for busy blocks to be
+// free to evict.
+const evictWait = time.Second
+
+// evictBlock moves every page of the block resident at from to its
+// eviction destination. The block's lock is held.
+func evictBlock(v blockRef, from core.Location) int64 {
+	if v.r.freed.Load() || v.b.resident[from].Empty() {
+		v.r.sess.srv.lrus[from].remove(v.b)
+		return 0
+	}
+	return evictPages(v, from, v.b.resident[from])
+}
+
+// evictPages moves the block's pages of pages, resident at from, to their
+// eviction destination. The block's lock is held.
+func evictPages(v blockRef, from core.Location, pages core.PageMask) int64 {
+	srv := v.r.sess.srv
+	pages.And(&v.b.resident[from])
+	n := int64(pages.Count())
+	if n == 0 || v.r.freed.Load() {
+		return 0
+	}
+	dst := core.HostLoc
+	if from == core.HostLoc {
+		var ok bool
+		if dst, ok = srv.roomiestDevice(n); !ok {
+			return 0
+		}
+	}
+	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize}
+	before := v.b.resident[from].Count()
+	// Read-duplicated pages with a copy elsewhere just lose this one.
+	dup := v.b.duplicated()
+	dup.And(&pages)
+	if !dup.Empty() {
+		for p := dup.NextSet(0); p >= 0; p = dup.NextSet(p + 1) {
+			var one core.PageMask
+			one.Set(p)
+			for l := range v.b.resident {
+				if core.Location(l) != from && v.b.resident[l].Test(p) {
+					op.collapseTo(core.Location(l), one)
+					break
+				}
+			}
+		}
+		pages.AndNot(&dup)
+	}
+	if err := op.moveToUnmapped(dst, pages); err != nil {
+		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from.Device(), err)
+	}
+	evicted := int64(before - v.b.resident[from].Count())
+	v.r.stats.Evicted[from].Add(uint64(evicted))
+	srv.Counters.Evicted[from].Add(uint64(evicted))
+	return evicted
+}
+
+func (l *lru) touch(ref blockRef) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.index == nil {
+		l.index = map[*block]*list.Element{}
+	}
+	if e := l.index[ref.b]; e != nil {
+		l.order.MoveToBack(e)
+		return
+	}
+	l.index[ref.b] = l.order.PushBack(&ref)
+}
+
+func (l *lru) remove(b *block) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.index[b]; e != nil {
+		l.order.Remove(e)
+		delete(l.index, b)
+	}
+}
+
+// oldest returns up to n blocks, least recent first.
+func (l *lru) oldest(n int) []blockRef {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]blockRef, 0, n)
+	for e := l.order.Front(); e != nil && len(out) < n; e = e.Next() {
+		out = append(out, *e.Value.(*blockRef))
+	}
+	return out
+}
+
+// blockIndex is the mover's block's index in its range.
+func (o *mover) blockIndex() int { return int((o.blockAddr - o.r.start) >> core.BlockShift) }
+
+// reserve reserves capacity on device location dst for need pages,
+// evicting other blocks' pages to the host if the arena is full.
+func (o *mover) reserve(dst core.Location, need int64) error {
+	arena := o.sess.srv.arenas[dst-1]
+	err := arena.Reserve(need)
+	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
+		return err
+	}
+	// Blocks that others hold (threads of a kernel faulting on several
+	// blocks at once, a prefetch moving some) are busy only for as long
+	// as their move: while eviction found some locked, wait a little and
+	// try again rather than fail a fault that a moment later could have
+	// been served. Only then, or with nothing left to evict, it fails.
+	started := time.Now()
+	for {
+		_, busy := o.evict(dst, need)
+		if err := arena.Reserve(need); err == nil {
+			return nil
+		} else if !busy || time.Since(started) > evictWait {
+			return fmt.Errorf("%w: %v (every other block on the device is in use)", core.ErrMemoryAllocation, err)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// evict moves the least recently migrated blocks off location from
+// (to the host for a device, to a device for the host) until want pages
+// are free there, and returns the pages it moved and whether it skipped
+// blocks other threads hold. Blocks whose lock is held (the mover's own,
+// blocks other threads are serving) are skipped: waiting for them here
+// could deadlock.
+func (o *mover) evict(from core.Location, want int64) (moved int64, busy bool) {
+	srv := o.sess.srv
+	for round := 0; moved < want && round < 64; round++ {
+		victims := srv.lrus[from].oldest(16)
+		if len(victims) == 0 {
+			break
+		}
+		progress := false
+		for _, v := range victims {
+			if moved >= want {
+				break
+			}
+			if v.b == o.b {
+				continue
+			}
+			if !v.b.mu.TryLock() {
+				busy = true
+				continue
+			}
+			n := evictBlock(v, from)
+			v.b.mu.Unlock()
+			if n > 0 {
+				progress = true
+				moved += n
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return moved, busy
+}
+
+// roomiestDevice picks the device with the most free capacity that can
+// take n pages without evicting anything.
+func (s *Server) roomiestDevice(n int64) (core.Location, bool) {
+	best, room := core.Location(0), int64(0)
+	for i, a := range s.arenas {
+		if free := a.FreeBytes(); free >= n*core.PageSize && free > room {
+			best, room = core.LocationOf(core.Device(i)), free
+		}
+	}
+	return best, room > 0
+}
+
+// overBudget moves host pages to devices while the host holds more than
+// the host budget. It runs after pages arrived on the host, those of
+// keep, which stay.
+func (o *mover) overBudget(keep core.PageMask) {
+	srv := o.sess.srv
+	budget := srv.cfg.HostBudget
+	if budget <= 0 {
+		return
+	}
+	over := srv.hostPages.Load()*core.PageSize - budget
+	if over <= 0 {
+		return
+	}
+	want := (over + core.PageSize - 1) / core.PageSize
+	moved, _ := o.evict(core.HostLoc, want) // the budget is soft: busy blocks go next time
+	if moved >= want {
+		return
+	}
+	// No other block can give more: the budget is below what this block
+	// holds on the host (a working set inside one block). Its other host
+	// pages go, lowest first, never those this move just brought.
+	pages := o.b.resident[core.HostLoc]
+	pages.AndNot(&keep)
+	var victims core.PageMask
+	for p, k := pages.NextSet(0), int64(0); p >= 0 && k < want-moved; p, k = pages.NextSet(p+1), k+1 {
+		victims.Set(p)
+	}
+	if !victims.Empty() {
+		evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, core.HostLoc, victims)
+	}
+}

@@ -1,0 +1,497 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// errDeferred reports that a fault was left waiting on purpose (a
+// throttled processor), to be served later.
+var errDeferred = errors.New("fault deferred")
+
+// maxPinWaits bounds how many naps a device's fault on a pinned page
+// waits for the device to map the host copy before it is served by
+// migration after all: the device's mapping changes only when its
+// process runs, and the fault path never waits for it without a bound.
+const maxPinWaits = 20
+
+// faultRequest is one fault being served: the message, and how many
+// times it was deferred already.
+type faultRequest struct {
+	msg   uffd.Msg
+	kind  core.FaultKind
+	write bool
+	waits int  // naps already taken
+	noNap bool // served once throttled: do not throttle again
+	// started is when the server read the message. Messages are read in
+	// batches, so it may be well before this one is served: a message
+	// read before its range was freed, or before the range now at its
+	// address was made, is stale.
+	started time.Time
+}
+
+func one(p int) core.PageMask {
+	var m core.PageMask
+	m.Set(p)
+	return m
+}
+
+// faultRequestOf classifies a fault message.
+func faultRequestOf(m *uffd.Msg, started time.Time) faultRequest {
+	fr := faultRequest{msg: *m, kind: core.FaultMissing, write: m.Flags&uffd.PagefaultWrite != 0, started: started}
+	switch {
+	case m.Flags&uffd.PagefaultWP != 0:
+		fr.kind = core.FaultWP
+	case m.Flags&uffd.PagefaultMinor != 0:
+		fr.kind = core.FaultMinor
+	}
+	return fr
+}
+
+// serveFault resolves a fault of view o.fv on page p, bringing
+// prefetched pages along. The view maps some file over p (its own, or
+// another location's: a remote mapping), and the page is brought into
+// that file.
+func (o *mover) serveFault(p int, fr *faultRequest) error {
+	b := o.b
+	v := o.fv
+	l := v.loc
+	if o.r.kind == core.KindDevice && l == core.HostLoc {
+		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", core.ErrInvalidValue, o.r.owner.Device())
+	}
+	if fr.kind == core.FaultMinor {
+		// Only device views' remote mappings register MINOR faults: the
+		// user-space fallback's hint faults.
+		return o.serveHintFault(p)
+	}
+	m, known := o.mapsAt(l, p)
+	if !known {
+		if vm := b.maps[l]; fileOf(vm.file[p], l) == l && b.resident[l].Test(p) && fr.waits < maxPinWaits {
+			// The view is being pointed at its own file, which holds
+			// the page: the fault came through the old mapping. Wait
+			// for the new one rather than take the page back.
+			return errDeferred
+		}
+		return o.servePending(p)
+	}
+	if fr.kind == core.FaultWP {
+		return o.serveWP(p, m)
+	}
+	if b.resident[m].Test(p) {
+		// Believed present in the file the view maps, but the view
+		// faulted: either a race with another handler (the page exists
+		// now: just wake) or the process punched it (MADV_REMOVE: it
+		// reads as zeros again).
+		_, _, err := o.install(v, installZero, p, p+1, nil, false)
+		return err
+	}
+	now := o.sess.srv.nowMicros()
+	if m != l && b.resident[l].Test(p) && o.desiredFile(l, p, now) == l && fr.waits < maxPinWaits {
+		// The page came to this device (a delayed migration, a
+		// prefetch) while the view still maps where it was: the
+		// remapper is pointing the view at its own file. Taking the page
+		// back would undo the move; wait for the mapping instead.
+		return errDeferred
+	}
+	src, populated := b.locationOfPage(p)
+	var faulted core.PageMask
+	faulted.Set(p)
+	t := target{dst: m, via: v, mapped: o.pagesMapping(l, m)}
+	adv := b.advice
+	if populated && adv != nil && adv.readMostly.Test(p) && !fr.write {
+		extra := o.expand(l, m, faulted, &t)
+		extra.And(&adv.readMostly)
+		var populatedPages core.PageMask
+		for x := range b.resident {
+			populatedPages.Or(&b.resident[x])
+		}
+		extra.And(&populatedPages)
+		faulted.Or(&extra)
+		return o.duplicate(t, faulted)
+	}
+	if populated && src != m && !fr.noNap {
+		switch o.checkThrashing(l, p, now) {
+		case thrashThrottle:
+			return errDeferred
+		case thrashPinned:
+			// Pinned in host memory: bring it there, and wait for the
+			// device to map the host copy (the remapper is on it), unless
+			// policy keeps the device on its own file (read-mostly pages
+			// are copied instead).
+			if m != core.HostLoc && o.desiredFile(l, p, now) == core.HostLoc {
+				if fr.waits < maxPinWaits {
+					host := o.ownTarget(core.HostLoc)
+					err := o.moveTo(host, faulted, core.PageMask{}, -1)
+					o.doneWith(host.via)
+					if err != nil {
+						return err
+					}
+					return errDeferred
+				}
+				o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l.Device(), o.pageAddr(p), maxPinWaits)
+			}
+		}
+	}
+	extra := o.expand(l, m, faulted, &t)
+	o.fault = true
+	return o.moveTo(t, faulted, extra, p)
+}
+
+// expand asks the range's prefetch policy which other pages to bring to
+// file m with the faulted ones, keeping those the view maps from m.
+func (o *mover) expand(l, m core.Location, faulted core.PageMask, t *target) core.PageMask {
+	b := o.b
+	ctx := &policy.PrefetchContext{}
+	if o.h != nil {
+		ctx = &o.h.prefetchCtx
+	}
+	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m], Populated: b.populated()}
+	if adv := b.advice; adv != nil {
+		p := faulted.NextSet(0)
+		ctx.DestIsPreferred = adv.preferred[p] == fileCode(m)
+	}
+	if th := b.thrash; th != nil && o.sess.srv.cfg.Thrashing.Enabled {
+		now := o.sess.srv.nowMicros()
+		for p := 0; p < b.pages; p++ {
+			if th.pinnedTill[p] > now || int(th.count[p]) >= o.sess.srv.cfg.Thrashing.Threshold-1 {
+				ctx.Thrashing.Set(p)
+			}
+		}
+	}
+	extra := o.r.prefetch.Expand(ctx)
+	extra.TrimTo(b.pages)
+	extra.AndNot(&b.resident[m])
+	extra.AndNot(&faulted)
+	extra.And(&t.mapped)
+	return extra
+}
+
+// serveWP resolves a write to a write-protected page that view o.fv maps
+// from file m.
+func (o *mover) serveWP(p int, m core.Location) error {
+	b := o.b
+	v := o.fv
+	addr := o.pageAddr(p)
+	if !b.resident[m].Test(p) {
+		// The page left while the writer waited; its retry faults as
+		// missing and brings it back.
+		o.wake(addr)
+		return nil
+	}
+	if b.copies(p) > 1 {
+		// A write to a read-duplicated page: this copy becomes the only
+		// one, and writable (collapseTo lifts the protection of every
+		// mapping of it, which wakes the writer).
+		var one core.PageMask
+		one.Set(p)
+		o.collapseTo(m, one)
+		return nil
+	}
+	// A migration protected the page and did not take it, or a stale
+	// protection survived a move: give write access back (this also
+	// wakes the writer).
+	o.ioctlBegins()
+	err := v.uffd.WriteProtect(addr, core.PageSize, false, false)
+	o.ioctlEnds()
+	if err != nil {
+		o.wake(addr)
+	}
+	return nil
+}
+
+// servePending serves a fault on a page whose mapping in the view is
+// changing: the view maps the old file or the new one, and the server
+// cannot tell which. It installs the page through the view, which puts it
+// in whichever file is mapped, and then looks at the files to learn
+// which one got it.
+func (o *mover) servePending(p int) error {
+	b := o.b
+	v := o.fv
+	l := v.loc
+	vm := b.maps[l]
+	oldFile, newFile := fileOf(vm.was[p], l), fileOf(vm.file[p], l)
+	var one core.PageMask
+	one.Set(p)
+	o.collapseAll(one)
+	src, populated := b.locationOfPage(p)
+	// Reserve room wherever the page may land.
+	var reserved []core.Location
+	for _, c := range []core.Location{oldFile, newFile} {
+		if c == core.HostLoc || (populated && c == src) || (len(reserved) == 1 && reserved[0] == c) {
+			continue
+		}
+		if err := o.reserve(c, 1); err != nil {
+			for _, x := range reserved {
+				o.sess.srv.arenas[x-1].Release(1)
+			}
+			return err
+		}
+		reserved = append(reserved, c)
+	}
+	landed, moved, err := o.installPending(p, src, populated, oldFile, newFile)
+	for _, x := range reserved {
+		if !moved || x != landed {
+			o.sess.srv.arenas[x-1].Release(1)
+		}
+	}
+	if err != nil || !moved {
+		return err
+	}
+	// The destination's arena was charged by the reservation, the
+	// source's released by installPending.
+	rn := run{first: p, outer: p + 1, src: src, populated: populated}
+	o.fault = true
+	o.account(rn, one, landed, core.PageMask{})
+	return nil
+}
+
+// installPending installs page p through the view and returns the
+// location whose file received it, and whether it moved there. As in
+// transfer, the source copy is punched before the install wakes the
+// faulting thread, and put back if the page did not move.
+func (o *mover) installPending(p int, src core.Location, populated bool, oldFile, newFile core.Location) (core.Location, bool, error) {
+	v := o.fv
+	var holders []*view
+	addr := o.pageAddr(p)
+	off := o.fileOff(p)
+	var done, found core.PageMask
+	var err error
+	var srcFile *devmem.File
+	slot, doneWithSlot := o.staging()
+	defer doneWithSlot()
+	buf := slot[:core.PageSize]
+	if populated {
+		if srcFile, err = o.sess.file(src); err != nil {
+			return 0, false, err
+		}
+		holders = o.holders(src, p, p+1)
+		defer o.doneWithAll(holders)
+		for _, h := range holders {
+			if err := o.writeProtect(h, addr, core.PageSize); err != nil {
+				return 0, false, err
+			}
+		}
+		if _, err := srcFile.ReadAt(buf, off); err != nil {
+			o.release(holders, addr, core.PageSize, true)
+			return 0, false, err
+		}
+		if src == core.HostLoc {
+			var one core.PageMask
+			one.Set(p)
+			o.auditLeaving(run{first: p, outer: p + 1, src: src, populated: true}, one)
+		}
+		// Until it is installed or put back, the page is only in buf
+		// (staging.go).
+		area := o.sess.srv.staging
+		area.mark(buf, o.sess.id, off, core.PageSize)
+		defer area.clear(buf)
+		if err := srcFile.Punch(off, core.PageSize); err != nil {
+			o.release(holders, addr, core.PageSize, true)
+			return 0, false, err
+		}
+		o.sess.srv.afterPunch()
+		done, found, err = o.install(v, installCopy, p, p+1, buf, false)
+	} else {
+		done, found, err = o.install(v, installZero, p, p+1, nil, false)
+	}
+	// Which candidate file received the page?
+	landed := oldFile
+	if f, ferr := o.sess.file(newFile); ferr == nil {
+		if ext, _ := f.DataExtents(off, core.PageSize); len(ext) > 0 {
+			landed = newFile
+		}
+	}
+	moved := err == nil && !done.Empty() && found.Empty() && !(populated && landed == src)
+	if populated && !moved {
+		if landed != src || err != nil || !found.Empty() {
+			// Put the source copy back where it was.
+			if _, werr := srcFile.WriteAt(buf, off); werr != nil {
+				o.sess.srv.logger.Printf("put back %#x after a failed migration: %v (the data is lost)", addr, werr)
+			}
+		}
+		o.release(holders, addr, core.PageSize, true)
+		return 0, false, err
+	}
+	if !moved {
+		return 0, false, err
+	}
+	if populated {
+		o.released(src, one(p))
+		o.release(holders, addr, core.PageSize, false)
+	}
+	return landed, true, nil
+}
+
+func (o *mover) wake(addr uintptr) {
+	_ = o.fv.uffd.Wake(addr, core.PageSize) // nothing waiting, or the process is gone: fine
+}
+
+// failFault makes sure a thread whose fault could not be served does not
+// wait forever: its page is poisoned, so the access raises SIGBUS.
+func (o *mover) failFault(addr uintptr, err error) {
+	if errors.Is(err, uffd.ErrProcessGone) || errors.Is(err, uffd.ErrNoEntry) {
+		return // the process is exiting or unmapped the range: nobody waits
+	}
+	v := o.fv
+	srv := o.sess.srv
+	if _, perr := v.uffd.Poison(addr, core.PageSize, false); perr == nil {
+		srv.poisoned.Add(1)
+		srv.logger.Printf("pid %d %v: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, v.loc.Device(), addr, err)
+		return
+	}
+	o.wake(addr)
+	srv.logger.Printf("pid %d %v: fault at %#x could not be served: %v", v.pid, v.loc.Device(), addr, err)
+}
+
+// serveFaultMsg serves one page fault of view v, on handler h or (h nil)
+// on a goroutine of its own. It returns with the fault resolved, failed
+// (the page poisoned) or deferred.
+func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
+	srv := sess.srv
+	addr := uintptr(fr.msg.Address) &^ core.PageOffsetMask
+	if h == nil && !sess.live(v) {
+		return // a deferred fault of a view that went away, and its thread with it
+	}
+	r := sess.ranges.Load().lookup(addr)
+	if r == nil {
+		sess.stray(v, addr, fr.started)
+		return
+	}
+	if fr.started.Before(r.born) {
+		// Raised on a range freed since, whose thread the free (or the
+		// fault that resolved its page) woke; if it still waits, it
+		// faults again on the new range.
+		_ = v.uffd.Wake(addr, core.PageSize)
+		return
+	}
+	if d := srv.cfg.FaultDelay; d > 0 && fr.waits == 0 {
+		time.Sleep(time.Duration(d))
+	}
+	off := addr - r.start
+	b := r.block(int(off >> core.BlockShift))
+	b.mu.Lock()
+	if r.freed.Load() {
+		b.mu.Unlock()
+		_ = v.uffd.Wake(addr, core.PageSize)
+		return
+	}
+	if h == nil {
+		// A deferred fault holds no reference on its view: take one,
+		// under the block lock, as every user other than the view's
+		// own handlers does.
+		if ref := sess.viewRef(v.loc); ref != v {
+			ref.release()
+			b.mu.Unlock()
+			return // the view is gone, and the faulting thread with it
+		} else {
+			defer ref.release()
+		}
+	}
+	op := mover{sess: sess, r: r, b: b, blockAddr: r.start + off&^(core.BlockSize-1), fv: v, h: h}
+	if h != nil {
+		op.runBuf = h.runBuf[:0]
+	}
+	err := op.serveFault(int(off>>core.PageShift)&(core.PagesPerBlock-1), fr)
+	switch {
+	case errors.Is(err, errDeferred):
+		b.mu.Unlock()
+		later := *fr // fr may be the handler's, reused for its next fault
+		later.waits++
+		later.noNap = later.waits > maxPinWaits
+		time.AfterFunc(time.Duration(srv.cfg.Thrashing.Nap), func() { sess.serveFaultMsg(v, nil, &later) })
+		return
+	case err != nil:
+		op.failFault(addr, err)
+	}
+	// Counted before the block is unlocked: a statistics query takes the
+	// block locks, so it never sees a served fault uncounted. A deferred
+	// fault counts once, when served, with the time it waited.
+	elapsed := time.Since(fr.started)
+	r.stats.Faults[v.loc][fr.kind].Add(1)
+	r.stats.Service.Record(elapsed)
+	srv.Counters.Faults[v.loc][fr.kind].Add(1)
+	srv.Counters.Service.Record(elapsed)
+	b.mu.Unlock()
+}
+
+// stray handles a fault on an address no range owns. A stale message (the
+// range was freed and unmapped, or freed after the message was read: its
+// thread was woken by the fault that resolved the page, or by the free)
+// only needs a wake; a registered mapping the server does not know (freed
+// but not yet unmapped, or moved by mremap) gets the page poisoned, so
+// that the thread sees SIGBUS instead of faulting forever.
+func (sess *session) stray(v *view, addr uintptr, read time.Time) {
+	srv := sess.srv
+	srv.strayFaults.Add(1)
+	if sess.freedSince(addr, read) {
+		_ = v.uffd.Wake(addr, core.PageSize)
+		return
+	}
+	_, err := v.uffd.Poison(addr, core.PageSize, false)
+	switch {
+	case err == nil:
+		srv.poisoned.Add(1)
+		srv.logger.Printf("pid %d faulted at %#x, which no allocation owns; the page is poisoned (SIGBUS)", v.pid, addr)
+	case errors.Is(err, uffd.ErrNoEntry), errors.Is(err, uffd.ErrProcessGone), errors.Is(err, uffd.ErrExist):
+		_ = v.uffd.Wake(addr, core.PageSize)
+	default:
+		_ = v.uffd.Wake(addr, core.PageSize)
+		srv.logger.Printf("pid %d stray fault at %#x: %v", v.pid, addr, err)
+	}
+}
+
+// drainEvents reads what is pending on view v's userfaultfd without
+// waiting: events are handled at once, faults are served on goroutines
+// of their own.
+func (sess *session) drainEvents(v *view) {
+	var msgs [8]uffd.Msg
+	for {
+		n, _ := v.uffd.ReadMessagesNoWait(msgs[:])
+		if n == 0 {
+			return
+		}
+		now := time.Now()
+		for i := 0; i < n; i++ {
+			m := &msgs[i]
+			if m.Event == uffd.EventPagefault {
+				fr := faultRequestOf(m, now)
+				go sess.serveFaultMsg(v, nil, &fr)
+				continue
+			}
+			sess.event(v, m)
+		}
+	}
+}
+
+// event handles a non-fault message of view v.
+func (sess *session) event(v *view, m *uffd.Msg) {
+	switch m.Event {
+	case uffd.EventRemap:
+		if v.loc == core.HostLoc {
+			sess.remapped(uintptr(m.From), uintptr(m.To), uintptr(m.Len))
+		}
+		// A device's remaps are the server's own requests: the reply
+		// settles them.
+	case uffd.EventFork:
+		// Managed ranges are MADV_DONTFORK and the server does not ask
+		// for fork events; a child's userfaultfd would have nobody to
+		// serve it.
+		wire.CloseFDs([]int{m.ChildFD})
+	default:
+		// Unmap and remove events are not requested.
+	}
+}
+
+// live reports whether v is still its location's view.
+func (sess *session) live(v *view) bool {
+	ref := sess.viewRef(v.loc)
+	ref.release()
+	return ref == v
+}

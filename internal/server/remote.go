@@ -1,0 +1,443 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
+)
+
+// viewMap records which file one device view maps over each page of one
+// block.
+type viewMap struct {
+	// file[p] is 1 + the location whose file the view maps over page p,
+	// or is mapping if p is pending; 0 means the view's own.
+	file [core.PagesPerBlock]uint8
+	// pending pages are being remapped: the view maps was[p] or file[p].
+	pending core.PageMask
+	was     [core.PagesPerBlock]uint8
+}
+
+func fileCode(l core.Location) uint8 { return uint8(l) + 1 }
+
+func fileOf(code uint8, own core.Location) core.Location {
+	if code == 0 {
+		return own
+	}
+	return core.Location(code - 1)
+}
+
+// remapper follows, in the background, the mapping changes that faults
+// and timers cause. Faults enqueue blocks and never wait.
+type remapper struct {
+	mu      sync.Mutex
+	pending map[remapKey]struct{} // guarded by mu
+	wake    chan struct{}         // capacity 1
+	quit    chan struct{}
+}
+
+type remapKey struct {
+	r  *managedRange
+	bi int
+	l  core.Location
+}
+
+func newRemapper() *remapper {
+	return &remapper{pending: map[remapKey]struct{}{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// staticFile returns the file every device view maps over a range of a
+// kind whose mapping never changes (pinned host memory, device memory),
+// and ok false for managed memory.
+func (r *managedRange) staticFile(l core.Location) (core.Location, bool) {
+	switch r.kind {
+	case core.KindPinnedHost:
+		return core.HostLoc, true
+	case core.KindDevice:
+		if l == core.HostLoc {
+			return core.HostLoc, true // the host maps its own file there, and its faults are refused
+		}
+		return r.owner, true
+	}
+	return l, false
+}
+
+// fixedFile returns the file view l maps over every page of the block,
+// if it is the same everywhere and no remap is in flight.
+func (o *mover) fixedFile(l core.Location) (core.Location, bool) {
+	if f, ok := o.r.staticFile(l); ok {
+		return f, true
+	}
+	if l == core.HostLoc || o.b.maps == nil || o.b.maps[l] == nil {
+		return l, true
+	}
+	return 0, false
+}
+
+// mapsAt returns the file view l maps over page p; known is false while
+// a remap of p is in flight.
+func (o *mover) mapsAt(l core.Location, p int) (core.Location, bool) {
+	if f, ok := o.fixedFile(l); ok {
+		return f, true
+	}
+	m := o.b.maps[l]
+	return fileOf(m.file[p], l), !m.pending.Test(p)
+}
+
+// pagesMapping returns the pages over which view l is known to map
+// location f's file.
+func (o *mover) pagesMapping(l, f core.Location) core.PageMask {
+	var out core.PageMask
+	if fixed, ok := o.fixedFile(l); ok {
+		if fixed == f {
+			out.FillRange(0, o.b.pages)
+		}
+		return out
+	}
+	m := o.b.maps[l]
+	for p := 0; p < o.b.pages; p++ {
+		if !m.pending.Test(p) && fileOf(m.file[p], l) == f {
+			out.Set(p)
+		}
+	}
+	return out
+}
+
+// mayMap reports whether view l maps, or may map while a remap is in
+// flight, location f's file over some page of [first, outer).
+func (o *mover) mayMap(l, f core.Location, first, outer int) bool {
+	if fixed, ok := o.fixedFile(l); ok {
+		return fixed == f
+	}
+	m := o.b.maps[l]
+	for p := first; p < outer; p++ {
+		if fileOf(m.file[p], l) == f || (m.pending.Test(p) && fileOf(m.was[p], l) == f) {
+			return true
+		}
+	}
+	return false
+}
+
+// holders returns the views that may map location src's file over some
+// page of [first, outer): the ones whose writers must be held still while
+// those pages are copied away, and whose page tables lose them when the
+// file is punched. Release each with doneWith.
+func (o *mover) holders(src core.Location, first, outer int) []*view {
+	out := o.holdBuf[:0]
+	for l := range o.b.resident {
+		loc := core.Location(l)
+		if !o.mayMap(loc, src, first, outer) {
+			continue
+		}
+		if v := o.viewOf(loc); v != nil {
+			out = append(out, v)
+		}
+	}
+	o.holdBuf = out
+	return out
+}
+
+func (o *mover) doneWithAll(vs []*view) {
+	for _, v := range vs {
+		o.doneWith(v)
+	}
+}
+
+// desiredFile is the file policy wants device view l to map over page p
+// of a managed range's block. The block's lock is held.
+func (o *mover) desiredFile(l core.Location, p int, now int64) core.Location {
+	b := o.b
+	if b.resident[l].Test(p) {
+		return l // a copy here: always map it
+	}
+	adv := b.advice
+	if adv != nil && adv.readMostly.Test(p) {
+		return l // read faults make a copy here
+	}
+	if o.pinnedAt(p, now) {
+		return core.HostLoc
+	}
+	if adv == nil {
+		return l
+	}
+	if pref := adv.preferred[p]; pref != 0 {
+		return core.Location(pref - 1)
+	}
+	if adv.accessedBy[l].Test(p) {
+		if owner, ok := b.soleLocation(p); ok {
+			return owner
+		}
+	}
+	return l
+}
+
+// soleLocation returns where page p lives if it has exactly one copy.
+func (b *block) soleLocation(p int) (core.Location, bool) {
+	at, n := core.Location(0), 0
+	for l := range b.resident {
+		if b.resident[l].Test(p) {
+			at = core.Location(l)
+			n++
+		}
+	}
+	return at, n == 1
+}
+
+// copies returns how many locations hold page p.
+func (b *block) copies(p int) int {
+	n := 0
+	for l := range b.resident {
+		if b.resident[l].Test(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// duplicated returns the pages with more than one copy.
+func (b *block) duplicated() core.PageMask {
+	var seen, dup core.PageMask
+	for l := range b.resident {
+		x := b.resident[l]
+		x.And(&seen)
+		dup.Or(&x)
+		seen.Or(&b.resident[l])
+	}
+	return dup
+}
+
+// mismatch finds the first run of pages over which device view l maps
+// another file than policy wants, all wanting the same file. The block's
+// lock is held and no remap of l is in flight.
+func (o *mover) mismatch(l core.Location, from int, now int64) (first, outer int, to core.Location, found bool) {
+	b := o.b
+	for p := from; p < b.pages; p++ {
+		cur, _ := o.mapsAt(l, p)
+		want := o.desiredFile(l, p, now)
+		if cur == want {
+			continue
+		}
+		q := p + 1
+		for ; q < b.pages; q++ {
+			c, _ := o.mapsAt(l, q)
+			if w := o.desiredFile(l, q, now); w != want || c == w {
+				break
+			}
+		}
+		return p, q, want, true
+	}
+	return 0, 0, 0, false
+}
+
+// viewMapOf returns what view l maps over the block, nil when it maps
+// its own file everywhere.
+func (b *block) viewMapOf(l core.Location) *viewMap {
+	if b.maps == nil {
+		return nil
+	}
+	return b.maps[l]
+}
+
+// setMapping records that view l maps (or, pending, is mapping) file to
+// over [first, outer).
+func (b *block) setMapping(l core.Location, first, outer int, to core.Location, pending bool, locations int) {
+	if b.maps == nil {
+		b.maps = make([]*viewMap, locations)
+	}
+	m := b.maps[l]
+	if m == nil {
+		m = &viewMap{}
+		b.maps[l] = m
+	}
+	code := fileCode(to)
+	if to == l {
+		code = 0
+	}
+	for p := first; p < outer; p++ {
+		if pending {
+			m.was[p] = m.file[p]
+			m.pending.Set(p)
+		} else {
+			m.pending.Clear(p)
+		}
+		m.file[p] = code
+	}
+	b.compactMaps(l)
+}
+
+// resetMaps forgets what view l mapped: a new process of the device maps
+// its own file everywhere until told otherwise.
+func (b *block) resetMaps(l core.Location) {
+	if b.maps != nil {
+		b.maps[l] = nil
+		b.compactMaps(l)
+	}
+}
+
+// settle ends a remap of [first, outer): the view maps file to (ok) or
+// still the old one.
+func (b *block) settle(l core.Location, first, outer int, ok bool) {
+	m := b.maps[l]
+	for p := first; p < outer; p++ {
+		if !ok {
+			m.file[p] = m.was[p]
+		}
+		m.pending.Clear(p)
+	}
+	b.compactMaps(l)
+}
+
+// compactMaps drops view l's record once it maps its own file everywhere,
+// so that blocks without remote mappings take the fast path.
+func (b *block) compactMaps(l core.Location) {
+	m := b.maps[l]
+	if m == nil || !m.pending.Empty() {
+		return
+	}
+	for p := range m.file {
+		if m.file[p] != 0 && m.file[p] != fileCode(l) {
+			return
+		}
+	}
+	b.maps[l] = nil
+	for _, x := range b.maps {
+		if x != nil {
+			return
+		}
+	}
+	b.maps = nil
+}
+
+// remapBlock brings device view l's mapping of block bi in line with
+// policy, run by run, asking the device process to map each. It waits
+// for the device; it holds no block lock meanwhile, and v.reqMu keeps one
+// remap of the view in flight at a time.
+func (sess *session) remapBlock(r *managedRange, bi int, l core.Location) error {
+	v := sess.views[l].Load()
+	if v == nil || v.conn == nil || r.kind != core.KindManaged {
+		return nil
+	}
+	v.reqMu.Lock()
+	defer v.reqMu.Unlock()
+	blockAddr := r.start + uintptr(bi)*core.BlockSize
+	for range core.PagesPerBlock {
+		b := r.blocks[bi].Load()
+		if b == nil {
+			return nil
+		}
+		b.mu.Lock()
+		if r.freed.Load() || sess.views[l].Load() != v || !b.remoteMappable(sess.srv.nowMicros()) {
+			// Without remote advice, remote mappings or pins, every
+			// device maps its own file: nothing to do.
+			b.mu.Unlock()
+			return nil
+		}
+		o := mover{sess: sess, r: r, b: b, blockAddr: blockAddr}
+		first, outer, to, found := o.mismatch(l, 0, sess.srv.nowMicros())
+		if !found {
+			b.mu.Unlock()
+			return nil
+		}
+		// The new mapping starts write-protected everywhere: a page with
+		// several copies must never be writable, and one may get a second
+		// copy while the remap is in flight, protected by then only in the
+		// old mapping. A page with one copy costs a write-protect fault on
+		// its first write, which lifts the protection.
+		var wp core.PageMask
+		wp.FillRange(0, outer-first)
+		b.setMapping(l, first, outer, to, true, sess.srv.locations())
+		b.mu.Unlock()
+
+		err := v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
+			Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, Loc: uint8(to), Wp: wp}), wire.MsgDeviceMap)
+
+		b.mu.Lock()
+		b.settle(l, first, outer, err == nil)
+		if err == nil && to != l {
+			r.countRemote(l, outer-first)
+		}
+		b.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("map %v's file over %#x+%d in device %d: %w", to.Device(), o.pageAddr(first), (outer-first)*core.PageSize, l.Device(), err)
+		}
+	}
+	return nil
+}
+
+// remapRange brings every device view's mapping of [addr, addr+length)
+// in line with policy and waits until it is.
+func (sess *session) remapRange(r *managedRange, addr, length uintptr) error {
+	var errs []error
+	for l := 1; l < len(sess.views); l++ {
+		for bi := int((addr - r.start) >> core.BlockShift); bi <= int((addr+length-1-r.start)>>core.BlockShift); bi++ {
+			if err := sess.remapBlock(r, bi, core.Location(l)); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	return core.JoinErrors(errs)
+}
+
+// enqueue asks for device view l's mapping of block bi to be reconciled.
+func (q *remapper) enqueue(r *managedRange, bi int, l core.Location) {
+	q.mu.Lock()
+	q.pending[remapKey{r, bi, l}] = struct{}{}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueDevices enqueues block bi for every device view.
+func (sess *session) enqueueRemap(r *managedRange, bi int) {
+	for l := 1; l < len(sess.views); l++ {
+		if sess.views[l].Load() != nil {
+			sess.remaps.enqueue(r, bi, core.Location(l))
+		}
+	}
+}
+
+func (sess *session) remapLoop() {
+	q := sess.remaps
+	for {
+		select {
+		case <-q.quit:
+			return
+		case <-q.wake:
+		}
+		q.mu.Lock()
+		work := make([]remapKey, 0, len(q.pending))
+		for k := range q.pending {
+			work = append(work, k)
+		}
+		clear(q.pending)
+		q.mu.Unlock()
+		for _, k := range work {
+			if err := sess.remapBlock(k.r, k.bi, k.l); err != nil {
+				sess.srv.logger.Printf("pid %d: %v", sess.pid, err)
+			}
+		}
+	}
+}
+
+// scheduleRemap reconciles block bi for every device view after d: when
+// a thrashing pin expires.
+func (sess *session) scheduleRemap(r *managedRange, bi int, d time.Duration) {
+	time.AfterFunc(d, func() {
+		select {
+		case <-sess.remaps.quit:
+		default:
+			sess.enqueueRemap(r, bi)
+		}
+	})
+}
+
+// countRemote counts pages device view l came to map remotely.
+func (r *managedRange) countRemote(l core.Location, pages int) {
+	r.stats.RemoteMapped[l].Add(uint64(pages))
+	r.sess.srv.Counters.RemoteMapped[l].Add(uint64(pages))
+}

@@ -1,0 +1,190 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
+)
+
+// ReplaceDaemon makes this process the daemon serving path in place of
+// the one running there, and serves until a SIGINT or SIGTERM, as
+// ListenAndServe does. ready is called once it serves.
+func ReplaceDaemon(path string, ready func(*Server)) error {
+	m, err := wire.ConnectMonitor(path)
+	if err != nil {
+		return err
+	}
+	old := m.ServerPID()
+	local, remote, err := wire.SocketPair("softuvm-successor")
+	if err != nil {
+		m.Close()
+		return err
+	}
+	fd, err := dupCloexec(remote)
+	remote.Close()
+	if err != nil {
+		m.Close()
+		local.Close()
+		return err
+	}
+	_, err = m.RequestFDs(wire.NewMessage(wire.Header{Typ: wire.MsgReplace, Seq: m.NextSeq()}).B, wire.MsgReplace, []int{fd})
+	syscall.Close(fd)
+	m.Close()
+	if err != nil {
+		local.Close()
+		return fmt.Errorf("the daemon at %s (pid %d) refused to retire: %w", path, old, err)
+	}
+	srv, paths, err := takeOver(local)
+	if err != nil {
+		return fmt.Errorf("take over from the daemon at %s (pid %d): %w", path, old, err)
+	}
+	defer func() {
+		srv.Close()
+		for _, p := range paths {
+			os.Remove(p)
+		}
+	}()
+	srv.serveAsDaemon(paths, ready)
+	return nil
+}
+
+// takeOver reads a handover from the guard on link and serves what it
+// holds: the sessions, and the listeners (whose paths it returns).
+func takeOver(link *net.UnixConn) (*Server, []string, error) {
+	st := NewKeptState()
+	end, err := st.receiveHandover(link)
+	if err != nil {
+		st.close()
+		return nil, nil, err
+	}
+	cfg, err := config.UnmarshalServerConfig(st.config)
+	if err != nil {
+		st.close()
+		return nil, nil, fmt.Errorf("the dead server's configuration: %w", err)
+	}
+	var area *stagingArea
+	if st.staging >= 0 {
+		f, err := devmem.FileFromFD(st.staging, "staging file")
+		st.staging = -1
+		if err == nil {
+			area, err = mapStagingArea(f)
+		}
+		if err != nil {
+			st.close()
+			return nil, nil, fmt.Errorf("staging file: %w", err)
+		}
+	}
+	g := &guardLink{conn: link, pid: end.guardPID, done: make(chan struct{})}
+	srv, err := newServer(cfg, serverStart{guard: g, staging: area, mode: st.mode, attempts: st.attempts})
+	if err != nil {
+		st.close()
+		return nil, nil, err
+	}
+	srv.adopt(st, end.died, end.restarts)
+	var paths []string
+	for _, kl := range st.listeners {
+		l, err := listenerFromFD(kl.fd)
+		if err != nil {
+			srv.logger.Printf("listener %s: %v", kl.path, err)
+			continue
+		}
+		srv.keptMu.Lock()
+		srv.keptListeners = append(srv.keptListeners, keptListenerRef{path: kl.path, l: l})
+		srv.keptMu.Unlock()
+		paths = append(paths, kl.path)
+		go srv.Serve(l)
+	}
+	st.listeners = nil
+	g.send([]byte{guardReady})
+	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file",
+		time.Since(end.died).Round(time.Millisecond), end.restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load())
+	return srv, paths, nil
+}
+
+// serveAsDaemon serves as the daemon at paths until a SIGINT or SIGTERM,
+// or until the server closes; SIGUSR2 starts its replacement. ready is
+// called once it serves.
+func (s *Server) serveAsDaemon(paths []string, ready func(*Server)) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	s.handleReplaceSignal(paths)
+	if ready != nil {
+		ready(s)
+	}
+	select {
+	case <-sigs:
+	case <-s.Done():
+	}
+}
+
+// retire hands this server's place to the process at the other end of
+// successor: the guard gets the socket, the handler threads stop, and the
+// process exits without ending any session.
+func (s *Server) retire(successor int) error {
+	if s.guard == nil {
+		return fmt.Errorf("%w: this server runs without a guard, which a replacement needs", core.ErrNotSupported)
+	}
+	if s.mode != ModeDaemon {
+		return fmt.Errorf("%w: only a daemon (uvm serve) is replaced in place", core.ErrNotSupported)
+	}
+	go func() {
+		// After the reply has gone out.
+		time.Sleep(10 * time.Millisecond)
+		s.guard.mu.Lock()
+		s.guard.quitting = true
+		c := s.guard.conn
+		if c != nil {
+			wire.WriteMessage(c, []byte{guardRetire}, []int{successor})
+		}
+		s.guard.mu.Unlock()
+		syscall.Close(successor)
+		for _, sess := range s.sessionList() {
+			for l := range sess.views {
+				if v := sess.views[l].Load(); v != nil {
+					s.unwatch(v)
+				}
+			}
+		}
+		s.logger.Printf("retiring: a new server takes over")
+		os.Exit(0)
+	}()
+	return nil
+}
+
+// handleReplaceSignal makes SIGUSR2 start `uvm serve --replace` from this
+// server's binary, which takes over from it.
+func (s *Server) handleReplaceSignal(paths []string) {
+	if len(paths) == 0 {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGUSR2)
+	go func() {
+		for range sigs {
+			cmd := exec.Command(exe, "serve", "--replace", "--socket", paths[0])
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := cmd.Start(); err != nil {
+				s.logger.Printf("SIGUSR2: start %s serve --replace: %v", exe, err)
+				continue
+			}
+			go cmd.Wait()
+		}
+	}()
+}

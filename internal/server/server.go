@@ -1,0 +1,458 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/engine"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// Server is the fault server: it owns every client's userfaultfd, the
+// location files and the residency of every page, and serves faults on
+// handler threads that never touch managed memory themselves.
+type Server struct {
+	cfg      config.ServerConfig
+	arenas   []*devmem.Arena
+	prefetch policy.PrefetchPolicy
+	Counters *core.Counters
+	features uffd.Feature // what the server asks of each client's userfaultfd
+	started  time.Time
+	logger   *log.Logger
+
+	cpus []int // where each session's handler threads go; -1 unpinned
+
+	lrus      []lru        // per location: blocks by last migration in
+	hostPages atomic.Int64 // pages resident on the host, all sessions
+
+	sessionsMu    sync.Mutex
+	sessions      map[uint64]*session // guarded by sessionsMu
+	nextSessionID atomic.Uint64
+	strayFaults   atomic.Uint64 // faults on addresses no range owns
+	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
+
+	guard   *guardLink
+	staging *stagingArea // the buffers migrations carry pages in (staging.go)
+	mode    byte         // modePrivate or modeDaemon: what the guard restarts
+	restart restartStats // this server's takeover, if it took over
+	// keptListeners are the listening sockets the guard holds too.
+	keptMu        sync.Mutex
+	keptListeners []keptListenerRef
+	idle          chan struct{} // signalled when the last session ends
+	// crashAfterPunch counts down to a self-inflicted SIGKILL after a
+	// punch (tests only; 0: never).
+	crashAfterPunch atomic.Int64
+
+	listenersMu sync.Mutex
+	listeners   []net.Listener
+	closeOnce   sync.Once
+	done        chan struct{}
+
+	Access      *accessState      // access counting and what it drives
+	vmstatStart map[string]uint64 // /proc/vmstat when the server started
+
+	calibrated chan struct{} // closed once the copy calibration is done
+	// engines are the migrations' copy engines, one per node; byLocation
+	// the one for each location. Made once, at the first move, so that a
+	// move on the fault path finds its engine without a lock.
+	enginesOnce sync.Once
+	engines     *engine.CopyEngines
+	byLocation  []*engine.CopyEngine
+}
+
+// NewServer creates the arenas and starts the handler threads. It serves
+// nobody until Serve or ServeConn is called.
+func NewServer(cfg config.ServerConfig) (*Server, error) {
+	return newServer(cfg, serverStart{mode: modePrivate})
+}
+
+// serverStart is how a server begins: fresh, or taking over from one that
+// died (adopt.go), with the dead one's guard and staging area.
+type serverStart struct {
+	guard    *guardLink
+	staging  *stagingArea
+	mode     byte
+	attempts int
+}
+
+// keptListenerRef is a listener the guard holds a copy of.
+type keptListenerRef struct {
+	path string
+	l    *net.UnixListener
+}
+
+func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	supported, err := uffd.Supported()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", core.ErrInitialization, err)
+	}
+	if missing := core.RequiredFeatures &^ supported; missing != 0 {
+		return nil, fmt.Errorf("%w: this kernel's userfaultfd lacks %v, which the fault server needs", core.ErrNotSupported, missing)
+	}
+	prefetch, err := policy.NewPrefetchPolicy(cfg.Prefetch)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		prefetch: prefetch,
+		features: core.WantedFeatures & supported,
+		started:  time.Now(),
+		logger:   log.New(os.Stderr, fmt.Sprintf("softuvm server[%d]: ", os.Getpid()), 0),
+		sessions: map[uint64]*session{},
+		done:     make(chan struct{}),
+		idle:     make(chan struct{}, 1),
+		mode:     start.mode,
+		staging:  start.staging,
+	}
+	if s.staging == nil {
+		if s.staging, err = newStagingArea(); err != nil {
+			return nil, err
+		}
+	}
+	if v := os.Getenv(config.CrashAfterPunchEnv); v != "" {
+		n, _ := strconv.Atoi(v)
+		s.crashAfterPunch.Store(int64(n))
+		os.Unsetenv(config.CrashAfterPunchEnv) // not for the guard and the servers it starts
+	}
+	for _, spec := range cfg.Devices {
+		a, err := devmem.NewArena(spec)
+		if err != nil {
+			s.closeArenas()
+			return nil, fmt.Errorf("%w: device %d: %v", core.ErrInitialization, spec.Device, err)
+		}
+		s.arenas = append(s.arenas, a)
+	}
+	s.calibrated = make(chan struct{})
+	go func() { // the engine needs it at the first bulk move, not before
+		defer close(s.calibrated)
+		engine.Calibration()
+	}()
+	s.Counters = core.NewCounters(s.locations())
+	s.lrus = make([]lru, s.locations())
+	if s.cpus, err = s.handlerCPUs(); err != nil {
+		return nil, err
+	}
+	if err := s.startAccessCounting(); err != nil {
+		return nil, err
+	}
+	s.vmstatStart = readVMStat()
+	// Handler threads wait in read(2); when one returns it needs a P at
+	// once, so keep a few more Ps than CPUs.
+	if n := runtime.NumCPU() + 2; runtime.GOMAXPROCS(0) < n {
+		runtime.GOMAXPROCS(n)
+	}
+
+	switch {
+	case start.guard != nil:
+		s.guard = start.guard
+		go s.watchGuard()
+	case cfg.Guard:
+		g, err := startGuard()
+		if err != nil {
+			// Without a guard the server still works; only its death
+			// would be handled less well. Say so and go on.
+			s.logger.Printf("no guard process (%v): if this server dies, its clients' data not on the host is lost", err)
+			break
+		}
+		s.guard = g
+		g.send(GuardConfigMsg(s.mode, cfg.RestartAttempts(), cfg.Marshal()))
+		g.send([]byte{GuardStaging}, s.staging.file.Fd())
+		go s.watchGuard()
+	}
+	return s, nil
+}
+
+// checkPeer accepts only processes of the server's own user, or root,
+// and returns the peer's process id. The socket's permissions already say
+// so; this is the second lock.
+func checkPeer(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("peer credentials: %w", credErr)
+	}
+	if me := uint32(os.Geteuid()); cred.Uid != me && cred.Uid != 0 {
+		return 0, fmt.Errorf("peer pid %d runs as uid %d; this server (uid %d) serves only its own user", cred.Pid, cred.Uid, me)
+	}
+	return int(cred.Pid), nil
+}
+
+// arenaNode is the node to run copies into an arena of backend on: its
+// node for a NUMA arena of a machine with several nodes, else -1.
+func ArenaNode(backend string, node int) int {
+	if backend != devmem.BackendNUMA.String() || !multiNode() {
+		return -1
+	}
+	return node
+}
+
+var (
+	multiNodeOnce sync.Once
+	multiNodeMemo bool
+)
+
+// multiNode reports whether this machine has more than one NUMA node, the
+// only case where pinning copy threads to one matters.
+func multiNode() bool {
+	multiNodeOnce.Do(func() {
+		nodes, err := devmem.Nodes()
+		multiNodeMemo = err == nil && len(nodes) > 1
+	})
+	return multiNodeMemo
+}
+
+// afterPunch is where a test makes the server die with pages in flight.
+func (s *Server) afterPunch() {
+	if s.crashAfterPunch.Load() > 0 && s.crashAfterPunch.Add(-1) == 0 {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+}
+
+// locations is the number of places a page can live: the host and each
+// device.
+func (s *Server) locations() int { return 1 + len(s.arenas) }
+
+// closeArenas reports arenas whose accounting went wrong: every session
+// has ended by now, so each should be empty.
+func (s *Server) closeArenas() {
+	for i, a := range s.arenas {
+		if used := a.UsedBytes(); used != 0 || a.AccountingErrors() != 0 {
+			s.logger.Printf("device %d arena: %d bytes still accounted after every session ended (%d accounting errors: %s)", i, used, a.AccountingErrors(), a.LastAccountingError())
+		}
+	}
+}
+
+// Devices describes the configured devices.
+func (s *Server) Devices() []core.DeviceInfo {
+	out := make([]core.DeviceInfo, len(s.arenas))
+	for i, a := range s.arenas {
+		spec := a.Spec()
+		out[i] = core.DeviceInfo{Device: core.Device(i), Capacity: a.Capacity(), Backend: spec.Backend.String(), Node: spec.Node, Workers: s.cfg.Workers()}
+	}
+	return out
+}
+
+// Serve accepts connections on l until Close. Each connection is one
+// session: a client, or a monitor such as `uvm stat`.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.listenersMu.Lock()
+	s.listeners = append(s.listeners, l)
+	s.listenersMu.Unlock()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			select {
+			case <-s.done:
+				return nil
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.logger.Printf("accept: %v", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.ServeConn(c)
+	}
+}
+
+// ServeConn runs one session on an established connection and returns
+// when the peer goes away.
+func (s *Server) ServeConn(c *net.UnixConn) {
+	defer c.Close()
+	peer, err := checkPeer(c)
+	if err != nil {
+		s.logger.Printf("refusing connection: %v", err)
+		return
+	}
+	sess, err := s.handshake(c, peer)
+	if err != nil {
+		if !errors.Is(err, wire.ErrPeerGone) {
+			s.logger.Printf("handshake: %v", err)
+		}
+		return
+	}
+	defer s.endSession(sess)
+	sess.controlLoop()
+}
+
+// Done is closed when the server has been closed.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Close ends every session, stops the handler threads and releases the
+// arenas. Clients' managed memory that is not on the host is lost.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		if s.Access != nil {
+			s.stopAccessCounting() // no delayed migration while sessions end
+		}
+		s.listenersMu.Lock()
+		for _, l := range s.listeners {
+			l.Close()
+		}
+		s.listenersMu.Unlock()
+		for _, sess := range s.sessionList() {
+			wire.HangUpConn(sess.conn) // its control loop ends and cleans up
+		}
+		s.waitSessions(5 * time.Second)
+		s.enginesOnce.Do(func() {}) // none made from now on
+		if s.engines != nil {
+			s.engines.Stop() // every move has ended with its session
+		}
+		s.guard.quit()
+		s.staging.close()
+		s.closeArenas()
+	})
+	return nil
+}
+
+func (s *Server) waitSessions(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		s.sessionsMu.Lock()
+		n := len(s.sessions)
+		s.sessionsMu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// SessionCount is the number of connected sessions.
+func (s *Server) SessionCount() int {
+	s.sessionsMu.Lock()
+	defer s.sessionsMu.Unlock()
+	return len(s.sessions)
+}
+
+func (s *Server) Info() config.Info {
+	in := config.Info{
+		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
+		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
+		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
+		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
+		VMStat: vmstatSince(s.vmstatStart),
+		Restart: config.RestartInfo{
+			Restarts: s.restart.count.Load(), PauseMS: float64(s.restart.lastPause.Load()) / 1e6,
+			AdoptedPages: s.restart.adoptedPages.Load(), RebuildMS: float64(s.restart.rebuild.Load()) / 1e6,
+			RecoveredPages: s.restart.recoveredPages.Load(), Policy: config.FormatRestarts(s.cfg.Restarts), GuardPID: s.guard.PID(),
+		},
+	}
+	in.HandlerCPUs = append(in.HandlerCPUs, s.cpus...)
+	if an := s.Access.anatomy; an != nil {
+		in.Anatomy = an.snapshot()
+	}
+	fileBytes := make([]int64, len(s.arenas))
+	s.sessionsMu.Lock()
+	for _, sess := range s.sessions {
+		in.Sessions = append(in.Sessions, sess.info())
+		for d, n := range sess.deviceFileBytes() {
+			fileBytes[d] += n
+		}
+	}
+	s.sessionsMu.Unlock()
+	for i, d := range s.Devices() {
+		in.Devices = append(in.Devices, config.ArenaInfo{DeviceInfo: d, UsedBytes: s.arenas[i].UsedBytes(), FileBytes: fileBytes[i]})
+	}
+	return in
+}
+
+// sessionList returns the sessions connected now.
+func (s *Server) sessionList() []*session {
+	s.sessionsMu.Lock()
+	defer s.sessionsMu.Unlock()
+	all := make([]*session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		all = append(all, sess)
+	}
+	return all
+}
+
+// quiesce orders the caller after every fault being served now.
+func (s *Server) quiesce() {
+	for _, sess := range s.sessionList() {
+		for _, r := range sess.ranges.Load().ranges {
+			r.quiesce()
+		}
+	}
+}
+
+func (s *Server) infoJSON() string {
+	b, _ := json.Marshal(s.Info())
+	return string(b)
+}
+
+// copyCalibration is this machine's copy calibration with the
+// configuration's overrides applied. It waits for the calibration that
+// NewServer started.
+func (s *Server) copyCalibration() config.CopyCalibration {
+	<-s.calibrated
+	c := engine.Calibration()
+	if n := s.cfg.CopyProducers; n > 0 {
+		c.MigrationProducers, c.CopyProducers, c.BlockMovers = n, n, n
+	}
+	if n := s.cfg.CopyDirectBelow; n > 0 {
+		c.DirectBelow, c.CopyDirectBelow = n, n
+	}
+	return c
+}
+
+// copyEngine is the server's engine for migrations to location l, made
+// at the first move and stopped by Close: its producers run near l's
+// memory where the machine has several NUMA nodes. Nil once the server
+// closed before any move: moves then run on their own goroutines.
+func (s *Server) copyEngine(l core.Location) *engine.CopyEngine {
+	s.enginesOnce.Do(func() {
+		c := s.copyCalibration()
+		s.engines = engine.NewCopyEngines(c.MigrationProducers, c.DirectBelow)
+		s.byLocation = make([]*engine.CopyEngine, s.locations())
+		for l := range s.byLocation {
+			s.byLocation[l] = s.engines.ForNode(s.nodeOf(core.Location(l)))
+		}
+	})
+	if s.byLocation == nil {
+		return nil
+	}
+	return s.byLocation[l]
+}
+
+// nodeOf is the NUMA node that holds location l's memory, where the
+// machine has several nodes and l is a NUMA arena; -1 otherwise.
+func (s *Server) nodeOf(l core.Location) int {
+	if l == core.HostLoc {
+		return -1
+	}
+	spec := s.arenas[l-1].Spec()
+	return ArenaNode(spec.Backend.String(), spec.Node)
+}

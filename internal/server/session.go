@@ -1,0 +1,634 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// session is one connected process, as the server sees it.
+type session struct {
+	srv  *Server
+	id   uint64
+	pid  int
+	role uint8
+	conn *net.UnixConn
+
+	host *devmem.File // the client's host location file; nil for monitors
+	// views[l] is the live view of location l: views[hostLoc] is the
+	// client's (nil for monitors), views[1+d] device d's process, if
+	// running.
+	views []atomic.Pointer[view]
+
+	// mu serializes control operations (alloc, free, prefetch, teardown)
+	// and guards nextID. Lock order: mu, then block locks, then filesMu.
+	mu     sync.Mutex
+	nextID uint64
+	// filesMu guards devFiles: faults (holding block locks, not mu) and
+	// control operations both create device files on first use.
+	filesMu  sync.Mutex
+	devFiles []*devmem.File // one per device, created on first use
+
+	ranges atomic.Pointer[rangeTable]
+	// recentFrees remembers the last ranges freed and when, guarded by
+	// freedMu: a fault message read before its range was freed (another
+	// thread's fault on the same page, read in the same batch and served
+	// after the free) is stale, not a touch of freed memory.
+	freedMu     sync.Mutex
+	recentFrees [64]freedRange
+	nextFreed   int
+
+	stats  *core.Counters // retired statistics of freed ranges
+	remaps *remapper      // device mapping changes that faults cause
+
+	// journal is what a new server needs to take the session over
+	// (journal.go); journalMu guards it and orders what goes to the
+	// guard, so that the guard's copy follows the same order.
+	journalMu sync.Mutex
+	journal   *journal
+	// lastSeq is the sequence number of the last request answered: a
+	// client that learns of a restart sends its pending request again,
+	// and when the new server had it already, the copy is dropped.
+	// Owned by the control loop.
+	lastSeq uint32
+	// adoptedViews are the device processes a new server takes over,
+	// until resume attaches them.
+	adoptedViews map[core.Location]*KeptView
+}
+
+func roleName(r uint8) string {
+	switch r {
+	case wire.RoleClient:
+		return "client"
+	case wire.RoleMonitor:
+		return "monitor"
+	}
+	return fmt.Sprintf("role %d", r)
+}
+
+// freedRange is a range freed at a time.
+type freedRange struct {
+	start, end uintptr
+	at         time.Time
+}
+
+// newSession makes a session that serves nobody yet.
+func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) *session {
+	sess := &session{srv: s, id: id, pid: pid, role: role, conn: conn, stats: core.NewCounters(s.locations()),
+		views: make([]atomic.Pointer[view], s.locations()), remaps: newRemapper(), journal: NewJournal()}
+	sess.ranges.Store(&rangeTable{})
+	return sess
+}
+
+// record adds rec to the session's journal and sends it to the guard.
+func (sess *session) record(rec []byte) {
+	sess.journalMu.Lock()
+	defer sess.journalMu.Unlock()
+	if err := sess.journal.apply(rec); err != nil {
+		sess.srv.logger.Printf("session %d journal: %v", sess.id, err)
+		return
+	}
+	sess.srv.guard.send(GuardRecordMsg(sess.id, rec))
+}
+
+// client is the session's client view, nil for a monitor.
+func (sess *session) client() *view { return sess.views[core.HostLoc].Load() }
+
+// handshake reads the hello. The session's pid is the peer's, as the
+// kernel reports it, not the one the hello claims.
+func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
+	buf := make([]byte, wire.MaxMessageSize)
+	b, fds, err := wire.ReadMessage(c, buf)
+	if err != nil {
+		return nil, err
+	}
+	h, req, err := wire.ParseRequest(b)
+	if err == nil && h.Typ != wire.MsgHello {
+		err = fmt.Errorf("%w: first message is %s, want hello", core.ErrInvalidValue, h.Typ)
+	}
+	hello, _ := req.(wire.HelloRequest)
+	want := 0
+	if err == nil && hello.Role == wire.RoleClient {
+		want = 2
+	}
+	if err == nil && len(fds) != want {
+		err = fmt.Errorf("%w: hello as %s carries %d file descriptors, want %d", core.ErrInvalidValue, roleName(hello.Role), len(fds), want)
+	}
+	if err != nil {
+		wire.CloseFDs(fds)
+		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+		return nil, err
+	}
+	sess := s.newSession(s.nextSessionID.Add(1), peerPID, hello.Role, c)
+	if hello.Role == wire.RoleClient {
+		if err := sess.adopt(fds[0], fds[1]); err != nil {
+			wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+			return nil, err
+		}
+	}
+	if hello.Role == wire.RoleClient {
+		s.track(sess.client())
+	}
+	s.sessionsMu.Lock()
+	s.sessions[sess.id] = sess
+	s.sessionsMu.Unlock()
+	go sess.remapLoop() // ended by endSession
+	var features uint64
+	if v := sess.client(); v != nil {
+		if err := s.watch(v); err != nil {
+			s.endSession(sess)
+			wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+			return nil, err
+		}
+		features = uint64(v.uffd.Features())
+	}
+	reply := wire.EncodeHelloReply(h, wire.HelloReply{ServerPID: uint32(os.Getpid()), SessionID: sess.id, Features: features, Devices: s.Devices()})
+	if err := wire.WriteMessage(c, reply, nil); err != nil {
+		s.endSession(sess)
+		return nil, err
+	}
+	return sess, nil
+}
+
+// adopt takes the client's userfaultfd and host file and does the API
+// handshake on its behalf.
+func (sess *session) adopt(uffdFD, hostFD int) error {
+	host, err := devmem.FileFromFD(hostFD, fmt.Sprintf("host file of pid %d", sess.pid))
+	if err != nil {
+		syscall.Close(uffdFD)
+		return fmt.Errorf("%w: host file: %v", core.ErrInvalidValue, err)
+	}
+	u := uffd.NewFD(uffdFD)
+	granted, err := u.Handshake(sess.srv.features)
+	if err != nil {
+		u.Close()
+		host.Close()
+		return fmt.Errorf("%w: userfaultfd handshake: %v", core.ErrInitialization, err)
+	}
+	if missing := core.RequiredFeatures &^ granted; missing != 0 {
+		u.Close()
+		host.Close()
+		return fmt.Errorf("%w: userfaultfd granted %v, missing %v", core.ErrNotSupported, granted, missing)
+	}
+	sess.host = host
+	sess.views[core.HostLoc].Store(&view{sess: sess, loc: core.HostLoc, pid: sess.pid, uffd: u})
+	sess.srv.guard.send(GuardSessionMsg(sess.id, sess.pid, uint64(granted)), wire.RawFD(sess.conn), u.Fd(), host.Fd())
+	return nil
+}
+
+// controlLoop answers requests until the peer disconnects.
+func (sess *session) controlLoop() {
+	buf := make([]byte, wire.MaxMessageSize)
+	for {
+		b, fds, err := wire.ReadMessage(sess.conn, buf)
+		if err != nil {
+			if !errors.Is(err, wire.ErrPeerGone) {
+				sess.srv.logger.Printf("session %d (pid %d): %v", sess.id, sess.pid, err)
+			}
+			return
+		}
+		h, req, err := wire.ParseRequest(b)
+		if err == nil && h.Typ == wire.MsgReplace {
+			err = sess.replace(fds)
+			reply := wire.EncodeEmptyReply(h)
+			if err != nil {
+				reply = wire.EncodeError(h, err)
+			}
+			wire.WriteMessage(sess.conn, reply, nil)
+			continue
+		}
+		wire.CloseFDs(fds) // no other request after hello carries descriptors
+		if err == nil && h.Status == wire.RequestRetried && h.Seq == sess.lastSeq {
+			continue // answered already: this server read it before the client learnt of the restart
+		}
+		var reply []byte
+		if err == nil && h.Typ == wire.MsgHello {
+			err = fmt.Errorf("%w: hello sent twice", core.ErrInvalidValue)
+		}
+		if err == nil && sess.client() == nil && h.Typ != wire.MsgStats && h.Typ != wire.MsgInfo {
+			err = fmt.Errorf("%w: %s needs a client session; this is a monitor", core.ErrInvalidValue, h.Typ)
+		}
+		var replyFDs []int
+		if err == nil {
+			reply, replyFDs, err = sess.dispatch(h, req)
+		}
+		sess.lastSeq = h.Seq
+		if err != nil {
+			reply = wire.EncodeError(h, err)
+		}
+		werr := wire.WriteMessage(sess.conn, reply, replyFDs)
+		wire.CloseFDs(replyFDs) // sent: the peer has its own copies
+		if werr != nil {
+			return
+		}
+	}
+}
+
+// dispatch answers one request; a reply may carry descriptors.
+func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
+	switch r := req.(type) {
+	case wire.AllocRequest:
+		id, err := sess.alloc(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return wire.EncodeU64Reply(h, id), nil, nil
+	case wire.RangeRequest:
+		if h.Typ == wire.MsgFree {
+			err := sess.free(uintptr(r.Addr))
+			if err != nil && h.Status == wire.RequestRetried && sess.ranges.Load().lookup(uintptr(r.Addr)) == nil {
+				err = nil // the server before this one freed it, and died before it could answer
+			}
+			return wire.EncodeEmptyReply(h), nil, err
+		}
+		if h.Typ != wire.MsgRangeAttrs {
+			break
+		}
+		a, err := sess.rangeAttributes(uintptr(r.Addr), uintptr(r.Length))
+		if err != nil {
+			return nil, nil, err
+		}
+		return wire.EncodeRangeAttrsReply(h, a), nil, nil
+	case wire.PrefetchRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.prefetch(uintptr(r.Addr), uintptr(r.Length), core.Device(r.Dst))
+	case wire.DeviceCopyRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.deviceCopy(r)
+	case wire.AdviseRequest:
+		err := sess.advise(uintptr(r.Addr), uintptr(r.Length), core.Advice(r.Advice), core.Device(r.Device))
+		if err == nil {
+			sess.record(AdviseRecord(wire.EncodeAdvise(0, r)))
+		}
+		return wire.EncodeEmptyReply(h), nil, err
+	case wire.StatsRequest:
+		st, err := sess.statsFor(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, _ := json.Marshal(st)
+		return wire.EncodeStringReply(h, string(b)), nil, nil
+	case struct{}: // info
+		return wire.EncodeStringReply(h, sess.srv.infoJSON()), nil, nil
+	case wire.DeviceConnectRequest:
+		if h.Typ == wire.MsgDeviceFile {
+			return sess.deviceFileReply(h, core.Device(r.Device))
+		}
+		fd, err := sess.deviceConnect(core.Device(r.Device))
+		if err != nil {
+			return nil, nil, err
+		}
+		return wire.EncodeEmptyReply(h), []int{fd}, nil
+	}
+	return nil, nil, fmt.Errorf("%w: %s is not a request a client may send", core.ErrInvalidValue, h.Typ)
+}
+
+// alloc registers a range the client has mapped from its host file at
+// offset == address.
+func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
+	mr, err := sess.newRange(r)
+	if err != nil {
+		return 0, err
+	}
+	start, length := mr.start, mr.length
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	// The kernel gave this address to a new mapping, so any range still
+	// recorded there was unmapped without a free: it is stale.
+	for _, old := range sess.ranges.Load().overlapping(start, length) {
+		sess.freeRangeLocked(old, false)
+	}
+	sess.nextID++
+	mr.id = sess.nextID
+	// Publish before registering: a stale fault message that names this
+	// address once it is registered must find the range, not be taken
+	// for a stray and poisoned.
+	sess.ranges.Store(sess.ranges.Load().with(mr))
+	if _, err := sess.client().uffd.Register(start, length, core.HostViewMode); err != nil {
+		sess.ranges.Store(sess.ranges.Load().without(mr))
+		mr.releaseReservation()
+		return 0, fmt.Errorf("%w: register %#x+%d with userfaultfd (is it mapped from the host file at offset == address?): %v", core.ErrInvalidValue, start, length, err)
+	}
+	if err := sess.mapInDevices(mr); err != nil {
+		sess.freeRangeLocked(mr, false)
+		return 0, err
+	}
+	sess.record(AllocRecord(wire.EncodeAlloc(0, r)))
+	if r.Kind == core.KindManaged {
+		// sess.stats, not mr.stats: an allocation's counters retire into
+		// its session's when it is freed, and would count it twice.
+		for _, c := range []*core.Counters{sess.stats, sess.srv.Counters} {
+			c.Allocations.Add(1)
+			c.AllocatedBytes.Add(r.Size)
+		}
+	}
+	return mr.id, nil
+}
+
+// newRange makes the range an alloc request describes, reserving device
+// memory's capacity, without publishing or registering it.
+func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
+	prefetch := sess.srv.prefetch
+	if r.Prefetch != "" {
+		spec, err := policy.ParsePrefetchSpec(r.Prefetch)
+		if err != nil {
+			return nil, err
+		}
+		if prefetch, err = policy.NewPrefetchPolicy(spec); err != nil {
+			return nil, err
+		}
+	}
+	start, length := uintptr(r.Addr), uintptr(r.Length)
+	owner := core.HostLoc
+	if r.Kind == core.KindDevice {
+		d := core.Device(r.Device)
+		if d == core.CPU {
+			return nil, fmt.Errorf("%w: device memory on the CPU: use pinned host memory (HostAlloc)", core.ErrInvalidDevice)
+		}
+		if err := sess.srv.checkDevice(d, "device memory on"); err != nil {
+			return nil, err
+		}
+		// Device memory takes its capacity now, as cudaMalloc does,
+		// evicting managed pages if it must.
+		owner = core.LocationOf(d)
+		if err := (&mover{sess: sess}).reserve(owner, int64(length/core.PageSize)); err != nil {
+			if !errors.Is(err, core.ErrMemoryAllocation) {
+				err = fmt.Errorf("%w: %v", core.ErrMemoryAllocation, err)
+			}
+			return nil, fmt.Errorf("%s of device memory on device %d: %w", core.FormatSize(int64(length)), d, err)
+		}
+	}
+	return &managedRange{
+		sess: sess, start: start, fileOff: int64(start), length: length, size: int64(r.Size), flags: r.Flags,
+		kind: r.Kind, owner: owner,
+		prefetch: prefetch, trackPrefetch: r.TrackPrefetch || sess.srv.cfg.TrackPrefetchUse,
+		stats:  core.NewCounters(sess.srv.locations()),
+		blocks: make([]atomic.Pointer[block], (length+core.BlockSize-1)/core.BlockSize),
+		born:   time.Now(),
+	}, nil
+}
+
+// replace answers msgReplace: the sender takes this server's place.
+func (sess *session) replace(fds []int) error {
+	if len(fds) != 1 {
+		wire.CloseFDs(fds)
+		return fmt.Errorf("%w: replace carries %d descriptors, want 1 (the successor's socket)", core.ErrInvalidValue, len(fds))
+	}
+	if err := sess.srv.retire(fds[0]); err != nil {
+		wire.CloseFDs(fds)
+		return err
+	}
+	return nil
+}
+
+// findRange returns the range containing [addr, addr+length), which must
+// lie inside one allocation.
+func (sess *session) findRange(addr, length uintptr, what string) (*managedRange, error) {
+	r := sess.ranges.Load().lookup(addr)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s: address %#x is not managed memory of pid %d", core.ErrInvalidValue, what, addr, sess.pid)
+	}
+	if length > r.end()-addr {
+		return nil, fmt.Errorf("%w: %s: range %#x+%d runs past the end of the allocation %#x+%d", core.ErrInvalidValue, what, addr, length, r.start, r.length)
+	}
+	return r, nil
+}
+
+func (sess *session) free(addr uintptr) error {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	r := sess.ranges.Load().lookup(addr)
+	if r == nil {
+		return fmt.Errorf("%w: free %#x: not managed memory of pid %d", core.ErrInvalidValue, addr, sess.pid)
+	}
+	if r.start != addr {
+		return fmt.Errorf("%w: free %#x: not the start of the allocation at %#x", core.ErrInvalidValue, addr, r.start)
+	}
+	sess.auditPrefetch(r, true)
+	sess.freeRangeLocked(r, true)
+	sess.record(FreeRecord(addr))
+	return nil
+}
+
+// freeRangeLocked releases everything a range holds. sess.mu is held.
+// With wake, threads blocked in faults on the range are woken so that
+// they retry against the (unmapped) range and fail as the program's bug
+// deserves, instead of waiting forever.
+func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
+	if r.freed.Load() {
+		return
+	}
+	sess.noteFreed(r.start, r.end())
+	sess.ranges.Store(sess.ranges.Load().without(r))
+	resident := make([]int64, sess.srv.locations())
+	for i := range r.blocks {
+		b := r.blocks[i].Load()
+		if b == nil {
+			continue
+		}
+		b.mu.Lock()
+		r.freed.Store(true)
+		for l := range b.resident {
+			resident[l] += int64(b.resident[l].Count())
+			sess.srv.lrus[l].remove(b)
+		}
+		if n := b.prefetchPending.Count(); n > 0 {
+			r.stats.Unused.Add(uint64(n))
+			sess.srv.Counters.Unused.Add(uint64(n))
+		}
+		b.mu.Unlock()
+	}
+	r.freed.Store(true)
+	sess.srv.hostPages.Add(-resident[core.HostLoc])
+	sess.stats.AddFrom(r.stats)
+	if err := sess.host.Punch(r.fileOff, int64(r.length)); err != nil {
+		sess.srv.logger.Printf("free %#x: %v", r.start, err)
+	}
+	sess.filesMu.Lock()
+	files := append([]*devmem.File(nil), sess.devFiles...)
+	sess.filesMu.Unlock()
+	for d, f := range files {
+		if f == nil {
+			continue
+		}
+		if err := f.Punch(r.fileOff, int64(r.length)); err != nil {
+			sess.srv.logger.Printf("free %#x on device %d: %v", r.start, d, err)
+		}
+		if r.kind != core.KindDevice {
+			sess.srv.arenas[d].Release(resident[d+1])
+		}
+	}
+	r.releaseReservation()
+	if wake {
+		// Threads of every view blocked on the range retry and fail.
+		for l := range sess.views {
+			if v := sess.viewRef(core.Location(l)); v != nil {
+				_ = v.uffd.Wake(r.start, r.length) // ENOENT and ESRCH are fine: nobody waits
+				v.release()
+			}
+		}
+		sess.unmapInDevices(r)
+	}
+}
+
+// deviceFile returns the session's location file on device d, creating
+// it on first use.
+func (sess *session) deviceFile(d int) (*devmem.File, error) {
+	sess.filesMu.Lock()
+	defer sess.filesMu.Unlock()
+	if sess.devFiles == nil {
+		sess.devFiles = make([]*devmem.File, len(sess.srv.arenas))
+	}
+	if f := sess.devFiles[d]; f != nil {
+		return f, nil
+	}
+	f, err := sess.srv.arenas[d].NewFile(fmt.Sprintf("softuvm-dev%d-pid%d", d, sess.pid))
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %d file: %v", core.ErrMemoryAllocation, d, err)
+	}
+	sess.devFiles[d] = f
+	sess.srv.guard.send(GuardLocMsg(GuardFile, sess.id, core.LocationOf(core.Device(d))), f.Fd())
+	return f, nil
+}
+
+func (sess *session) deviceFileBytes() []int64 {
+	out := make([]int64, len(sess.srv.arenas))
+	sess.filesMu.Lock()
+	defer sess.filesMu.Unlock()
+	for d, f := range sess.devFiles {
+		if f != nil {
+			out[d], _ = f.AllocatedBytes()
+		}
+	}
+	return out
+}
+
+// endSession tears a session down: stops its handlers, frees its ranges,
+// closes its files, and only then removes it from the server's table, so
+// that a session that is gone from the table holds nothing any more.
+func (s *Server) endSession(sess *session) {
+	close(sess.remaps.quit)
+	// Device processes first: they map the client's ranges.
+	for l := len(sess.views) - 1; l >= 0; l-- {
+		if v := sess.views[l].Load(); v != nil {
+			sess.detach(v)
+		}
+	}
+	sess.mu.Lock()
+	for _, r := range sess.ranges.Load().ranges {
+		sess.freeRangeLocked(r, false)
+	}
+	sess.mu.Unlock()
+	if sess.host != nil {
+		sess.host.Close()
+	}
+	sess.filesMu.Lock()
+	for _, f := range sess.devFiles {
+		if f != nil {
+			f.Close()
+		}
+	}
+	sess.devFiles = nil
+	sess.filesMu.Unlock()
+	if sess.role == wire.RoleClient {
+		s.guard.send(GuardIDMsg(GuardEnd, sess.id))
+	}
+	s.sessionsMu.Lock()
+	delete(s.sessions, sess.id)
+	n := len(s.sessions)
+	s.sessionsMu.Unlock()
+	if n == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (sess *session) info() config.SessionInfo {
+	in := config.SessionInfo{ID: sess.id, PID: sess.pid, Role: roleName(sess.role)}
+	for _, r := range sess.ranges.Load().ranges {
+		in.Allocations++
+		in.ManagedBytes += r.size
+	}
+	if sess.host != nil {
+		in.HostBytes, _ = sess.host.AllocatedBytes()
+	}
+	sess.faultCounts(&in)
+	return in
+}
+
+// counters sums the session's counters: its live ranges' (each passed to
+// prepare first, if given) and those that frees retired.
+func (sess *session) counters(prepare func(r *managedRange)) *core.Counters {
+	total := core.NewCounters(sess.srv.locations())
+	total.AddFrom(sess.stats)
+	for _, r := range sess.ranges.Load().ranges {
+		if prepare != nil {
+			prepare(r)
+		}
+		total.AddFrom(r.stats)
+	}
+	return total
+}
+
+func (sess *session) statsFor(r wire.StatsRequest) (core.Stats, error) {
+	switch r.Scope {
+	case wire.ScopeServer:
+		sess.srv.quiesce()
+		return sess.srv.Counters.Snapshot(), nil
+	case wire.ScopeSession:
+		return sess.counters(func(r *managedRange) {
+			sess.auditPrefetch(r, false)
+			r.quiesce()
+		}).Snapshot(), nil
+	}
+	mr := sess.ranges.Load().lookup(uintptr(r.Addr))
+	if mr == nil {
+		return core.Stats{}, fmt.Errorf("%w: stats: address %#x is not managed memory of pid %d", core.ErrInvalidValue, r.Addr, sess.pid)
+	}
+	sess.auditPrefetch(mr, false)
+	mr.quiesce()
+	return mr.stats.Snapshot(), nil
+}
+
+// remapped handles an mremap the client made of managed memory. Moving a
+// managed range is not supported: the old addresses are no longer mapped,
+// and faults at the new ones find no range and are poisoned, so touching
+// moved pages that were not on the host raises SIGBUS instead of reading
+// zeros.
+func (sess *session) remapped(from, to, length uintptr) {
+	sess.srv.logger.Printf("pid %d moved managed memory %#x+%d to %#x with mremap, which softuvm does not support: the moved pages are no longer managed", sess.pid, from, length, to)
+}
+
+func (sess *session) noteFreed(start, end uintptr) {
+	sess.freedMu.Lock()
+	sess.recentFrees[sess.nextFreed%len(sess.recentFrees)] = freedRange{start, end, time.Now()}
+	sess.nextFreed++
+	sess.freedMu.Unlock()
+}
+
+// freedSince reports whether addr lies in a range freed after read: a
+// fault message read at that time belongs to the range's life, not to a
+// touch of freed memory.
+func (sess *session) freedSince(addr uintptr, read time.Time) bool {
+	sess.freedMu.Lock()
+	defer sess.freedMu.Unlock()
+	for _, f := range sess.recentFrees {
+		if f.start <= addr && addr < f.end && !read.After(f.at) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/core"
+)
+
+// ListenAndServe runs a daemon on the socket at path until a SIGINT or
+// SIGTERM: `uvm serve`.
+func ListenAndServe(cfg config.ServerConfig, path string, ready func(*Server)) error {
+	srv, err := NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	l, err := ListenUnix(path)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	srv.setMode(ModeDaemon)
+	srv.KeepListener(l, path)
+	srv.handleReplaceSignal([]string{path})
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+			srv.Close()
+		case <-srv.Done():
+		}
+	}()
+	if ready != nil {
+		ready(srv)
+	}
+	return srv.Serve(l)
+}
+
+// listenUnix listens on path with owner-only permissions, in a directory
+// only the owner can enter. A socket file left by a dead server is
+// replaced; one a live server answers on is an error.
+func ListenUnix(path string) (*net.UnixListener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: socket directory %s: %v", core.ErrInitialization, dir, err)
+	}
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 && dir != os.TempDir() {
+		os.Chmod(dir, 0o700)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, err := net.Dial("unixpacket", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: a fault server already listens on %s", core.ErrInitialization, path)
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen on %s: %v", core.ErrInitialization, path, err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+		l.Close()
+		return nil, fmt.Errorf("%w: chmod %s: %v", core.ErrInitialization, path, err)
+	}
+	return l, nil
+}
+
+// dupCloexec returns a duplicate of f's descriptor that this process owns
+// (f may be closed), close-on-exec.
+func dupCloexec(f *os.File) (int, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		return -1, fmt.Errorf("%w: dup: %v", core.ErrInternal, err)
+	}
+	syscall.CloseOnExec(fd)
+	return fd, nil
+}

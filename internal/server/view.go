@@ -1,0 +1,411 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// view is one process's mapping of a session's managed ranges: the
+// client's (the host location, mapping the host file) or a device
+// process's (device d, mapping the session's file of device d). Each view
+// has its own userfaultfd, registered over every range, and its own
+// handler threads; a fault on a view is a fault by that view's processor.
+type view struct {
+	sess *session
+	loc  core.Location
+	pid  int
+	uffd *uffd.FD
+
+	// handlers serve the view's faults. They are stopped before uffd is
+	// closed. Written by watch and unwatch only.
+	handlers []*handler
+
+	// use is held for reading by anyone using uffd who is not one of the
+	// view's own handlers (a fault of another view write-protecting pages
+	// here, a prefetch), and for writing by detach before uffd is closed.
+	// Nobody holds it while waiting for a block lock.
+	use        sync.RWMutex
+	gone       bool // guarded by use
+	detachOnce sync.Once
+
+	// Device views: the server's requests to the device process (map and
+	// unmap ranges), one at a time; replies arrive on the connection's
+	// reader goroutine.
+	conn    *net.UnixConn
+	reqMu   sync.Mutex
+	replies chan []byte
+	seq     atomic.Uint32
+	// connDone is closed when the device process's connection ends, so
+	// that a request in flight fails at once instead of at its timeout
+	// (detach waits for it).
+	connDone chan struct{}
+
+	// Access counting (access.go): the code the counters know the view's
+	// process by (0: not counted), its minflt when it was attached, and
+	// where the next round of hint faults starts (the access loop's).
+	code        uint32
+	minfltStart uint64
+	hintCursor  uintptr
+}
+
+// deviceRequestTimeout bounds how long the server waits for a device
+// process to map or unmap a range before it gives up on the process.
+const deviceRequestTimeout = 10 * time.Second
+
+// connEnded reports whether a device view's process connection ended.
+func (v *view) connEnded() bool {
+	select {
+	case <-v.connDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// viewRef returns the live view of location l with its use lock held for
+// reading, or nil. The caller must call release.
+func (sess *session) viewRef(l core.Location) *view {
+	v := sess.views[l].Load()
+	if v == nil {
+		return nil
+	}
+	v.use.RLock()
+	if v.gone {
+		v.use.RUnlock()
+		return nil
+	}
+	return v
+}
+
+func (v *view) release() {
+	if v != nil {
+		v.use.RUnlock()
+	}
+}
+
+// detach takes a view away: no new user finds it, its handlers stop, the
+// users in flight finish, and its userfaultfd is closed. The data it held
+// stays in its location's file.
+func (sess *session) detach(v *view) {
+	// Both the end of the session and the end of a device's connection
+	// detach; the first does the work and the other waits for it.
+	v.detachOnce.Do(func() { sess.detachOnce(v) })
+}
+
+func (sess *session) detachOnce(v *view) {
+	sess.views[v.loc].CompareAndSwap(v, nil)
+	sess.srv.unwatch(v)
+	v.use.Lock()
+	v.gone = true
+	v.use.Unlock()
+	if v.loc != core.HostLoc {
+		sess.srv.guard.send(GuardLocMsg(GuardViewGone, sess.id, v.loc))
+	}
+	sess.srv.untrack(v)
+	v.uffd.Close()
+	if v.conn != nil {
+		wire.HangUpConn(v.conn)
+	}
+}
+
+// deviceConnect answers msgDeviceConnect: a socketpair whose other end the
+// client passes to the device process.
+func (sess *session) deviceConnect(d core.Device) (int, error) {
+	if d < 0 || int(d) >= len(sess.srv.arenas) {
+		return -1, sess.srv.checkDevice(d, "device process for")
+	}
+	local, remote, err := wire.SocketPair(fmt.Sprintf("softuvm-device-%d", d))
+	if err != nil {
+		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
+	}
+	go sess.serveDevice(core.LocationOf(d), local)
+	fd, err := dupCloexec(remote)
+	remote.Close()
+	return fd, err
+}
+
+// serveDevice runs the server's side of a device process's connection.
+func (sess *session) serveDevice(l core.Location, c *net.UnixConn) {
+	srv := sess.srv
+	v, err := sess.attachDevice(l, c)
+	if err != nil {
+		if !errors.Is(err, wire.ErrPeerGone) {
+			srv.logger.Printf("pid %d device %d: %v", sess.pid, l.Device(), err)
+		}
+		c.Close()
+		return
+	}
+	sess.readDeviceReplies(v)
+}
+
+// readDeviceReplies reads a device process's replies until it goes
+// away, then detaches its view.
+func (sess *session) readDeviceReplies(v *view) {
+	buf := make([]byte, wire.MaxMessageSize)
+	for {
+		b, fds, err := wire.ReadMessage(v.conn, buf)
+		wire.CloseFDs(fds)
+		if err != nil {
+			break
+		}
+		select {
+		case v.replies <- append([]byte(nil), b...):
+		default:
+			sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, v.loc.Device())
+		}
+	}
+	close(v.connDone)
+	sess.detach(v)
+}
+
+func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, error) {
+	srv := sess.srv
+	buf := make([]byte, wire.MaxMessageSize)
+	b, fds, err := wire.ReadMessage(c, buf)
+	if err != nil {
+		return nil, err
+	}
+	h, req, err := wire.ParseRequest(b)
+	dh, ok := req.(wire.DeviceHelloRequest)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: first message of a device process is %s, want device hello", core.ErrInvalidValue, h.Typ)
+	}
+	if err == nil && (len(fds) != 1 || core.Location(dh.Device+1) != l) {
+		err = fmt.Errorf("%w: device hello for device %d with %d descriptors, want device %d and 1", core.ErrInvalidValue, dh.Device, len(fds), l.Device())
+	}
+	if err != nil {
+		wire.CloseFDs(fds)
+		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+		return nil, err
+	}
+	u := uffd.NewFD(fds[0])
+	if _, err := u.Handshake(srv.features & core.WantedFeatures); err != nil {
+		u.Close()
+		err = fmt.Errorf("%w: userfaultfd handshake of device %d: %v", core.ErrInitialization, l.Device(), err)
+		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+		return nil, err
+	}
+	// The device maps every location's file: its own over its ranges,
+	// the others' where it maps remotely.
+	fds = fds[:0]
+	for loc := range sess.views {
+		f, err := sess.file(core.Location(loc))
+		if err != nil {
+			u.Close()
+			wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+			return nil, err
+		}
+		fds = append(fds, f.Fd())
+	}
+	v := &view{sess: sess, loc: l, pid: int(dh.Pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{})}
+
+	// The range table is frozen while the device maps it: an allocation
+	// meanwhile would be missed.
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if old := sess.views[l].Load(); old != nil {
+		u.Close()
+		err := fmt.Errorf("%w: device %d of pid %d already has a process (pid %d)", core.ErrInvalidValue, l.Device(), sess.pid, old.pid)
+		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+		return nil, err
+	}
+	runs, err := sess.layoutFor(l)
+	if err == nil {
+		err = wire.WriteMessage(c, wire.EncodeLayoutReply(h, wire.Layout{Runs: runs, MinorRemote: srv.Access.user}), fds)
+	}
+	if err != nil {
+		u.Close()
+		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+		return nil, err
+	}
+	// The device maps and registers its layout and says so. sess.mu is
+	// held meanwhile, so a device that never answers must not hold every
+	// allocation of its client up.
+	c.SetReadDeadline(time.Now().Add(deviceRequestTimeout))
+	b, fds, err = wire.ReadMessage(c, buf)
+	c.SetReadDeadline(time.Time{})
+	wire.CloseFDs(fds)
+	if err == nil {
+		h, req, err = wire.ParseRequest(b)
+		if _, ok := req.(wire.DeviceReadyRequest); err == nil && !ok {
+			err = fmt.Errorf("%w: device %d sent %s, want ready", core.ErrInvalidValue, l.Device(), h.Typ)
+		}
+	}
+	if err != nil {
+		u.Close()
+		return nil, err
+	}
+	if err := srv.watch(v); err != nil {
+		u.Close()
+		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
+		return nil, err
+	}
+	srv.guard.send(GuardViewMsg(sess.id, l, v.pid), wire.RawFD(c), u.Fd())
+	srv.track(v)
+	sess.views[l].Store(v)
+	// Published first, so that copies made from now on protect it too;
+	// the device runs no kernel before the reply.
+	sess.protectCopies(v)
+	if err := wire.WriteMessage(c, wire.EncodeEmptyReply(h), nil); err != nil {
+		sess.views[l].Store(nil)
+		srv.unwatch(v)
+		u.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// layoutFor computes what a new process of device l maps: each range
+// from its own file (or, for pinned host and device memory, the owner's),
+// then the runs policy wants mapped remotely. It records them as the
+// view's mappings. sess.mu is held, so the ranges stand still.
+func (sess *session) layoutFor(l core.Location) ([]wire.Mapping, error) {
+	var out []wire.Mapping
+	now := sess.srv.nowMicros()
+	for _, r := range sess.ranges.Load().ranges {
+		base := l
+		if f, ok := r.staticFile(l); ok {
+			base = f
+		}
+		out = append(out, wire.Mapping{Addr: uint64(r.start), Length: uint64(r.length), Loc: uint8(base)})
+		if r.kind != core.KindManaged {
+			if base != l {
+				r.countRemote(l, int(r.length/core.PageSize))
+			}
+			continue
+		}
+		for bi := range r.blocks {
+			b := r.blocks[bi].Load()
+			if b == nil {
+				continue
+			}
+			b.mu.Lock()
+			b.resetMaps(l)
+			o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*core.BlockSize}
+			for from := 0; ; {
+				first, outer, to, found := o.mismatch(l, from, now)
+				if !found {
+					break
+				}
+				b.setMapping(l, first, outer, to, false, sess.srv.locations())
+				out = append(out, wire.Mapping{Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, Loc: uint8(to)})
+				if to != l {
+					r.countRemote(l, outer-first)
+				}
+				from = outer
+			}
+			b.mu.Unlock()
+		}
+	}
+	if len(out) > wire.MaxMessageSize/20 {
+		return nil, fmt.Errorf("%w: device %d would map %d separate runs, more than one message holds; advise larger ranges", core.ErrNotSupported, l.Device(), len(out))
+	}
+	return out, nil
+}
+
+// protectCopies write-protects, in a new device view, every page with
+// several copies (read duplication), so that its writes fault.
+func (sess *session) protectCopies(v *view) {
+	for _, r := range sess.ranges.Load().ranges {
+		for bi := range r.blocks {
+			b := r.blocks[bi].Load()
+			if b == nil {
+				continue
+			}
+			b.mu.Lock()
+			dup := b.duplicated()
+			for p, q := dup.NextRun(0); p >= 0; p, q = dup.NextRun(q) {
+				addr := r.start + uintptr(bi)*core.BlockSize + uintptr(p)*core.PageSize
+				if err := v.uffd.WriteProtect(addr, uintptr(q-p)*core.PageSize, true, true); err != nil {
+					sess.srv.logger.Printf("pid %d device %d: protect copies at %#x: %v", sess.pid, v.loc.Device(), addr, err)
+				}
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// request asks the device process to act and waits for its reply.
+func (v *view) request(b []byte, typ wire.MsgType) error {
+	v.reqMu.Lock()
+	defer v.reqMu.Unlock()
+	return v.requestLocked(b, typ)
+}
+
+// requestLocked is request with v.reqMu held.
+func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
+	h, _, _ := wire.ParseHeader(b)
+	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
+		return fmt.Errorf("%w: device %d process: %v", core.ErrInternal, v.loc.Device(), err)
+	}
+	timeout := time.After(deviceRequestTimeout)
+	for {
+		select {
+		case reply := <-v.replies:
+			if rh, _, err := wire.ParseHeader(reply); err == nil && rh.Seq != h.Seq {
+				continue // answers a request of the server before this one
+			}
+			_, err := wire.ParseReply(reply, h)
+			return err
+		case <-v.connDone:
+			return fmt.Errorf("%w: device %d process (pid %d) went away", core.ErrInternal, v.loc.Device(), v.pid)
+		case <-timeout:
+			wire.HangUpConn(v.conn) // its reader ends and detaches the view
+			return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", core.ErrInternal, v.loc.Device(), v.pid, typ, deviceRequestTimeout)
+		}
+	}
+}
+
+// mapInDevices makes every device view map and register a new range.
+// sess.mu is held.
+func (sess *session) mapInDevices(r *managedRange) error {
+	for l := 1; l < len(sess.views); l++ {
+		v := sess.viewRef(core.Location(l))
+		if v == nil {
+			continue
+		}
+		loc := core.Location(l)
+		if f, ok := r.staticFile(loc); ok {
+			loc = f
+		}
+		err := v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), Loc: uint8(loc)}), wire.MsgDeviceMap)
+		v.release()
+		if err == nil && loc != core.Location(l) {
+			r.countRemote(core.Location(l), int(r.length/core.PageSize))
+		}
+		if err != nil {
+			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
+		}
+	}
+	return nil
+}
+
+// unmapInDevices makes every device view unmap a freed range; the device
+// process keeps the addresses reserved. sess.mu is held.
+func (sess *session) unmapInDevices(r *managedRange) {
+	for l := 1; l < len(sess.views); l++ {
+		if v := sess.viewRef(core.Location(l)); v != nil {
+			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap); err != nil {
+				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.start, r.length, l-1, err)
+			}
+			v.release()
+		}
+	}
+}
+
+// file returns location l's file for the session.
+func (sess *session) file(l core.Location) (*devmem.File, error) {
+	if l == core.HostLoc {
+		return sess.host, nil
+	}
+	return sess.deviceFile(int(l) - 1)
+}

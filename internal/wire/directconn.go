@@ -1,0 +1,134 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/internal/core"
+)
+
+// directConn is one end of a SOCK_SEQPACKET socket used with blocking
+// system calls, outside the Go runtime's network poller: the thread
+// waiting for a message is the one the kernel wakes when it arrives,
+// instead of a poller thread that then hands the message to a goroutine
+// on some other thread. A launch and synchronize is two such round trips
+// between the client and a device process, and on a small VM each
+// hand-off costs a cross-CPU wake-up (tens of microseconds).
+type DirectConn struct {
+	Fd     int
+	closed atomic.Bool
+}
+
+// newDirectConn takes f's descriptor (a SOCK_SEQPACKET socket) and makes
+// it blocking.
+func NewDirectConn(f *os.File) (*DirectConn, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("dup socket: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("make socket blocking: %w", err)
+	}
+	return &DirectConn{Fd: fd}, nil
+}
+
+// directSocketPair returns two connected sockets: this process's end as
+// a directConn, the other as a file to hand to a child.
+func DirectSocketPair(name string) (*DirectConn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return &DirectConn{Fd: fds[0]}, os.NewFile(uintptr(fds[1]), name), nil
+}
+
+// write sends one message.
+func (c *DirectConn) Write(b []byte) error { return c.WriteFDs(b, nil) }
+
+// writeFDs sends one message carrying descriptors.
+func (c *DirectConn) WriteFDs(b []byte, fds []int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = syscall.UnixRights(fds...)
+	}
+	for {
+		err := syscall.Sendmsg(c.Fd, b, oob, nil, syscall.MSG_NOSIGNAL)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		return nil
+	}
+}
+
+// read receives one message into buf, waiting at most timeout (0: no
+// limit). A closed peer is errPeerGone. Descriptors sent with it are
+// closed.
+func (c *DirectConn) Read(buf []byte, timeout time.Duration) ([]byte, error) {
+	b, fds, err := c.ReadFDs(buf, timeout)
+	CloseFDs(fds)
+	return b, err
+}
+
+// readFDs is read that returns the descriptors the message carries.
+func (c *DirectConn) ReadFDs(buf []byte, timeout time.Duration) ([]byte, []int, error) {
+	if timeout > 0 {
+		tv := syscall.NsecToTimeval(timeout.Nanoseconds())
+		if err := syscall.SetsockoptTimeval(c.Fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+			return nil, nil, fmt.Errorf("set receive timeout: %w", err)
+		}
+		defer syscall.SetsockoptTimeval(c.Fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{})
+	}
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	for {
+		n, oobn, flags, _, err := syscall.Recvmsg(c.Fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN && timeout > 0:
+			return nil, nil, fmt.Errorf("no message within %v", timeout)
+		case err != nil:
+			if c.closed.Load() || errors.Is(err, syscall.ECONNRESET) {
+				return nil, nil, ErrPeerGone
+			}
+			return nil, nil, fmt.Errorf("receive: %w", err)
+		}
+		var fds []int
+		if oobn > 0 {
+			if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+				for _, m := range msgs {
+					if got, rerr := syscall.ParseUnixRights(&m); rerr == nil {
+						fds = append(fds, got...)
+					}
+				}
+			}
+		}
+		switch {
+		case n == 0 && oobn == 0:
+			return nil, nil, ErrPeerGone
+		case flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
+			CloseFDs(fds)
+			return nil, nil, fmt.Errorf("%w: message truncated (over %d bytes or too many descriptors)", core.ErrInvalidValue, len(buf))
+		}
+		return buf[:n], fds, nil
+	}
+}
+
+// Close wakes a thread blocked reading (shutdown does, close does not)
+// and releases the descriptor.
+func (c *DirectConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	syscall.Shutdown(c.Fd, syscall.SHUT_RDWR)
+	return syscall.Close(c.Fd)
+}

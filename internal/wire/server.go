@@ -1,0 +1,7 @@
+package wire
+
+import (
+	"errors"
+)
+
+var ErrPeerGone = errors.New("peer closed the connection")
