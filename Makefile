@@ -68,9 +68,10 @@ test: build ## run every test (as root: userfaultfd is root-only here), then fuz
 # 15-25 s here.
 FUZZTIME ?= 300000x
 fuzz: ## fuzz the decoders of every peer, FUZZTIME each: requests (server, devices), replies (clients, server), the guard's messages
-	@for f in FuzzParseRequest FuzzParseReply FuzzGuardMessage; do \
-		echo "fuzz $$f for $(FUZZTIME)"; \
-		$(GO) test ./uvm -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for f in internal/wire:FuzzParseRequest internal/wire:FuzzParseReply internal/server:FuzzGuardMessage; do \
+		pkg=$${f%%:*}; fn=$${f#*:}; \
+		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
+		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
 bench: build ## run the Go benchmarks and `uvm bench` faults, launch, memcpy and access

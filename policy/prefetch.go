@@ -2,10 +2,8 @@ package policy
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/softuvm/softuvm/internal/core"
 )
@@ -13,6 +11,14 @@ import (
 // PrefetchContext is what a prefetch policy sees of one fault: the block
 // the fault landed in, seen from the processor that faulted.
 type PrefetchContext struct {
+	// Block is the block the fault landed in.
+	Block *Block
+	// Processor is the processor that faulted, and the destination.
+	Processor Processor
+	// Write reports that the first faulted page faulted on a write.
+	Write bool
+	// Now is the server's clock at the fault.
+	Now Clock
 	// Pages is the number of pages in the block: 512, or fewer for the
 	// last block of a range that does not end on a 2 MiB boundary.
 	Pages int
@@ -32,8 +38,15 @@ type PrefetchContext struct {
 }
 
 // PrefetchPolicy decides which pages of a block to bring to the faulting
-// processor along with the pages that faulted. It runs on the fault path
-// with the block locked: it must not block and should not allocate.
+// processor along with the pages that faulted.
+//
+// Concurrency: the server makes one instance per range (WithPrefetch) or
+// one for the whole server, and calls Expand from every fault handler at
+// once, each with the lock of the context's block held, so two calls for
+// the same block never overlap but calls for different blocks do. Expand
+// must be safe for concurrent use (keep no state, or lock it yourself),
+// must not block, must not call back into the server, and should not
+// allocate: it is on the path of every fault.
 type PrefetchPolicy interface {
 	// Name identifies the policy in statistics, as its spec string.
 	Name() string
@@ -125,72 +138,25 @@ func NewPrefetchPolicy(spec PrefetchSpec) (PrefetchPolicy, error) {
 	return factory(arg)
 }
 
-var prefetchRegistry struct {
-	sync.RWMutex
-	factories map[string]func(arg string) (PrefetchPolicy, error)
-}
+var prefetchRegistry = newRegistry[func(arg string) (PrefetchPolicy, error)]("prefetch", "density[:PERCENT]", "window:PAGES", "none")
 
 // RegisterPrefetchPolicy makes a policy available by name to
-// ParsePrefetchSpec, flags and environment variables, so that a course
-// can plug in its own. Register it from an init function: the fault
-// server is a re-execution of the same program and must know it too.
+// ParsePrefetchSpec, the --prefetch flag, UVM_PREFETCH and WithPrefetch,
+// so that a course can plug in its own; factory gets what follows
+// "name:" in the spec. Register it from an init function: a private
+// fault server is a re-execution of the same program and must know it
+// too, and a daemon or a C program's server must be a binary that
+// registers it (see the policy package's documentation).
 func RegisterPrefetchPolicy(name string, factory func(arg string) (PrefetchPolicy, error)) error {
-	switch name {
-	case "", "density", "window", "none":
-		return fmt.Errorf("%w: prefetch policy name %q is reserved", core.ErrInvalidValue, name)
-	}
-	if strings.ContainsAny(name, ": \t") {
-		return fmt.Errorf("%w: prefetch policy name %q: must not contain ':' or spaces", core.ErrInvalidValue, name)
-	}
-	prefetchRegistry.Lock()
-	defer prefetchRegistry.Unlock()
-	if prefetchRegistry.factories == nil {
-		prefetchRegistry.factories = map[string]func(string) (PrefetchPolicy, error){}
-	}
-	if _, dup := prefetchRegistry.factories[name]; dup {
-		return fmt.Errorf("%w: prefetch policy %q registered twice", core.ErrInvalidValue, name)
-	}
-	prefetchRegistry.factories[name] = factory
-	return nil
+	return prefetchRegistry.register(name, factory, false)
 }
 
 func lookupPrefetchFactory(name string) (func(string) (PrefetchPolicy, error), bool) {
-	prefetchRegistry.RLock()
-	defer prefetchRegistry.RUnlock()
-	f, ok := prefetchRegistry.factories[name]
-	return f, ok
+	return prefetchRegistry.lookup(name)
 }
 
 // PrefetchPolicyNames lists the policies that can be chosen by name.
-func PrefetchPolicyNames() []string {
-	names := []string{"density[:PERCENT]", "window:PAGES", "none"}
-	prefetchRegistry.RLock()
-	var extra []string
-	for n := range prefetchRegistry.factories {
-		extra = append(extra, n)
-	}
-	prefetchRegistry.RUnlock()
-	sort.Strings(extra)
-	return append(names, extra...)
-}
-
-// NoPrefetch migrates only the pages that faulted.
-type NoPrefetch struct{}
-
-// WindowPrefetch brings the Pages pages that follow each faulted page,
-// within its block: the sequential read-ahead of a page cache.
-type WindowPrefetch struct{ Pages int }
-
-// DensityPrefetch is NVIDIA's tree-based prefetcher
-// (kernel-open/nvidia-uvm/uvm_perf_prefetch.c, compute_prefetch_region):
-// the pages of a 2 MiB block are the leaves of a binary tree; walking up
-// from a faulted page, the largest subtree in which more than Threshold
-// percent of the pages are resident on the faulting processor or faulted
-// is brought in whole. Before that, every 64 KiB big page that holds a
-// fault counts as fully faulted, so the smallest migration is a big page.
-// On the first touch of a block by its preferred location the whole block
-// is populated.
-type DensityPrefetch struct{ Threshold int }
+func PrefetchPolicyNames() []string { return prefetchRegistry.names() }
 
 // String renders the spec in the syntax ParsePrefetchSpec accepts.
 func (s PrefetchSpec) String() string {
@@ -206,67 +172,4 @@ func (s PrefetchSpec) String() string {
 		return DefaultPrefetch.String()
 	}
 	return s.Policy
-}
-
-func (NoPrefetch) Name() string { return "none" }
-
-func (NoPrefetch) Expand(*PrefetchContext) (m core.PageMask) { return m }
-
-func (w WindowPrefetch) Name() string { return "window:" + strconv.Itoa(w.Pages) }
-
-func (w WindowPrefetch) Expand(c *PrefetchContext) (m core.PageMask) {
-	for p := c.Faulted.NextSet(0); p >= 0; p = c.Faulted.NextSet(p + 1) {
-		m.FillRange(p+1, min(p+1+w.Pages, c.Pages))
-	}
-	return m
-}
-
-func (d DensityPrefetch) Name() string {
-	return PrefetchSpec{Policy: "density", Threshold: d.Threshold}.String()
-}
-
-func (d DensityPrefetch) Expand(c *PrefetchContext) (out core.PageMask) {
-	if !c.Populated && c.DestIsPreferred {
-		out.FillRange(0, c.Pages)
-		return out
-	}
-	tree := c.ResidentOnDest
-	tree.Or(&c.Faulted)
-	// Grow the fault granularity to big pages unless they thrash.
-	for first := 0; first < c.Pages; first += core.BigPagePages {
-		outer := min(first+core.BigPagePages, c.Pages)
-		if c.Faulted.CountRange(first, outer) > 0 && c.Thrashing.CountRange(first, outer) == 0 {
-			tree.FillRange(first, outer)
-		}
-	}
-	migrate := c.Faulted
-	migrate.AndNot(&c.Thrashing)
-	for p := migrate.NextSet(0); p >= 0 && p < c.Pages; p = migrate.NextSet(p + 1) {
-		first, outer := d.region(&tree, p, c.Pages)
-		out.FillRange(first, outer)
-		if first == 0 && outer == c.Pages {
-			break // the whole block is coming already
-		}
-	}
-	out.AndNot(&c.Thrashing)
-	return out
-}
-
-// region walks from leaf page up to the root and returns the last (that
-// is, largest) subtree dense enough to prefetch, clamped to the block.
-func (d DensityPrefetch) region(tree *core.PageMask, page, pages int) (first, outer int) {
-	first, outer = page, page+1
-	for size := 1; size <= core.PagesPerBlock; size <<= 1 {
-		lo := page &^ (size - 1)
-		hi := min(lo+size, pages)
-		if lo >= hi {
-			break
-		}
-		// NVIDIA's tree is sized to a power of two; its subregions are
-		// clamped to the real leaves, as here.
-		if tree.CountRange(lo, hi)*100 > (hi-lo)*d.Threshold {
-			first, outer = lo, hi
-		}
-	}
-	return first, outer
 }

@@ -156,7 +156,7 @@ func runInfo(args []string) error {
 }
 
 func printServer(kind, socket string, in uvm.Info) {
-	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch)
+	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s, eviction %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch, in.Eviction)
 	fmt.Printf("                features granted to clients: %s\n", in.Features)
 	fmt.Printf("                access counting: %s\n", in.AccessCounting)
 	c := in.CopyEngine

@@ -157,6 +157,7 @@ type serverFlags struct {
 	arenaSize    string
 	arenaBackend string
 	prefetch     string
+	eviction     string
 	handlers     string
 	track        bool
 	workers      int
@@ -182,6 +183,11 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
 	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa, or a comma list, one per device")
 	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(policy.PrefetchPolicyNames(), ", "))
+	eviction := base.Eviction
+	if eviction == "" {
+		eviction = policy.DefaultEviction
+	}
+	fs.StringVar(&f.eviction, "eviction", eviction, "eviction policy, which blocks leave a full device or the host over its budget: "+strings.Join(policy.EvictionNames(), ", "))
 	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
 	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
 	fs.IntVar(&f.workers, "device-workers", base.DeviceWorkers, "threads that run each device's kernels (0: one per CPU)")
@@ -222,6 +228,10 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
 		return cfg, fmt.Errorf("--prefetch: %w", err)
 	}
+	if _, err := policy.NewEviction(f.eviction); err != nil {
+		return cfg, fmt.Errorf("--eviction: %w", err)
+	}
+	cfg.Eviction = f.eviction
 	cfg.Handlers = config.HandlerPlacement(f.handlers)
 	cfg.TrackPrefetchUse = f.track
 	cfg.DeviceWorkers = f.workers

@@ -27,6 +27,7 @@ const (
 	EnvTrackPrefetch = "UVM_TRACK_PREFETCH"  // 1: track which prefetched pages get used
 	EnvWorkers       = "UVM_DEVICE_WORKERS"  // threads per device process (default: one per CPU)
 	EnvHostBudget    = "UVM_HOST_BUDGET"     // bytes of managed memory kept on the host (default: unbounded)
+	EnvEviction      = "UVM_EVICTION"        // lru (default), or a registered eviction policy
 	EnvThrashing     = "UVM_THRASHING"       // on (default), off, or settings: threshold=3,lapse=500us,...
 	EnvCopyThreads   = "UVM_COPY_THREADS"    // the copy engine's producer threads (default: calibrated)
 	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf, user or off
@@ -76,6 +77,10 @@ const (
 type ServerConfig struct {
 	Devices  []devmem.ArenaSpec  `json:"devices"`
 	Prefetch policy.PrefetchSpec `json:"prefetch"`
+	// Eviction names the policy that picks which blocks leave a full
+	// location: "lru" (the default, also ""), or "name[:arg]" of a policy
+	// given to policy.RegisterEviction.
+	Eviction string `json:"eviction,omitempty"`
 	Handlers HandlerPlacement    `json:"handlers"`
 	// TrackPrefetchUse makes allocations that do not choose track
 	// whether prefetched pages get used (see Stats.PrefetchedUsed).
@@ -289,6 +294,9 @@ func (c ServerConfig) Validate() error {
 	if _, err := policy.NewPrefetchPolicy(c.Prefetch); err != nil {
 		return err
 	}
+	if _, err := policy.NewEviction(c.Eviction); err != nil {
+		return err
+	}
 	switch c.Handlers {
 	case HandlersFollow, HandlersPerCPU, HandlersSingle:
 	default:
@@ -406,6 +414,12 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 			return fmt.Errorf("%w: %s=%q: want 1 to 1024 threads", core.ErrInvalidValue, EnvCopyThreads, v)
 		}
 		c.CopyProducers = n
+	}
+	if v := getenv(EnvEviction); v != "" {
+		if _, err := policy.NewEviction(v); err != nil {
+			return fmt.Errorf("%s: %w", EnvEviction, err)
+		}
+		c.Eviction = v
 	}
 	if v := getenv(EnvThrashing); v != "" {
 		t, err := policy.ParseThrashingSpec(v)

@@ -9,6 +9,7 @@ type Info struct {
 	Uptime       string           `json:"uptime"`
 	Features     string           `json:"userfaultfd_features"`
 	Prefetch     string           `json:"prefetch"`
+	Eviction     string           `json:"eviction"`
 	Handlers     HandlerPlacement `json:"handlers"`
 	HandlerCPUs  []int            `json:"handler_cpus"`
 	Guard        bool             `json:"guard"`

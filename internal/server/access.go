@@ -368,6 +368,7 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 		}
 		var moved atomic.Int64
 		err := r.eachBlockParallel(from, to-from, movers, s.nodeOf(l), func(o *mover, pages core.PageMask) error {
+			o.cause = policy.CauseCounters
 			now := s.nowMicros()
 			var want core.PageMask
 			for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
@@ -399,24 +400,25 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 	}
 }
 
-// counterMovable reports whether page p may migrate to location l on its
-// access counts: l reaches it remotely, and neither a preferred location
-// elsewhere nor a thrashing pin holds it where it is. The block's lock
-// is held.
+// counterMovable asks the access migration policy whether page p
+// migrates to location l on its access counts. Only managed memory ever
+// does. The block's lock is held.
 func (o *mover) counterMovable(l core.Location, p int, now int64) bool {
-	if o.r.kind != core.KindManaged || o.b.resident[l].Test(p) {
+	if o.r.kind != core.KindManaged {
 		return false
 	}
-	if m, known := o.mapsAt(l, p); !known || m == l {
-		return false
-	}
-	if o.pinnedAt(p, now) {
-		return false
+	m, known := o.mapsAt(l, p)
+	ap := policy.AccessPage{
+		Processor: l.Device(), Block: o.b.ref, Page: p,
+		Resident: o.b.resident[l].Test(p),
+		Remote:   known && m != l,
+		Pinned:   o.pinnedAt(p, now),
+		Now:      clock(now),
 	}
 	if adv := o.b.advice; adv != nil && adv.preferred[p] != 0 && core.Location(adv.preferred[p]-1) != l {
-		return false
+		ap.PreferredElsewhere = true
 	}
-	return true
+	return o.sess.srv.accessMigration.Movable(ap)
 }
 
 // armHints drops, in every device view, the page-table entries of up to

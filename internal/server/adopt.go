@@ -14,6 +14,7 @@ import (
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/device"
 	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -282,7 +283,7 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 				b.resident[l].Set(page % core.PagesPerBlock)
 				b.mu.Unlock()
 				if mr.kind == core.KindManaged {
-					srv.lrus[l].touch(blockRef{r: mr, i: bi, b: b})
+					srv.eviction.Arrived(b.ref, core.Location(l).Device(), 1, policy.CauseFault)
 				}
 				n++
 			}

@@ -1,22 +1,14 @@
 package server
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 )
-
-// lru orders one location's blocks by the last migration into them.
-type lru struct {
-	mu    sync.Mutex
-	order list.List // of *blockRef, front = least recent; guarded by mu
-	index map[*block]*list.Element
-}
 
 // blockRef names a block of a range.
 type blockRef struct {
@@ -33,7 +25,7 @@ const evictWait = time.Second
 // eviction destination. The block's lock is held.
 func evictBlock(v blockRef, from core.Location) int64 {
 	if v.r.freed.Load() || v.b.resident[from].Empty() {
-		v.r.sess.srv.lrus[from].remove(v.b)
+		v.r.sess.srv.eviction.Left(v.b.ref, from.Device())
 		return 0
 	}
 	return evictPages(v, from, v.b.resident[from])
@@ -55,7 +47,7 @@ func evictPages(v blockRef, from core.Location, pages core.PageMask) int64 {
 			return 0
 		}
 	}
-	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize}
+	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize, cause: policy.CauseEviction}
 	before := v.b.resident[from].Count()
 	// Read-duplicated pages with a copy elsewhere just lose this one.
 	dup := v.b.duplicated()
@@ -80,39 +72,6 @@ func evictPages(v blockRef, from core.Location, pages core.PageMask) int64 {
 	v.r.stats.Evicted[from].Add(uint64(evicted))
 	srv.Counters.Evicted[from].Add(uint64(evicted))
 	return evicted
-}
-
-func (l *lru) touch(ref blockRef) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.index == nil {
-		l.index = map[*block]*list.Element{}
-	}
-	if e := l.index[ref.b]; e != nil {
-		l.order.MoveToBack(e)
-		return
-	}
-	l.index[ref.b] = l.order.PushBack(&ref)
-}
-
-func (l *lru) remove(b *block) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e := l.index[b]; e != nil {
-		l.order.Remove(e)
-		delete(l.index, b)
-	}
-}
-
-// oldest returns up to n blocks, least recent first.
-func (l *lru) oldest(n int) []blockRef {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]blockRef, 0, n)
-	for e := l.order.Front(); e != nil && len(out) < n; e = e.Next() {
-		out = append(out, *e.Value.(*blockRef))
-	}
-	return out
 }
 
 // blockIndex is the mover's block's index in its range.
@@ -151,13 +110,18 @@ func (o *mover) reserve(dst core.Location, need int64) error {
 // could deadlock.
 func (o *mover) evict(from core.Location, want int64) (moved int64, busy bool) {
 	srv := o.sess.srv
+	var refs [16]*policy.Block
 	for round := 0; moved < want && round < 64; round++ {
-		victims := srv.lrus[from].oldest(16)
+		victims := srv.eviction.Victims(from.Device(), len(refs), refs[:0])
 		if len(victims) == 0 {
 			break
 		}
 		progress := false
-		for _, v := range victims {
+		for _, ref := range victims {
+			v, ok := ref.Owner().(blockRef)
+			if !ok || v.b.ref != ref {
+				continue // not one of this server's blocks: a policy's mistake
+			}
 			if moved >= want {
 				break
 			}

@@ -140,7 +140,7 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		}
 	}
 	extra := o.expand(l, m, faulted, &t)
-	o.fault = true
+	o.cause = policy.CauseFault
 	return o.moveTo(t, faulted, extra, p)
 }
 
@@ -157,13 +157,8 @@ func (o *mover) expand(l, m core.Location, faulted core.PageMask, t *target) cor
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p] == fileCode(m)
 	}
-	if th := b.thrash; th != nil && o.sess.srv.cfg.Thrashing.Enabled {
-		now := o.sess.srv.nowMicros()
-		for p := 0; p < b.pages; p++ {
-			if th.pinnedTill[p] > now || int(th.count[p]) >= o.sess.srv.cfg.Thrashing.Threshold-1 {
-				ctx.Thrashing.Set(p)
-			}
-		}
+	if th := o.sess.srv.thrashing; th != nil && b.thrash != nil {
+		th.Avoid(b.thrash, b.pages, clock(o.sess.srv.nowMicros()), &ctx.Thrashing)
 	}
 	extra := o.r.prefetch.Expand(ctx)
 	extra.TrimTo(b.pages)
@@ -247,7 +242,7 @@ func (o *mover) servePending(p int) error {
 	// The destination's arena was charged by the reservation, the
 	// source's released by installPending.
 	rn := run{first: p, outer: p + 1, src: src, populated: populated}
-	o.fault = true
+	o.cause = policy.CauseFault
 	o.account(rn, one, landed, core.PageMask{})
 	return nil
 }
@@ -405,7 +400,7 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 		later := *fr // fr may be the handler's, reused for its next fault
 		later.waits++
 		later.noNap = later.waits > maxPinWaits
-		time.AfterFunc(time.Duration(srv.cfg.Thrashing.Nap), func() { sess.serveFaultMsg(v, nil, &later) })
+		time.AfterFunc(srv.thrashing.Nap(), func() { sess.serveFaultMsg(v, nil, &later) })
 		return
 	case err != nil:
 		op.failFault(addr, err)

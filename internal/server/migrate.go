@@ -8,6 +8,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/engine"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -41,9 +42,10 @@ type mover struct {
 	h       *handler
 	runBuf  []run   // reused for runs; nil allocates
 	holdBuf []*view // reused by holders
-	// fault marks moves a fault causes: the thrashing detector counts
-	// them, and not prefetches or evictions.
-	fault bool
+	// cause is why this mover moves pages: the thrashing detector
+	// counts only moves a fault causes, and the eviction policy is told.
+	// Zero for movers that move nothing of their own (remaps, audits).
+	cause policy.Cause
 }
 
 // retryAgain is how long an ioctl refused with EAGAIN (an mremap in
@@ -552,10 +554,14 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Location, speculati
 	}
 	b.resident[dst].Or(&done)
 	if rn.populated && b.resident[rn.src].Empty() {
-		srv.lrus[rn.src].remove(b)
+		srv.eviction.Left(b.ref, rn.src.Device())
 	}
 	if o.r.kind == core.KindManaged { // pinned and device memory are never evicted
-		srv.lrus[dst].touch(blockRef{r: o.r, i: o.blockIndex(), b: b})
+		cause := o.cause
+		if cause == 0 {
+			cause = policy.CauseAdvice
+		}
+		srv.eviction.Arrived(b.ref, dst.Device(), n, cause)
 	}
 	if dst == core.HostLoc {
 		srv.hostPages.Add(int64(n))
@@ -568,7 +574,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Location, speculati
 	} else {
 		o.r.stats.AddMigrated(rn.src, dst, n)
 		srv.Counters.AddMigrated(rn.src, dst, n)
-		if o.fault {
+		if o.cause == policy.CauseFault {
 			o.recordMigration(done, srv.nowMicros())
 		}
 	}
@@ -587,7 +593,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Location, speculati
 // residencyChanged asks the remapper to look at the block when device
 // mappings there depend on where pages live.
 func (o *mover) residencyChanged() {
-	if o.b.remoteMappable(o.sess.srv.nowMicros()) {
+	if o.b.remoteMappable(o.sess.srv.thrashing, o.sess.srv.nowMicros()) {
 		o.sess.enqueueRemap(o.r, o.blockIndex())
 	}
 }
@@ -595,8 +601,8 @@ func (o *mover) residencyChanged() {
 // remoteMappable reports whether a device may map another location's
 // file over some page of the block: it does, or advice or a pin may make
 // it. Blocks without are left alone by the remapper.
-func (b *block) remoteMappable(now int64) bool {
-	return b.maps != nil || (b.advice != nil && b.advice.remote) || (b.thrash != nil && b.thrash.pinnedMax > now)
+func (b *block) remoteMappable(th policy.Thrashing, now int64) bool {
+	return b.maps != nil || (b.advice != nil && b.advice.remote) || (b.thrash != nil && th != nil && th.PinnedUntil(b.thrash) > clock(now))
 }
 
 // prefetch moves [addr, addr+length) to dst, as cuMemPrefetchAsync does,
@@ -625,6 +631,7 @@ func (sess *session) prefetch(addr, length uintptr, dst core.Device) error {
 		movers = 1
 	}
 	err = r.eachBlockParallel(addr, length, movers, sess.srv.nodeOf(dl), func(o *mover, pages core.PageMask) error {
+		o.cause = policy.CausePrefetch
 		for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
 			o.b.lastPrefetch[p] = uint8(dl) + 1
 		}

@@ -1,6 +1,9 @@
 package server
 
-import "github.com/softuvm/softuvm/internal/core"
+import (
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+)
 
 // duplicate copies pages (populated somewhere, not at t.dst) to t.dst,
 // leaving the other copies in place, every mapping of each copy
@@ -28,7 +31,7 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 		srv.hostPages.Add(copied)
 	}
 	if copied > 0 {
-		srv.lrus[dst].touch(blockRef{r: o.r, i: o.blockIndex(), b: b})
+		srv.eviction.Arrived(b.ref, dst.Device(), int(copied), policy.CauseAdvice)
 		o.r.stats.ReadDuplicated[dst].Add(uint64(copied))
 		srv.Counters.ReadDuplicated[dst].Add(uint64(copied))
 		o.residencyChanged()
@@ -105,7 +108,7 @@ func (o *mover) collapseTo(keep core.Location, pages core.PageMask) {
 			srv.hostPages.Add(-int64(x.Count()))
 		}
 		if b.resident[l].Empty() {
-			srv.lrus[l].remove(b)
+			srv.eviction.Left(b.ref, core.Location(l).Device())
 		}
 	}
 	if !dropped {

@@ -328,7 +328,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Location) error 
 			return nil
 		}
 		b.mu.Lock()
-		if r.freed.Load() || sess.views[l].Load() != v || !b.remoteMappable(sess.srv.nowMicros()) {
+		if r.freed.Load() || sess.views[l].Load() != v || !b.remoteMappable(sess.srv.thrashing, sess.srv.nowMicros()) {
 			// Without remote advice, remote mappings or pins, every
 			// device maps its own file: nothing to do.
 			b.mu.Unlock()

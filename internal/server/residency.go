@@ -63,9 +63,12 @@ type block struct {
 	// maps[l] says which file device view l maps over each page, nil
 	// while it maps its own everywhere (remote.go).
 	maps []*viewMap
-	// thrash is the thrashing detector's state, nil until a fault moves
-	// a page of the block from one processor to another.
-	thrash *thrashState
+	// thrash is the thrashing policy's state of the block, nil until a
+	// fault moves a page of the block from one processor to another.
+	thrash any
+	// ref is the block as policies see it (policy.Block), made with the
+	// block.
+	ref *policy.Block
 }
 
 // rangeTable is an immutable, sorted snapshot of a session's ranges. Faults
@@ -85,6 +88,7 @@ func (r *managedRange) block(i int) *block {
 		return b
 	}
 	b := &block{pages: min(core.PagesPerBlock, r.pages()-i*core.PagesPerBlock), resident: make([]core.PageMask, r.sess.srv.locations())}
+	b.ref = policy.NewBlock(r.sess.id, r.start+uintptr(i)*core.BlockSize, b.pages, blockRef{r: r, i: i, b: b})
 	if r.blocks[i].CompareAndSwap(nil, b) {
 		return b
 	}

@@ -37,8 +37,11 @@ type Server struct {
 
 	cpus []int // where each session's handler threads go; -1 unpinned
 
-	lrus      []lru        // per location: blocks by last migration in
-	hostPages atomic.Int64 // pages resident on the host, all sessions
+	eviction  policy.Eviction  // which blocks leave a full location
+	thrashing policy.Thrashing // nil: thrashing detection is off
+	// accessMigration decides which counted pages migrate.
+	accessMigration policy.AccessMigration
+	hostPages       atomic.Int64 // pages resident on the host, all sessions
 
 	sessionsMu    sync.Mutex
 	sessions      map[uint64]*session // guarded by sessionsMu
@@ -147,7 +150,18 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		engine.Calibration()
 	}()
 	s.Counters = core.NewCounters(s.locations())
-	s.lrus = make([]lru, s.locations())
+	if s.eviction, err = policy.NewEviction(cfg.Eviction); err != nil {
+		s.closeArenas()
+		return nil, err
+	}
+	if s.thrashing, err = policy.NewThrashing(cfg.Thrashing); err != nil {
+		s.closeArenas()
+		return nil, err
+	}
+	if s.accessMigration, err = policy.NewAccessMigration(cfg.ParsedAccessPolicy()); err != nil {
+		s.closeArenas()
+		return nil, err
+	}
 	if s.cpus, err = s.handlerCPUs(); err != nil {
 		return nil, err
 	}
@@ -359,7 +373,7 @@ func (s *Server) SessionCount() int {
 func (s *Server) Info() config.Info {
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
-		Features: s.features.String(), Prefetch: s.prefetch.Name(), Handlers: s.cfg.Handlers,
+		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Handlers: s.cfg.Handlers,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
 		VMStat: vmstatSince(s.vmstatStart),

@@ -441,7 +441,9 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		r.freed.Store(true)
 		for l := range b.resident {
 			resident[l] += int64(b.resident[l].Count())
-			sess.srv.lrus[l].remove(b)
+			if !b.resident[l].Empty() {
+				sess.srv.eviction.Left(b.ref, core.Location(l).Device())
+			}
 		}
 		if n := b.prefetchPending.Count(); n > 0 {
 			r.stats.Unused.Add(uint64(n))

@@ -22,6 +22,10 @@ import (
 // kernel resolves, and the counters see it. A 64 KiB region whose count
 // for a processor reaches Threshold migrates to it.
 type AccessPolicy struct {
+	// Migration names the policy that decides which counted pages
+	// migrate: "threshold" (the default, also "") or a policy given to
+	// RegisterAccessMigration.
+	Migration string `json:"migration,omitempty"`
 	// Hints arms hint faults and migrates on threshold crossings; off,
 	// the counters only count.
 	Hints bool `json:"hints"`
@@ -59,7 +63,7 @@ var DefaultAccessPolicy = AccessPolicy{
 
 // ParseAccessPolicy reads "on" (the defaults), "off" (count only: no hint
 // faults, no migration), or a comma list of key=value settings over the
-// defaults: hints (on/off), threshold, period, sample (a size), decay,
+// defaults: migration (a policy's name), hints (on/off), threshold, period, sample (a size), decay,
 // anatomy (one fault in N sampled; 0 none).
 func ParseAccessPolicy(s string) (AccessPolicy, error) {
 	a := DefaultAccessPolicy
@@ -73,10 +77,15 @@ func ParseAccessPolicy(s string) (AccessPolicy, error) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return a, fmt.Errorf("%w: access policy setting %q: want key=value (hints, threshold, period, sample, decay, anatomy), on or off", core.ErrInvalidValue, kv)
+			return a, fmt.Errorf("%w: access policy setting %q: want key=value (migration, hints, threshold, period, sample, decay, anatomy), on or off", core.ErrInvalidValue, kv)
 		}
 		var err error
 		switch k {
+		case "migration":
+			if _, ok := accessRegistry.lookup(v); !ok {
+				err = accessRegistry.unknown(v)
+			}
+			a.Migration = v
 		case "hints":
 			switch v {
 			case "on":
@@ -102,7 +111,7 @@ func ParseAccessPolicy(s string) (AccessPolicy, error) {
 				}
 			}
 		default:
-			return a, fmt.Errorf("%w: access policy setting %q: unknown key %q (want hints, threshold, period, sample, decay or anatomy)", core.ErrInvalidValue, kv, k)
+			return a, fmt.Errorf("%w: access policy setting %q: unknown key %q (want migration, hints, threshold, period, sample, decay or anatomy)", core.ErrInvalidValue, kv, k)
 		}
 		if err != nil {
 			return a, fmt.Errorf("%w: access policy setting %q: %v", core.ErrInvalidValue, kv, err)
@@ -116,7 +125,11 @@ func (a AccessPolicy) String() string {
 	if !a.Hints {
 		hints = "off"
 	}
-	return fmt.Sprintf("hints=%s,threshold=%d,period=%v,sample=%s,decay=%v,anatomy=%d",
+	prefix := ""
+	if a.Migration != "" && a.Migration != DefaultAccessMigration {
+		prefix = "migration=" + a.Migration + ","
+	}
+	return prefix + fmt.Sprintf("hints=%s,threshold=%d,period=%v,sample=%s,decay=%v,anatomy=%d",
 		hints, a.Threshold, time.Duration(a.Period), core.FormatSize(a.Sample), time.Duration(a.Decay), a.AnatomyEvery)
 }
 
@@ -135,4 +148,80 @@ func (a AccessPolicy) Validate() error {
 		return fmt.Errorf("%w: fault anatomy sampling 1 in %d: want 0 (none) or more", core.ErrInvalidValue, a.AnatomyEvery)
 	}
 	return nil
+}
+
+// AccessPage is a page of a region whose access count for a processor
+// reached the threshold, with what the server knows of it.
+type AccessPage struct {
+	// Processor is the processor whose count crossed the threshold.
+	Processor Processor
+	// Block and Page locate the page.
+	Block *Block
+	Page  int
+	// Resident reports that the page is on the processor already.
+	Resident bool
+	// Remote reports that the processor maps the page where it lies,
+	// another processor's memory (accessed-by advice, or a pin).
+	Remote bool
+	// Pinned reports that a thrashing pin holds the page in host memory.
+	Pinned bool
+	// PreferredElsewhere reports that the page's preferred location is
+	// another processor.
+	PreferredElsewhere bool
+	// Now is the server's clock.
+	Now Clock
+}
+
+// AccessMigration decides which pages the access counters migrate: when
+// a processor's count for a 64 KiB region reaches the threshold
+// (AccessPolicy.Threshold), the server asks about each page of the region
+// of managed memory and migrates those the policy wants to that
+// processor (delayed migration).
+//
+// Concurrency: one instance serves the whole server; Movable is called
+// from the access loop, with the page's block locked, for several blocks
+// at once. It must be safe for concurrent use, must not block, and must
+// not call back into the server.
+type AccessMigration interface {
+	// Name identifies the policy in the server's info.
+	Name() string
+	// Movable reports whether the page migrates to the processor.
+	Movable(p AccessPage) bool
+}
+
+var accessRegistry = newRegistry[func(spec AccessPolicy) (AccessMigration, error)]("access migration", "threshold")
+
+// DefaultAccessMigration names the policy used when a spec names none.
+const DefaultAccessMigration = "threshold"
+
+func init() {
+	if err := accessRegistry.register(DefaultAccessMigration, func(AccessPolicy) (AccessMigration, error) {
+		return ThresholdMigration{}, nil
+	}, true); err != nil {
+		panic(err)
+	}
+}
+
+// RegisterAccessMigration makes an access-counter migration policy
+// available by name: an access policy "migration=NAME,..." selects it
+// (--access-policy, UVM_ACCESS_POLICY), and factory gets the spec.
+// Register it from an init function (see RegisterPrefetchPolicy for why).
+func RegisterAccessMigration(name string, factory func(spec AccessPolicy) (AccessMigration, error)) error {
+	return accessRegistry.register(name, factory, false)
+}
+
+// AccessMigrationNames lists the policies that can be chosen by name.
+func AccessMigrationNames() []string { return accessRegistry.names() }
+
+// NewAccessMigration builds the policy spec names.
+func NewAccessMigration(spec AccessPolicy) (AccessMigration, error) {
+	name := spec.Migration
+	if name == "" {
+		name = DefaultAccessMigration
+	}
+	f, ok := accessRegistry.lookup(name)
+	if !ok {
+		return nil, accessRegistry.unknown(name)
+	}
+	return f(spec)
 }

@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/softuvm/softuvm/internal/core"
+)
+
+// Eviction chooses which blocks leave a processor's memory when it is
+// full (a device's arena, or the host over its budget). The server tells
+// it where blocks' pages arrive and when a processor holds none of a
+// block any more; when it needs room on a processor it asks for victims,
+// best first, and moves every page of each victim away (a device's to the
+// host, the host's to the roomiest device) until it has enough.
+//
+// Concurrency: one instance serves the whole server. Arrived and Left are
+// called from every fault handler and mover at once, each with the lock
+// of the block in question held; Victims is called with the lock of the
+// block that needs the room held (that block is never evicted for itself,
+// and victims whose lock is held elsewhere are skipped). Every method must
+// be safe for concurrent use, must not block on anything but its own
+// short locks, and must not call back into the server.
+type Eviction interface {
+	// Name identifies the policy in the server's info, as its spec.
+	Name() string
+	// Arrived notes that pages of b now live on processor p, moved there
+	// for cause (or populated by a first touch, with CauseFault). Only
+	// managed memory is reported: device memory (Malloc) and pinned host
+	// memory are never evicted.
+	Arrived(b *Block, p Processor, pages int, cause Cause)
+	// Left notes that processor p holds no page of b any more (they moved
+	// away, or the block was freed: then Left is called for every
+	// processor that held some).
+	Left(b *Block, p Processor)
+	// Victims appends to out up to n blocks that have pages on processor
+	// p, the best victim first, and returns it. The blocks stay the
+	// policy's to track: the server calls Left for those it empties.
+	Victims(p Processor, n int, out []*Block) []*Block
+}
+
+var evictionRegistry = newRegistry[func(arg string) (Eviction, error)]("eviction", "lru")
+
+// DefaultEviction is the policy used when none is chosen.
+const DefaultEviction = "lru"
+
+func init() {
+	if err := evictionRegistry.register("lru", func(arg string) (Eviction, error) {
+		if arg != "" {
+			return nil, fmt.Errorf("%w: eviction policy \"lru:%s\": lru takes no argument", core.ErrInvalidValue, arg)
+		}
+		return NewLRU(), nil
+	}, true); err != nil {
+		panic(err)
+	}
+}
+
+// RegisterEviction makes an eviction policy available by name to the
+// --eviction flag, UVM_EVICTION and ServerConfig.Eviction; factory gets
+// what follows "name:" in the spec. Register it from an init function
+// (see RegisterPrefetchPolicy for why).
+func RegisterEviction(name string, factory func(arg string) (Eviction, error)) error {
+	return evictionRegistry.register(name, factory, false)
+}
+
+// EvictionNames lists the eviction policies that can be chosen by name.
+func EvictionNames() []string { return evictionRegistry.names() }
+
+// ValidateEviction checks that spec ("name" or "name:arg") names a known
+// policy, without building it.
+func ValidateEviction(spec string) error {
+	name, _, _ := strings.Cut(spec, ":")
+	if name == "" {
+		return nil
+	}
+	if _, ok := evictionRegistry.lookup(name); !ok {
+		return evictionRegistry.unknown(spec)
+	}
+	return nil
+}
+
+// NewEviction builds the eviction policy spec names ("" is the default).
+func NewEviction(spec string) (Eviction, error) {
+	if spec == "" {
+		spec = DefaultEviction
+	}
+	name, arg, _ := strings.Cut(spec, ":")
+	f, ok := evictionRegistry.lookup(name)
+	if !ok {
+		return nil, evictionRegistry.unknown(spec)
+	}
+	return f(arg)
+}

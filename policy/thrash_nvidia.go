@@ -1,0 +1,93 @@
+package policy
+
+import "time"
+
+// NvidiaThrashing is the thrashing detector of NVIDIA's driver
+// (kernel-open/nvidia-uvm/uvm_perf_thrashing.c): a page that a fault
+// moves Threshold times in a row, each move within Lapse of the one
+// before, thrashes. Its next fault is throttled (the processor waits a
+// Nap); after PinThreshold throttles, a page whose preferred location is
+// the host (or none) is pinned there for Pin, and devices map it
+// remotely. Throttles are forgotten after Epoch without a move.
+type NvidiaThrashing struct {
+	Spec ThrashingSpec
+}
+
+// nvidiaBlock is one block's detector state. Times are the server's clock
+// in microseconds (0: never).
+type nvidiaBlock struct {
+	last       [PagesPerBlock]int64
+	count      [PagesPerBlock]uint8
+	throttles  [PagesPerBlock]uint8
+	pinnedTill [PagesPerBlock]int64
+	pinnedMax  int64 // the latest pinnedTill: no page is pinned after it
+}
+
+func (n *NvidiaThrashing) Name() string { return "nvidia:" + n.Spec.String() }
+
+func (n *NvidiaThrashing) NewState() any { return &nvidiaBlock{} }
+
+func micros(c Clock) int64 { return c.Microseconds() }
+
+func (n *NvidiaThrashing) Migrated(state any, pages PageMask, now Clock) {
+	th := state.(*nvidiaBlock)
+	t := micros(now)
+	lapse := time.Duration(n.Spec.Lapse).Microseconds()
+	for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
+		if th.last[p] != 0 && t-th.last[p] <= lapse {
+			if th.count[p] < 255 {
+				th.count[p]++
+			}
+		} else {
+			th.count[p] = 1
+		}
+		th.last[p] = t
+	}
+}
+
+func (n *NvidiaThrashing) Check(state any, f ThrashFault) ThrashHint {
+	th := state.(*nvidiaBlock)
+	p, now := f.Page, micros(f.Now)
+	if th.pinnedTill[p] > now {
+		return ThrashPinned
+	}
+	if now-th.last[p] > time.Duration(n.Spec.Epoch).Microseconds() {
+		th.throttles[p] = 0
+	}
+	if int(th.count[p]) < n.Spec.Threshold || now-th.last[p] > time.Duration(n.Spec.Lapse).Microseconds() {
+		return ThrashNone
+	}
+	th.count[p] = 0
+	th.throttles[p]++
+	if int(th.throttles[p]) >= n.Spec.PinThreshold && f.HostPreferred {
+		th.throttles[p] = 0
+		th.pinnedTill[p] = now + time.Duration(n.Spec.Pin).Microseconds()
+		th.pinnedMax = max(th.pinnedMax, th.pinnedTill[p])
+		return ThrashPin
+	}
+	return ThrashThrottle
+}
+
+func (n *NvidiaThrashing) Pinned(state any, page int, now Clock) bool {
+	return state.(*nvidiaBlock).pinnedTill[page] > micros(now)
+}
+
+func (n *NvidiaThrashing) PinnedUntil(state any) Clock {
+	return Clock(state.(*nvidiaBlock).pinnedMax) * Clock(time.Microsecond)
+}
+
+// Avoid marks the pinned pages and those one move short of thrashing, as
+// NVIDIA's prefetcher leaves thrashing pages out of its regions.
+func (n *NvidiaThrashing) Avoid(state any, pages int, now Clock, out *PageMask) {
+	th := state.(*nvidiaBlock)
+	t := micros(now)
+	for p := 0; p < pages; p++ {
+		if th.pinnedTill[p] > t || int(th.count[p]) >= n.Spec.Threshold-1 {
+			out.Set(p)
+		}
+	}
+}
+
+func (n *NvidiaThrashing) Nap() time.Duration { return time.Duration(n.Spec.Nap) }
+
+func (n *NvidiaThrashing) PinDuration() time.Duration { return time.Duration(n.Spec.Pin) }
