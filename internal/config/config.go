@@ -80,8 +80,8 @@ type ServerConfig struct {
 	// Eviction names the policy that picks which blocks leave a full
 	// location: "lru" (the default, also ""), or "name[:arg]" of a policy
 	// given to policy.RegisterEviction.
-	Eviction string `json:"eviction,omitempty"`
-	Handlers HandlerPlacement    `json:"handlers"`
+	Eviction string           `json:"eviction,omitempty"`
+	Handlers HandlerPlacement `json:"handlers"`
 	// TrackPrefetchUse makes allocations that do not choose track
 	// whether prefetched pages get used (see Stats.PrefetchedUsed).
 	TrackPrefetchUse bool `json:"track_prefetch_use"`
