@@ -55,89 +55,205 @@ func faultRequestOf(m *uffd.Msg, started time.Time) faultRequest {
 	return fr
 }
 
-// serveFault resolves a fault of view o.fv on page p, bringing
-// prefetched pages along. The view maps some file over p (its own, or
-// another location's: a remote mapping), and the page is brought into
-// that file.
-func (o *mover) serveFault(p int, fr *faultRequest) error {
-	b := o.b
-	v := o.fv
-	l := v.loc
-	if o.r.kind == core.KindDevice && l == core.HostLoc {
-		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", core.ErrInvalidValue, o.r.owner.Device())
+// faultPlan is what the decision step says to do with a fault.
+type faultPlan int
+
+const (
+	planRefuse        faultPlan = iota + 1 // the host touched device memory: an error
+	planHint                               // a MINOR fault: the user-space counters' hint fault
+	planWaitMapping                        // defer: the view is being pointed at a file that holds the page
+	planPending                            // the view's mapping is changing: install through it and look
+	planWP                                 // a write to a write-protected page
+	planWake                               // the page is where the view maps it already: install a zero page, which wakes
+	planDuplicate                          // a read of a read-mostly page: copy it here, keep the others
+	planThrottle                           // the thrashing policy throttles the processor: defer
+	planPinToHost                          // pinned in host memory: bring it there, defer until the device maps it
+	planMigrateAnyway                      // pinned, but the device never mapped the host copy: migrate, and say so
+	planMigrate                            // migrate the page and what the prefetch policy adds
+)
+
+var planNames = [...]string{planRefuse: "refuse", planHint: "hint", planWaitMapping: "wait-mapping", planPending: "pending",
+	planWP: "write-protect", planWake: "wake", planDuplicate: "duplicate", planThrottle: "throttle",
+	planPinToHost: "pin-to-host", planMigrateAnyway: "migrate-anyway", planMigrate: "migrate"}
+
+func (p faultPlan) String() string {
+	if p > 0 && int(p) < len(planNames) {
+		return planNames[p]
 	}
-	if fr.kind == core.FaultMinor {
+	return fmt.Sprintf("plan(%d)", int(p))
+}
+
+// faultFacts is what the decision step asks about a fault of a view on a
+// page of a block. Each fact is computed when asked: some cost a look at
+// every location's residency, and thrashing tells the thrashing policy
+// about the fault, so the step asks them in the order and under the
+// conditions that make them relevant.
+type faultFacts interface {
+	hostOnDeviceMemory() bool // the range is device memory and the view is the host's
+	kind() core.FaultKind
+	write() bool
+	waitsLeft() bool // the fault may be deferred once more
+	noNap() bool     // the fault was throttled once already
+	// mapping is the location whose file the view maps over the page,
+	// and whether that is known (not changing).
+	mapping() (m core.Location, known bool)
+	ownFileHolds() bool // the view is being pointed at its own file, which holds the page
+	residentAt(loc core.Location) bool
+	viewLocation() core.Location
+	desiredFile() core.Location // where policy wants the view to map the page
+	source() (src core.Location, populated bool)
+	readMostly() bool
+	thrashing() thrashAction
+}
+
+// decideFault is the fault path's decision: from the fault, the block's
+// state and the policies' hints, what to do. It changes nothing but what
+// the thrashing policy records when asked.
+func decideFault(f faultFacts) faultPlan {
+	if f.hostOnDeviceMemory() {
+		return planRefuse
+	}
+	if f.kind() == core.FaultMinor {
 		// Only device views' remote mappings register MINOR faults: the
 		// user-space fallback's hint faults.
-		return o.serveHintFault(p)
+		return planHint
 	}
-	m, known := o.mapsAt(l, p)
+	m, known := f.mapping()
 	if !known {
-		if vm := b.maps[l]; fileOf(vm.file[p], l) == l && b.resident[l].Test(p) && fr.waits < maxPinWaits {
-			// The view is being pointed at its own file, which holds
-			// the page: the fault came through the old mapping. Wait
-			// for the new one rather than take the page back.
-			return errDeferred
+		if f.ownFileHolds() && f.waitsLeft() {
+			// The fault came through the old mapping: wait for the new
+			// one rather than take the page back.
+			return planWaitMapping
 		}
-		return o.servePending(p)
+		return planPending
 	}
-	if fr.kind == core.FaultWP {
-		return o.serveWP(p, m)
+	if f.kind() == core.FaultWP {
+		return planWP
 	}
-	if b.resident[m].Test(p) {
+	if f.residentAt(m) {
 		// Believed present in the file the view maps, but the view
-		// faulted: either a race with another handler (the page exists
-		// now: just wake) or the process punched it (MADV_REMOVE: it
-		// reads as zeros again).
-		_, _, err := o.install(v, installZero, p, p+1, nil, false)
+		// faulted: a race with another handler (the page exists now),
+		// or the process punched it (it reads as zeros again).
+		return planWake
+	}
+	l := f.viewLocation()
+	if m != l && f.residentAt(l) && f.waitsLeft() && f.desiredFile() == l {
+		// The page came to this processor (a delayed migration, a
+		// prefetch) while the view still maps where it was: taking it
+		// back would undo the move; wait for the remapper.
+		return planWaitMapping
+	}
+	src, populated := f.source()
+	if populated && !f.write() && f.readMostly() {
+		return planDuplicate
+	}
+	if populated && src != m && !f.noNap() {
+		switch f.thrashing() {
+		case thrashThrottle:
+			return planThrottle
+		case thrashPinned:
+			// Pinned in host memory: bring it there and wait for the
+			// device to map the host copy, unless policy keeps the
+			// device on its own file.
+			if m != core.HostLoc && f.desiredFile() == core.HostLoc {
+				if f.waitsLeft() {
+					return planPinToHost
+				}
+				return planMigrateAnyway
+			}
+		}
+	}
+	return planMigrate
+}
+
+// moverFacts answers faultFacts from a mover's block, for the fault fr
+// of view o.fv on page p. The block's lock is held.
+type moverFacts struct {
+	o   *mover
+	p   int
+	fr  *faultRequest
+	now int64 // the server's clock, read at the first fact that needs it
+}
+
+func (f *moverFacts) clock() int64 {
+	if f.now == 0 {
+		f.now = f.o.sess.srv.nowMicros()
+	}
+	return f.now
+}
+
+func (f *moverFacts) hostOnDeviceMemory() bool {
+	return f.o.r.kind == core.KindDevice && f.o.fv.loc == core.HostLoc
+}
+func (f *moverFacts) kind() core.FaultKind              { return f.fr.kind }
+func (f *moverFacts) write() bool                       { return f.fr.write }
+func (f *moverFacts) waitsLeft() bool                   { return f.fr.waits < maxPinWaits }
+func (f *moverFacts) noNap() bool                       { return f.fr.noNap }
+func (f *moverFacts) mapping() (core.Location, bool)    { return f.o.mapsAt(f.o.fv.loc, f.p) }
+func (f *moverFacts) residentAt(loc core.Location) bool { return f.o.b.resident[loc].Test(f.p) }
+func (f *moverFacts) viewLocation() core.Location       { return f.o.fv.loc }
+func (f *moverFacts) desiredFile() core.Location        { return f.o.desiredFile(f.o.fv.loc, f.p, f.clock()) }
+func (f *moverFacts) source() (core.Location, bool)     { return f.o.b.locationOfPage(f.p) }
+func (f *moverFacts) thrashing() thrashAction           { return f.o.checkThrashing(f.o.fv.loc, f.p, f.clock()) }
+func (f *moverFacts) ownFileHolds() bool {
+	l := f.o.fv.loc
+	return fileOf(f.o.b.maps[l].file[f.p], l) == l && f.o.b.resident[l].Test(f.p)
+}
+func (f *moverFacts) readMostly() bool {
+	adv := f.o.b.advice
+	return adv != nil && adv.readMostly.Test(f.p)
+}
+
+// serveFault resolves a fault of view o.fv on page p, bringing
+// prefetched pages along: it decides (decideFault), then carries the
+// plan out; account records what moved. The view maps some file over p
+// (its own, or another location's: a remote mapping), and the page is
+// brought into that file.
+func (o *mover) serveFault(p int, fr *faultRequest) error {
+	facts := moverFacts{o: o, p: p, fr: fr}
+	plan := decideFault(&facts)
+	switch plan {
+	case planRefuse:
+		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", core.ErrInvalidValue, o.r.owner.Device())
+	case planHint:
+		return o.serveHintFault(p)
+	case planWaitMapping, planThrottle:
+		return errDeferred
+	case planPending:
+		return o.servePending(p)
+	case planWP:
+		m, _ := o.mapsAt(o.fv.loc, p)
+		return o.serveWP(p, m)
+	case planWake:
+		_, _, err := o.install(o.fv, installZero, p, p+1, nil, false)
 		return err
 	}
-	now := o.sess.srv.nowMicros()
-	if m != l && b.resident[l].Test(p) && o.desiredFile(l, p, now) == l && fr.waits < maxPinWaits {
-		// The page came to this device (a delayed migration, a
-		// prefetch) while the view still maps where it was: the
-		// remapper is pointing the view at its own file. Taking the page
-		// back would undo the move; wait for the mapping instead.
-		return errDeferred
-	}
-	src, populated := b.locationOfPage(p)
+	l := o.fv.loc
+	m, _ := o.mapsAt(l, p)
 	var faulted core.PageMask
 	faulted.Set(p)
-	t := target{dst: m, via: v, mapped: o.pagesMapping(l, m)}
-	adv := b.advice
-	if populated && adv != nil && adv.readMostly.Test(p) && !fr.write {
+	t := target{dst: m, via: o.fv, mapped: o.pagesMapping(l, m)}
+	switch plan {
+	case planDuplicate:
 		extra := o.expand(l, m, faulted, &t)
-		extra.And(&adv.readMostly)
+		extra.And(&o.b.advice.readMostly)
 		var populatedPages core.PageMask
-		for x := range b.resident {
-			populatedPages.Or(&b.resident[x])
+		for x := range o.b.resident {
+			populatedPages.Or(&o.b.resident[x])
 		}
 		extra.And(&populatedPages)
 		faulted.Or(&extra)
 		return o.duplicate(t, faulted)
-	}
-	if populated && src != m && !fr.noNap {
-		switch o.checkThrashing(l, p, now) {
-		case thrashThrottle:
-			return errDeferred
-		case thrashPinned:
-			// Pinned in host memory: bring it there, and wait for the
-			// device to map the host copy (the remapper is on it), unless
-			// policy keeps the device on its own file (read-mostly pages
-			// are copied instead).
-			if m != core.HostLoc && o.desiredFile(l, p, now) == core.HostLoc {
-				if fr.waits < maxPinWaits {
-					host := o.ownTarget(core.HostLoc)
-					err := o.moveTo(host, faulted, core.PageMask{}, -1)
-					o.doneWith(host.via)
-					if err != nil {
-						return err
-					}
-					return errDeferred
-				}
-				o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l.Device(), o.pageAddr(p), maxPinWaits)
-			}
+	case planPinToHost:
+		host := o.ownTarget(core.HostLoc)
+		err := o.moveTo(host, faulted, core.PageMask{}, -1)
+		o.doneWith(host.via)
+		if err != nil {
+			return err
 		}
+		return errDeferred
+	case planMigrateAnyway:
+		o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l.Device(), o.pageAddr(p), maxPinWaits)
 	}
 	extra := o.expand(l, m, faulted, &t)
 	o.cause = policy.CauseFault

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/softuvm/softuvm/internal/core"
+)
+
+// fakeFacts answers the decision step from fields, and records which
+// facts it was asked: the thrashing policy must be consulted only where a
+// migration would follow.
+type fakeFacts struct {
+	deviceMemoryOnHost bool
+	faultKind          core.FaultKind
+	isWrite, lastWait  bool
+	napped             bool
+	m                  core.Location
+	unknown            bool // the view's mapping is changing
+	ownHolds           bool
+	resident           map[core.Location]bool
+	view               core.Location
+	desired            core.Location
+	src                core.Location
+	unpopulated        bool
+	mostlyRead         bool
+	thrash             thrashAction
+
+	askedThrashing bool
+}
+
+func (f *fakeFacts) hostOnDeviceMemory() bool        { return f.deviceMemoryOnHost }
+func (f *fakeFacts) kind() core.FaultKind            { return f.faultKind }
+func (f *fakeFacts) write() bool                     { return f.isWrite }
+func (f *fakeFacts) waitsLeft() bool                 { return !f.lastWait }
+func (f *fakeFacts) noNap() bool                     { return f.napped }
+func (f *fakeFacts) mapping() (core.Location, bool)  { return f.m, !f.unknown }
+func (f *fakeFacts) ownFileHolds() bool              { return f.ownHolds }
+func (f *fakeFacts) residentAt(l core.Location) bool { return f.resident[l] }
+func (f *fakeFacts) viewLocation() core.Location     { return f.view }
+func (f *fakeFacts) desiredFile() core.Location      { return f.desired }
+func (f *fakeFacts) source() (core.Location, bool)   { return f.src, !f.unpopulated }
+func (f *fakeFacts) readMostly() bool                { return f.mostlyRead }
+func (f *fakeFacts) thrashing() thrashAction         { f.askedThrashing = true; return f.thrash }
+
+// TestDecideFault covers every branch of the fault path's decision, as
+// serveFault had them before the decision was its own step. The faults
+// are device 0's (location 1) unless a case says otherwise; the page is on
+// the host (location 0) and the view maps device 0's own file.
+func TestDecideFault(t *testing.T) {
+	const host, dev0, dev1 = core.HostLoc, core.Location(1), core.Location(2)
+	base := func() fakeFacts {
+		return fakeFacts{faultKind: core.FaultMissing, m: dev0, view: dev0, desired: dev0, src: host, resident: map[core.Location]bool{host: true}}
+	}
+	cases := []struct {
+		name        string
+		change      func(*fakeFacts)
+		want        faultPlan
+		askThrashes bool
+	}{
+		{"host touches device memory", func(f *fakeFacts) { f.deviceMemoryOnHost = true; f.view, f.m = host, host }, planRefuse, false},
+		{"minor fault is a hint", func(f *fakeFacts) { f.faultKind = core.FaultMinor }, planHint, false},
+		{"mapping changing to the file that holds the page: wait", func(f *fakeFacts) { f.unknown, f.ownHolds = true, true }, planWaitMapping, false},
+		{"mapping changing, waited enough: pending", func(f *fakeFacts) { f.unknown, f.ownHolds, f.lastWait = true, true, true }, planPending, false},
+		{"mapping changing elsewhere: pending", func(f *fakeFacts) { f.unknown = true }, planPending, false},
+		{"write-protect fault", func(f *fakeFacts) { f.faultKind = core.FaultWP }, planWP, false},
+		{"already where the view maps: wake", func(f *fakeFacts) { f.resident[dev0] = true }, planWake, false},
+		{"came here while the view maps the old place: wait", func(f *fakeFacts) {
+			f.m, f.src = host, dev1
+			f.resident = map[core.Location]bool{dev0: true}
+		}, planWaitMapping, false},
+		{"came here, but policy wants it elsewhere: migrate", func(f *fakeFacts) {
+			f.m, f.src, f.desired = dev1, dev0, dev1
+			f.resident = map[core.Location]bool{dev0: true}
+		}, planMigrate, true},
+		{"read of a read-mostly page: duplicate", func(f *fakeFacts) { f.mostlyRead = true }, planDuplicate, false},
+		{"write of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.isWrite = true, true }, planMigrate, true},
+		{"first touch of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.unpopulated = true, true }, planMigrate, false},
+		{"thrashing: throttle", func(f *fakeFacts) { f.thrash = thrashThrottle }, planThrottle, true},
+		{"thrashing, napped once: migrate without asking", func(f *fakeFacts) { f.thrash, f.napped = thrashThrottle, true }, planMigrate, false},
+		{"pinned in host memory: bring it there and wait", func(f *fakeFacts) {
+			f.thrash, f.desired = thrashPinned, host
+			f.src, f.resident = dev1, map[core.Location]bool{dev1: true}
+		}, planPinToHost, true},
+		{"pinned, waited enough: migrate anyway", func(f *fakeFacts) {
+			f.thrash, f.desired, f.lastWait = thrashPinned, host, true
+			f.src, f.resident = dev1, map[core.Location]bool{dev1: true}
+		}, planMigrateAnyway, true},
+		{"pinned, but policy keeps the device on its own file: migrate", func(f *fakeFacts) { f.thrash = thrashPinned }, planMigrate, true},
+		{"pinned, the host faults: migrate", func(f *fakeFacts) {
+			f.thrash, f.view, f.m, f.desired = thrashPinned, host, host, host
+			f.src, f.resident = dev0, map[core.Location]bool{dev0: true}
+		}, planMigrate, true},
+		{"first touch: migrate (populate)", func(f *fakeFacts) { f.unpopulated, f.resident = true, map[core.Location]bool{} }, planMigrate, false},
+		{"ordinary fault: migrate", func(*fakeFacts) {}, planMigrate, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := base()
+			tc.change(&f)
+			if got := decideFault(&f); got != tc.want {
+				t.Errorf("decideFault = %v, want %v", got, tc.want)
+			}
+			if f.askedThrashing != tc.askThrashes {
+				t.Errorf("asked the thrashing policy: %v, want %v", f.askedThrashing, tc.askThrashes)
+			}
+		})
+	}
+}
