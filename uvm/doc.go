@@ -1,5 +1,7 @@
-// Package uvm is softuvm's unified memory: the fault server and the Go
-// client library.
+// Package uvm is softuvm's unified memory for Go programs: CUDA-style
+// managed memory, devices, kernels and streams, where the devices are CPU
+// processes and every fault is a real Linux fault served by a fault
+// server.
 //
 // A program calls MallocManaged and gets memory that is valid on the host
 // and, once devices run kernels, on every device. Its pages live in one
@@ -14,107 +16,75 @@
 //	x := b[0]               // fault: the page (and its neighbours) come back
 //	st, err := a.Stats()    // faults, migrations, prefetch, service time
 //
-// # Processes
+// # Main and sessions
 //
-// The faults of a client are served by another process, the fault server:
-// a Go fault handler cannot serve faults its own goroutines take (one
-// blocked in a fault inside memmove cannot be preempted, and the garbage
-// collector's stop-the-world would wait for it forever). A client uses a
-// daemon (`uvm serve`) when one listens on DefaultSocketPath, or starts a
-// private server by re-executing its own binary; this package's init
-// function runs the server in that process. The client hands the server
-// its userfaultfd and its host file over a Unix socket and keeps no copy
-// of the userfaultfd. The server starts a guard process that holds
-// duplicates of the userfaultfds: if the server dies, the guard turns the
-// clients' faults into SIGBUS with a message, instead of letting the
-// kernel fill the holes with zeros.
+// A program that launches kernels calls Main first in main: devices, and
+// a private fault server, are re-executions of the program's binary, and
+// Main (or this package's init function) runs them instead of the
+// program. A Session is the process's connection to a fault server;
+// Default connects on first use as the environment says (ConfigFromEnv:
+// UVM_SERVER, UVM_SOCKET), and the package-level functions (MallocManaged,
+// Prefetch, MemAdvise, Memcpy, Free, GetDeviceCount) use it. Connect takes
+// a Config: a daemon (`uvm serve`), a private server configured with a
+// ServerConfig, or whichever is there, and a Log file for what the
+// private server, its guard and the device processes write. Close frees
+// every allocation.
 //
-// # Files and views
+// # Memory
 //
-// Every location of a managed range has a file: the client's host file (a
-// memfd the client creates) and one file per device (created by the
-// server, its pages accounted to the device's arena). The page of address
-// a lives at offset a in each of them, so contiguous pages are contiguous
-// in every file and allocation needs no offset bookkeeping. The client
-// maps its host file over each range and the server registers the range
-// for MISSING faults (a hole: first touch, or the page lives on a device)
-// and write-protect faults (a page held still while it is copied away).
+// MallocManaged makes managed memory (WithPrefetch chooses its fault
+// prefetch policy, TrackPrefetchUse records which prefetched pages get
+// used, WithFlags sets AttachGlobal or AttachHost). Malloc makes device
+// memory, which only kernels reach; HostAlloc makes pinned host memory
+// that every device maps in place (HostGetDevicePointer), and
+// HostRegister turns a program's own page-aligned memory into such
+// memory. An Allocation gives its Addr, Bytes, Pointer and Size.
+// Memcpy and Memset copy between every kind, as cudaMemcpy (MemcpyKind);
+// PointerAttributes says what a pointer is.
 //
-// # The fault path
+// # Devices, kernels and streams
 //
-// Each session has a handler thread per CPU, pinned and blocked in
-// read(2) on its userfaultfd, so that a fault is served on the CPU that
-// took it (see uffd.Reader). A handler looks the address up in the
-// session's range table (an immutable snapshot, read without a lock),
-// locks the 2 MiB block, asks the range's PrefetchPolicy which other pages
-// to bring, and resolves with UFFDIO_ZEROPAGE (pages never touched) or
-// pread from the device file plus UFFDIO_COPY (pages on a device), then
-// punches the device file, which frees those pages. It never waits for the
-// client or any other process.
+// A device is a process of its own that maps every managed range at the
+// same address. A Kernel is a Go function registered by name from an init
+// function (RegisterKernel, MustRegisterKernel), so that the device
+// process, a re-execution of the binary, finds it too; Session.Launch
+// runs it with nthreads threads on a device, asynchronously, with its
+// parameters copied. Its accesses to pages that live elsewhere fault and
+// bring them over, as a GPU's do. StreamCreate makes a stream; work on a
+// stream runs in order (PrefetchAsync too), and StreamSynchronize,
+// DeviceSynchronize and DefaultStreamSynchronize wait for it and report
+// the errors of its kernels: a panic, naming the kernel, the device and
+// the thread, or the death of the device process, after which the next
+// launch starts a new one with nothing lost. Devices, DeviceCount and
+// DeviceGetAttribute describe the devices; DeviceReset stops one.
 //
-// # Devices
+// # Advice
 //
-// A device is a process with its own page table: a re-execution of the
-// program (which must call Main first in main) that maps every managed
-// range at the same address from the device's file and runs kernels,
-// registered by name with RegisterKernel, on its worker threads. Its
-// faults are served by the server like the client's. Launch and the
-// synchronizations go from the client to the device directly, one socket
-// per stream (devproc.go); errors of kernels and the death of the process
-// come back from the next synchronize, and the next launch starts a new
-// process. Malloc, HostAlloc and HostRegister make device memory and
-// pinned host memory; Memcpy moves data between every kind.
+// MemAdvise gives cuMemAdvise advice per page: AdviseSetReadMostly (a
+// reader gets a write-protected copy; a write keeps the writer's only),
+// AdviseSetPreferredLocation (devices map the page there and bring it
+// there), AdviseSetAccessedBy (a device maps the page wherever it lives
+// and does not fault on it), and their Unset forms. RangeAttribute and
+// RangeAttributes answer cuMemRangeGetAttribute.
 //
-// # Advice and remote mappings
+// # Statistics
 //
-// MemAdvise records cuMemAdvise advice per page. Read-mostly pages get a
-// write-protected copy at each reader; a write keeps the writer's copy
-// only (readdup.go). A device view maps its own file except where policy
-// wants it to reach data where it lies (preferred location, accessed-by,
-// pinned thrashing pages, device and pinned host memory): there it maps
-// another location's file, and its faults bring the page into that file.
-// Only the device process can change its mappings, so they change on the
-// control path and in a background remapper, never while a fault waits
-// (remote.go). The host view always maps the host file: a CPU cannot map
-// device memory.
+// Allocation.Stats, Session.Stats and Session.ServerStats report, per
+// allocation, per process and for the server: faults by processor and
+// kind, pages migrated each way, zero-filled, evicted, mapped remotely,
+// copied by read duplication, throttles and pins, prefetched pages and
+// their use, access-counter migrations, and a histogram of fault service
+// time. Session.Info is the server's configuration and state, as `uvm
+// info` shows it.
 //
-// # Access counters
+// # Errors
 //
-// Each view's process has its faults counted per 64 KiB region, by the
-// eBPF program of package bpf or, without it, by the server from MINOR
-// faults on device views' remote mappings. An access loop per server
-// drops device views' remote mappings on a period (hint faults), so that
-// accesses keep being counted; migrates a region whose count reaches the
-// threshold to the processor that reached it (delayed migration) where
-// accessed-by advice made the mapping remote; and halves the counts on a
-// longer period. One fault in N is sampled for the fault anatomy
-// (access.go, accesspolicy.go, anatomy.go).
+// Every error wraps one of ErrInvalidValue, ErrMemoryAllocation,
+// ErrInvalidDevice, ErrInitialization, ErrNotSupported, ErrServerGone,
+// ErrLaunchFailure or ErrInternal (test with errors.Is), after CUDA's
+// error codes, and its message names the offending value.
 //
-// # Locks
-//
-// Lock order, outermost first:
-//
-//	Server.sessionsMu     the session table
-//	session.mu            control operations of one session: alloc, free
-//	view.reqMu            requests to one device process (map, unmap); held
-//	                      across a remap, which takes block locks
-//	block.mu              one 2 MiB block: every residency decision and the
-//	                      kernel operations that carry it out
-//	view.use (read)       a view used by someone other than its handlers
-//	session.filesMu       creation of a session's device files
-//	session.journalMu     the session's journal, and the order its records
-//	                      reach the guard
-//	guardLink.mu          messages to the guard (a leaf)
-//	stagingArea.mu        the staging file's free slots (a leaf)
-//	accessState.mu        the views counted and user-space counts (a leaf)
-//
-// Fault handlers take block.mu (and what follows it), never session.mu or
-// view.reqMu, and never wait for another process. Nobody holds view.use
-// while waiting for a block lock. Prefetch, advice and range-attribute
-// queries run without session.mu, block by block; free marks a range
-// freed under each block lock, and a handler or prefetch that then takes
-// a block lock checks managedRange.freed first. Statistics are atomics,
-// updated before a block is unlocked, and a query takes each block lock
-// once (quiesce) so that it never misses a fault the client has already
-// seen served.
+// How the server serves the faults, moves the pages and survives its own
+// death is in docs/architecture.md; the C API, with the same server, is
+// in docs/c-api.md.
 package uvm
