@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log"
+	"structs"
 	"unsafe"
 
 	"github.com/softuvm/softuvm/internal/config"
@@ -166,4 +167,83 @@ func ExampleSession_Memcpy() {
 		log.Fatal(err)
 	}
 	fmt.Println(string(out))
+}
+
+// Slice views an allocation as a slice of any type without pointers.
+func ExampleSlice() {
+	a, err := uvm.MallocManaged(1024 * 4)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Free()
+	xs, err := uvm.Slice[float32](a) // 1024 float32s
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range xs {
+		xs[i] = float32(i)
+	}
+	// A type with a pointer is refused: the garbage collector does not
+	// scan managed memory.
+	if _, err := uvm.Slice[*int](a); err != nil {
+		fmt.Println(err)
+	}
+}
+
+// scaleParams are the parameters of the "example-scale" kernel, laid out
+// as the C struct { uintptr_t data; int64_t n; float factor; }: 24 bytes,
+// the last 4 padding.
+type scaleParams struct {
+	_      structs.HostLayout
+	Data   uintptr // the address of n float32s
+	N      int64
+	Factor float32
+}
+
+// Kernels are registered in an init function: device processes are
+// re-executions of the program, and find kernels by name.
+func init() {
+	uvm.MustRegisterTypedKernel("example-scale", func(tid, nthreads int, p scaleParams) {
+		data := uvm.SliceAt[float32](p.Data, int(p.N))
+		for i := tid; i < len(data); i += nthreads {
+			data[i] *= p.Factor
+		}
+	})
+}
+
+// A typed kernel receives its parameters as a Go value; managed memory
+// travels by address, and the kernel makes a slice of it again.
+func ExampleLaunchTyped() {
+	s, err := uvm.Default()
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := s.MallocManaged(1 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Free()
+	xs := uvm.MustSlice[float32](a)
+	for i := range xs {
+		xs[i] = float32(i)
+	}
+	p := scaleParams{Data: a.Addr(), N: int64(len(xs)), Factor: 2}
+	if err := uvm.LaunchTyped(s, 0, nil, "example-scale", 64, p); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.DeviceSynchronize(0); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(xs[3]) // 6
+}
+
+// The bytes of typed parameters are the C struct's: what a C program
+// passes to uvmLaunchKernel with a pointer to the struct and its sizeof.
+func ExampleEncodeKernelParams() {
+	b, err := uvm.EncodeKernelParams(scaleParams{Data: 0x1000, N: 3, Factor: 1.5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(b), b)
+	// Output: 24 [0 16 0 0 0 0 0 0 3 0 0 0 0 0 0 0 0 0 192 63 0 0 0 0]
 }

@@ -9,8 +9,9 @@ import (
 // [0, nthreads), spread over the device's worker threads, with the launch's
 // parameters (copied at launch, as CUDA copies kernel arguments). It sees
 // managed memory at the same addresses as the host: pass addresses in
-// params and reach them with unsafe.Slice or devmem.BytesAt, or register
-// a TypedKernel and launch it with a Go value.
+// params and reach them with SliceAt (or devmem.BytesAt). A TypedKernel
+// (RegisterTypedKernel) receives its parameters as a Go value instead of
+// bytes, and LaunchTyped launches it with one.
 type Kernel func(tid, nthreads int, params []byte)
 
 // MaxKernelParams bounds a launch's parameters, as CUDA bounds kernel

@@ -1,4 +1,7 @@
 // Package lint holds checks on the repository itself that run with the
 // tests: the import fence that keeps raw system calls in the packages
-// that own the kernel boundary.
+// that own the kernel boundary; the layers, an order of the runtime's
+// packages that imports follow (fence_test.go); and the public API of
+// package uvm, which shows no type of the server, the wire protocol, the
+// copy engine or the device runtime (api_test.go).
 package lint

@@ -1,9 +1,7 @@
 package lint
 
 import (
-	"encoding/json"
-	"io"
-	"os/exec"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -17,31 +15,173 @@ var allowedUnix = map[string]bool{
 }
 
 func TestImportFence(t *testing.T) {
-	cmd := exec.Command("go", "list", "-json", "github.com/softuvm/softuvm/...")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	checked := 0
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		checked++
+	pkgs := goList(t, module+"/...")
+	for _, p := range pkgs {
 		for _, imp := range p.Imports {
 			if imp == "golang.org/x/sys/unix" && !allowedUnix[p.ImportPath] {
 				t.Errorf("%s imports golang.org/x/sys/unix: raw system calls belong in uffd or devmem/internal/memsys", p.ImportPath)
 			}
 		}
 	}
-	if checked < 4 {
-		t.Fatalf("go list found only %d packages", checked)
+	if len(pkgs) < 4 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+}
+
+// layers are the runtime's packages in order, each with the packages
+// below it (relative to the module): a package imports packages of its
+// own layer and of earlier ones, never of a later one. The shared data
+// types come first (core, then the policies, then the configuration);
+// then the wire protocol, the copy engine, the device processes, the
+// fault server; then the public client, and the commands on top.
+var layers = []string{
+	"internal/core",
+	"policy",
+	"internal/config",
+	"internal/wire",
+	"internal/engine",
+	"internal/device",
+	"internal/server",
+	"uvm",
+	"cmd",
+}
+
+// foundation are the packages below every layer, which own the kernel
+// boundary (userfaultfd, memory files, eBPF) or help tests: they import
+// no package of the layers.
+var foundation = []string{"uffd", "devmem", "bpf", "internal/fdleak"}
+
+// outside are the packages that check the others from outside, and may
+// import any of them.
+var outside = []string{"integration", "internal/lint"}
+
+// onlyImports bound the imports of this module's packages by a few
+// packages (exactly these, not the ones below them): the policies see
+// only core's data types, so that a policy written against package
+// policy depends on nothing of the server's; and core depends on no
+// layer at all.
+var onlyImports = map[string][]string{
+	"policy":        {"internal/core"},
+	"internal/core": {"uffd", "devmem"},
+}
+
+// layerOf returns the index of rel's layer, or -1.
+func layerOf(rel string) int {
+	for i, l := range layers {
+		if within(rel, l) {
+			return i
+		}
+	}
+	return -1
+}
+
+func inAny(rel string, roots []string) bool {
+	for _, r := range roots {
+		if within(rel, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// layerViolations returns what is wrong with a package's imports (of the
+// module's packages; its tests' imports are not checked).
+func layerViolations(pkg string, imports []string) []string {
+	from, _ := rel(pkg)
+	fromLayer := layerOf(from)
+	if fromLayer < 0 && !inAny(from, foundation) && !inAny(from, outside) {
+		return []string{fmt.Sprintf("%s is in no layer: add it to layers, foundation or outside in internal/lint/fence_test.go", pkg)}
+	}
+	var bad []string
+	for _, imp := range imports {
+		to, ok := rel(imp)
+		if !ok {
+			continue
+		}
+		if allowed, bounded := onlyImports[from]; bounded && !inAny(to, allowed) {
+			bad = append(bad, fmt.Sprintf("%s imports %s: it may import only %s of this module", from, to, strings.Join(allowed, " and ")))
+			continue
+		}
+		toLayer := layerOf(to)
+		switch {
+		case inAny(from, outside) || toLayer < 0:
+		case inAny(from, foundation):
+			bad = append(bad, fmt.Sprintf("%s imports %s: %s is below every layer and imports none (layers: %s)", from, to, from, strings.Join(layers, " < ")))
+		case toLayer > fromLayer:
+			bad = append(bad, fmt.Sprintf("%s imports %s, which comes later in the order %s", from, to, strings.Join(layers, " < ")))
+		}
+	}
+	return bad
+}
+
+// TestLayers: every package of the module imports within the order of
+// layers, the bounded packages import only what they may, and every
+// package has a place.
+func TestLayers(t *testing.T) {
+	pkgs := goList(t, module+"/...")
+	var seen []string
+	for _, p := range pkgs {
+		r, _ := rel(p.ImportPath)
+		seen = append(seen, r)
+		for _, v := range layerViolations(p.ImportPath, p.Imports) {
+			t.Error(v)
+		}
+	}
+	for _, root := range append(append([]string(nil), layers...), foundation...) {
+		found := false
+		for _, r := range seen {
+			found = found || within(r, root)
+		}
+		if !found {
+			t.Errorf("no package %s: the lists in fence_test.go are out of date", root)
+		}
+	}
+}
+
+// TestLayerViolations: the check finds what it is meant to.
+func TestLayerViolations(t *testing.T) {
+	m := func(r string) string { return module + "/" + r }
+	for _, c := range []struct {
+		pkg     string
+		imports []string
+		want    string
+	}{
+		{"policy", []string{"internal/config"}, "policy imports internal/config: it may import only internal/core of this module"},
+		{"policy", []string{"uffd"}, "policy imports uffd: it may import only internal/core"},
+		{"internal/core", []string{"policy"}, "internal/core imports policy: it may import only uffd and devmem"},
+		{"internal/wire", []string{"internal/server"}, "internal/wire imports internal/server, which comes later"},
+		{"internal/server", []string{"uvm"}, "internal/server imports uvm, which comes later"},
+		{"uvm", []string{"cmd/uvm"}, "uvm imports cmd/uvm, which comes later"},
+		{"policy/coursework", []string{"internal/engine"}, "policy/coursework imports internal/engine, which comes later"},
+		{"devmem", []string{"internal/core"}, "devmem imports internal/core: devmem is below every layer"},
+		{"internal/newthing", nil, "internal/newthing is in no layer"},
+	} {
+		var imps []string
+		for _, i := range c.imports {
+			imps = append(imps, m(i))
+		}
+		got := strings.Join(layerViolations(m(c.pkg), imps), "\n")
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%s importing %v: got %q, want %q", c.pkg, c.imports, got, c.want)
+		}
+	}
+	for _, ok := range []struct {
+		pkg     string
+		imports []string
+	}{
+		{"policy", []string{"internal/core"}},
+		{"policy/coursework", []string{"policy"}},
+		{"internal/core", []string{"uffd"}},
+		{"internal/server", []string{"internal/device", "internal/engine", "policy", "uffd", "bpf"}},
+		{"cmd/uvm", []string{"uvm", "internal/server"}},
+		{"integration", []string{"uvm", "cmd/uvm"}},
+	} {
+		var imps []string
+		for _, i := range ok.imports {
+			imps = append(imps, m(i))
+		}
+		if v := layerViolations(m(ok.pkg), imps); len(v) > 0 {
+			t.Errorf("%s importing %v: %v", ok.pkg, ok.imports, v)
+		}
 	}
 }
