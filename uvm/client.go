@@ -108,18 +108,26 @@ type Allocation struct {
 	noted    []uint64
 }
 
-// AllocOption tunes one allocation.
-type AllocOption func(*wire.AllocRequest) error
+// AllocOption tunes one allocation: WithPrefetch, TrackPrefetchUse,
+// WithFlags.
+type AllocOption struct{ apply func(*allocSettings) error }
+
+// allocSettings are what the options set, copied into the request.
+type allocSettings struct {
+	prefetch      string
+	trackPrefetch bool
+	flags         uint32
+}
 
 // WithPrefetch chooses the allocation's fault prefetch policy.
 func WithPrefetch(spec PrefetchSpec) AllocOption {
-	return func(r *wire.AllocRequest) error {
+	return AllocOption{func(a *allocSettings) error {
 		if _, err := policy.NewPrefetchPolicy(spec); err != nil {
 			return err
 		}
-		r.Prefetch = spec.String()
+		a.prefetch = spec.String()
 		return nil
-	}
+	}}
 }
 
 // TrackPrefetchUse makes the allocation record which prefetched pages get
@@ -127,7 +135,7 @@ func WithPrefetch(spec PrefetchSpec) AllocOption {
 // on the first touch of each prefetched page, because such pages are left
 // unmapped so that their use can be seen.
 func TrackPrefetchUse() AllocOption {
-	return func(r *wire.AllocRequest) error { r.TrackPrefetch = true; return nil }
+	return AllocOption{func(a *allocSettings) error { a.trackPrefetch = true; return nil }}
 }
 
 // Attachment flags of MallocManaged, as cudaMemAttachGlobal and
@@ -140,13 +148,13 @@ const (
 
 // WithFlags sets the allocation's attach flags.
 func WithFlags(flags uint32) AllocOption {
-	return func(r *wire.AllocRequest) error {
+	return AllocOption{func(a *allocSettings) error {
 		if flags != AttachGlobal && flags != AttachHost {
 			return fmt.Errorf("%w: managed allocation flags %#x: want AttachGlobal (%#x) or AttachHost (%#x)", ErrInvalidValue, flags, AttachGlobal, AttachHost)
 		}
-		r.Flags = flags
+		a.flags = flags
 		return nil
-	}
+	}}
 }
 
 // Connect reaches a fault server as cfg says and hands it this process's
@@ -338,12 +346,16 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 	if size > core.MaxAllocation {
 		return nil, fmt.Errorf("%w: managed allocation of %d bytes (%s): the limit is %s", ErrInvalidValue, size, FormatSize(size), FormatSize(core.MaxAllocation))
 	}
-	req := wire.AllocRequest{Size: uint64(size), Flags: AttachGlobal}
-	for _, o := range opts {
-		if err := o(&req); err != nil {
+	set := allocSettings{flags: AttachGlobal}
+	for i, o := range opts {
+		if o.apply == nil {
+			return nil, fmt.Errorf("%w: managed allocation option %d is a zero AllocOption: want one made by WithPrefetch, TrackPrefetchUse or WithFlags", ErrInvalidValue, i)
+		}
+		if err := o.apply(&set); err != nil {
 			return nil, err
 		}
 	}
+	req := wire.AllocRequest{Size: uint64(size), Flags: set.flags, Prefetch: set.prefetch, TrackPrefetch: set.trackPrefetch}
 	return s.allocate(size, req, nil)
 }
 

@@ -348,6 +348,7 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{"negative size", second(s.MallocManaged(-5)), ErrInvalidValue, "allocation of -5 bytes"},
 		{"absurd size", second(s.MallocManaged(core.MaxAllocation + 1)), ErrInvalidValue, "70368744177665 bytes"},
 		{"bad flags", second(s.MallocManaged(1, WithFlags(9))), ErrInvalidValue, "flags 0x9"},
+		{"zero option", second(s.MallocManaged(1, AllocOption{})), ErrInvalidValue, "option 0 is a zero AllocOption"},
 		{"bad policy", second(s.MallocManaged(1, WithPrefetch(PrefetchSpec{Policy: "window", Window: 0}))), ErrInvalidValue, "window 0"},
 		{"unknown device", s.Prefetch(a.Addr(), 1, 3), ErrInvalidDevice, "device 3"},
 		{"negative device", s.Prefetch(a.Addr(), 1, -7), ErrInvalidDevice, "device(-7)"},

@@ -259,7 +259,7 @@ func TestServerCloseLeavesNoGoroutines(t *testing.T) {
 		go func() { defer close(served); srv.Serve(l) }()
 		out, err := child(t, "prefetch-round-trip", EnvSocket+"="+path).CombinedOutput()
 		require.NoError(t, err, "%s", out)
-		assert.Positive(t, srv.Counters.Snapshot().MigratedPages(CPU, 0))
+		assert.Positive(t, srv.Stats().MigratedPages(CPU, 0))
 		require.NoError(t, srv.Close())
 		<-served
 	}

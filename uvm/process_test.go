@@ -227,7 +227,7 @@ func TestClientExitLeavesNothing(t *testing.T) {
 		assert.Zero(t, in.Devices[0].FileBytes, "arena files (killed=%v)", kill)
 		Eventually(t, 5*time.Second, func() bool { return FdCount(t) <= baseline }, "the server kept descriptors of the client (killed=%v): %d > %d", kill, FdCount(t), baseline)
 	}
-	st := srv.Counters.Snapshot()
+	st := srv.Stats()
 	assert.Positive(t, st.MigratedPages(CPU, 0))
 }
 
@@ -497,8 +497,8 @@ func TestMalformedServerMessagesToDevice(t *testing.T) {
 	assert.Contains(t, roundTrip([]byte("garbage garbage garbage")), "bad magic")
 	assert.Contains(t, roundTrip(wire.EncodeInfo(2)), "not a request the server sends a device")
 	assert.Contains(t, roundTrip(wire.EncodeFree(3, config.ManagedWindowStart)), "not a request the server sends a device")
-	assert.Contains(t, roundTrip(wire.EncodeDeviceMap(4, wire.DeviceMapRequest{Addr: config.ManagedWindowStart, Length: PageSize, Loc: 2})), "map location 2: this session has 0")
-	assert.Contains(t, roundTrip(wire.EncodeDeviceMap(5, wire.DeviceMapRequest{Addr: 1 << 20, Length: PageSize, Loc: 0})), "outside the managed window")
+	assert.Contains(t, roundTrip(wire.EncodeDeviceMap(4, wire.DeviceMapRequest{Addr: config.ManagedWindowStart, Length: PageSize, File: 1})), "map device 1: this session has 0 devices")
+	assert.Contains(t, roundTrip(wire.EncodeDeviceMap(5, wire.DeviceMapRequest{Addr: 1 << 20, Length: PageSize, File: core.CPU})), "outside the managed window")
 	assert.Contains(t, roundTrip(wire.EncodeDeviceHints(6, []wire.Mapping{{Addr: 1 << 20, Length: PageSize}})), "outside the managed window")
 	assert.Equal(t, "ok", roundTrip(wire.EncodeDeviceHints(7, nil)), "a request it can carry out, after all that")
 	server.Close()

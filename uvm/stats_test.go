@@ -2,6 +2,7 @@ package uvm
 
 import (
 	"math/rand/v2"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/server"
 )
 
 func TestHistogramBuckets(t *testing.T) {
@@ -51,11 +53,11 @@ func TestHistogramQuantiles(t *testing.T) {
 
 func TestCountersSnapshotAndMerge(t *testing.T) {
 	c := core.NewCounters(3)
-	c.Faults[core.HostLoc][core.FaultMissing].Add(5)
-	c.Faults[2][core.FaultWP].Add(1)
-	c.AddMigrated(core.HostLoc, 1, 10)
-	c.AddMigrated(1, core.HostLoc, 4)
-	c.Populated[core.HostLoc].Add(7)
+	c.Faults[core.CPU.Slot()][core.FaultMissing].Add(5)
+	c.Faults[core.Device(1).Slot()][core.FaultWP].Add(1)
+	c.AddMigrated(core.CPU, 0, 10)
+	c.AddMigrated(0, core.CPU, 4)
+	c.Populated[core.CPU.Slot()].Add(7)
 	c.Prefetched.Add(3)
 	c.Service.Record(8 * time.Microsecond)
 	c.Allocations.Add(2)
@@ -129,4 +131,37 @@ func TestHistogramSince(t *testing.T) {
 	// The median of the four: the second of them lies in the 2048 bucket.
 	assert.Equal(t, 2048*time.Nanosecond, got.Quantile(0.5))
 	assert.Equal(t, Histogram{MaxNS: 2000}, earlier.Since(earlier))
+}
+
+// TestServerStatsCountEachEventOnce: the server's statistics are the sum
+// of its sessions', live and ended, each event counted once. Two clients
+// of one daemon each write 8 MiB of managed memory and prefetch it to
+// device 0 and back, one after the other: the server counts two
+// allocations, and twice the pages each way, whether a session is still
+// ending or gone.
+func TestServerStatsCountEachEventOnce(t *testing.T) {
+	requireRoot(t)
+	cfg := testServerConfig()
+	cfg.Guard = false
+	srv, err := server.NewServer(cfg)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "uvm.sock")
+	l, err := server.ListenUnix(path)
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(l) }()
+	defer func() {
+		require.NoError(t, srv.Close())
+		<-served
+	}()
+	const pages = 8 << 20 / PageSize // what rolePrefetchRoundTrip moves each way
+	for run := uint64(1); run <= 2; run++ {
+		out, err := child(t, "prefetch-round-trip", EnvSocket+"="+path).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		st := srv.Stats()
+		assert.Equal(t, run, st.Allocations, "after client %d", run)
+		assert.Equal(t, run*8<<20, st.AllocatedBytes, "after client %d", run)
+		assert.Equal(t, run*pages, st.MigratedPages(CPU, 0), "after client %d", run)
+		assert.Equal(t, run*pages, st.MigratedPages(0, CPU), "after client %d", run)
+	}
 }

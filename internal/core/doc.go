@@ -3,11 +3,13 @@
 // runtime and the wire protocol all speak of processors, pages and
 // statistics in these types, so that a value crosses no conversion.
 //
-//   - Processors and locations: Device names a processor (CPU, -1, for
+//   - Processors: Device names a processor (CPU, -1, for
 //     the host, or a device index from 0), the one encoding of a
-//     processor in the API, the server and on the wire; Location is a
-//     processor's index in residency bookkeeping (HostLoc is 0, device i
-//     is 1+i). DeviceInfo describes a configured device.
+//     processor in the API, the policies, the server and on the wire.
+//     Tables with an entry per processor are indexed by Device.Slot (0
+//     for the CPU, 1+i for device i); per-page tables pack an optional
+//     processor in a byte as a PageProcessor (zero: none).
+//     DeviceInfo describes a configured device.
 //   - Pages and blocks: PageSize (4 KiB), BlockSize (2 MiB, the unit
 //     whose lock serializes every residency decision), PagesPerBlock, and
 //     PageMask, a set of pages of one block.

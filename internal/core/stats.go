@@ -19,13 +19,14 @@ const (
 
 // counters are the statistics of one scope (the server, or one
 // allocation). Every field is updated with atomics from the fault path,
-// so readers never stop it.
+// so readers never stop it. The per-processor slices are indexed by
+// Device.Slot.
 type Counters struct {
-	locations int
-	Faults    [][numFaultKinds]atomic.Uint64 // by faulting processor
-	migrated  []atomic.Uint64                // pages, index from*locations+to
-	Populated []atomic.Uint64                // zero-filled pages, by processor
-	Evicted   []atomic.Uint64                // pages evicted from each location
+	processors int
+	Faults     [][numFaultKinds]atomic.Uint64 // by faulting processor
+	migrated   []atomic.Uint64                // pages, index from.Slot()*processors+to.Slot()
+	Populated  []atomic.Uint64                // zero-filled pages, by processor
+	Evicted    []atomic.Uint64                // pages evicted from each location
 	// By processor: pages a device's view came to map in another
 	// location's memory, pages copied to it by read duplication, faults
 	// of it throttled, and pins of pages it thrashed on.
@@ -53,22 +54,22 @@ type Counters struct {
 // newCounters sizes counters for the host and devices-1 devices: a
 // server with one device keeps 2x2 migration counters, not 32x32, which
 // matters with thousands of allocations.
-func NewCounters(locations int) *Counters {
+func NewCounters(processors int) *Counters {
 	return &Counters{
-		locations: locations,
-		Faults:    make([][numFaultKinds]atomic.Uint64, locations),
-		migrated:  make([]atomic.Uint64, locations*locations),
-		Populated: make([]atomic.Uint64, locations),
-		Evicted:   make([]atomic.Uint64, locations),
+		processors: processors,
+		Faults:     make([][numFaultKinds]atomic.Uint64, processors),
+		migrated:   make([]atomic.Uint64, processors*processors),
+		Populated:  make([]atomic.Uint64, processors),
+		Evicted:    make([]atomic.Uint64, processors),
 
-		RemoteMapped:   make([]atomic.Uint64, locations),
-		ReadDuplicated: make([]atomic.Uint64, locations),
-		Throttles:      make([]atomic.Uint64, locations),
-		Pins:           make([]atomic.Uint64, locations),
+		RemoteMapped:   make([]atomic.Uint64, processors),
+		ReadDuplicated: make([]atomic.Uint64, processors),
+		Throttles:      make([]atomic.Uint64, processors),
+		Pins:           make([]atomic.Uint64, processors),
 
-		HintsArmed:      make([]atomic.Uint64, locations),
-		Crossings:       make([]atomic.Uint64, locations),
-		CounterMigrated: make([]atomic.Uint64, locations),
+		HintsArmed:      make([]atomic.Uint64, processors),
+		Crossings:       make([]atomic.Uint64, processors),
+		CounterMigrated: make([]atomic.Uint64, processors),
 	}
 }
 
@@ -264,8 +265,9 @@ func (c *Counters) AddFrom(o *Counters) {
 	}
 }
 
-func (c *Counters) AddMigrated(from, to Location, pages int) {
-	c.migrated[int(from)*c.locations+int(to)].Add(uint64(pages))
+// AddMigrated counts pages moved from one processor to another.
+func (c *Counters) AddMigrated(from, to Device, pages int) {
+	c.migrated[from.Slot()*c.processors+to.Slot()].Add(uint64(pages))
 }
 
 // Total is the processor's fault count.
@@ -330,17 +332,17 @@ func (s Stats) PopulatedPages(d Device) uint64 { return pagesOf(s.Populated, d) 
 
 func (c *Counters) Snapshot() Stats {
 	var s Stats
-	locations := c.locations
+	locations := c.processors
 	for l := 0; l < locations; l++ {
-		f := ProcessorFaults{Processor: Location(l).Device(),
+		f := ProcessorFaults{Processor: DeviceAtSlot(l),
 			Missing: c.Faults[l][FaultMissing].Load(), Minor: c.Faults[l][FaultMinor].Load(), WriteProtect: c.Faults[l][FaultWP].Load()}
 		if f.Total() > 0 {
 			s.Faults = append(s.Faults, f)
 		}
 		if n := c.Populated[l].Load(); n > 0 {
-			s.Populated = append(s.Populated, ProcessorPages{Processor: Location(l).Device(), Pages: n})
+			s.Populated = append(s.Populated, ProcessorPages{Processor: DeviceAtSlot(l), Pages: n})
 		}
-		d := Location(l).Device()
+		d := DeviceAtSlot(l)
 		if n := c.Evicted[l].Load(); n > 0 {
 			s.Evicted = append(s.Evicted, ProcessorPages{Processor: d, Pages: n})
 		}
@@ -367,7 +369,7 @@ func (c *Counters) Snapshot() Stats {
 		}
 		for to := 0; to < locations; to++ {
 			if n := c.migrated[l*locations+to].Load(); n > 0 {
-				s.Migrations = append(s.Migrations, Migration{From: Location(l).Device(), To: Location(to).Device(), Pages: n, Bytes: n * PageSize})
+				s.Migrations = append(s.Migrations, Migration{From: DeviceAtSlot(l), To: DeviceAtSlot(to), Pages: n, Bytes: n * PageSize})
 			}
 		}
 	}

@@ -16,17 +16,48 @@ const (
 	InvalidDevice Device = -2
 )
 
-// location is a processor's index in residency bookkeeping: 0 is the host,
-// 1+i is device i. A set of locations fits a uint32, so at most 31
-// devices.
-type Location uint8
+// MaxDevices bounds the devices of a server: a set of processors (the
+// CPU and every device) fits a uint32.
+const MaxDevices = 31
 
-const (
-	HostLoc    Location = 0
-	MaxDevices          = 31
-)
+// Slot is d's position in a table with one entry per processor: 0 for
+// the CPU, 1+i for device i. It is an array index, not a second name for
+// the processor: tables are indexed with it, and everything else (the
+// API, the policies, the server's decisions, the wire) speaks of Device.
+func (d Device) Slot() int { return int(d) + 1 }
 
-func LocationOf(d Device) Location { return Location(d + 1) }
+// DeviceAtSlot is the processor whose table position is i (see Slot).
+func DeviceAtSlot(i int) Device { return Device(i - 1) }
+
+// Processors returns the processors of a server with ndevices devices,
+// in slot order: the CPU, then device 0, 1, ...
+func Processors(ndevices int) []Device {
+	ps := make([]Device, ndevices+1)
+	for i := range ps {
+		ps[i] = DeviceAtSlot(i)
+	}
+	return ps
+}
+
+// PageProcessor is an optional processor in one byte, for the per-page
+// tables of a block (a preferred location, the file a view maps, the last
+// prefetch destination): the zero value is none. It is the only place a
+// processor is packed into a byte.
+type PageProcessor uint8
+
+// NoProcessor is the zero PageProcessor: no processor.
+const NoProcessor PageProcessor = 0
+
+// PageProcessorOf packs d.
+func PageProcessorOf(d Device) PageProcessor { return PageProcessor(d.Slot() + 1) }
+
+// Device returns the processor packed in p, and ok false for none.
+func (p PageProcessor) Device() (d Device, ok bool) {
+	return DeviceAtSlot(int(p) - 1), p != NoProcessor
+}
+
+// Is reports whether p holds d.
+func (p PageProcessor) Is(d Device) bool { return p != NoProcessor && p == PageProcessorOf(d) }
 
 // DeviceInfo describes one device as the server configured it.
 type DeviceInfo struct {
@@ -76,8 +107,6 @@ func (d Device) String() string {
 	}
 	return fmt.Sprintf("device(%d)", int(d))
 }
-
-func (l Location) Device() Device { return Device(l) - 1 }
 
 func (a RangeAttr) String() string {
 	switch a {

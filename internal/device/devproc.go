@@ -79,8 +79,9 @@ func FileConn(fd uintptr) (*net.UnixConn, error) {
 // deviceMapping is the device process's side of its view.
 type DeviceMapping struct {
 	Index int
-	// files[l] is location l's file of the session: the device maps its
-	// own over every range, and others' over parts (remote mappings).
+	// files[d.Slot()] is processor d's file of the session: the device
+	// maps its own over every range, and others' over parts (remote
+	// mappings).
 	files []*devmem.File
 	// uffd is the device's userfaultfd, which the server serves; the
 	// process keeps a copy only to register each new mapping itself
@@ -133,7 +134,7 @@ func attachToServer(c *net.UnixConn, d int) (*DeviceMapping, error) {
 	// No kernel runs yet, so nothing touches a run between its mapping
 	// and its registration.
 	for _, m := range lay.Runs {
-		if err := dev.mapFixed(uintptr(m.Addr), int64(m.Length), int(m.Loc)); err != nil {
+		if err := dev.mapFixed(uintptr(m.Addr), int64(m.Length), m.File); err != nil {
 			return nil, err
 		}
 	}
@@ -205,9 +206,9 @@ func runChunk(c *kernelChunk, device int) (err error) {
 	return nil
 }
 
-// modeFor is how a mapping of location loc's file is registered.
-func (dev *DeviceMapping) modeFor(loc int) uffd.RegisterMode {
-	if dev.minorRemote && loc != dev.Index+1 {
+// modeFor is how a mapping of processor file's file is registered.
+func (dev *DeviceMapping) modeFor(file core.Device) uffd.RegisterMode {
+	if dev.minorRemote && file != core.Device(dev.Index) {
 		return core.HostViewMode | uffd.RegisterMinor
 	}
 	return core.HostViewMode
@@ -229,44 +230,45 @@ func (dev *DeviceMapping) dropMappings(runs []wire.Mapping) error {
 	return nil
 }
 
-// mapFixed maps location loc's file over [addr, addr+length) and
+// mapFixed maps processor file's file over [addr, addr+length) and
 // registers it, while no kernel runs.
-func (dev *DeviceMapping) mapFixed(addr uintptr, length int64, loc int) error {
-	if err := dev.checkMap(addr, length, loc); err != nil {
+func (dev *DeviceMapping) mapFixed(addr uintptr, length int64, file core.Device) error {
+	if err := dev.checkMap(addr, length, file); err != nil {
 		return err
 	}
-	if err := dev.files[loc].MapFixed(addr, int64(addr), length); err != nil {
+	if err := dev.files[file.Slot()].MapFixed(addr, int64(addr), length); err != nil {
 		return err
 	}
-	if _, err := dev.uffd.Register(addr, uintptr(length), dev.modeFor(loc)); err != nil {
+	if _, err := dev.uffd.Register(addr, uintptr(length), dev.modeFor(file)); err != nil {
 		return err
 	}
 	return devmem.DontFork(addr, length)
 }
 
-func (dev *DeviceMapping) checkMap(addr uintptr, length int64, loc int) error {
+func (dev *DeviceMapping) checkMap(addr uintptr, length int64, file core.Device) error {
 	if err := checkInWindow(addr, length); err != nil {
 		return err
 	}
-	if loc >= len(dev.files) {
-		return fmt.Errorf("%w: map location %d: this session has %d", core.ErrInvalidValue, loc, len(dev.files))
+	if file < core.CPU || file.Slot() >= len(dev.files) {
+		// files holds the CPU's and one per device, once attached.
+		return fmt.Errorf("%w: map %v: this session has %d devices", core.ErrInvalidValue, file, max(len(dev.files)-1, 0))
 	}
 	return nil
 }
 
-// mapFile maps location loc's file over [addr, addr+length) while kernels
+// mapFile maps processor file's file over [addr, addr+length) while kernels
 // may run: the new mapping is made elsewhere, registered with the
 // userfaultfd and write-protected where wp says, and only then moved over
 // the old one, so that no thread ever sees it unregistered (holes would
 // fill with zeros) or writable where it must not be (a read-duplicated
 // page). The move keeps write protection because the server asked for
 // remap events.
-func (dev *DeviceMapping) mapFile(addr uintptr, length int64, loc int, wp core.PageMask) error {
-	if err := dev.checkMap(addr, length, loc); err != nil {
+func (dev *DeviceMapping) mapFile(addr uintptr, length int64, file core.Device, wp core.PageMask) error {
+	if err := dev.checkMap(addr, length, file); err != nil {
 		return err
 	}
-	err := dev.files[loc].MapOver(addr, int64(addr), length, func(scratch uintptr) error {
-		if _, err := dev.uffd.Register(scratch, uintptr(length), dev.modeFor(loc)); err != nil {
+	err := dev.files[file.Slot()].MapOver(addr, int64(addr), length, func(scratch uintptr) error {
+		if _, err := dev.uffd.Register(scratch, uintptr(length), dev.modeFor(file)); err != nil {
 			return err
 		}
 		for p, q := wp.NextRun(0); p >= 0; p, q = wp.NextRun(q) {
@@ -296,7 +298,7 @@ func (dev *DeviceMapping) ServeServer(c *net.UnixConn) error {
 		if err == nil {
 			switch r := req.(type) {
 			case wire.DeviceMapRequest:
-				err = dev.mapFile(uintptr(r.Addr), int64(r.Length), int(r.Loc), r.Wp)
+				err = dev.mapFile(uintptr(r.Addr), int64(r.Length), r.File, r.Wp)
 			case wire.HintsRequest:
 				err = dev.dropMappings(r.Runs)
 			case wire.RangeRequest:

@@ -22,13 +22,7 @@ var hidden = []string{"internal/server", "internal/wire", "internal/engine", "in
 
 // knownLeaks are exposures the API has today, each to be removed: a test
 // fails when one is gone, so the list cannot outlive them.
-var knownLeaks = map[string]bool{
-	// AllocOption's underlying type is func(*wire.AllocRequest) error: a
-	// program cannot name the request, but go doc shows it, and a program
-	// can call an option with nil. An unexported options type of uvm's
-	// would hide it.
-	"uvm.AllocOption exposes wire.AllocRequest": true,
-}
+var knownLeaks = map[string]bool{}
 
 // loadTypes type-checks nothing: it reads the export data of path, which
 // the go command builds (or finds in its cache) for `go list -export`,

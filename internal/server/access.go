@@ -348,11 +348,10 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 	ranges := sess.ranges.Load()
 	for _, x := range run {
 		if r := ranges.lookup(uintptr(x.region) << bpf.RegionShift); r != nil {
-			s.Counters.Crossings[l].Add(1)
-			r.stats.Crossings[l].Add(1)
+			r.stats.Crossings[l.Slot()].Add(1)
 		}
 	}
-	if !s.Access.policy.Hints || l == core.HostLoc {
+	if !s.Access.policy.Hints || l == core.CPU {
 		return // the CPU maps no remote memory: its faults migrate already
 	}
 	for _, r := range ranges.ranges {
@@ -382,15 +381,14 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 			t := o.ownTarget(l)
 			defer o.doneWith(t.via)
 			err := o.moveTo(t, want, core.PageMask{}, -1)
-			want.And(&o.b.resident[l])
+			want.And(&o.b.resident[l.Slot()])
 			n := want.Count()
 			moved.Add(int64(n))
-			r.stats.CounterMigrated[l].Add(uint64(n))
-			s.Counters.CounterMigrated[l].Add(uint64(n))
+			r.stats.CounterMigrated[l.Slot()].Add(uint64(n))
 			return err
 		})
 		if err != nil {
-			s.logger.Printf("pid %d: delayed migration of %#x+%d to %v: %v", sess.pid, from, to-from, l.Device(), err)
+			s.logger.Printf("pid %d: delayed migration of %#x+%d to %v: %v", sess.pid, from, to-from, l, err)
 		}
 		if moved.Load() > 0 {
 			if err := sess.remapRange(r, from, to-from); err != nil {
@@ -403,19 +401,19 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 // counterMovable asks the access migration policy whether page p
 // migrates to location l on its access counts. Only managed memory ever
 // does. The block's lock is held.
-func (o *mover) counterMovable(l core.Location, p int, now int64) bool {
+func (o *mover) counterMovable(l core.Device, p int, now int64) bool {
 	if o.r.kind != core.KindManaged {
 		return false
 	}
 	m, known := o.mapsAt(l, p)
 	ap := policy.AccessPage{
-		Processor: l.Device(), Block: o.b.ref, Page: p,
-		Resident: o.b.resident[l].Test(p),
+		Processor: l, Block: o.b.ref, Page: p,
+		Resident: o.b.resident[l.Slot()].Test(p),
 		Remote:   known && m != l,
 		Pinned:   o.pinnedAt(p, now),
 		Now:      clock(now),
 	}
-	if adv := o.b.advice; adv != nil && adv.preferred[p] != 0 && core.Location(adv.preferred[p]-1) != l {
+	if pref, ok := o.b.preferredAt(p); ok && pref != l {
 		ap.PreferredElsewhere = true
 	}
 	return o.sess.srv.accessMigration.Movable(ap)
@@ -467,8 +465,7 @@ func (sess *session) remoteRuns(v *view, budget int64) []wire.Mapping {
 		}
 		budget -= n
 		v.hintCursor = addr + uintptr(n)
-		r.stats.HintsArmed[l].Add(uint64(pages))
-		sess.srv.Counters.HintsArmed[l].Add(uint64(pages))
+		r.stats.HintsArmed[l.Slot()].Add(uint64(pages))
 	}
 	full := func() bool { return budget < core.PageSize || len(out) == maxHintRuns }
 	// visit adds the remote runs of [from, to), which lies in r.
@@ -489,7 +486,7 @@ func (sess *session) remoteRuns(v *view, budget int64) []wire.Mapping {
 			outer := int((min(to, blockAddr+core.BlockSize) - blockAddr) / core.PageSize)
 			b.mu.Lock()
 			if m := b.viewMapOf(l); m != nil {
-				remote := func(p int) bool { return m.file[p] != 0 && fileOf(m.file[p], l) != l && !m.pending.Test(p) }
+				remote := func(p int) bool { return fileOf(m.file[p], l) != l && !m.pending.Test(p) }
 				for p := first; p < outer && !full(); {
 					if !remote(p) {
 						p++
@@ -549,7 +546,7 @@ func (o *mover) serveHintFault(p int) error {
 
 // processFaults reads view v's process's counts.
 func (s *Server) processFaults(v *view) config.ProcessFaults {
-	pf := config.ProcessFaults{Processor: v.loc.Device(), PID: v.pid}
+	pf := config.ProcessFaults{Processor: v.loc, PID: v.pid}
 	if c := s.Access.Ebpf; c != nil {
 		if n, err := c.ProcessFaults(v.pid); err == nil {
 			pf.EBPFFaults = &n
@@ -577,9 +574,9 @@ func (sess *session) faultCounts(in *config.SessionInfo) {
 		in.EBPFFaults, in.MinorFaults = pf.EBPFFaults, pf.MinorFaults
 	}
 	for l := 1; l < len(sess.views); l++ {
-		if v := sess.viewRef(core.Location(l)); v != nil {
+		if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
 			pf := sess.srv.processFaults(v)
-			pf.Served = st.FaultsBy(core.Location(l).Device()).Total()
+			pf.Served = st.FaultsBy(core.DeviceAtSlot(l)).Total()
 			in.Devices = append(in.Devices, pf)
 			v.release()
 		}

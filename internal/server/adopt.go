@@ -141,10 +141,10 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 	sess.host = host
 	u := uffd.NewFD(ks.Uffd)
 	u.SetHandshaken(uffd.Feature(ks.features), 0)
-	sess.views[core.HostLoc].Store(&view{sess: sess, loc: core.HostLoc, pid: ks.pid, uffd: u})
+	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.pid, uffd: u})
 	sess.devFiles = make([]*devmem.File, len(s.arenas))
 	for l, fd := range ks.Files {
-		d := int(l) - 1
+		d := int(l)
 		if d < 0 || d >= len(s.arenas) {
 			syscall.Close(fd)
 			continue
@@ -247,12 +247,11 @@ func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
 	sess.nextID++
 	mr.id = sess.nextID
 	sess.ranges.Store(sess.ranges.Load().with(mr))
+	sess.countRange(mr)
 	sess.mu.Unlock()
 	if r.Kind == core.KindManaged {
-		for _, c := range []*core.Counters{sess.stats, sess.srv.Counters} {
-			c.Allocations.Add(1)
-			c.AllocatedBytes.Add(r.Size)
-		}
+		sess.stats.Allocations.Add(1)
+		sess.stats.AllocatedBytes.Add(r.Size)
 	}
 	return mr, nil
 }
@@ -264,7 +263,7 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 	srv := sess.srv
 	var total int64
 	for l := 0; l < srv.locations(); l++ {
-		f, err := sess.file(core.Location(l))
+		f, err := sess.file(core.DeviceAtSlot(l))
 		if err != nil || f == nil {
 			continue
 		}
@@ -283,12 +282,12 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 				b.resident[l].Set(page % core.PagesPerBlock)
 				b.mu.Unlock()
 				if mr.kind == core.KindManaged {
-					srv.eviction.Arrived(b.ref, core.Location(l).Device(), 1, policy.CauseFault)
+					srv.eviction.Arrived(b.ref, core.DeviceAtSlot(l), 1, policy.CauseFault)
 				}
 				n++
 			}
 		}
-		if l == int(core.HostLoc) {
+		if l == core.CPU.Slot() {
 			srv.hostPages.Add(n)
 		} else if mr.kind == core.KindManaged {
 			// Whatever the files hold is there: charge it, even past a
@@ -313,7 +312,7 @@ func (sess *session) resume(restarts int) {
 	for l, kv := range sess.adoptedViews {
 		v, err := sess.adoptDevice(l, kv, restarts)
 		if err != nil {
-			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l.Device(), kv.pid, err)
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l, kv.pid, err)
 			continue
 		}
 		views = append(views, v)
@@ -348,7 +347,7 @@ func (sess *session) resume(restarts int) {
 		if err := sess.relayout(v); err == nil {
 			sess.protectCopies(v)
 		} else {
-			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, v.loc.Device(), v.pid, err)
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, v.loc, v.pid, err)
 		}
 	}
 	sess.conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -362,7 +361,7 @@ func (sess *session) resume(restarts int) {
 
 // adoptDevice makes the view of a device process the dead server served,
 // and publishes it; the process keeps running its kernels.
-func (sess *session) adoptDevice(l core.Location, kv *KeptView, restarts int) (*view, error) {
+func (sess *session) adoptDevice(l core.Device, kv *KeptView, restarts int) (*view, error) {
 	conn, err := device.FileConn(uintptr(kv.conn))
 	if err != nil {
 		syscall.Close(kv.uffd)
@@ -374,7 +373,7 @@ func (sess *session) adoptDevice(l core.Location, kv *KeptView, restarts int) (*
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.
 	v.seq.Store(uint32(restarts) << 24)
-	sess.views[l].Store(v)
+	sess.views[l.Slot()].Store(v)
 	go sess.readDeviceReplies(v)
 	return v, nil
 }
@@ -410,7 +409,7 @@ func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 	o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*core.BlockSize}
 	type run struct {
 		first, outer int
-		to           core.Location
+		to           core.Device
 	}
 	var runs []run
 	b.mu.Lock()
@@ -436,7 +435,7 @@ func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 		var wp core.PageMask
 		wp.FillRange(0, rn.outer-rn.first)
 		err = v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.pageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, Loc: uint8(rn.to), Wp: wp}), wire.MsgDeviceMap)
+			Addr: uint64(o.pageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
 		if err != nil {
 			break
 		}
@@ -460,7 +459,7 @@ func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 // session's ranges.
 func (sess *session) wakeAll() {
 	for l := range sess.views {
-		v := sess.viewRef(core.Location(l))
+		v := sess.viewRef(core.DeviceAtSlot(l))
 		if v == nil {
 			continue
 		}

@@ -12,8 +12,8 @@ import (
 // blockAdvice is one block's share of its range's advice.
 type blockAdvice struct {
 	readMostly core.PageMask
-	preferred  [core.PagesPerBlock]uint8 // 1 + the preferred location; 0: none
-	accessedBy []core.PageMask           // by location
+	preferred  [core.PagesPerBlock]core.PageProcessor // the preferred location, if any
+	accessedBy []core.PageMask                        // by processor slot
 	// remote is set once preferred-location or accessed-by advice touched
 	// the block: device mappings may then follow residency.
 	remote bool
@@ -37,7 +37,6 @@ func (sess *session) advise(addr, length uintptr, advice core.Advice, d core.Dev
 	if r.kind != core.KindManaged {
 		return fmt.Errorf("%w: %v on %#x: advice applies to managed memory, and this is %s", core.ErrInvalidValue, advice, addr, r.kind)
 	}
-	loc := core.LocationOf(d)
 	err = r.eachBlock(addr, length, true, func(o *mover, pages core.PageMask) error {
 		b := o.b
 		if b.advice == nil {
@@ -52,18 +51,18 @@ func (sess *session) advise(addr, length uintptr, advice core.Advice, d core.Dev
 			o.collapseAll(pages)
 		case core.AdviseSetPreferredLocation, core.AdviseUnsetPreferredLocation:
 			adv.remote = true
-			code := fileCode(loc)
+			code := core.PageProcessorOf(d)
 			if advice == core.AdviseUnsetPreferredLocation {
-				code = 0
+				code = core.NoProcessor
 			}
 			for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
 				adv.preferred[p] = code
 			}
 		case core.AdviseSetAccessedBy:
 			adv.remote = true
-			adv.accessedBy[loc].Or(&pages)
+			adv.accessedBy[d.Slot()].Or(&pages)
 		case core.AdviseUnsetAccessedBy:
-			adv.accessedBy[loc].AndNot(&pages)
+			adv.accessedBy[d.Slot()].AndNot(&pages)
 		}
 		return nil
 	})
@@ -170,18 +169,12 @@ func (sess *session) rangeAttributes(addr, length uintptr) (core.RangeAttributes
 	}
 	locations := sess.srv.locations()
 	readMostly := true
-	preferred, last := -1, -1 // codes shared by every page so far; -2 when they differ
+	// The preferred and last prefetch locations shared by every page so
+	// far: unset until the first page, and disagree once two differ.
+	var preferred, last pageAgreement
 	accessed := make([]bool, locations)
 	for l := range accessed {
 		accessed[l] = true
-	}
-	agree := func(seen *int, code int) {
-		switch {
-		case *seen == -1:
-			*seen = code
-		case *seen != code:
-			*seen = -2
-		}
 	}
 	err = r.eachBlock(addr, length, false, func(o *mover, pages core.PageMask) error {
 		var adv *blockAdvice
@@ -190,18 +183,18 @@ func (sess *session) rangeAttributes(addr, length uintptr) (core.RangeAttributes
 		}
 		for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
 			if o == nil {
-				agree(&last, 0)
+				last.see(core.NoProcessor)
 			} else {
-				agree(&last, int(o.b.lastPrefetch[p]))
+				last.see(o.b.lastPrefetch[p])
 			}
 			if adv == nil {
 				readMostly = false
-				agree(&preferred, 0)
+				preferred.see(core.NoProcessor)
 				clear(accessed)
 				continue
 			}
 			readMostly = readMostly && adv.readMostly.Test(p)
-			agree(&preferred, int(adv.preferred[p]))
+			preferred.see(adv.preferred[p])
 			for l := range accessed {
 				accessed[l] = accessed[l] && adv.accessedBy[l].Test(p)
 			}
@@ -212,16 +205,45 @@ func (sess *session) rangeAttributes(addr, length uintptr) (core.RangeAttributes
 		return core.RangeAttributes{}, err
 	}
 	a := core.RangeAttributes{ReadMostly: readMostly, PreferredLocation: core.InvalidDevice, LastPrefetchLocation: core.InvalidDevice, AccessedBy: []core.Device{}}
-	if preferred > 0 {
-		a.PreferredLocation = core.Location(preferred - 1).Device()
-	}
-	if last > 0 {
-		a.LastPrefetchLocation = core.Location(last - 1).Device()
-	}
+	a.PreferredLocation = preferred.shared()
+	a.LastPrefetchLocation = last.shared()
 	for l, ok := range accessed {
 		if ok {
-			a.AccessedBy = append(a.AccessedBy, core.Location(l).Device())
+			a.AccessedBy = append(a.AccessedBy, core.DeviceAtSlot(l))
 		}
 	}
 	return a, nil
+}
+
+// pageAgreement finds the processor every page of a range agrees on.
+type pageAgreement struct {
+	seen     bool
+	disagree bool
+	p        core.PageProcessor
+}
+
+func (a *pageAgreement) see(p core.PageProcessor) {
+	switch {
+	case !a.seen:
+		a.seen, a.p = true, p
+	case a.p != p:
+		a.disagree = true
+	}
+}
+
+// shared is the processor every page named, or InvalidDevice when some
+// page named none or two pages differ (cuMemRangeGetAttribute's rule).
+func (a *pageAgreement) shared() core.Device {
+	if d, ok := a.p.Device(); ok && a.seen && !a.disagree {
+		return d
+	}
+	return core.InvalidDevice
+}
+
+// preferredAt returns page p's preferred location, ok false for none.
+func (b *block) preferredAt(p int) (core.Device, bool) {
+	if b.advice == nil {
+		return 0, false
+	}
+	return b.advice.preferred[p].Device()
 }

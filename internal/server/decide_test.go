@@ -14,13 +14,13 @@ type fakeFacts struct {
 	faultKind          core.FaultKind
 	isWrite, lastWait  bool
 	napped             bool
-	m                  core.Location
+	m                  core.Device
 	unknown            bool // the view's mapping is changing
 	ownHolds           bool
-	resident           map[core.Location]bool
-	view               core.Location
-	desired            core.Location
-	src                core.Location
+	resident           map[core.Device]bool
+	view               core.Device
+	desired            core.Device
+	src                core.Device
 	unpopulated        bool
 	mostlyRead         bool
 	thrash             thrashAction
@@ -28,28 +28,28 @@ type fakeFacts struct {
 	askedThrashing bool
 }
 
-func (f *fakeFacts) hostOnDeviceMemory() bool        { return f.deviceMemoryOnHost }
-func (f *fakeFacts) kind() core.FaultKind            { return f.faultKind }
-func (f *fakeFacts) write() bool                     { return f.isWrite }
-func (f *fakeFacts) waitsLeft() bool                 { return !f.lastWait }
-func (f *fakeFacts) noNap() bool                     { return f.napped }
-func (f *fakeFacts) mapping() (core.Location, bool)  { return f.m, !f.unknown }
-func (f *fakeFacts) ownFileHolds() bool              { return f.ownHolds }
-func (f *fakeFacts) residentAt(l core.Location) bool { return f.resident[l] }
-func (f *fakeFacts) viewLocation() core.Location     { return f.view }
-func (f *fakeFacts) desiredFile() core.Location      { return f.desired }
-func (f *fakeFacts) source() (core.Location, bool)   { return f.src, !f.unpopulated }
-func (f *fakeFacts) readMostly() bool                { return f.mostlyRead }
-func (f *fakeFacts) thrashing() thrashAction         { f.askedThrashing = true; return f.thrash }
+func (f *fakeFacts) hostOnDeviceMemory() bool      { return f.deviceMemoryOnHost }
+func (f *fakeFacts) kind() core.FaultKind          { return f.faultKind }
+func (f *fakeFacts) write() bool                   { return f.isWrite }
+func (f *fakeFacts) waitsLeft() bool               { return !f.lastWait }
+func (f *fakeFacts) noNap() bool                   { return f.napped }
+func (f *fakeFacts) mapping() (core.Device, bool)  { return f.m, !f.unknown }
+func (f *fakeFacts) ownFileHolds() bool            { return f.ownHolds }
+func (f *fakeFacts) residentAt(l core.Device) bool { return f.resident[l] }
+func (f *fakeFacts) viewLocation() core.Device     { return f.view }
+func (f *fakeFacts) desiredFile() core.Device      { return f.desired }
+func (f *fakeFacts) source() (core.Device, bool)   { return f.src, !f.unpopulated }
+func (f *fakeFacts) readMostly() bool              { return f.mostlyRead }
+func (f *fakeFacts) thrashing() thrashAction       { f.askedThrashing = true; return f.thrash }
 
 // TestDecideFault covers every branch of the fault path's decision, as
 // serveFault had them before the decision was its own step. The faults
-// are device 0's (location 1) unless a case says otherwise; the page is on
-// the host (location 0) and the view maps device 0's own file.
+// are device 0's unless a case says otherwise; the page is on the host
+// and the view maps device 0's own file.
 func TestDecideFault(t *testing.T) {
-	const host, dev0, dev1 = core.HostLoc, core.Location(1), core.Location(2)
+	const host, dev0, dev1 = core.CPU, core.Device(0), core.Device(1)
 	base := func() fakeFacts {
-		return fakeFacts{faultKind: core.FaultMissing, m: dev0, view: dev0, desired: dev0, src: host, resident: map[core.Location]bool{host: true}}
+		return fakeFacts{faultKind: core.FaultMissing, m: dev0, view: dev0, desired: dev0, src: host, resident: map[core.Device]bool{host: true}}
 	}
 	cases := []struct {
 		name        string
@@ -66,11 +66,11 @@ func TestDecideFault(t *testing.T) {
 		{"already where the view maps: wake", func(f *fakeFacts) { f.resident[dev0] = true }, planWake, false},
 		{"came here while the view maps the old place: wait", func(f *fakeFacts) {
 			f.m, f.src = host, dev1
-			f.resident = map[core.Location]bool{dev0: true}
+			f.resident = map[core.Device]bool{dev0: true}
 		}, planWaitMapping, false},
 		{"came here, but policy wants it elsewhere: migrate", func(f *fakeFacts) {
 			f.m, f.src, f.desired = dev1, dev0, dev1
-			f.resident = map[core.Location]bool{dev0: true}
+			f.resident = map[core.Device]bool{dev0: true}
 		}, planMigrate, true},
 		{"read of a read-mostly page: duplicate", func(f *fakeFacts) { f.mostlyRead = true }, planDuplicate, false},
 		{"write of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.isWrite = true, true }, planMigrate, true},
@@ -79,18 +79,18 @@ func TestDecideFault(t *testing.T) {
 		{"thrashing, napped once: migrate without asking", func(f *fakeFacts) { f.thrash, f.napped = thrashThrottle, true }, planMigrate, false},
 		{"pinned in host memory: bring it there and wait", func(f *fakeFacts) {
 			f.thrash, f.desired = thrashPinned, host
-			f.src, f.resident = dev1, map[core.Location]bool{dev1: true}
+			f.src, f.resident = dev1, map[core.Device]bool{dev1: true}
 		}, planPinToHost, true},
 		{"pinned, waited enough: migrate anyway", func(f *fakeFacts) {
 			f.thrash, f.desired, f.lastWait = thrashPinned, host, true
-			f.src, f.resident = dev1, map[core.Location]bool{dev1: true}
+			f.src, f.resident = dev1, map[core.Device]bool{dev1: true}
 		}, planMigrateAnyway, true},
 		{"pinned, but policy keeps the device on its own file: migrate", func(f *fakeFacts) { f.thrash = thrashPinned }, planMigrate, true},
 		{"pinned, the host faults: migrate", func(f *fakeFacts) {
 			f.thrash, f.view, f.m, f.desired = thrashPinned, host, host, host
-			f.src, f.resident = dev0, map[core.Location]bool{dev0: true}
+			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
 		}, planMigrate, true},
-		{"first touch: migrate (populate)", func(f *fakeFacts) { f.unpopulated, f.resident = true, map[core.Location]bool{} }, planMigrate, false},
+		{"first touch: migrate (populate)", func(f *fakeFacts) { f.unpopulated, f.resident = true, map[core.Device]bool{} }, planMigrate, false},
 		{"ordinary fault: migrate", func(*fakeFacts) {}, planMigrate, true},
 	}
 	for _, tc := range cases {

@@ -68,6 +68,8 @@
 //	guardLink.mu          messages to the guard (a leaf)
 //	stagingArea.mu        the staging file's free slots (a leaf)
 //	accessState.mu        the views counted and user-space counts (a leaf)
+//	session.statsMu       the ranges whose statistics a sum reads, and the
+//	                      session's retired statistics (a leaf)
 //
 // Fault handlers take block.mu (and what follows it), never session.mu or
 // view.reqMu, and never wait for another process. Nobody holds view.use

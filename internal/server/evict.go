@@ -23,32 +23,32 @@ const evictWait = time.Second
 
 // evictBlock moves every page of the block resident at from to its
 // eviction destination. The block's lock is held.
-func evictBlock(v blockRef, from core.Location) int64 {
-	if v.r.freed.Load() || v.b.resident[from].Empty() {
-		v.r.sess.srv.eviction.Left(v.b.ref, from.Device())
+func evictBlock(v blockRef, from core.Device) int64 {
+	if v.r.freed.Load() || v.b.resident[from.Slot()].Empty() {
+		v.r.sess.srv.eviction.Left(v.b.ref, from)
 		return 0
 	}
-	return evictPages(v, from, v.b.resident[from])
+	return evictPages(v, from, v.b.resident[from.Slot()])
 }
 
 // evictPages moves the block's pages of pages, resident at from, to their
 // eviction destination. The block's lock is held.
-func evictPages(v blockRef, from core.Location, pages core.PageMask) int64 {
+func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 	srv := v.r.sess.srv
-	pages.And(&v.b.resident[from])
+	pages.And(&v.b.resident[from.Slot()])
 	n := int64(pages.Count())
 	if n == 0 || v.r.freed.Load() {
 		return 0
 	}
-	dst := core.HostLoc
-	if from == core.HostLoc {
+	dst := core.CPU
+	if from == core.CPU {
 		var ok bool
 		if dst, ok = srv.roomiestDevice(n); !ok {
 			return 0
 		}
 	}
 	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize, cause: policy.CauseEviction}
-	before := v.b.resident[from].Count()
+	before := v.b.resident[from.Slot()].Count()
 	// Read-duplicated pages with a copy elsewhere just lose this one.
 	dup := v.b.duplicated()
 	dup.And(&pages)
@@ -57,8 +57,8 @@ func evictPages(v blockRef, from core.Location, pages core.PageMask) int64 {
 			var one core.PageMask
 			one.Set(p)
 			for l := range v.b.resident {
-				if core.Location(l) != from && v.b.resident[l].Test(p) {
-					op.collapseTo(core.Location(l), one)
+				if core.DeviceAtSlot(l) != from && v.b.resident[l].Test(p) {
+					op.collapseTo(core.DeviceAtSlot(l), one)
 					break
 				}
 			}
@@ -66,11 +66,10 @@ func evictPages(v blockRef, from core.Location, pages core.PageMask) int64 {
 		pages.AndNot(&dup)
 	}
 	if err := op.moveToUnmapped(dst, pages); err != nil {
-		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from.Device(), err)
+		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from, err)
 	}
-	evicted := int64(before - v.b.resident[from].Count())
-	v.r.stats.Evicted[from].Add(uint64(evicted))
-	srv.Counters.Evicted[from].Add(uint64(evicted))
+	evicted := int64(before - v.b.resident[from.Slot()].Count())
+	v.r.stats.Evicted[from.Slot()].Add(uint64(evicted))
 	return evicted
 }
 
@@ -79,24 +78,31 @@ func (o *mover) blockIndex() int { return int((o.blockAddr - o.r.start) >> core.
 
 // reserve reserves capacity on device location dst for need pages,
 // evicting other blocks' pages to the host if the arena is full.
-func (o *mover) reserve(dst core.Location, need int64) error {
-	arena := o.sess.srv.arenas[dst-1]
+func (o *mover) reserve(dst core.Device, need int64) error {
+	arena := o.sess.srv.arenas[dst]
 	err := arena.Reserve(need)
 	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
 		return err
 	}
 	// Blocks that others hold (threads of a kernel faulting on several
 	// blocks at once, a prefetch moving some) are busy only for as long
-	// as their move: while eviction found some locked, wait a little and
-	// try again rather than fail a fault that a moment later could have
-	// been served. Only then, or with nothing left to evict, it fails.
+	// as their move, and the room an eviction makes can be taken by
+	// another thread's reservation before this one's: while eviction
+	// found blocks locked or freed some pages, wait a little and try
+	// again rather than fail a fault that a moment later could have been
+	// served. Only then, or with nothing left to evict, it fails.
 	started := time.Now()
 	for {
-		_, busy := o.evict(dst, need)
-		if err := arena.Reserve(need); err == nil {
+		moved, busy := o.evict(dst, need)
+		err := arena.Reserve(need)
+		if err == nil {
 			return nil
-		} else if !busy || time.Since(started) > evictWait {
+		}
+		if !busy && moved == 0 {
 			return fmt.Errorf("%w: %v (every other block on the device is in use)", core.ErrMemoryAllocation, err)
+		}
+		if time.Since(started) > evictWait {
+			return fmt.Errorf("%w: %v (other blocks stayed busy, or took the room evicted for this one, for %v)", core.ErrMemoryAllocation, err, evictWait)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -108,11 +114,11 @@ func (o *mover) reserve(dst core.Location, need int64) error {
 // blocks other threads hold. Blocks whose lock is held (the mover's own,
 // blocks other threads are serving) are skipped: waiting for them here
 // could deadlock.
-func (o *mover) evict(from core.Location, want int64) (moved int64, busy bool) {
+func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 	srv := o.sess.srv
 	var refs [16]*policy.Block
 	for round := 0; moved < want && round < 64; round++ {
-		victims := srv.eviction.Victims(from.Device(), len(refs), refs[:0])
+		victims := srv.eviction.Victims(from, len(refs), refs[:0])
 		if len(victims) == 0 {
 			break
 		}
@@ -148,11 +154,11 @@ func (o *mover) evict(from core.Location, want int64) (moved int64, busy bool) {
 
 // roomiestDevice picks the device with the most free capacity that can
 // take n pages without evicting anything.
-func (s *Server) roomiestDevice(n int64) (core.Location, bool) {
-	best, room := core.Location(0), int64(0)
+func (s *Server) roomiestDevice(n int64) (core.Device, bool) {
+	best, room := core.Device(0), int64(0)
 	for i, a := range s.arenas {
 		if free := a.FreeBytes(); free >= n*core.PageSize && free > room {
-			best, room = core.LocationOf(core.Device(i)), free
+			best, room = core.Device(i), free
 		}
 	}
 	return best, room > 0
@@ -172,20 +178,20 @@ func (o *mover) overBudget(keep core.PageMask) {
 		return
 	}
 	want := (over + core.PageSize - 1) / core.PageSize
-	moved, _ := o.evict(core.HostLoc, want) // the budget is soft: busy blocks go next time
+	moved, _ := o.evict(core.CPU, want) // the budget is soft: busy blocks go next time
 	if moved >= want {
 		return
 	}
 	// No other block can give more: the budget is below what this block
 	// holds on the host (a working set inside one block). Its other host
 	// pages go, lowest first, never those this move just brought.
-	pages := o.b.resident[core.HostLoc]
+	pages := o.b.resident[core.CPU.Slot()]
 	pages.AndNot(&keep)
 	var victims core.PageMask
 	for p, k := pages.NextSet(0), int64(0); p >= 0 && k < want-moved; p, k = pages.NextSet(p+1), k+1 {
 		victims.Set(p)
 	}
 	if !victims.Empty() {
-		evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, core.HostLoc, victims)
+		evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, core.CPU, victims)
 	}
 }

@@ -96,12 +96,12 @@ type faultFacts interface {
 	noNap() bool     // the fault was throttled once already
 	// mapping is the location whose file the view maps over the page,
 	// and whether that is known (not changing).
-	mapping() (m core.Location, known bool)
+	mapping() (m core.Device, known bool)
 	ownFileHolds() bool // the view is being pointed at its own file, which holds the page
-	residentAt(loc core.Location) bool
-	viewLocation() core.Location
-	desiredFile() core.Location // where policy wants the view to map the page
-	source() (src core.Location, populated bool)
+	residentAt(loc core.Device) bool
+	viewLocation() core.Device
+	desiredFile() core.Device // where policy wants the view to map the page
+	source() (src core.Device, populated bool)
 	readMostly() bool
 	thrashing() thrashAction
 }
@@ -155,7 +155,7 @@ func decideFault(f faultFacts) faultPlan {
 			// Pinned in host memory: bring it there and wait for the
 			// device to map the host copy, unless policy keeps the
 			// device on its own file.
-			if m != core.HostLoc && f.desiredFile() == core.HostLoc {
+			if m != core.CPU && f.desiredFile() == core.CPU {
 				if f.waitsLeft() {
 					return planPinToHost
 				}
@@ -183,21 +183,21 @@ func (f *moverFacts) clock() int64 {
 }
 
 func (f *moverFacts) hostOnDeviceMemory() bool {
-	return f.o.r.kind == core.KindDevice && f.o.fv.loc == core.HostLoc
+	return f.o.r.kind == core.KindDevice && f.o.fv.loc == core.CPU
 }
-func (f *moverFacts) kind() core.FaultKind              { return f.fr.kind }
-func (f *moverFacts) write() bool                       { return f.fr.write }
-func (f *moverFacts) waitsLeft() bool                   { return f.fr.waits < maxPinWaits }
-func (f *moverFacts) noNap() bool                       { return f.fr.noNap }
-func (f *moverFacts) mapping() (core.Location, bool)    { return f.o.mapsAt(f.o.fv.loc, f.p) }
-func (f *moverFacts) residentAt(loc core.Location) bool { return f.o.b.resident[loc].Test(f.p) }
-func (f *moverFacts) viewLocation() core.Location       { return f.o.fv.loc }
-func (f *moverFacts) desiredFile() core.Location        { return f.o.desiredFile(f.o.fv.loc, f.p, f.clock()) }
-func (f *moverFacts) source() (core.Location, bool)     { return f.o.b.locationOfPage(f.p) }
-func (f *moverFacts) thrashing() thrashAction           { return f.o.checkThrashing(f.o.fv.loc, f.p, f.clock()) }
+func (f *moverFacts) kind() core.FaultKind            { return f.fr.kind }
+func (f *moverFacts) write() bool                     { return f.fr.write }
+func (f *moverFacts) waitsLeft() bool                 { return f.fr.waits < maxPinWaits }
+func (f *moverFacts) noNap() bool                     { return f.fr.noNap }
+func (f *moverFacts) mapping() (core.Device, bool)    { return f.o.mapsAt(f.o.fv.loc, f.p) }
+func (f *moverFacts) residentAt(loc core.Device) bool { return f.o.b.resident[loc.Slot()].Test(f.p) }
+func (f *moverFacts) viewLocation() core.Device       { return f.o.fv.loc }
+func (f *moverFacts) desiredFile() core.Device        { return f.o.desiredFile(f.o.fv.loc, f.p, f.clock()) }
+func (f *moverFacts) source() (core.Device, bool)     { return f.o.b.locationOfPage(f.p) }
+func (f *moverFacts) thrashing() thrashAction         { return f.o.checkThrashing(f.o.fv.loc, f.p, f.clock()) }
 func (f *moverFacts) ownFileHolds() bool {
 	l := f.o.fv.loc
-	return fileOf(f.o.b.maps[l].file[f.p], l) == l && f.o.b.resident[l].Test(f.p)
+	return fileOf(f.o.b.maps[l.Slot()].file[f.p], l) == l && f.o.b.resident[l.Slot()].Test(f.p)
 }
 func (f *moverFacts) readMostly() bool {
 	adv := f.o.b.advice
@@ -214,7 +214,7 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	plan := decideFault(&facts)
 	switch plan {
 	case planRefuse:
-		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", core.ErrInvalidValue, o.r.owner.Device())
+		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", core.ErrInvalidValue, o.r.owner)
 	case planHint:
 		return o.serveHintFault(p)
 	case planWaitMapping, planThrottle:
@@ -245,7 +245,7 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		faulted.Or(&extra)
 		return o.duplicate(t, faulted)
 	case planPinToHost:
-		host := o.ownTarget(core.HostLoc)
+		host := o.ownTarget(core.CPU)
 		err := o.moveTo(host, faulted, core.PageMask{}, -1)
 		o.doneWith(host.via)
 		if err != nil {
@@ -253,7 +253,7 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		}
 		return errDeferred
 	case planMigrateAnyway:
-		o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l.Device(), o.pageAddr(p), maxPinWaits)
+		o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l, o.pageAddr(p), maxPinWaits)
 	}
 	extra := o.expand(l, m, faulted, &t)
 	o.cause = policy.CauseFault
@@ -262,23 +262,23 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 
 // expand asks the range's prefetch policy which other pages to bring to
 // file m with the faulted ones, keeping those the view maps from m.
-func (o *mover) expand(l, m core.Location, faulted core.PageMask, t *target) core.PageMask {
+func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.PageMask {
 	b := o.b
 	ctx := &policy.PrefetchContext{}
 	if o.h != nil {
 		ctx = &o.h.prefetchCtx
 	}
-	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m], Populated: b.populated()}
+	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated()}
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
-		ctx.DestIsPreferred = adv.preferred[p] == fileCode(m)
+		ctx.DestIsPreferred = adv.preferred[p].Is(m)
 	}
 	if th := o.sess.srv.thrashing; th != nil && b.thrash != nil {
 		th.Avoid(b.thrash, b.pages, clock(o.sess.srv.nowMicros()), &ctx.Thrashing)
 	}
 	extra := o.r.prefetch.Expand(ctx)
 	extra.TrimTo(b.pages)
-	extra.AndNot(&b.resident[m])
+	extra.AndNot(&b.resident[m.Slot()])
 	extra.AndNot(&faulted)
 	extra.And(&t.mapped)
 	return extra
@@ -286,11 +286,11 @@ func (o *mover) expand(l, m core.Location, faulted core.PageMask, t *target) cor
 
 // serveWP resolves a write to a write-protected page that view o.fv maps
 // from file m.
-func (o *mover) serveWP(p int, m core.Location) error {
+func (o *mover) serveWP(p int, m core.Device) error {
 	b := o.b
 	v := o.fv
 	addr := o.pageAddr(p)
-	if !b.resident[m].Test(p) {
+	if !b.resident[m.Slot()].Test(p) {
 		// The page left while the writer waited; its retry faults as
 		// missing and brings it back.
 		o.wake(addr)
@@ -326,21 +326,21 @@ func (o *mover) servePending(p int) error {
 	b := o.b
 	v := o.fv
 	l := v.loc
-	vm := b.maps[l]
+	vm := b.maps[l.Slot()]
 	oldFile, newFile := fileOf(vm.was[p], l), fileOf(vm.file[p], l)
 	var one core.PageMask
 	one.Set(p)
 	o.collapseAll(one)
 	src, populated := b.locationOfPage(p)
 	// Reserve room wherever the page may land.
-	var reserved []core.Location
-	for _, c := range []core.Location{oldFile, newFile} {
-		if c == core.HostLoc || (populated && c == src) || (len(reserved) == 1 && reserved[0] == c) {
+	var reserved []core.Device
+	for _, c := range []core.Device{oldFile, newFile} {
+		if c == core.CPU || (populated && c == src) || (len(reserved) == 1 && reserved[0] == c) {
 			continue
 		}
 		if err := o.reserve(c, 1); err != nil {
 			for _, x := range reserved {
-				o.sess.srv.arenas[x-1].Release(1)
+				o.sess.srv.arenas[x].Release(1)
 			}
 			return err
 		}
@@ -349,7 +349,7 @@ func (o *mover) servePending(p int) error {
 	landed, moved, err := o.installPending(p, src, populated, oldFile, newFile)
 	for _, x := range reserved {
 		if !moved || x != landed {
-			o.sess.srv.arenas[x-1].Release(1)
+			o.sess.srv.arenas[x].Release(1)
 		}
 	}
 	if err != nil || !moved {
@@ -367,7 +367,7 @@ func (o *mover) servePending(p int) error {
 // location whose file received it, and whether it moved there. As in
 // transfer, the source copy is punched before the install wakes the
 // faulting thread, and put back if the page did not move.
-func (o *mover) installPending(p int, src core.Location, populated bool, oldFile, newFile core.Location) (core.Location, bool, error) {
+func (o *mover) installPending(p int, src core.Device, populated bool, oldFile, newFile core.Device) (core.Device, bool, error) {
 	v := o.fv
 	var holders []*view
 	addr := o.pageAddr(p)
@@ -393,7 +393,7 @@ func (o *mover) installPending(p int, src core.Location, populated bool, oldFile
 			o.release(holders, addr, core.PageSize, true)
 			return 0, false, err
 		}
-		if src == core.HostLoc {
+		if src == core.CPU {
 			var one core.PageMask
 			one.Set(p)
 			o.auditLeaving(run{first: p, outer: p + 1, src: src, populated: true}, one)
@@ -454,11 +454,11 @@ func (o *mover) failFault(addr uintptr, err error) {
 	srv := o.sess.srv
 	if _, perr := v.uffd.Poison(addr, core.PageSize, false); perr == nil {
 		srv.poisoned.Add(1)
-		srv.logger.Printf("pid %d %v: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, v.loc.Device(), addr, err)
+		srv.logger.Printf("pid %d %v: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, v.loc, addr, err)
 		return
 	}
 	o.wake(addr)
-	srv.logger.Printf("pid %d %v: fault at %#x could not be served: %v", v.pid, v.loc.Device(), addr, err)
+	srv.logger.Printf("pid %d %v: fault at %#x could not be served: %v", v.pid, v.loc, addr, err)
 }
 
 // serveFaultMsg serves one page fault of view v, on handler h or (h nil)
@@ -525,10 +525,8 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 	// block locks, so it never sees a served fault uncounted. A deferred
 	// fault counts once, when served, with the time it waited.
 	elapsed := time.Since(fr.started)
-	r.stats.Faults[v.loc][fr.kind].Add(1)
+	r.stats.Faults[v.loc.Slot()][fr.kind].Add(1)
 	r.stats.Service.Record(elapsed)
-	srv.Counters.Faults[v.loc][fr.kind].Add(1)
-	srv.Counters.Service.Record(elapsed)
 	b.mu.Unlock()
 }
 
@@ -585,7 +583,7 @@ func (sess *session) drainEvents(v *view) {
 func (sess *session) event(v *view, m *uffd.Msg) {
 	switch m.Event {
 	case uffd.EventRemap:
-		if v.loc == core.HostLoc {
+		if v.loc == core.CPU {
 			sess.remapped(uintptr(m.From), uintptr(m.To), uintptr(m.Len))
 		}
 		// A device's remaps are the server's own requests: the reply

@@ -97,8 +97,8 @@ type KeptSession struct {
 	Conn     int
 	Uffd     int
 	Host     int
-	Files    map[core.Location]int
-	Views    map[core.Location]*KeptView
+	Files    map[core.Device]int
+	Views    map[core.Device]*KeptView
 	Journal  *journal
 }
 
@@ -125,11 +125,11 @@ func GuardSessionMsg(id uint64, pid int, features uint64) []byte {
 
 func GuardIDMsg(op byte, id uint64) []byte { return binary.LittleEndian.AppendUint64([]byte{op}, id) }
 
-func GuardLocMsg(op byte, id uint64, l core.Location) []byte {
-	return append(GuardIDMsg(op, id), byte(l))
+func GuardLocMsg(op byte, id uint64, l core.Device) []byte {
+	return append(GuardIDMsg(op, id), byte(int8(l)))
 }
 
-func GuardViewMsg(id uint64, l core.Location, pid int) []byte {
+func GuardViewMsg(id uint64, l core.Device, pid int) []byte {
 	return binary.LittleEndian.AppendUint32(GuardLocMsg(guardView, id, l), uint32(pid))
 }
 
@@ -316,12 +316,12 @@ func (st *keptState) Apply(b []byte, fds []int) error {
 			old.close()
 		}
 		st.Sessions[id] = &KeptSession{Id: id, pid: int(le.Uint32(body[8:])), features: le.Uint64(body[12:]),
-			Conn: fds[0], Uffd: fds[1], Host: fds[2], Files: map[core.Location]int{}, Views: map[core.Location]*KeptView{}, Journal: NewJournal()}
+			Conn: fds[0], Uffd: fds[1], Host: fds[2], Files: map[core.Device]int{}, Views: map[core.Device]*KeptView{}, Journal: NewJournal()}
 	case GuardFile:
 		if len(body) != 9 || len(fds) != 1 {
 			return bad("want id, location and one descriptor")
 		}
-		l := core.Location(body[8])
+		l := core.Device(int8(body[8]))
 		if old, ok := ks.Files[l]; ok {
 			syscall.Close(old)
 		}
@@ -330,7 +330,7 @@ func (st *keptState) Apply(b []byte, fds []int) error {
 		if len(body) != 13 || len(fds) != 2 {
 			return bad("want id, location, pid and two descriptors")
 		}
-		l := core.Location(body[8])
+		l := core.Device(int8(body[8]))
 		if old := ks.Views[l]; old != nil {
 			wire.CloseFDs([]int{old.conn, old.uffd})
 		}
@@ -339,9 +339,9 @@ func (st *keptState) Apply(b []byte, fds []int) error {
 		if len(body) != 9 {
 			return bad("want id and location")
 		}
-		if old := ks.Views[core.Location(body[8])]; old != nil {
+		if old := ks.Views[core.Device(int8(body[8]))]; old != nil {
 			wire.CloseFDs([]int{old.conn, old.uffd})
-			delete(ks.Views, core.Location(body[8]))
+			delete(ks.Views, core.Device(int8(body[8])))
 		}
 	case guardRecord:
 		return ks.Journal.apply(body[8:])
@@ -596,24 +596,24 @@ func (s *Server) snapshot() *keptState {
 	s.keptMu.Unlock()
 	st.staging = dup(s.staging.file.Fd())
 	for _, sess := range s.sessionList() {
-		client := sess.viewRef(core.HostLoc)
+		client := sess.viewRef(core.CPU)
 		if client == nil {
 			continue
 		}
 		ks := &KeptSession{Id: sess.id, pid: sess.pid, features: uint64(client.uffd.Features()),
 			Conn: dup(wire.RawFD(sess.conn)), Uffd: dup(client.uffd.Fd()), Host: dup(sess.host.Fd()),
-			Files: map[core.Location]int{}, Views: map[core.Location]*KeptView{}, Journal: NewJournal()}
+			Files: map[core.Device]int{}, Views: map[core.Device]*KeptView{}, Journal: NewJournal()}
 		client.release()
 		sess.filesMu.Lock()
 		for d, f := range sess.devFiles {
 			if f != nil {
-				ks.Files[core.LocationOf(core.Device(d))] = dup(f.Fd())
+				ks.Files[core.Device(d)] = dup(f.Fd())
 			}
 		}
 		sess.filesMu.Unlock()
 		for l := 1; l < len(sess.views); l++ {
-			if v := sess.viewRef(core.Location(l)); v != nil {
-				ks.Views[core.Location(l)] = &KeptView{pid: v.pid, conn: dup(wire.RawFD(v.conn)), uffd: dup(v.uffd.Fd())}
+			if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
+				ks.Views[core.DeviceAtSlot(l)] = &KeptView{pid: v.pid, conn: dup(wire.RawFD(v.conn)), uffd: dup(v.uffd.Fd())}
 				v.release()
 			}
 		}
@@ -791,7 +791,10 @@ func (g *guard) restart(died time.Time) (*net.UnixConn, string) {
 			last = err
 			continue
 		}
-		cmd, err := wire.Reexec("adopt", "softuvm-server", nil, []*os.File{remote})
+		// The configuration tells the new process whether the policies
+		// it names are registered when package uvm initializes, or only
+		// once the program's main calls uvm.Main (uvm/spawn.go).
+		cmd, err := wire.Reexec("adopt", "softuvm-server", nil, []*os.File{remote}, config.ServerConfigEnv+"="+g.st.config)
 		remote.Close()
 		if err != nil {
 			local.Close()

@@ -28,7 +28,7 @@ func FuzzGuardMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st := NewKeptState()
 		// A session to address, as the server would have sent first.
-		st.Sessions[1] = &KeptSession{Id: 1, Conn: -1, Uffd: -1, Host: -1, Files: map[core.Location]int{}, Views: map[core.Location]*KeptView{}, Journal: NewJournal()}
+		st.Sessions[1] = &KeptSession{Id: 1, Conn: -1, Uffd: -1, Host: -1, Files: map[core.Device]int{}, Views: map[core.Device]*KeptView{}, Journal: NewJournal()}
 		st.Apply(b, nil)
 		for _, ks := range st.Sessions {
 			for _, rec := range ks.Journal.Records() {

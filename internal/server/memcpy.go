@@ -65,11 +65,10 @@ func (sess *session) noteDeviceWritten(addr, n uintptr) error {
 	}
 	return r.eachBlock(addr&^core.PageOffsetMask, core.RoundUp(addr+n, core.PageSize)-addr&^core.PageOffsetMask, true, func(o *mover, pages core.PageMask) error {
 		fresh := pages
-		fresh.AndNot(&o.b.resident[r.owner])
+		fresh.AndNot(&o.b.resident[r.owner.Slot()])
 		if k := fresh.Count(); k > 0 {
-			o.b.resident[r.owner].Or(&fresh)
-			r.stats.Populated[r.owner].Add(uint64(k))
-			sess.srv.Counters.Populated[r.owner].Add(uint64(k))
+			o.b.resident[r.owner.Slot()].Or(&fresh)
+			r.stats.Populated[r.owner.Slot()].Add(uint64(k))
 		}
 		return nil
 	})

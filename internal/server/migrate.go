@@ -77,7 +77,7 @@ const stagingPages = engine.ChunkBytes / core.PageSize
 // way in.
 type run struct {
 	first, outer int
-	src          core.Location
+	src          core.Device
 	populated    bool // false: the pages exist nowhere yet
 	speculative  bool // brought by prefetch, not demanded, and left unmapped
 	mapped       bool // installed through the target's view
@@ -87,7 +87,7 @@ type run struct {
 // via for the pages in mapped (via maps dst's file over them), straight
 // into the file for the others.
 type target struct {
-	dst    core.Location
+	dst    core.Device
 	via    *view
 	mapped core.PageMask
 }
@@ -133,7 +133,7 @@ func (o *mover) again(v *view, since time.Time) bool {
 // viewOf returns location l's view for use by this mover: the faulting
 // view as it is (whoever serves the fault keeps it alive), any other with
 // its use lock held; release with doneWith.
-func (o *mover) viewOf(l core.Location) *view {
+func (o *mover) viewOf(l core.Device) *view {
 	if o.fv != nil && o.fv.loc == l {
 		return o.fv
 	}
@@ -283,7 +283,7 @@ func (o *mover) runs(want, speculative core.PageMask, t target, lazy bool, lead 
 // moved.
 func (o *mover) moveTo(t target, demand, speculative core.PageMask, lead int) error {
 	moved, err := o.move(t, demand, speculative, lead)
-	if t.dst == core.HostLoc && moved > 0 {
+	if t.dst == core.CPU && moved > 0 {
 		keep := demand
 		keep.Or(&speculative)
 		o.overBudget(keep)
@@ -293,7 +293,7 @@ func (o *mover) moveTo(t target, demand, speculative core.PageMask, lead int) er
 
 // moveToUnmapped moves pages into dst's file only: eviction does, so that
 // the pages' next user maps them on touch.
-func (o *mover) moveToUnmapped(dst core.Location, pages core.PageMask) error {
+func (o *mover) moveToUnmapped(dst core.Device, pages core.PageMask) error {
 	var none core.PageMask
 	_, err := o.move(target{dst: dst}, pages, none, -1)
 	return err
@@ -302,7 +302,7 @@ func (o *mover) moveToUnmapped(dst core.Location, pages core.PageMask) error {
 // ownTarget is dst with its own view, if it runs, over the pages it maps
 // its file on: how the control path moves pages. Release with
 // doneWith(t.via).
-func (o *mover) ownTarget(dst core.Location) target {
+func (o *mover) ownTarget(dst core.Device) target {
 	t := target{dst: dst, via: o.viewOf(dst)}
 	if t.via != nil {
 		t.mapped = o.pagesMapping(dst, dst)
@@ -326,21 +326,21 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 	}
 	want := demand
 	want.Or(&speculative)
-	want.AndNot(&b.resident[dst])
+	want.AndNot(&b.resident[dst.Slot()])
 	need := int64(want.Count())
 	if need == 0 {
 		return 0, nil
 	}
 	charged := o.r.kind != core.KindDevice // device memory reserved its capacity at allocation
 	var arena *devmem.Arena
-	if dst != core.HostLoc && charged {
-		arena = o.sess.srv.arenas[dst-1]
+	if dst != core.CPU && charged {
+		arena = o.sess.srv.arenas[dst]
 		if err := o.reserve(dst, need); err != nil {
 			return 0, err
 		}
 	}
 	dstFile, err := o.sess.file(dst)
-	lazy := dst == core.HostLoc && o.r.trackPrefetch
+	lazy := dst == core.CPU && o.r.trackPrefetch
 	var moved int64
 	if err == nil {
 		for _, rn := range o.runs(want, speculative, t, lazy, lead) {
@@ -387,7 +387,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 			return done, err
 		}
 	}
-	if rn.src == core.HostLoc {
+	if rn.src == core.CPU {
 		var all core.PageMask
 		all.FillRange(rn.first, rn.outer)
 		o.auditLeaving(rn, all)
@@ -412,7 +412,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 // them (the install wakes the faulting one): a reader of the source copy
 // must not see the old bytes after that write; it faults instead, and
 // waits for the block. Pages that fail to arrive are written back to src.
-func (o *mover) transfer(dst pageSink, to core.Location, first, outer int, src *devmem.File) (core.PageMask, error) {
+func (o *mover) transfer(dst pageSink, to core.Device, first, outer int, src *devmem.File) (core.PageMask, error) {
 	var done core.PageMask
 	span := o.chunkSpan(first, outer)
 	area := o.sess.srv.staging
@@ -491,23 +491,23 @@ func (t fileTarget) put(first, outer int, data []byte) (core.PageMask, error) {
 
 // released accounts for location l's copies of pages that transfer
 // already punched.
-func (o *mover) released(l core.Location, pages core.PageMask) {
-	if l != core.HostLoc && o.r.kind != core.KindDevice {
-		o.sess.srv.arenas[l-1].Release(int64(pages.Count()))
+func (o *mover) released(l core.Device, pages core.PageMask) {
+	if l != core.CPU && o.r.kind != core.KindDevice {
+		o.sess.srv.arenas[l].Release(int64(pages.Count()))
 	}
 }
 
 // drop frees location l's copies of pages (their data lives elsewhere
 // now): punching l's file zaps every page-table entry that maps them, in
 // every process.
-func (o *mover) drop(l core.Location, pages core.PageMask) {
+func (o *mover) drop(l core.Device, pages core.PageMask) {
 	f, err := o.sess.file(l)
 	if err != nil {
 		return
 	}
 	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
 		if perr := f.Punch(o.fileOff(p), int64(q-p)*core.PageSize); perr != nil {
-			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", l.Device(), o.fileOff(p), (q-p)*core.PageSize, perr)
+			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", l, o.fileOff(p), (q-p)*core.PageSize, perr)
 		}
 	}
 	o.released(l, pages)
@@ -536,13 +536,13 @@ func (o *mover) writeProtect(v *view, addr, length uintptr) error {
 			return nil // a process that is gone writes nothing
 		}
 		if !errors.Is(err, uffd.ErrAgain) || !o.again(v, started) {
-			return fmt.Errorf("write-protect %#x+%d in %v before migration: %w", addr, length, v.loc.Device(), err)
+			return fmt.Errorf("write-protect %#x+%d in %v before migration: %w", addr, length, v.loc, err)
 		}
 	}
 }
 
 // account records that the pages done of run rn now live at dst.
-func (o *mover) account(rn run, done core.PageMask, dst core.Location, speculative core.PageMask) {
+func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative core.PageMask) {
 	n := done.Count()
 	if n == 0 {
 		return
@@ -552,28 +552,26 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Location, speculati
 	for l := range b.resident {
 		b.resident[l].AndNot(&done)
 	}
-	b.resident[dst].Or(&done)
-	if rn.populated && b.resident[rn.src].Empty() {
-		srv.eviction.Left(b.ref, rn.src.Device())
+	b.resident[dst.Slot()].Or(&done)
+	if rn.populated && b.resident[rn.src.Slot()].Empty() {
+		srv.eviction.Left(b.ref, rn.src)
 	}
 	if o.r.kind == core.KindManaged { // pinned and device memory are never evicted
 		cause := o.cause
 		if cause == 0 {
 			cause = policy.CauseAdvice
 		}
-		srv.eviction.Arrived(b.ref, dst.Device(), n, cause)
+		srv.eviction.Arrived(b.ref, dst, n, cause)
 	}
-	if dst == core.HostLoc {
+	if dst == core.CPU {
 		srv.hostPages.Add(int64(n))
-	} else if rn.populated && rn.src == core.HostLoc {
+	} else if rn.populated && rn.src == core.CPU {
 		srv.hostPages.Add(-int64(n))
 	}
 	if !rn.populated {
-		o.r.stats.Populated[dst].Add(uint64(n))
-		srv.Counters.Populated[dst].Add(uint64(n))
+		o.r.stats.Populated[dst.Slot()].Add(uint64(n))
 	} else {
 		o.r.stats.AddMigrated(rn.src, dst, n)
-		srv.Counters.AddMigrated(rn.src, dst, n)
 		if o.cause == policy.CauseFault {
 			o.recordMigration(done, srv.nowMicros())
 		}
@@ -582,8 +580,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Location, speculati
 	spec.And(&speculative)
 	if k := spec.Count(); k > 0 {
 		o.r.stats.Prefetched.Add(uint64(k))
-		srv.Counters.Prefetched.Add(uint64(k))
-		if rn.speculative && dst == core.HostLoc {
+		if rn.speculative && dst == core.CPU {
 			b.prefetchPending.Or(&spec)
 		}
 	}
@@ -620,7 +617,7 @@ func (sess *session) prefetch(addr, length uintptr, dst core.Device) error {
 	if r.kind != core.KindManaged {
 		return fmt.Errorf("%w: prefetch %#x: prefetch applies to managed memory, and this is %s", core.ErrInvalidValue, addr, r.kind)
 	}
-	dl := core.LocationOf(dst)
+	dl := core.Device(dst)
 	// Blocks move in parallel, as many at once as the calibration found
 	// worth it (each block's own move may use the engine's pipeline),
 	// unless the destination must evict to take them: eviction takes
@@ -633,7 +630,7 @@ func (sess *session) prefetch(addr, length uintptr, dst core.Device) error {
 	err = r.eachBlockParallel(addr, length, movers, sess.srv.nodeOf(dl), func(o *mover, pages core.PageMask) error {
 		o.cause = policy.CausePrefetch
 		for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
-			o.b.lastPrefetch[p] = uint8(dl) + 1
+			o.b.lastPrefetch[p] = core.PageProcessorOf(dl)
 		}
 		t := o.ownTarget(dl)
 		defer o.doneWith(t.via)
@@ -641,7 +638,7 @@ func (sess *session) prefetch(addr, length uintptr, dst core.Device) error {
 		if adv := o.b.advice; adv != nil {
 			dup := pages
 			dup.And(&adv.readMostly)
-			dup.AndNot(&o.b.resident[dl])
+			dup.AndNot(&o.b.resident[dl.Slot()])
 			var populated core.PageMask
 			for l := range o.b.resident {
 				populated.Or(&o.b.resident[l])
@@ -670,11 +667,11 @@ func (sess *session) prefetch(addr, length uintptr, dst core.Device) error {
 // roomFor reports whether location l can take n more bytes without
 // evicting anything: a device with that much free capacity, or the host
 // with no budget or that much left under it.
-func (s *Server) roomFor(l core.Location, n int64) bool {
-	if l == core.HostLoc {
+func (s *Server) roomFor(l core.Device, n int64) bool {
+	if l == core.CPU {
 		return s.cfg.HostBudget <= 0 || s.hostPages.Load()*core.PageSize+n <= s.cfg.HostBudget
 	}
-	return s.arenas[l-1].FreeBytes() >= n
+	return s.arenas[l].FreeBytes() >= n
 }
 
 // checkDevice accepts CPU and the configured devices.

@@ -56,13 +56,11 @@ func (o *mover) auditBlock(mask core.PageMask, leaving bool) {
 	}
 	used := uint64(present.Count())
 	o.r.stats.Used.Add(used)
-	o.sess.srv.Counters.Used.Add(used)
 	o.b.prefetchPending.AndNot(&present)
 	if leaving {
 		pending.AndNot(&present)
 		unused := uint64(pending.Count())
 		o.r.stats.Unused.Add(unused)
-		o.sess.srv.Counters.Unused.Add(unused)
 		o.b.prefetchPending.AndNot(&pending)
 	}
 }

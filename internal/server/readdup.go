@@ -11,29 +11,28 @@ import (
 func (o *mover) duplicate(t target, pages core.PageMask) error {
 	b := o.b
 	dst := t.dst
-	pages.AndNot(&b.resident[dst])
+	pages.AndNot(&b.resident[dst.Slot()])
 	need := int64(pages.Count())
 	if need == 0 {
 		return nil
 	}
 	srv := o.sess.srv
-	if dst != core.HostLoc {
+	if dst != core.CPU {
 		if err := o.reserve(dst, need); err != nil {
 			return err
 		}
 	}
 	var copied int64
 	err := o.duplicateRuns(t, pages, &copied)
-	if dst != core.HostLoc && copied < need {
-		srv.arenas[dst-1].Release(need - copied)
+	if dst != core.CPU && copied < need {
+		srv.arenas[dst].Release(need - copied)
 	}
-	if dst == core.HostLoc {
+	if dst == core.CPU {
 		srv.hostPages.Add(copied)
 	}
 	if copied > 0 {
-		srv.eviction.Arrived(b.ref, dst.Device(), int(copied), policy.CauseAdvice)
-		o.r.stats.ReadDuplicated[dst].Add(uint64(copied))
-		srv.Counters.ReadDuplicated[dst].Add(uint64(copied))
+		srv.eviction.Arrived(b.ref, dst, int(copied), policy.CauseAdvice)
+		o.r.stats.ReadDuplicated[dst.Slot()].Add(uint64(copied))
 		o.residencyChanged()
 	}
 	return err
@@ -58,7 +57,7 @@ func (o *mover) duplicateRuns(t target, pages core.PageMask, copied *int64) erro
 		addr, span := o.pageAddr(rn.first), uintptr(rn.outer-rn.first)*core.PageSize
 		// Every mapping of the source copy and of the new one is made
 		// read-only first, and stays so.
-		for _, l := range []core.Location{rn.src, dst} {
+		for _, l := range []core.Device{rn.src, dst} {
 			holders := o.holders(l, rn.first, rn.outer)
 			for _, v := range holders {
 				err = o.writeProtect(v, addr, span)
@@ -77,7 +76,7 @@ func (o *mover) duplicateRuns(t target, pages core.PageMask, copied *int64) erro
 		} else if _, err = dstFile.CopyFrom(srcFile, o.fileOff(rn.first), o.fileOff(rn.first), int64(span)); err == nil {
 			done.FillRange(rn.first, rn.outer)
 		}
-		b.resident[dst].Or(&done)
+		b.resident[dst.Slot()].Or(&done)
 		*copied += int64(done.Count())
 		if err != nil {
 			return err
@@ -87,13 +86,13 @@ func (o *mover) duplicateRuns(t target, pages core.PageMask, copied *int64) erro
 }
 
 // collapseTo makes keep's copies of pages the only ones, and writable.
-func (o *mover) collapseTo(keep core.Location, pages core.PageMask) {
+func (o *mover) collapseTo(keep core.Device, pages core.PageMask) {
 	b := o.b
 	srv := o.sess.srv
-	pages.And(&b.resident[keep])
+	pages.And(&b.resident[keep.Slot()])
 	dropped := false
 	for l := range b.resident {
-		if core.Location(l) == keep {
+		if core.DeviceAtSlot(l) == keep {
 			continue
 		}
 		x := b.resident[l]
@@ -101,14 +100,14 @@ func (o *mover) collapseTo(keep core.Location, pages core.PageMask) {
 		if x.Empty() {
 			continue
 		}
-		o.drop(core.Location(l), x)
+		o.drop(core.DeviceAtSlot(l), x)
 		b.resident[l].AndNot(&x)
 		dropped = true
-		if core.Location(l) == core.HostLoc {
+		if core.DeviceAtSlot(l) == core.CPU {
 			srv.hostPages.Add(-int64(x.Count()))
 		}
 		if b.resident[l].Empty() {
-			srv.eviction.Left(b.ref, core.Location(l).Device())
+			srv.eviction.Left(b.ref, core.DeviceAtSlot(l))
 		}
 	}
 	if !dropped {
@@ -137,14 +136,14 @@ func (o *mover) collapseAll(pages core.PageMask) {
 	byKeep := make([]core.PageMask, len(b.resident))
 	for p := dup.NextSet(0); p >= 0; p = dup.NextSet(p + 1) {
 		keep, _ := b.locationOfPage(p)
-		if adv := b.advice; adv != nil && adv.preferred[p] != 0 && b.resident[adv.preferred[p]-1].Test(p) {
-			keep = core.Location(adv.preferred[p] - 1)
+		if pref, ok := b.preferredAt(p); ok && b.resident[pref.Slot()].Test(p) {
+			keep = pref
 		}
-		byKeep[keep].Set(p)
+		byKeep[keep.Slot()].Set(p)
 	}
 	for l := range byKeep {
 		if !byKeep[l].Empty() {
-			o.collapseTo(core.Location(l), byKeep[l])
+			o.collapseTo(core.DeviceAtSlot(l), byKeep[l])
 		}
 	}
 }

@@ -12,21 +12,21 @@ import (
 // viewMap records which file one device view maps over each page of one
 // block.
 type viewMap struct {
-	// file[p] is 1 + the location whose file the view maps over page p,
-	// or is mapping if p is pending; 0 means the view's own.
-	file [core.PagesPerBlock]uint8
+	// file[p] is the processor whose file the view maps over page p, or
+	// is mapping if p is pending; none means the view's own.
+	file [core.PagesPerBlock]core.PageProcessor
 	// pending pages are being remapped: the view maps was[p] or file[p].
 	pending core.PageMask
-	was     [core.PagesPerBlock]uint8
+	was     [core.PagesPerBlock]core.PageProcessor
 }
 
-func fileCode(l core.Location) uint8 { return uint8(l) + 1 }
-
-func fileOf(code uint8, own core.Location) core.Location {
-	if code == 0 {
-		return own
+// fileOf is the processor whose file a view of processor own maps where
+// its map records p.
+func fileOf(p core.PageProcessor, own core.Device) core.Device {
+	if d, ok := p.Device(); ok {
+		return d
 	}
-	return core.Location(code - 1)
+	return own
 }
 
 // remapper follows, in the background, the mapping changes that faults
@@ -41,7 +41,7 @@ type remapper struct {
 type remapKey struct {
 	r  *managedRange
 	bi int
-	l  core.Location
+	l  core.Device
 }
 
 func newRemapper() *remapper {
@@ -51,13 +51,13 @@ func newRemapper() *remapper {
 // staticFile returns the file every device view maps over a range of a
 // kind whose mapping never changes (pinned host memory, device memory),
 // and ok false for managed memory.
-func (r *managedRange) staticFile(l core.Location) (core.Location, bool) {
+func (r *managedRange) staticFile(l core.Device) (core.Device, bool) {
 	switch r.kind {
 	case core.KindPinnedHost:
-		return core.HostLoc, true
+		return core.CPU, true
 	case core.KindDevice:
-		if l == core.HostLoc {
-			return core.HostLoc, true // the host maps its own file there, and its faults are refused
+		if l == core.CPU {
+			return core.CPU, true // the host maps its own file there, and its faults are refused
 		}
 		return r.owner, true
 	}
@@ -66,11 +66,11 @@ func (r *managedRange) staticFile(l core.Location) (core.Location, bool) {
 
 // fixedFile returns the file view l maps over every page of the block,
 // if it is the same everywhere and no remap is in flight.
-func (o *mover) fixedFile(l core.Location) (core.Location, bool) {
+func (o *mover) fixedFile(l core.Device) (core.Device, bool) {
 	if f, ok := o.r.staticFile(l); ok {
 		return f, true
 	}
-	if l == core.HostLoc || o.b.maps == nil || o.b.maps[l] == nil {
+	if l == core.CPU || o.b.maps == nil || o.b.maps[l.Slot()] == nil {
 		return l, true
 	}
 	return 0, false
@@ -78,17 +78,17 @@ func (o *mover) fixedFile(l core.Location) (core.Location, bool) {
 
 // mapsAt returns the file view l maps over page p; known is false while
 // a remap of p is in flight.
-func (o *mover) mapsAt(l core.Location, p int) (core.Location, bool) {
+func (o *mover) mapsAt(l core.Device, p int) (core.Device, bool) {
 	if f, ok := o.fixedFile(l); ok {
 		return f, true
 	}
-	m := o.b.maps[l]
+	m := o.b.maps[l.Slot()]
 	return fileOf(m.file[p], l), !m.pending.Test(p)
 }
 
 // pagesMapping returns the pages over which view l is known to map
 // location f's file.
-func (o *mover) pagesMapping(l, f core.Location) core.PageMask {
+func (o *mover) pagesMapping(l, f core.Device) core.PageMask {
 	var out core.PageMask
 	if fixed, ok := o.fixedFile(l); ok {
 		if fixed == f {
@@ -96,7 +96,7 @@ func (o *mover) pagesMapping(l, f core.Location) core.PageMask {
 		}
 		return out
 	}
-	m := o.b.maps[l]
+	m := o.b.maps[l.Slot()]
 	for p := 0; p < o.b.pages; p++ {
 		if !m.pending.Test(p) && fileOf(m.file[p], l) == f {
 			out.Set(p)
@@ -107,11 +107,11 @@ func (o *mover) pagesMapping(l, f core.Location) core.PageMask {
 
 // mayMap reports whether view l maps, or may map while a remap is in
 // flight, location f's file over some page of [first, outer).
-func (o *mover) mayMap(l, f core.Location, first, outer int) bool {
+func (o *mover) mayMap(l, f core.Device, first, outer int) bool {
 	if fixed, ok := o.fixedFile(l); ok {
 		return fixed == f
 	}
-	m := o.b.maps[l]
+	m := o.b.maps[l.Slot()]
 	for p := first; p < outer; p++ {
 		if fileOf(m.file[p], l) == f || (m.pending.Test(p) && fileOf(m.was[p], l) == f) {
 			return true
@@ -124,10 +124,10 @@ func (o *mover) mayMap(l, f core.Location, first, outer int) bool {
 // page of [first, outer): the ones whose writers must be held still while
 // those pages are copied away, and whose page tables lose them when the
 // file is punched. Release each with doneWith.
-func (o *mover) holders(src core.Location, first, outer int) []*view {
+func (o *mover) holders(src core.Device, first, outer int) []*view {
 	out := o.holdBuf[:0]
 	for l := range o.b.resident {
-		loc := core.Location(l)
+		loc := core.DeviceAtSlot(l)
 		if !o.mayMap(loc, src, first, outer) {
 			continue
 		}
@@ -147,9 +147,9 @@ func (o *mover) doneWithAll(vs []*view) {
 
 // desiredFile is the file policy wants device view l to map over page p
 // of a managed range's block. The block's lock is held.
-func (o *mover) desiredFile(l core.Location, p int, now int64) core.Location {
+func (o *mover) desiredFile(l core.Device, p int, now int64) core.Device {
 	b := o.b
-	if b.resident[l].Test(p) {
+	if b.resident[l.Slot()].Test(p) {
 		return l // a copy here: always map it
 	}
 	adv := b.advice
@@ -157,15 +157,15 @@ func (o *mover) desiredFile(l core.Location, p int, now int64) core.Location {
 		return l // read faults make a copy here
 	}
 	if o.pinnedAt(p, now) {
-		return core.HostLoc
+		return core.CPU
 	}
 	if adv == nil {
 		return l
 	}
-	if pref := adv.preferred[p]; pref != 0 {
-		return core.Location(pref - 1)
+	if pref, ok := adv.preferred[p].Device(); ok {
+		return pref
 	}
-	if adv.accessedBy[l].Test(p) {
+	if adv.accessedBy[l.Slot()].Test(p) {
 		if owner, ok := b.soleLocation(p); ok {
 			return owner
 		}
@@ -174,11 +174,11 @@ func (o *mover) desiredFile(l core.Location, p int, now int64) core.Location {
 }
 
 // soleLocation returns where page p lives if it has exactly one copy.
-func (b *block) soleLocation(p int) (core.Location, bool) {
-	at, n := core.Location(0), 0
+func (b *block) soleLocation(p int) (core.Device, bool) {
+	at, n := core.Device(0), 0
 	for l := range b.resident {
 		if b.resident[l].Test(p) {
-			at = core.Location(l)
+			at = core.DeviceAtSlot(l)
 			n++
 		}
 	}
@@ -211,7 +211,7 @@ func (b *block) duplicated() core.PageMask {
 // mismatch finds the first run of pages over which device view l maps
 // another file than policy wants, all wanting the same file. The block's
 // lock is held and no remap of l is in flight.
-func (o *mover) mismatch(l core.Location, from int, now int64) (first, outer int, to core.Location, found bool) {
+func (o *mover) mismatch(l core.Device, from int, now int64) (first, outer int, to core.Device, found bool) {
 	b := o.b
 	for p := from; p < b.pages; p++ {
 		cur, _ := o.mapsAt(l, p)
@@ -233,27 +233,27 @@ func (o *mover) mismatch(l core.Location, from int, now int64) (first, outer int
 
 // viewMapOf returns what view l maps over the block, nil when it maps
 // its own file everywhere.
-func (b *block) viewMapOf(l core.Location) *viewMap {
+func (b *block) viewMapOf(l core.Device) *viewMap {
 	if b.maps == nil {
 		return nil
 	}
-	return b.maps[l]
+	return b.maps[l.Slot()]
 }
 
 // setMapping records that view l maps (or, pending, is mapping) file to
 // over [first, outer).
-func (b *block) setMapping(l core.Location, first, outer int, to core.Location, pending bool, locations int) {
+func (b *block) setMapping(l core.Device, first, outer int, to core.Device, pending bool, locations int) {
 	if b.maps == nil {
 		b.maps = make([]*viewMap, locations)
 	}
-	m := b.maps[l]
+	m := b.maps[l.Slot()]
 	if m == nil {
 		m = &viewMap{}
-		b.maps[l] = m
+		b.maps[l.Slot()] = m
 	}
-	code := fileCode(to)
+	code := core.PageProcessorOf(to)
 	if to == l {
-		code = 0
+		code = core.NoProcessor
 	}
 	for p := first; p < outer; p++ {
 		if pending {
@@ -269,17 +269,17 @@ func (b *block) setMapping(l core.Location, first, outer int, to core.Location, 
 
 // resetMaps forgets what view l mapped: a new process of the device maps
 // its own file everywhere until told otherwise.
-func (b *block) resetMaps(l core.Location) {
+func (b *block) resetMaps(l core.Device) {
 	if b.maps != nil {
-		b.maps[l] = nil
+		b.maps[l.Slot()] = nil
 		b.compactMaps(l)
 	}
 }
 
 // settle ends a remap of [first, outer): the view maps file to (ok) or
 // still the old one.
-func (b *block) settle(l core.Location, first, outer int, ok bool) {
-	m := b.maps[l]
+func (b *block) settle(l core.Device, first, outer int, ok bool) {
+	m := b.maps[l.Slot()]
 	for p := first; p < outer; p++ {
 		if !ok {
 			m.file[p] = m.was[p]
@@ -291,17 +291,17 @@ func (b *block) settle(l core.Location, first, outer int, ok bool) {
 
 // compactMaps drops view l's record once it maps its own file everywhere,
 // so that blocks without remote mappings take the fast path.
-func (b *block) compactMaps(l core.Location) {
-	m := b.maps[l]
+func (b *block) compactMaps(l core.Device) {
+	m := b.maps[l.Slot()]
 	if m == nil || !m.pending.Empty() {
 		return
 	}
 	for p := range m.file {
-		if m.file[p] != 0 && m.file[p] != fileCode(l) {
+		if m.file[p] != core.NoProcessor && !m.file[p].Is(l) {
 			return
 		}
 	}
-	b.maps[l] = nil
+	b.maps[l.Slot()] = nil
 	for _, x := range b.maps {
 		if x != nil {
 			return
@@ -314,8 +314,8 @@ func (b *block) compactMaps(l core.Location) {
 // policy, run by run, asking the device process to map each. It waits
 // for the device; it holds no block lock meanwhile, and v.reqMu keeps one
 // remap of the view in flight at a time.
-func (sess *session) remapBlock(r *managedRange, bi int, l core.Location) error {
-	v := sess.views[l].Load()
+func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
+	v := sess.views[l.Slot()].Load()
 	if v == nil || v.conn == nil || r.kind != core.KindManaged {
 		return nil
 	}
@@ -328,7 +328,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Location) error 
 			return nil
 		}
 		b.mu.Lock()
-		if r.freed.Load() || sess.views[l].Load() != v || !b.remoteMappable(sess.srv.thrashing, sess.srv.nowMicros()) {
+		if r.freed.Load() || sess.views[l.Slot()].Load() != v || !b.remoteMappable(sess.srv.thrashing, sess.srv.nowMicros()) {
 			// Without remote advice, remote mappings or pins, every
 			// device maps its own file: nothing to do.
 			b.mu.Unlock()
@@ -351,7 +351,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Location) error 
 		b.mu.Unlock()
 
 		err := v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, Loc: uint8(to), Wp: wp}), wire.MsgDeviceMap)
+			Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to, Wp: wp}), wire.MsgDeviceMap)
 
 		b.mu.Lock()
 		b.settle(l, first, outer, err == nil)
@@ -360,7 +360,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Location) error 
 		}
 		b.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("map %v's file over %#x+%d in device %d: %w", to.Device(), o.pageAddr(first), (outer-first)*core.PageSize, l.Device(), err)
+			return fmt.Errorf("map %v's file over %#x+%d in device %d: %w", to, o.pageAddr(first), (outer-first)*core.PageSize, l, err)
 		}
 	}
 	return nil
@@ -372,7 +372,7 @@ func (sess *session) remapRange(r *managedRange, addr, length uintptr) error {
 	var errs []error
 	for l := 1; l < len(sess.views); l++ {
 		for bi := int((addr - r.start) >> core.BlockShift); bi <= int((addr+length-1-r.start)>>core.BlockShift); bi++ {
-			if err := sess.remapBlock(r, bi, core.Location(l)); err != nil {
+			if err := sess.remapBlock(r, bi, core.DeviceAtSlot(l)); err != nil {
 				errs = append(errs, err)
 				break
 			}
@@ -382,7 +382,7 @@ func (sess *session) remapRange(r *managedRange, addr, length uintptr) error {
 }
 
 // enqueue asks for device view l's mapping of block bi to be reconciled.
-func (q *remapper) enqueue(r *managedRange, bi int, l core.Location) {
+func (q *remapper) enqueue(r *managedRange, bi int, l core.Device) {
 	q.mu.Lock()
 	q.pending[remapKey{r, bi, l}] = struct{}{}
 	q.mu.Unlock()
@@ -396,7 +396,7 @@ func (q *remapper) enqueue(r *managedRange, bi int, l core.Location) {
 func (sess *session) enqueueRemap(r *managedRange, bi int) {
 	for l := 1; l < len(sess.views); l++ {
 		if sess.views[l].Load() != nil {
-			sess.remaps.enqueue(r, bi, core.Location(l))
+			sess.remaps.enqueue(r, bi, core.DeviceAtSlot(l))
 		}
 	}
 }
@@ -437,7 +437,6 @@ func (sess *session) scheduleRemap(r *managedRange, bi int, d time.Duration) {
 }
 
 // countRemote counts pages device view l came to map remotely.
-func (r *managedRange) countRemote(l core.Location, pages int) {
-	r.stats.RemoteMapped[l].Add(uint64(pages))
-	r.sess.srv.Counters.RemoteMapped[l].Add(uint64(pages))
+func (r *managedRange) countRemote(l core.Device, pages int) {
+	r.stats.RemoteMapped[l.Slot()].Add(uint64(pages))
 }

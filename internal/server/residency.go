@@ -28,7 +28,7 @@ type managedRange struct {
 	flags   uint32
 
 	kind  core.RangeKind
-	owner core.Location // the device of device memory
+	owner core.Device // the device of device memory
 
 	prefetch      policy.PrefetchPolicy
 	trackPrefetch bool
@@ -54,9 +54,9 @@ type block struct {
 	// prefetchPending holds pages brought to the host speculatively and
 	// installed unmapped, whose use is still unknown (tracking mode).
 	prefetchPending core.PageMask
-	// lastPrefetch[p] is 1 + the location page p was last explicitly
-	// prefetched to, 0 if never.
-	lastPrefetch [core.PagesPerBlock]uint8
+	// lastPrefetch[p] is where page p was last explicitly prefetched to,
+	// none if never.
+	lastPrefetch [core.PagesPerBlock]core.PageProcessor
 	// advice is the block's share of its range's cuMemAdvise state, nil
 	// until advice touches the block.
 	advice *blockAdvice
@@ -107,10 +107,10 @@ func (b *block) populated() bool {
 
 // locationOfPage returns where page p is resident, or ok false if it was
 // never populated.
-func (b *block) locationOfPage(p int) (core.Location, bool) {
+func (b *block) locationOfPage(p int) (core.Device, bool) {
 	for l := range b.resident {
 		if b.resident[l].Test(p) {
-			return core.Location(l), true
+			return core.DeviceAtSlot(l), true
 		}
 	}
 	return 0, false
@@ -181,6 +181,6 @@ func (r *managedRange) quiesce() {
 // releaseReservation gives device memory's capacity back to its arena.
 func (r *managedRange) releaseReservation() {
 	if r.kind == core.KindDevice {
-		r.sess.srv.arenas[r.owner-1].Release(int64(r.length / core.PageSize))
+		r.sess.srv.arenas[r.owner].Release(int64(r.length / core.PageSize))
 	}
 }

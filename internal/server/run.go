@@ -122,7 +122,20 @@ func (s *Server) Listen(path string) error {
 // waits for the faults being served now.
 func (s *Server) Stats() core.Stats {
 	s.quiesce()
-	return s.Counters.Snapshot()
+	return s.counters().Snapshot()
+}
+
+// counters sums the server's statistics: the ended sessions' and each
+// live session's.
+func (s *Server) counters() *core.Counters {
+	total := core.NewCounters(s.locations())
+	s.sessionsMu.Lock()
+	defer s.sessionsMu.Unlock()
+	total.AddFrom(s.retired)
+	for _, sess := range s.sessions {
+		total.AddFrom(sess.counters(nil))
+	}
+	return total
 }
 
 // Monitor connects to the server as a monitor (whichever process serves

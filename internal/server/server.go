@@ -30,7 +30,11 @@ type Server struct {
 	cfg      config.ServerConfig
 	arenas   []*devmem.Arena
 	prefetch policy.PrefetchPolicy
-	Counters *core.Counters
+	// retired holds the statistics of the sessions that ended. Every
+	// event is counted once, in its allocation's counters (retired into
+	// its session's when freed); the server's figures are sums of those,
+	// taken when asked (see counters). Guarded by sessionsMu.
+	retired  *core.Counters
 	features uffd.Feature // what the server asks of each client's userfaultfd
 	started  time.Time
 	logger   *log.Logger
@@ -149,7 +153,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		defer close(s.calibrated)
 		engine.Calibration()
 	}()
-	s.Counters = core.NewCounters(s.locations())
+	s.retired = core.NewCounters(s.locations())
 	if s.eviction, err = policy.NewEviction(cfg.Eviction); err != nil {
 		s.closeArenas()
 		return nil, err
@@ -446,27 +450,27 @@ func (s *Server) copyCalibration() config.CopyCalibration {
 // at the first move and stopped by Close: its producers run near l's
 // memory where the machine has several NUMA nodes. Nil once the server
 // closed before any move: moves then run on their own goroutines.
-func (s *Server) copyEngine(l core.Location) *engine.CopyEngine {
+func (s *Server) copyEngine(l core.Device) *engine.CopyEngine {
 	s.enginesOnce.Do(func() {
 		c := s.copyCalibration()
 		s.engines = engine.NewCopyEngines(c.MigrationProducers, c.DirectBelow)
 		s.byLocation = make([]*engine.CopyEngine, s.locations())
 		for l := range s.byLocation {
-			s.byLocation[l] = s.engines.ForNode(s.nodeOf(core.Location(l)))
+			s.byLocation[l] = s.engines.ForNode(s.nodeOf(core.DeviceAtSlot(l)))
 		}
 	})
 	if s.byLocation == nil {
 		return nil
 	}
-	return s.byLocation[l]
+	return s.byLocation[l.Slot()]
 }
 
 // nodeOf is the NUMA node that holds location l's memory, where the
 // machine has several nodes and l is a NUMA arena; -1 otherwise.
-func (s *Server) nodeOf(l core.Location) int {
-	if l == core.HostLoc {
+func (s *Server) nodeOf(l core.Device) int {
+	if l == core.CPU {
 		return -1
 	}
-	spec := s.arenas[l-1].Spec()
+	spec := s.arenas[l].Spec()
 	return ArenaNode(spec.Backend.String(), spec.Node)
 }

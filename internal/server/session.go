@@ -28,9 +28,8 @@ type session struct {
 	conn *net.UnixConn
 
 	host *devmem.File // the client's host location file; nil for monitors
-	// views[l] is the live view of location l: views[hostLoc] is the
-	// client's (nil for monitors), views[1+d] device d's process, if
-	// running.
+	// views[p.Slot()] is the live view of processor p: the CPU's is the
+	// client's (nil for monitors), device d's its process, if running.
 	views []atomic.Pointer[view]
 
 	// mu serializes control operations (alloc, free, prefetch, teardown)
@@ -51,8 +50,15 @@ type session struct {
 	recentFrees [64]freedRange
 	nextFreed   int
 
-	stats  *core.Counters // retired statistics of freed ranges
-	remaps *remapper      // device mapping changes that faults cause
+	// statsMu guards stats and counted (a leaf): every event is counted
+	// once, in its range's counters, which a free adds to the session's
+	// in the same step as it stops listing the range, so that a sum
+	// (counters) sees each event exactly once, never during a free twice
+	// or not at all.
+	statsMu sync.Mutex
+	stats   *core.Counters             // retired statistics of freed ranges, and the session's own
+	counted map[*managedRange]struct{} // ranges whose statistics are not in stats yet
+	remaps  *remapper                  // device mapping changes that faults cause
 
 	// journal is what a new server needs to take the session over
 	// (journal.go); journalMu guards it and orders what goes to the
@@ -66,7 +72,7 @@ type session struct {
 	lastSeq uint32
 	// adoptedViews are the device processes a new server takes over,
 	// until resume attaches them.
-	adoptedViews map[core.Location]*KeptView
+	adoptedViews map[core.Device]*KeptView
 }
 
 func roleName(r uint8) string {
@@ -88,7 +94,8 @@ type freedRange struct {
 // newSession makes a session that serves nobody yet.
 func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) *session {
 	sess := &session{srv: s, id: id, pid: pid, role: role, conn: conn, stats: core.NewCounters(s.locations()),
-		views: make([]atomic.Pointer[view], s.locations()), remaps: newRemapper(), journal: NewJournal()}
+		counted: map[*managedRange]struct{}{},
+		views:   make([]atomic.Pointer[view], s.locations()), remaps: newRemapper(), journal: NewJournal()}
 	sess.ranges.Store(&rangeTable{})
 	return sess
 }
@@ -105,7 +112,7 @@ func (sess *session) record(rec []byte) {
 }
 
 // client is the session's client view, nil for a monitor.
-func (sess *session) client() *view { return sess.views[core.HostLoc].Load() }
+func (sess *session) client() *view { return sess.views[core.CPU.Slot()].Load() }
 
 // handshake reads the hello. The session's pid is the peer's, as the
 // kernel reports it, not the one the hello claims.
@@ -184,7 +191,7 @@ func (sess *session) adopt(uffdFD, hostFD int) error {
 		return fmt.Errorf("%w: userfaultfd granted %v, missing %v", core.ErrNotSupported, granted, missing)
 	}
 	sess.host = host
-	sess.views[core.HostLoc].Store(&view{sess: sess, loc: core.HostLoc, pid: sess.pid, uffd: u})
+	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: sess.pid, uffd: u})
 	sess.srv.guard.send(GuardSessionMsg(sess.id, sess.pid, uint64(granted)), wire.RawFD(sess.conn), u.Fd(), host.Fd())
 	return nil
 }
@@ -315,8 +322,10 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 	// address once it is registered must find the range, not be taken
 	// for a stray and poisoned.
 	sess.ranges.Store(sess.ranges.Load().with(mr))
+	sess.countRange(mr)
 	if _, err := sess.client().uffd.Register(start, length, core.HostViewMode); err != nil {
 		sess.ranges.Store(sess.ranges.Load().without(mr))
+		sess.retireRange(mr)
 		mr.releaseReservation()
 		return 0, fmt.Errorf("%w: register %#x+%d with userfaultfd (is it mapped from the host file at offset == address?): %v", core.ErrInvalidValue, start, length, err)
 	}
@@ -328,10 +337,8 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 	if r.Kind == core.KindManaged {
 		// sess.stats, not mr.stats: an allocation's counters retire into
 		// its session's when it is freed, and would count it twice.
-		for _, c := range []*core.Counters{sess.stats, sess.srv.Counters} {
-			c.Allocations.Add(1)
-			c.AllocatedBytes.Add(r.Size)
-		}
+		sess.stats.Allocations.Add(1)
+		sess.stats.AllocatedBytes.Add(r.Size)
 	}
 	return mr.id, nil
 }
@@ -350,7 +357,7 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 		}
 	}
 	start, length := uintptr(r.Addr), uintptr(r.Length)
-	owner := core.HostLoc
+	owner := core.CPU
 	if r.Kind == core.KindDevice {
 		d := core.Device(r.Device)
 		if d == core.CPU {
@@ -361,7 +368,7 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 		}
 		// Device memory takes its capacity now, as cudaMalloc does,
 		// evicting managed pages if it must.
-		owner = core.LocationOf(d)
+		owner = core.Device(d)
 		if err := (&mover{sess: sess}).reserve(owner, int64(length/core.PageSize)); err != nil {
 			if !errors.Is(err, core.ErrMemoryAllocation) {
 				err = fmt.Errorf("%w: %v", core.ErrMemoryAllocation, err)
@@ -442,18 +449,17 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		for l := range b.resident {
 			resident[l] += int64(b.resident[l].Count())
 			if !b.resident[l].Empty() {
-				sess.srv.eviction.Left(b.ref, core.Location(l).Device())
+				sess.srv.eviction.Left(b.ref, core.DeviceAtSlot(l))
 			}
 		}
 		if n := b.prefetchPending.Count(); n > 0 {
 			r.stats.Unused.Add(uint64(n))
-			sess.srv.Counters.Unused.Add(uint64(n))
 		}
 		b.mu.Unlock()
 	}
 	r.freed.Store(true)
-	sess.srv.hostPages.Add(-resident[core.HostLoc])
-	sess.stats.AddFrom(r.stats)
+	sess.srv.hostPages.Add(-resident[core.CPU.Slot()])
+	sess.retireRange(r)
 	if err := sess.host.Punch(r.fileOff, int64(r.length)); err != nil {
 		sess.srv.logger.Printf("free %#x: %v", r.start, err)
 	}
@@ -475,7 +481,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	if wake {
 		// Threads of every view blocked on the range retry and fail.
 		for l := range sess.views {
-			if v := sess.viewRef(core.Location(l)); v != nil {
+			if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
 				_ = v.uffd.Wake(r.start, r.length) // ENOENT and ESRCH are fine: nobody waits
 				v.release()
 			}
@@ -500,7 +506,7 @@ func (sess *session) deviceFile(d int) (*devmem.File, error) {
 		return nil, fmt.Errorf("%w: device %d file: %v", core.ErrMemoryAllocation, d, err)
 	}
 	sess.devFiles[d] = f
-	sess.srv.guard.send(GuardLocMsg(GuardFile, sess.id, core.LocationOf(core.Device(d))), f.Fd())
+	sess.srv.guard.send(GuardLocMsg(GuardFile, sess.id, core.Device(d)), f.Fd())
 	return f, nil
 }
 
@@ -547,6 +553,12 @@ func (s *Server) endSession(sess *session) {
 		s.guard.send(GuardIDMsg(GuardEnd, sess.id))
 	}
 	s.sessionsMu.Lock()
+	// Its ranges are freed, so its own counters hold everything it
+	// counted; they move to the server's in the same step as it leaves the
+	// list, so that a sum sees them once.
+	if s.sessions[sess.id] == sess {
+		s.retired.AddFrom(sess.counters(nil))
+	}
 	delete(s.sessions, sess.id)
 	n := len(s.sessions)
 	s.sessionsMu.Unlock()
@@ -571,15 +583,37 @@ func (sess *session) info() config.SessionInfo {
 	return in
 }
 
+// countRange lists r's statistics among the session's.
+func (sess *session) countRange(r *managedRange) {
+	sess.statsMu.Lock()
+	sess.counted[r] = struct{}{}
+	sess.statsMu.Unlock()
+}
+
+// retireRange moves a freed range's statistics into the session's: once
+// it is freed nothing counts into them any more.
+func (sess *session) retireRange(r *managedRange) {
+	sess.statsMu.Lock()
+	defer sess.statsMu.Unlock()
+	if _, ok := sess.counted[r]; ok {
+		delete(sess.counted, r)
+		sess.stats.AddFrom(r.stats)
+	}
+}
+
 // counters sums the session's counters: its live ranges' (each passed to
 // prepare first, if given) and those that frees retired.
 func (sess *session) counters(prepare func(r *managedRange)) *core.Counters {
-	total := core.NewCounters(sess.srv.locations())
-	total.AddFrom(sess.stats)
-	for _, r := range sess.ranges.Load().ranges {
-		if prepare != nil {
+	if prepare != nil {
+		for _, r := range sess.ranges.Load().ranges {
 			prepare(r)
 		}
+	}
+	total := core.NewCounters(sess.srv.locations())
+	sess.statsMu.Lock()
+	defer sess.statsMu.Unlock()
+	total.AddFrom(sess.stats)
+	for r := range sess.counted {
 		total.AddFrom(r.stats)
 	}
 	return total
@@ -589,7 +623,7 @@ func (sess *session) statsFor(r wire.StatsRequest) (core.Stats, error) {
 	switch r.Scope {
 	case wire.ScopeServer:
 		sess.srv.quiesce()
-		return sess.srv.Counters.Snapshot(), nil
+		return sess.srv.counters().Snapshot(), nil
 	case wire.ScopeSession:
 		return sess.counters(func(r *managedRange) {
 			sess.auditPrefetch(r, false)

@@ -45,27 +45,25 @@ func (o *mover) pinnedAt(p int, now int64) bool {
 // on page p moves it, whether the page thrashes, and carries out a new
 // pin: the statistics, and the remaps that point devices at the host copy
 // now and back at their own when the pin ends.
-func (o *mover) checkThrashing(l core.Location, p int, now int64) thrashAction {
+func (o *mover) checkThrashing(l core.Device, p int, now int64) thrashAction {
 	th := o.sess.srv.thrashing
 	if th == nil || o.b.thrash == nil {
 		return thrashNone
 	}
 	hostPreferred := true
-	if adv := o.b.advice; adv != nil && adv.preferred[p] != 0 {
-		hostPreferred = core.Location(adv.preferred[p]-1) == core.HostLoc
+	if adv := o.b.advice; adv != nil && adv.preferred[p] != core.NoProcessor {
+		hostPreferred = adv.preferred[p].Is(core.CPU)
 	}
-	switch th.Check(o.b.thrash, policy.ThrashFault{Processor: l.Device(), Page: p, HostPreferred: hostPreferred, Now: clock(now)}) {
+	switch th.Check(o.b.thrash, policy.ThrashFault{Processor: l, Page: p, HostPreferred: hostPreferred, Now: clock(now)}) {
 	case policy.ThrashPinned:
 		return thrashPinned
 	case policy.ThrashPin:
-		o.r.stats.Pins[l].Add(1)
-		o.sess.srv.Counters.Pins[l].Add(1)
+		o.r.stats.Pins[l.Slot()].Add(1)
 		o.sess.enqueueRemap(o.r, o.blockIndex())
 		o.sess.scheduleRemap(o.r, o.blockIndex(), th.PinDuration()+time.Millisecond)
 		return thrashPinned
 	case policy.ThrashThrottle:
-		o.r.stats.Throttles[l].Add(1)
-		o.sess.srv.Counters.Throttles[l].Add(1)
+		o.r.stats.Throttles[l.Slot()].Add(1)
 		return thrashThrottle
 	}
 	return thrashNone

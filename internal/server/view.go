@@ -21,7 +21,7 @@ import (
 // handler threads; a fault on a view is a fault by that view's processor.
 type view struct {
 	sess *session
-	loc  core.Location
+	loc  core.Device
 	pid  int
 	uffd *uffd.FD
 
@@ -73,8 +73,8 @@ func (v *view) connEnded() bool {
 
 // viewRef returns the live view of location l with its use lock held for
 // reading, or nil. The caller must call release.
-func (sess *session) viewRef(l core.Location) *view {
-	v := sess.views[l].Load()
+func (sess *session) viewRef(l core.Device) *view {
+	v := sess.views[l.Slot()].Load()
 	if v == nil {
 		return nil
 	}
@@ -102,12 +102,12 @@ func (sess *session) detach(v *view) {
 }
 
 func (sess *session) detachOnce(v *view) {
-	sess.views[v.loc].CompareAndSwap(v, nil)
+	sess.views[v.loc.Slot()].CompareAndSwap(v, nil)
 	sess.srv.unwatch(v)
 	v.use.Lock()
 	v.gone = true
 	v.use.Unlock()
-	if v.loc != core.HostLoc {
+	if v.loc != core.CPU {
 		sess.srv.guard.send(GuardLocMsg(GuardViewGone, sess.id, v.loc))
 	}
 	sess.srv.untrack(v)
@@ -127,19 +127,19 @@ func (sess *session) deviceConnect(d core.Device) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
 	}
-	go sess.serveDevice(core.LocationOf(d), local)
+	go sess.serveDevice(core.Device(d), local)
 	fd, err := dupCloexec(remote)
 	remote.Close()
 	return fd, err
 }
 
 // serveDevice runs the server's side of a device process's connection.
-func (sess *session) serveDevice(l core.Location, c *net.UnixConn) {
+func (sess *session) serveDevice(l core.Device, c *net.UnixConn) {
 	srv := sess.srv
 	v, err := sess.attachDevice(l, c)
 	if err != nil {
 		if !errors.Is(err, wire.ErrPeerGone) {
-			srv.logger.Printf("pid %d device %d: %v", sess.pid, l.Device(), err)
+			srv.logger.Printf("pid %d device %d: %v", sess.pid, l, err)
 		}
 		c.Close()
 		return
@@ -160,14 +160,14 @@ func (sess *session) readDeviceReplies(v *view) {
 		select {
 		case v.replies <- append([]byte(nil), b...):
 		default:
-			sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, v.loc.Device())
+			sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, v.loc)
 		}
 	}
 	close(v.connDone)
 	sess.detach(v)
 }
 
-func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, error) {
+func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error) {
 	srv := sess.srv
 	buf := make([]byte, wire.MaxMessageSize)
 	b, fds, err := wire.ReadMessage(c, buf)
@@ -179,8 +179,8 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: first message of a device process is %s, want device hello", core.ErrInvalidValue, h.Typ)
 	}
-	if err == nil && (len(fds) != 1 || core.Location(dh.Device+1) != l) {
-		err = fmt.Errorf("%w: device hello for device %d with %d descriptors, want device %d and 1", core.ErrInvalidValue, dh.Device, len(fds), l.Device())
+	if err == nil && (len(fds) != 1 || core.Device(dh.Device) != l) {
+		err = fmt.Errorf("%w: device hello for device %d with %d descriptors, want device %d and 1", core.ErrInvalidValue, dh.Device, len(fds), l)
 	}
 	if err != nil {
 		wire.CloseFDs(fds)
@@ -190,7 +190,7 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 	u := uffd.NewFD(fds[0])
 	if _, err := u.Handshake(srv.features & core.WantedFeatures); err != nil {
 		u.Close()
-		err = fmt.Errorf("%w: userfaultfd handshake of device %d: %v", core.ErrInitialization, l.Device(), err)
+		err = fmt.Errorf("%w: userfaultfd handshake of device %d: %v", core.ErrInitialization, l, err)
 		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 	// the others' where it maps remotely.
 	fds = fds[:0]
 	for loc := range sess.views {
-		f, err := sess.file(core.Location(loc))
+		f, err := sess.file(core.DeviceAtSlot(loc))
 		if err != nil {
 			u.Close()
 			wire.WriteMessage(c, wire.EncodeError(h, err), nil)
@@ -212,9 +212,9 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 	// meanwhile would be missed.
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if old := sess.views[l].Load(); old != nil {
+	if old := sess.views[l.Slot()].Load(); old != nil {
 		u.Close()
-		err := fmt.Errorf("%w: device %d of pid %d already has a process (pid %d)", core.ErrInvalidValue, l.Device(), sess.pid, old.pid)
+		err := fmt.Errorf("%w: device %d of pid %d already has a process (pid %d)", core.ErrInvalidValue, l, sess.pid, old.pid)
 		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 	if err == nil {
 		h, req, err = wire.ParseRequest(b)
 		if _, ok := req.(wire.DeviceReadyRequest); err == nil && !ok {
-			err = fmt.Errorf("%w: device %d sent %s, want ready", core.ErrInvalidValue, l.Device(), h.Typ)
+			err = fmt.Errorf("%w: device %d sent %s, want ready", core.ErrInvalidValue, l, h.Typ)
 		}
 	}
 	if err != nil {
@@ -251,12 +251,12 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 	}
 	srv.guard.send(GuardViewMsg(sess.id, l, v.pid), wire.RawFD(c), u.Fd())
 	srv.track(v)
-	sess.views[l].Store(v)
+	sess.views[l.Slot()].Store(v)
 	// Published first, so that copies made from now on protect it too;
 	// the device runs no kernel before the reply.
 	sess.protectCopies(v)
 	if err := wire.WriteMessage(c, wire.EncodeEmptyReply(h), nil); err != nil {
-		sess.views[l].Store(nil)
+		sess.views[l.Slot()].Store(nil)
 		srv.unwatch(v)
 		u.Close()
 		return nil, err
@@ -268,7 +268,7 @@ func (sess *session) attachDevice(l core.Location, c *net.UnixConn) (*view, erro
 // from its own file (or, for pinned host and device memory, the owner's),
 // then the runs policy wants mapped remotely. It records them as the
 // view's mappings. sess.mu is held, so the ranges stand still.
-func (sess *session) layoutFor(l core.Location) ([]wire.Mapping, error) {
+func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 	var out []wire.Mapping
 	now := sess.srv.nowMicros()
 	for _, r := range sess.ranges.Load().ranges {
@@ -276,7 +276,7 @@ func (sess *session) layoutFor(l core.Location) ([]wire.Mapping, error) {
 		if f, ok := r.staticFile(l); ok {
 			base = f
 		}
-		out = append(out, wire.Mapping{Addr: uint64(r.start), Length: uint64(r.length), Loc: uint8(base)})
+		out = append(out, wire.Mapping{Addr: uint64(r.start), Length: uint64(r.length), File: base})
 		if r.kind != core.KindManaged {
 			if base != l {
 				r.countRemote(l, int(r.length/core.PageSize))
@@ -297,7 +297,7 @@ func (sess *session) layoutFor(l core.Location) ([]wire.Mapping, error) {
 					break
 				}
 				b.setMapping(l, first, outer, to, false, sess.srv.locations())
-				out = append(out, wire.Mapping{Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, Loc: uint8(to)})
+				out = append(out, wire.Mapping{Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to})
 				if to != l {
 					r.countRemote(l, outer-first)
 				}
@@ -307,7 +307,7 @@ func (sess *session) layoutFor(l core.Location) ([]wire.Mapping, error) {
 		}
 	}
 	if len(out) > wire.MaxMessageSize/20 {
-		return nil, fmt.Errorf("%w: device %d would map %d separate runs, more than one message holds; advise larger ranges", core.ErrNotSupported, l.Device(), len(out))
+		return nil, fmt.Errorf("%w: device %d would map %d separate runs, more than one message holds; advise larger ranges", core.ErrNotSupported, l, len(out))
 	}
 	return out, nil
 }
@@ -326,7 +326,7 @@ func (sess *session) protectCopies(v *view) {
 			for p, q := dup.NextRun(0); p >= 0; p, q = dup.NextRun(q) {
 				addr := r.start + uintptr(bi)*core.BlockSize + uintptr(p)*core.PageSize
 				if err := v.uffd.WriteProtect(addr, uintptr(q-p)*core.PageSize, true, true); err != nil {
-					sess.srv.logger.Printf("pid %d device %d: protect copies at %#x: %v", sess.pid, v.loc.Device(), addr, err)
+					sess.srv.logger.Printf("pid %d device %d: protect copies at %#x: %v", sess.pid, v.loc, addr, err)
 				}
 			}
 			b.mu.Unlock()
@@ -345,7 +345,7 @@ func (v *view) request(b []byte, typ wire.MsgType) error {
 func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 	h, _, _ := wire.ParseHeader(b)
 	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
-		return fmt.Errorf("%w: device %d process: %v", core.ErrInternal, v.loc.Device(), err)
+		return fmt.Errorf("%w: device %d process: %v", core.ErrInternal, v.loc, err)
 	}
 	timeout := time.After(deviceRequestTimeout)
 	for {
@@ -357,10 +357,10 @@ func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 			_, err := wire.ParseReply(reply, h)
 			return err
 		case <-v.connDone:
-			return fmt.Errorf("%w: device %d process (pid %d) went away", core.ErrInternal, v.loc.Device(), v.pid)
+			return fmt.Errorf("%w: device %d process (pid %d) went away", core.ErrInternal, v.loc, v.pid)
 		case <-timeout:
 			wire.HangUpConn(v.conn) // its reader ends and detaches the view
-			return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", core.ErrInternal, v.loc.Device(), v.pid, typ, deviceRequestTimeout)
+			return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", core.ErrInternal, v.loc, v.pid, typ, deviceRequestTimeout)
 		}
 	}
 }
@@ -369,18 +369,18 @@ func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 // sess.mu is held.
 func (sess *session) mapInDevices(r *managedRange) error {
 	for l := 1; l < len(sess.views); l++ {
-		v := sess.viewRef(core.Location(l))
+		v := sess.viewRef(core.DeviceAtSlot(l))
 		if v == nil {
 			continue
 		}
-		loc := core.Location(l)
+		loc := core.DeviceAtSlot(l)
 		if f, ok := r.staticFile(loc); ok {
 			loc = f
 		}
-		err := v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), Loc: uint8(loc)}), wire.MsgDeviceMap)
+		err := v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), File: loc}), wire.MsgDeviceMap)
 		v.release()
-		if err == nil && loc != core.Location(l) {
-			r.countRemote(core.Location(l), int(r.length/core.PageSize))
+		if err == nil && loc != core.DeviceAtSlot(l) {
+			r.countRemote(core.DeviceAtSlot(l), int(r.length/core.PageSize))
 		}
 		if err != nil {
 			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
@@ -393,7 +393,7 @@ func (sess *session) mapInDevices(r *managedRange) error {
 // process keeps the addresses reserved. sess.mu is held.
 func (sess *session) unmapInDevices(r *managedRange) {
 	for l := 1; l < len(sess.views); l++ {
-		if v := sess.viewRef(core.Location(l)); v != nil {
+		if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
 			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap); err != nil {
 				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.start, r.length, l-1, err)
 			}
@@ -403,9 +403,9 @@ func (sess *session) unmapInDevices(r *managedRange) {
 }
 
 // file returns location l's file for the session.
-func (sess *session) file(l core.Location) (*devmem.File, error) {
-	if l == core.HostLoc {
+func (sess *session) file(l core.Device) (*devmem.File, error) {
+	if l == core.CPU {
 		return sess.host, nil
 	}
-	return sess.deviceFile(int(l) - 1)
+	return sess.deviceFile(int(l))
 }

@@ -148,14 +148,14 @@ type DeviceHelloRequest struct {
 
 type DeviceReadyRequest struct{}
 
-// deviceMapRequest asks a device process to map location loc's file over
-// [addr, addr+length): its own (a new range), or another's (a remote
+// DeviceMapRequest asks a device process to map processor File's file
+// over [addr, addr+length): its own (a new range), or another's (a remote
 // mapping). The pages of wp (bit i: page i of the range, which is then at
 // most a block long) are write-protected in the new mapping from its
 // first instant.
 type DeviceMapRequest struct {
 	Addr, Length uint64
-	Loc          uint8
+	File         core.Device // int32 on the wire, as every processor
 	Wp           core.PageMask
 }
 
@@ -163,14 +163,14 @@ type DeviceMapRequest struct {
 // runs (the pages stay in their files), so that its next access to each
 // is a fault the access counters see.
 type HintsRequest struct {
-	Runs []Mapping // loc unused
+	Runs []Mapping // File unused
 }
 
-// mapping is a run of a device's layout: location loc's file over
+// Mapping is a run of a device's layout: processor File's file over
 // [addr, addr+length).
 type Mapping struct {
 	Addr, Length uint64
-	Loc          uint8
+	File         core.Device // int32 on the wire, as every processor
 }
 
 // launchRequest runs kernel name with nthreads threads on stream, with a
@@ -295,7 +295,7 @@ func ParseRequest(b []byte) (Header, any, error) {
 	case MsgDeviceReady:
 		req = DeviceReadyRequest{}
 	case MsgDeviceMap:
-		mr := DeviceMapRequest{Addr: r.U64("address"), Length: r.U64("length"), Loc: r.u8("location")}
+		mr := DeviceMapRequest{Addr: r.U64("address"), Length: r.U64("length"), File: r.processor("file")}
 		for i := range mr.Wp {
 			mr.Wp[i] = r.U64("write-protect mask")
 		}
@@ -304,9 +304,6 @@ func ParseRequest(b []byte) (Header, any, error) {
 		}
 		if r.err == nil && !mr.Wp.Empty() && mr.Length > core.BlockSize {
 			r.err = fmt.Errorf("%w: map of %d bytes with write-protected pages: at most one block (%d bytes)", core.ErrInvalidValue, mr.Length, core.BlockSize)
-		}
-		if r.err == nil && mr.Loc > core.MaxDevices {
-			r.err = fmt.Errorf("%w: map of location %d: at most %d", core.ErrInvalidValue, mr.Loc, core.MaxDevices)
 		}
 		req = mr
 	case MsgDeviceHints:
@@ -452,7 +449,7 @@ func EncodeDeviceMap(seq uint32, mr DeviceMapRequest) []byte {
 	w := NewMessage(Header{Typ: MsgDeviceMap, Seq: seq})
 	w.u64(mr.Addr)
 	w.u64(mr.Length)
-	w.u8(mr.Loc)
+	w.i32(int32(mr.File))
 	for _, x := range mr.Wp {
 		w.u64(x)
 	}
@@ -529,7 +526,7 @@ func EncodeLayoutReply(h Header, lay Layout) []byte {
 	for _, m := range lay.Runs {
 		w.u64(m.Addr)
 		w.u64(m.Length)
-		w.u8(m.Loc)
+		w.i32(int32(m.File))
 	}
 	minor := uint8(0)
 	if lay.MinorRemote {
@@ -545,9 +542,9 @@ func DecodeLayoutReply(r *WireReader) (Layout, error) {
 	return lay, r.Done("layout reply")
 }
 
-// decodeRuns reads a count and that many runs, with their locations if
-// withLoc.
-func decodeRuns(r *WireReader, withLoc bool) []Mapping {
+// decodeRuns reads a count and that many runs, with their files if
+// withFile.
+func decodeRuns(r *WireReader, withFile bool) []Mapping {
 	n := r.u32("run count")
 	if r.err == nil && n > MaxMessageSize/16 {
 		r.err = fmt.Errorf("%w: %d runs in one message", core.ErrInvalidValue, n)
@@ -556,14 +553,11 @@ func decodeRuns(r *WireReader, withLoc bool) []Mapping {
 	out := make([]Mapping, 0, n)
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		m := Mapping{Addr: r.U64("run address"), Length: r.U64("run length")}
-		if withLoc {
-			m.Loc = r.u8("run location")
+		if withFile {
+			m.File = r.processor("run file")
 		}
 		if r.err == nil {
 			r.err = checkRange(m.Addr, m.Length, "mapping")
-		}
-		if r.err == nil && m.Loc > core.MaxDevices {
-			r.err = fmt.Errorf("%w: mapping of location %d: at most %d", core.ErrInvalidValue, m.Loc, core.MaxDevices)
 		}
 		out = append(out, m)
 	}
@@ -759,6 +753,16 @@ func (r *WireReader) U64(what string) uint64 {
 }
 
 func (r *WireReader) i32(what string) int32 { return int32(r.u32(what)) }
+
+// processor reads a processor (an int32: CPU, -1, or a device index) and
+// refuses one no server can have.
+func (r *WireReader) processor(what string) core.Device {
+	d := core.Device(r.i32(what))
+	if r.err == nil && (d < core.CPU || d >= core.MaxDevices) {
+		r.err = fmt.Errorf("%w: %s processor %d: want -1 (the CPU) or a device from 0 to %d", core.ErrInvalidValue, what, int(d), core.MaxDevices-1)
+	}
+	return d
+}
 
 // bytes reads a length-prefixed byte string of at most limit bytes.
 func (r *WireReader) bytes(what string, limit int) []byte {

@@ -16,7 +16,7 @@
  *    reserved: the client's ranges are MADV_DONTFORK, so the child starts
  *    with none of them;
  *  - it says hello to the fault server with a userfaultfd of its own and
- *    maps what the server says (each run of a location's file at offset
+ *    maps what the server says (each run of a processor's file at offset
  *    == address), registered MISSING|WP, as the Go device does;
  *  - it serves the server's map and unmap requests on one thread, each
  *    stream (one SOCK_SEQPACKET socket from the client) on a thread of
@@ -72,7 +72,7 @@ static int dev_index;
 static int server_sock = -1;
 static int control_sock = -1;
 static int uffd = -1;
-static int files[UVM_MAX_DEVICES + 1]; /* files[l]: location l's file */
+static int files[UVM_MAX_DEVICES + 1]; /* files[d + 1]: processor d's file (the CPU is -1) */
 static int nfiles;
 static uint8_t *server_buf; /* UVM_MAX_MESSAGE bytes, mmap'ed */
 
@@ -174,45 +174,51 @@ static void reset_signals(void)
 
 /* check_run validates a run the server asks for; returns NULL or what is
  * wrong with it, in msg. */
-static const char *check_run(uint64_t addr, uint64_t length, unsigned loc, char *msg, size_t cap)
+static const char *check_run(uint64_t addr, uint64_t length, int32_t file, char *msg, size_t cap)
 {
 	if (addr % UVM_PAGE_SIZE || length % UVM_PAGE_SIZE || length == 0)
 		snprintf(msg, cap, "range %#lx+%lu: want a nonempty, page-aligned range", (unsigned long)addr, (unsigned long)length);
 	else if (addr < UVM_WINDOW_START || length > UVM_WINDOW_SIZE || addr - UVM_WINDOW_START > UVM_WINDOW_SIZE - length)
 		snprintf(msg, cap, "range %#lx+%lu lies outside the managed window %#lx+%#lx", (unsigned long)addr, (unsigned long)length,
 			 UVM_WINDOW_START, UVM_WINDOW_SIZE);
-	else if (loc >= (unsigned)nfiles)
-		snprintf(msg, cap, "map location %u: this session has %d", loc, nfiles);
+	else if (file < -1 || file + 1 >= nfiles) {
+		/* files holds the CPU's and one per device, once attached */
+		int ndevices = nfiles > 0 ? nfiles - 1 : 0;
+		if (file == -1)
+			snprintf(msg, cap, "map cpu: this session has %d devices", ndevices);
+		else
+			snprintf(msg, cap, "map device %d: this session has %d devices", (int)file, ndevices);
+	}
 	else
 		return NULL;
 	return msg;
 }
 
 /* minor_remote: the server counts accesses in user space, so mappings of
- * other locations' files are registered for MINOR faults too, and a hint
+ * other processors' files are registered for MINOR faults too, and a hint
  * fault (see drop_mappings) reaches it (uvm/devproc.go modeFor). */
 static bool minor_remote;
 
-static int uffd_register(uintptr_t addr, size_t length, unsigned loc)
+static int uffd_register(uintptr_t addr, size_t length, int32_t file)
 {
 	struct uffdio_register r = {.range = {.start = addr, .len = length}, .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
-	if (minor_remote && loc != (unsigned)dev_index + 1)
+	if (minor_remote && file != dev_index)
 		r.mode |= UFFDIO_REGISTER_MODE_MINOR;
 	return ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
-/* map_fixed maps location loc's file over [addr, addr+length) at offset
+/* map_fixed maps processor file's file over [addr, addr+length) at offset
  * addr and registers it, while no kernel runs (the initial layout): no
  * thread can touch the run between the two. DONTFORK keeps the shared
  * file out of any fork a kernel makes, as in the client. */
-static const char *map_fixed(uint64_t addr, uint64_t length, unsigned loc, char *msg, size_t cap)
+static const char *map_fixed(uint64_t addr, uint64_t length, int32_t file, char *msg, size_t cap)
 {
-	if (check_run(addr, length, loc, msg, cap))
+	if (check_run(addr, length, file, msg, cap))
 		return msg;
 	void *at = (void *)(uintptr_t)addr;
-	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[loc], (off_t)addr) == MAP_FAILED)
-		snprintf(msg, cap, "map location %u's file over %#lx+%lu: %s", loc, (unsigned long)addr, (unsigned long)length, strerror(errno));
-	else if (uffd_register(addr, length, loc) < 0)
+	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[file + 1], (off_t)addr) == MAP_FAILED)
+		snprintf(msg, cap, "map processor %d's file over %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
+	else if (uffd_register(addr, length, file) < 0)
 		snprintf(msg, cap, "register %#lx+%lu with the userfaultfd: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 	else if (madvise(at, length, MADV_DONTFORK) < 0)
 		snprintf(msg, cap, "dontfork %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
@@ -221,25 +227,25 @@ static const char *map_fixed(uint64_t addr, uint64_t length, unsigned loc, char 
 	return msg;
 }
 
-/* map_over maps location loc's file over [addr, addr+length) while
+/* map_over maps processor file's file over [addr, addr+length) while
  * kernels may run (uvm/devproc.go mapFile): the new mapping is made at a
  * scratch address, registered and write-protected where wp says (bit i:
  * page i), and only then moved over the old one, so that no thread sees
  * it unregistered (a hole would fill with zeros) or writable where it
  * must not be (a read-duplicated page). The move keeps the protection
  * because the server asked for remap events. The caller checked the run. */
-static const char *map_over(uint64_t addr, uint64_t length, unsigned loc, const uint64_t wp[8], char *msg, size_t cap)
+static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const uint64_t wp[8], char *msg, size_t cap)
 {
 	bool any = false;
 	for (int i = 0; i < 8; i++)
 		any |= wp[i] != 0;
-	void *scratch = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[loc], (off_t)addr);
+	void *scratch = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[file + 1], (off_t)addr);
 	if (scratch == MAP_FAILED) {
-		snprintf(msg, cap, "map location %u's file at %#lx+%lu: %s", loc, (unsigned long)addr, (unsigned long)length, strerror(errno));
+		snprintf(msg, cap, "map processor %d's file at %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
 		return msg;
 	}
 	uintptr_t s = (uintptr_t)scratch;
-	if (uffd_register(s, length, loc) < 0) {
+	if (uffd_register(s, length, file) < 0) {
 		snprintf(msg, cap, "register the new mapping of %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 		goto fail;
 	}
@@ -341,7 +347,7 @@ static void attach(void)
 		setup_fail(h.status, "the fault server refused the device: %.*s", (int)len, p ? (const char *)p : "");
 	}
 	if (nfiles < dev_index + 2)
-		setup_fail(UVM_WIRE_INTERNAL, "the device hello reply came with %d files, want one per location (at least %d)",
+		setup_fail(UVM_WIRE_INTERNAL, "the device hello reply came with %d files, want one per processor (at least %d)",
 			   nfiles, dev_index + 2);
 
 	/* No kernel runs yet, so nothing touches a run between its mapping
@@ -353,7 +359,7 @@ static void attach(void)
 	for (uint32_t i = 0; i < runs && !r.err; i++) { /* the flag after the runs says how to register them */
 		uvm__get_u64(&r);
 		uvm__get_u64(&r);
-		uvm__get_u8(&r);
+		uvm__get_i32(&r);
 	}
 	minor_remote = uvm__get_u8(&r) == 1;
 	if (r.err || r.n != 0)
@@ -361,8 +367,8 @@ static void attach(void)
 	r = first_run;
 	for (uint32_t i = 0; i < runs; i++) {
 		uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
-		uint8_t loc = uvm__get_u8(&r);
-		if (map_fixed(addr, length, loc, msg, sizeof msg))
+		int32_t file = uvm__get_i32(&r);
+		if (map_fixed(addr, length, file, msg, sizeof msg))
 			setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
 	}
 
@@ -415,7 +421,7 @@ static void *serve_server(void *arg)
 		uint32_t status = UVM_WIRE_INVALID_VALUE;
 		if (h.type == UVM_MSG_DEVICE_MAP) {
 			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
-			uint8_t loc = uvm__get_u8(&r);
+			int32_t file = uvm__get_i32(&r);
 			uint64_t wp[8];
 			for (int i = 0; i < 8; i++)
 				wp[i] = uvm__get_u64(&r);
@@ -425,7 +431,7 @@ static void *serve_server(void *arg)
 				snprintf(msg, sizeof msg, "map of %lu bytes with write-protected pages: at most one block (%lu bytes)",
 					 (unsigned long)length, UVM_BLOCK_SIZE);
 				err = msg;
-			} else if (!(err = check_run(addr, length, loc, msg, sizeof msg)) && (err = map_over(addr, length, loc, wp, msg, sizeof msg)))
+			} else if (!(err = check_run(addr, length, file, msg, sizeof msg)) && (err = map_over(addr, length, file, wp, msg, sizeof msg)))
 				status = UVM_WIRE_INTERNAL;
 		} else if (h.type == UVM_MSG_DEVICE_UNMAP) {
 			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
