@@ -28,11 +28,11 @@ build: lib ## build bin/uvm, the C fault-handler floor bin/uvm-cfloor and libuvm
 
 lib: $(LIBS) ## build libuvm.so, libuvm.a and libuvm-preload.so into bin/
 
-$(BIN)/obj/%.o: libuvm/src/%.c libuvm/src/internal.h libuvm/include/uvm.h
+$(BIN)/obj/%.o: libuvm/src/%.c libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h
 	@mkdir -p $(BIN)/obj
 	$(CC) $(LIBUVM_CFLAGS) -c -o $@ $<
 
-$(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/include/uvm.h
+$(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h
 	@mkdir -p $(BIN)/obj
 	$(CC) $(LIBUVM_CFLAGS) -Ilibuvm/src -c -o $@ $<
 
@@ -81,11 +81,12 @@ bench: build ## run the Go benchmarks and `uvm bench` faults, launch, memcpy and
 	$(BIN)/uvm bench memcpy
 	$(BIN)/uvm bench access
 
-lint: ## gofmt, go vet, the import fence, and a tidy go.mod
+lint: ## gofmt, go vet, the import fence, a tidy go.mod, and libuvm's wire constants as Go defines them
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 -run TestImportFence ./internal/lint/
 	$(GO) mod tidy -diff
+	$(GO) run ./internal/wire/internal/gencheader -check -o libuvm/src/wire_gen.h
 
 # The eBPF objects are built with this clang (Debian's clang-16, with
 # llvm-16 and libbpf-dev for bpf_helpers.h); the generated files are

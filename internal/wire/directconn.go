@@ -54,33 +54,27 @@ func (c *DirectConn) Write(b []byte) error { return c.WriteFDs(b, nil) }
 
 // writeFDs sends one message carrying descriptors.
 func (c *DirectConn) WriteFDs(b []byte, fds []int) error {
-	var oob []byte
-	if len(fds) > 0 {
-		oob = syscall.UnixRights(fds...)
+	if err := (socket{fd: c.Fd}).sendMsg(b, fds); err != nil {
+		return fmt.Errorf("send: %w", err)
 	}
-	for {
-		err := syscall.Sendmsg(c.Fd, b, oob, nil, syscall.MSG_NOSIGNAL)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("send: %w", err)
-		}
-		return nil
-	}
+	return nil
 }
 
 // read receives one message into buf, waiting at most timeout (0: no
 // limit). A closed peer is errPeerGone. Descriptors sent with it are
 // closed.
 func (c *DirectConn) Read(buf []byte, timeout time.Duration) ([]byte, error) {
-	b, fds, err := c.ReadFDs(buf, timeout)
-	CloseFDs(fds)
+	b, _, err := c.read(buf, timeout, 0)
 	return b, err
 }
 
 // readFDs is read that returns the descriptors the message carries.
 func (c *DirectConn) ReadFDs(buf []byte, timeout time.Duration) ([]byte, []int, error) {
+	return c.read(buf, timeout, maxMessageFDs)
+}
+
+// read receives one message and keeps at most keep of its descriptors.
+func (c *DirectConn) read(buf []byte, timeout time.Duration, keep int) ([]byte, []int, error) {
 	if timeout > 0 {
 		tv := syscall.NsecToTimeval(timeout.Nanoseconds())
 		if err := syscall.SetsockoptTimeval(c.Fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
@@ -88,39 +82,16 @@ func (c *DirectConn) ReadFDs(buf []byte, timeout time.Duration) ([]byte, []int, 
 		}
 		defer syscall.SetsockoptTimeval(c.Fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{})
 	}
-	oob := make([]byte, syscall.CmsgSpace(4*4))
-	for {
-		n, oobn, flags, _, err := syscall.Recvmsg(c.Fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN && timeout > 0:
-			return nil, nil, fmt.Errorf("no message within %v", timeout)
-		case err != nil:
-			if c.closed.Load() || errors.Is(err, syscall.ECONNRESET) {
-				return nil, nil, ErrPeerGone
-			}
-			return nil, nil, fmt.Errorf("receive: %w", err)
-		}
-		var fds []int
-		if oobn > 0 {
-			if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-				for _, m := range msgs {
-					if got, rerr := syscall.ParseUnixRights(&m); rerr == nil {
-						fds = append(fds, got...)
-					}
-				}
-			}
-		}
-		switch {
-		case n == 0 && oobn == 0:
-			return nil, nil, ErrPeerGone
-		case flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
-			CloseFDs(fds)
-			return nil, nil, fmt.Errorf("%w: message truncated (over %d bytes or too many descriptors)", core.ErrInvalidValue, len(buf))
-		}
-		return buf[:n], fds, nil
+	b, fds, err := socket{fd: c.Fd}.recvMsg(buf, keep)
+	switch {
+	case err == nil, errors.Is(err, ErrPeerGone), errors.Is(err, core.ErrInvalidValue):
+		return b, fds, err
+	case err == syscall.EAGAIN && timeout > 0:
+		return nil, nil, fmt.Errorf("no message within %v", timeout)
+	case c.closed.Load():
+		return nil, nil, ErrPeerGone
 	}
+	return nil, nil, fmt.Errorf("receive: %w", err)
 }
 
 // Close wakes a thread blocked reading (shutdown does, close does not)

@@ -45,11 +45,6 @@
 
 _Static_assert(sizeof(uintptr_t) == 8, "stream handles pack a slot and a generation into a pointer: 64-bit Linux only");
 
-/* The largest launch, as a CUDA grid is bounded (uvm/protocol.go
- * maxLaunchThreads). */
-#define MAX_LAUNCH_THREADS (1u << 30)
-/* allStreams of uvm/protocol.go: synchronize every stream. */
-#define ALL_STREAMS UINT32_MAX
 /* Distinct (kernel, stream) pairs a death report names; more are
  * counted. */
 #define MAX_OUTSTANDING 8
@@ -411,19 +406,13 @@ static void died(struct uvm_device *d, int index, bool reaped, bool known, int s
 	struct uvm_header h;
 	struct uvm_reader r;
 	bool crash = got > 0 && uvm__parse_header(rb, (size_t)got, &h, &r) && h.type == UVM_MSG_LAUNCH && h.status == UVM_WIRE_LAUNCH_FAILURE;
-	if (crash) {
-		uintptr_t kernel = (uintptr_t)uvm__get_u64(&r);
-		uint32_t stream = uvm__get_u32(&r), tid = uvm__get_u32(&r), nthreads = uvm__get_u32(&r);
-		int sig = uvm__get_i32(&r), code = uvm__get_i32(&r);
-		uint64_t addr = uvm__get_u64(&r);
-		crash = !r.err;
-		if (crash) {
-			char detail[160];
-			describe_kernel(kernel, name, sizeof name);
-			describe_crash(sig, code, addr, detail, sizeof detail);
-			snprintf(what, sizeof what, "while kernel %.100s was running on stream %u: its thread %u of %u %.150s", name, stream, tid,
-				 nthreads, detail);
-		}
+	struct uvm_crash c;
+	if (crash && (crash = uvm__decode_crash(&r, &c))) {
+		char detail[160];
+		describe_kernel((uintptr_t)c.kernel, name, sizeof name);
+		describe_crash(c.sig, c.code, c.addr, detail, sizeof detail);
+		snprintf(what, sizeof what, "while kernel %.100s was running on stream %u: its thread %u of %u %.150s", name, c.stream, c.tid,
+			 c.nthreads, detail);
 	}
 	if (!crash) {
 		if (d->noutstanding == 0) {
@@ -499,8 +488,7 @@ static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int
 	/* The server makes the socket the process says hello on. */
 	uint8_t qb[32], rb[16];
 	struct uvm_msg m = {.buf = qb, .cap = sizeof qb};
-	uvm__msg_start(&m, UVM_MSG_DEVICE_CONNECT, 0, 0);
-	uvm__put_i32(&m, index);
+	uvm__encode_processor(&m, UVM_MSG_DEVICE_CONNECT, 0, index);
 	struct uvm_reader r;
 	int server = -1, nfds = 0;
 	uvmError_t err = uvm__request(s, &m, NULL, 0, rb, sizeof rb, &r, &server, 1, &nfds, "start a device process: device connect");
@@ -617,8 +605,7 @@ static uvmError_t stream_fd(struct uvm_device *d, int index, uint32_t id, int *f
 		return uvm__fail(uvmErrorUnknown, "open stream %u on device %d: socketpair: %s", id, index, strerror(errno));
 	uint8_t b[32];
 	struct uvm_msg m = {.buf = b, .cap = sizeof b};
-	uvm__msg_start(&m, UVM_MSG_STREAM_OPEN, ++d->seq, 0);
-	uvm__put_u32(&m, id);
+	uvm__encode_stream(&m, UVM_MSG_STREAM_OPEN, ++d->seq, id);
 	int e = uvm__send(d->control, m.buf, m.len, &sv[1], 1);
 	close(sv[1]);
 	if (e) {
@@ -644,7 +631,7 @@ static void note_launch(struct uvm_device *d, uint32_t stream, uintptr_t kernel)
 
 static void forget_launches(struct uvm_device *d, uint32_t stream)
 {
-	if (stream == ALL_STREAMS) {
+	if (stream == UVM_ALL_STREAMS) {
 		d->noutstanding = 0;
 		d->more_outstanding = 0;
 		return;
@@ -684,7 +671,7 @@ static void take_pending(struct uvm_device *d, struct errs *e)
 	}
 }
 
-/* sync_locked waits for stream (or ALL_STREAMS) of device index and
+/* sync_locked waits for stream (or UVM_ALL_STREAMS) of device index and
  * returns its kernels' errors and any death not reported yet. d->mu is
  * held. */
 static uvmError_t sync_locked(struct uvm_device *d, int index, uint32_t stream)
@@ -696,13 +683,12 @@ static uvmError_t sync_locked(struct uvm_device *d, int index, uint32_t stream)
 	for (size_t i = 0; i < d->nsocks; i++) {
 		struct stream_sock *k = &d->socks[i];
 		k->waiting = false;
-		if (stream != ALL_STREAMS && k->id != stream)
+		if (stream != UVM_ALL_STREAMS && k->id != stream)
 			continue;
 		uint8_t b[32];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
 		k->sync_seq = ++d->seq;
-		uvm__msg_start(&m, UVM_MSG_SYNC, k->sync_seq, 0);
-		uvm__put_u32(&m, k->id);
+		uvm__encode_stream(&m, UVM_MSG_SYNC, k->sync_seq, k->id);
 		if (uvm__send(k->fd, m.buf, m.len, NULL, 0)) {
 			died(d, index, false, false, 0);
 			break;
@@ -853,8 +839,7 @@ uvmError_t uvmStreamDestroy(uvmStream_t stream)
 		 * failed write is a death the next synchronize finds. */
 		uint8_t b[32];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
-		uvm__msg_start(&m, UVM_MSG_STREAM_DESTROY, ++d->seq, 0);
-		uvm__put_u32(&m, info.id);
+		uvm__encode_stream(&m, UVM_MSG_STREAM_DESTROY, ++d->seq, info.id);
 		uvm__send(d->socks[i].fd, m.buf, m.len, NULL, 0);
 		close(d->socks[i].fd);
 		d->socks[i] = d->socks[--d->nsocks];
@@ -913,7 +898,7 @@ uvmError_t uvmDeviceSynchronize(void)
 		return err;
 	struct uvm_device *d = &devices[dev];
 	pthread_mutex_lock(&d->mu);
-	err = sync_locked(d, dev, ALL_STREAMS);
+	err = sync_locked(d, dev, UVM_ALL_STREAMS);
 	pthread_mutex_unlock(&d->mu);
 	return err;
 }
@@ -926,8 +911,8 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 		return refuse_in_device("uvmLaunchKernel");
 	if (!kernel)
 		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: the kernel is NULL; want a function of the program", device);
-	if (nthreads == 0 || nthreads > MAX_LAUNCH_THREADS)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %u threads: want 1 to %u", device, nthreads, MAX_LAUNCH_THREADS);
+	if (nthreads == 0 || nthreads > UVM_MAX_LAUNCH_THREADS)
+		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %u threads: want 1 to %u", device, nthreads, UVM_MAX_LAUNCH_THREADS);
 	if (paramsSize > uvmMaxKernelParams)
 		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %zu bytes of parameters: at most %d (uvmMaxKernelParams)",
 				 device, paramsSize, uvmMaxKernelParams);
@@ -957,20 +942,12 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 		goto out;
 	note_launch(d, info.id, (uintptr_t)kernel);
 
-	/* The kernel goes by its address: the process is a fork of this
-	 * one, where it means the same function. The params are copied
-	 * into the message now, as CUDA copies kernel arguments. */
-	char name[24];
-	snprintf(name, sizeof name, "c:0x%lx", (unsigned long)(uintptr_t)kernel);
-	uint8_t b[UVM_WIRE_HEADER + 12 + sizeof name + 4 + uvmMaxKernelParams + 4];
+	/* The params are copied into the message now, as CUDA copies
+	 * kernel arguments. The device's stream thread follows the
+	 * launching thread's CPU. */
+	uint8_t b[UVM_LAUNCH_MESSAGE_MAX];
 	struct uvm_msg m = {.buf = b, .cap = sizeof b};
-	uvm__msg_start(&m, UVM_MSG_LAUNCH, ++d->seq, 0);
-	uvm__put_u32(&m, info.id);
-	uvm__put_u32(&m, nthreads);
-	uvm__put_str(&m, name);
-	uvm__put_bytes(&m, params, paramsSize);
-	/* The device's stream thread follows the launching thread's CPU. */
-	uvm__put_i32(&m, sched_getcpu());
+	uvm__encode_launch(&m, ++d->seq, info.id, nthreads, (uintptr_t)kernel, params, paramsSize, sched_getcpu());
 	if (uvm__send(fd, m.buf, m.len, NULL, 0))
 		died(d, device, false, false, 0); /* reported by the next synchronize */
 out:

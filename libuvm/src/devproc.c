@@ -56,8 +56,6 @@
 
 int uvm__device_process = -1;
 
-/* The largest launch thread count, as uvm/protocol.go maxLaunchThreads. */
-#define MAX_LAUNCH_THREADS (1u << 30)
 /* The alternate signal stack of a kernel thread: a kernel that overflows
  * its stack must still be reported. Far more than a signal frame takes,
  * even with AMX state. */
@@ -79,19 +77,12 @@ static uint8_t *server_buf; /* UVM_MAX_MESSAGE bytes, mmap'ed */
 /* ---- messages ---- */
 
 /* send_reply answers the request (typ, seq) with status and, if status
- * is not OK, msg: the reply shape of uvm/protocol.go encodeError and
- * encodeEmptyReply. */
+ * is not OK, msg. */
 static void send_reply(int sock, uint16_t typ, uint32_t seq, uint32_t status, const char *msg)
 {
 	uint8_t buf[4096];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, typ, seq, status);
-	if (status != UVM_WIRE_OK) {
-		size_t n = strlen(msg);
-		if (n > sizeof buf - UVM_WIRE_HEADER - 4)
-			n = sizeof buf - UVM_WIRE_HEADER - 4;
-		uvm__put_bytes(&m, msg, n);
-	}
+	uvm__encode_reply(&m, typ, seq, status, msg);
 	uvm__send(sock, m.buf, m.len, NULL, 0);
 }
 
@@ -234,10 +225,10 @@ static const char *map_fixed(uint64_t addr, uint64_t length, int32_t file, char 
  * it unregistered (a hole would fill with zeros) or writable where it
  * must not be (a read-duplicated page). The move keeps the protection
  * because the server asked for remap events. The caller checked the run. */
-static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const uint64_t wp[8], char *msg, size_t cap)
+static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const uint64_t wp[UVM_PAGE_MASK_WORDS], char *msg, size_t cap)
 {
 	bool any = false;
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < UVM_PAGE_MASK_WORDS; i++)
 		any |= wp[i] != 0;
 	void *scratch = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[file + 1], (off_t)addr);
 	if (scratch == MAP_FAILED) {
@@ -324,9 +315,7 @@ static void attach(void)
 		setup_fail(UVM_WIRE_INITIALIZATION, "userfaultfd: %s (as root, or with vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)", strerror(errno));
 	uint8_t hb[64];
 	struct uvm_msg m = {.buf = hb, .cap = sizeof hb};
-	uvm__msg_start(&m, UVM_MSG_DEVICE_HELLO, 1, 0);
-	uvm__put_u32(&m, (uint32_t)dev_index);
-	uvm__put_u32(&m, (uint32_t)getpid());
+	uvm__encode_device_hello(&m, 1, (uint32_t)dev_index, (uint32_t)getpid());
 	int e = uvm__send(server_sock, m.buf, m.len, &uffd, 1);
 	if (e)
 		setup_fail(UVM_WIRE_INITIALIZATION, "send the device hello to the fault server: %s", strerror(e));
@@ -422,12 +411,12 @@ static void *serve_server(void *arg)
 		if (h.type == UVM_MSG_DEVICE_MAP) {
 			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
 			int32_t file = uvm__get_i32(&r);
-			uint64_t wp[8];
-			for (int i = 0; i < 8; i++)
-				wp[i] = uvm__get_u64(&r);
+			uint64_t wp[UVM_PAGE_MASK_WORDS], any = 0;
+			for (int i = 0; i < UVM_PAGE_MASK_WORDS; i++)
+				any |= wp[i] = uvm__get_u64(&r);
 			if (r.err || r.n)
 				err = "device-map request: truncated or with trailing bytes";
-			else if ((wp[0] | wp[1] | wp[2] | wp[3] | wp[4] | wp[5] | wp[6] | wp[7]) && length > UVM_BLOCK_SIZE) {
+			else if (any && length > UVM_BLOCK_SIZE) {
 				snprintf(msg, sizeof msg, "map of %lu bytes with write-protected pages: at most one block (%lu bytes)",
 					 (unsigned long)length, UVM_BLOCK_SIZE);
 				err = msg;
@@ -475,14 +464,9 @@ static void on_crash(int sig, siginfo_t *si, void *uc)
 		 * signal, si_code, address. */
 		uint8_t b[64];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
-		uvm__msg_start(&m, UVM_MSG_LAUNCH, 0, UVM_WIRE_LAUNCH_FAILURE);
-		uvm__put_u64(&m, running.kernel);
-		uvm__put_u32(&m, running.stream);
-		uvm__put_u32(&m, running.tid);
-		uvm__put_u32(&m, running.nthreads);
-		uvm__put_i32(&m, sig);
-		uvm__put_i32(&m, si->si_code);
-		uvm__put_u64(&m, (uint64_t)(uintptr_t)si->si_addr);
+		struct uvm_crash c = {.kernel = running.kernel, .stream = running.stream, .tid = running.tid, .nthreads = running.nthreads,
+				      .sig = sig, .code = si->si_code, .addr = (uint64_t)(uintptr_t)si->si_addr};
+		uvm__encode_crash(&m, &c);
 		send(control_sock, b, m.len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
 	/* SA_RESETHAND restored the default action; the raised copy is
@@ -713,9 +697,9 @@ static void launch(struct stream *st, struct uvm_reader *r)
 		stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: a launch message truncated or with trailing bytes", dev_index, st->id);
 		return;
 	}
-	if (n == 0 || n > MAX_LAUNCH_THREADS || params_len > uvmMaxKernelParams) {
+	if (n == 0 || n > UVM_MAX_LAUNCH_THREADS || params_len > uvmMaxKernelParams) {
 		stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: launch of %u threads with %u bytes of parameters: want 1 to %u threads and at most %d bytes",
-			     dev_index, st->id, n, params_len, MAX_LAUNCH_THREADS, uvmMaxKernelParams);
+			     dev_index, st->id, n, params_len, UVM_MAX_LAUNCH_THREADS, uvmMaxKernelParams);
 		return;
 	}
 	if (!parse_kernel(name, name_len, &kernel)) {

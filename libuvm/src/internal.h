@@ -30,15 +30,21 @@
 
 #define UVM_HIDDEN __attribute__((visibility("hidden")))
 
-/* Layout shared with the Go runtime (uvm/devproc.go, uvm/memcpy.go). */
-#define UVM_PAGE_SIZE 4096ul
-#define UVM_BLOCK_SIZE (2ul << 20)
-#define UVM_WINDOW_START 0x600000000000ul
-#define UVM_WINDOW_SIZE 0x100000000000ul /* 16 TiB */
-#define UVM_FILE_SIZE (1ul << 47)
-#define UVM_MAX_ALLOCATION (1ul << 46)
-#define UVM_MAX_DEVICES 31
-#define UVM_MAX_MESSAGE (1u << 20)
+/* Every constant shared with the Go side (the wire protocol's codes, the
+ * layout of memory) is generated from its Go definition. */
+#include "wire_gen.h"
+
+/* The API's own values travel on the wire as they are. */
+_Static_assert(uvmCpuDeviceId == UVM_CPU && uvmInvalidDeviceId == UVM_INVALID_DEVICE, "uvm.h's processors are not the wire's");
+_Static_assert(uvmMemAttachGlobal == UVM_ATTACH_GLOBAL && uvmMemAttachHost == UVM_ATTACH_HOST, "uvm.h's attachment flags are not the wire's");
+_Static_assert(uvmMemAdviseSetReadMostly == UVM_ADVISE_SET_READ_MOSTLY &&
+	       uvmMemAdviseUnsetReadMostly == UVM_ADVISE_UNSET_READ_MOSTLY &&
+	       uvmMemAdviseSetPreferredLocation == UVM_ADVISE_SET_PREFERRED_LOCATION &&
+	       uvmMemAdviseUnsetPreferredLocation == UVM_ADVISE_UNSET_PREFERRED_LOCATION &&
+	       uvmMemAdviseSetAccessedBy == UVM_ADVISE_SET_ACCESSED_BY &&
+	       uvmMemAdviseUnsetAccessedBy == UVM_ADVISE_UNSET_ACCESSED_BY,
+	       "uvm.h's advice is not the wire's");
+_Static_assert(uvmMaxKernelParams == UVM_MAX_KERNEL_PARAMS, "uvm.h's kernel parameter bound is not the wire's");
 
 static inline bool uvm__in_window(uintptr_t p)
 {
@@ -53,7 +59,8 @@ UVM_HIDDEN uvmError_t uvm__fail(uvmError_t err, const char *fmt, ...) __attribut
 /* uvm__ok returns uvmSuccess (the last error is left as it is, as CUDA
  * leaves it). */
 static inline uvmError_t uvm__ok(void) { return uvmSuccess; }
-/* uvm__from_wire maps a server status code (uvm/errors.go) to a code. */
+/* uvm__from_wire maps a server status code (enum uvm_wire_status) to a
+ * code. */
 UVM_HIDDEN uvmError_t uvm__from_wire(uint32_t status);
 
 /* ---- glibc's allocator, never the interposed one (sysalloc.c) ---- */
@@ -63,54 +70,7 @@ UVM_HIDDEN void *uvm__sys_calloc(size_t k, size_t n);
 UVM_HIDDEN void *uvm__sys_realloc(void *p, size_t n);
 UVM_HIDDEN void uvm__sys_free(void *p);
 
-/* ---- the wire protocol (wire.c), as uvm/protocol.go ---- */
-
-enum uvm_msg_type {
-	UVM_MSG_HELLO = 1,
-	UVM_MSG_ALLOC,
-	UVM_MSG_FREE,
-	UVM_MSG_PREFETCH,
-	UVM_MSG_RANGE_ATTRS,
-	UVM_MSG_STATS,
-	UVM_MSG_INFO,
-	UVM_MSG_DEVICE_CONNECT,
-	UVM_MSG_DEVICE_HELLO,
-	UVM_MSG_DEVICE_READY,
-	UVM_MSG_DEVICE_MAP,
-	UVM_MSG_DEVICE_UNMAP,
-	UVM_MSG_LAUNCH,
-	UVM_MSG_SYNC,
-	UVM_MSG_STREAM_DESTROY,
-	UVM_MSG_DEVICE_UP,
-	UVM_MSG_ADVISE,
-	UVM_MSG_DEVICE_COPY,
-	UVM_MSG_STREAM_OPEN,
-	UVM_MSG_DEVICE_FILE,
-	UVM_MSG_DEVICE_HINTS,
-	UVM_MSG_RESTARTED, /* server -> client, unsolicited: a new server took over */
-	UVM_MSG_REPLACE,
-};
-
-/* The status of a request sent again after a restart notice: the new
- * server drops it when it had read the first copy. */
-#define UVM_WIRE_RETRIED 1u
-
-/* Server status codes (uvm/errors.go errorCode). */
-enum uvm_wire_status {
-	UVM_WIRE_OK = 0,
-	UVM_WIRE_INVALID_VALUE,
-	UVM_WIRE_MEMORY_ALLOCATION,
-	UVM_WIRE_INVALID_DEVICE,
-	UVM_WIRE_INITIALIZATION,
-	UVM_WIRE_NOT_SUPPORTED,
-	UVM_WIRE_INTERNAL,
-	UVM_WIRE_LAUNCH_FAILURE,
-};
-
-/* Memory kinds (uvm/types.go rangeKind). */
-enum uvm_kind { UVM_KIND_MANAGED = 0, UVM_KIND_PINNED_HOST = 1, UVM_KIND_DEVICE = 2 };
-
-#define UVM_WIRE_HEADER 16
+/* ---- the wire protocol (wire.c), as internal/wire/protocol.go ---- */
 
 /* A message being built; buf has room for cap bytes. Writes past cap
  * set overflow instead. */
@@ -156,6 +116,52 @@ UVM_HIDDEN uint64_t uvm__get_u64(struct uvm_reader *r);
 UVM_HIDDEN int32_t uvm__get_i32(struct uvm_reader *r);
 /* uvm__get_bytes returns a pointer into the message and its length. */
 UVM_HIDDEN const uint8_t *uvm__get_bytes(struct uvm_reader *r, uint32_t *len);
+
+/* The messages libuvm sends (wire.c), each as the Encode function of
+ * internal/wire/protocol.go of the same name writes it: they start m
+ * (buf and cap set by the caller) and fill it in. A session's request
+ * goes with seq 0: uvm__request numbers it. */
+UVM_HIDDEN void uvm__encode_hello(struct uvm_msg *m, uint32_t seq, uint32_t pid);
+UVM_HIDDEN void uvm__encode_alloc(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint64_t size, uint32_t flags, uint8_t kind,
+				  int32_t device);
+UVM_HIDDEN void uvm__encode_free(struct uvm_msg *m, uint32_t seq, uint64_t addr);
+UVM_HIDDEN void uvm__encode_range_attrs(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length);
+UVM_HIDDEN void uvm__encode_prefetch(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, int32_t dst);
+UVM_HIDDEN void uvm__encode_advise(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint8_t advice, int32_t device);
+/* A device-copy request saying that device memory at [dst, dst+length)
+ * was written through the client's mapping (EncodeDeviceCopy with
+ * UVM_DEVICE_WRITTEN). */
+UVM_HIDDEN void uvm__encode_device_written(struct uvm_msg *m, uint32_t seq, uint64_t dst, uint64_t length);
+/* A request naming a processor: device-connect, device-file. */
+UVM_HIDDEN void uvm__encode_processor(struct uvm_msg *m, uint16_t typ, uint32_t seq, int32_t processor);
+/* A request naming a stream: stream-open, sync, stream-destroy
+ * (EncodeStreamRequest). */
+UVM_HIDDEN void uvm__encode_stream(struct uvm_msg *m, uint16_t typ, uint32_t seq, uint32_t stream);
+/* A launch of the C kernel at address kernel, named "c:0x<hex>"; a
+ * launch takes at most UVM_LAUNCH_MESSAGE_MAX bytes. */
+#define UVM_KERNEL_NAME_MAX 24
+#define UVM_LAUNCH_MESSAGE_MAX (UVM_WIRE_HEADER + 12 + UVM_KERNEL_NAME_MAX + 4 + uvmMaxKernelParams + 4)
+UVM_HIDDEN void uvm__encode_launch(struct uvm_msg *m, uint32_t seq, uint32_t stream, uint32_t nthreads, uintptr_t kernel, const void *params,
+				   size_t n, int32_t cpu);
+UVM_HIDDEN void uvm__encode_device_hello(struct uvm_msg *m, uint32_t seq, uint32_t device, uint32_t pid);
+/* A reply with status, and msg if the status is not OK (EncodeEmptyReply,
+ * EncodeError), msg cut to what fits. */
+UVM_HIDDEN void uvm__encode_reply(struct uvm_msg *m, uint16_t typ, uint32_t seq, uint32_t status, const char *msg);
+
+/* A kernel's crash, as a device process reports it to its client: a
+ * launch "reply" with status UVM_WIRE_LAUNCH_FAILURE, which only libuvm
+ * sends and reads (Go's device processes recover a kernel's fault and
+ * report it at the next synchronize). Encoding it is async-signal-safe. */
+struct uvm_crash {
+	uint64_t kernel; /* the kernel's address */
+	uint32_t stream, tid, nthreads;
+	int32_t sig, code; /* the signal and its si_code */
+	uint64_t addr;     /* si_addr */
+};
+UVM_HIDDEN void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c);
+/* uvm__decode_crash reads a crash report's payload; false if it is
+ * truncated or has trailing bytes. */
+UVM_HIDDEN bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c);
 
 /* uvm__send sends one datagram with up to 8 descriptors. Returns 0 or an
  * errno value. Retries EINTR. */

@@ -272,10 +272,7 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 		return err;
 	uint8_t buf[64], reply[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_PREFETCH, 0, 0);
-	uvm__put_u64(&m, start);
-	uvm__put_u64(&m, length);
-	uvm__put_i32(&m, dstDevice);
+	uvm__encode_prefetch(&m, 0, start, length, dstDevice);
 	struct uvm_reader r;
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemPrefetchAsync");
 }
@@ -298,11 +295,7 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 		return err;
 	uint8_t buf[64], reply[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_ADVISE, 0, 0);
-	uvm__put_u64(&m, start);
-	uvm__put_u64(&m, length);
-	uvm__put_u8(&m, (uint8_t)advice);
-	uvm__put_i32(&m, device);
+	uvm__encode_advise(&m, 0, start, length, (uint8_t)advice, device);
 	struct uvm_reader r;
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemAdvise");
 }
@@ -326,9 +319,7 @@ uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttri
 		return err;
 	uint8_t buf[64], reply[512];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_RANGE_ATTRS, 0, 0);
-	uvm__put_u64(&m, start);
-	uvm__put_u64(&m, length);
+	uvm__encode_range_attrs(&m, 0, start, length);
 	struct uvm_reader r;
 	if ((err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemRangeGetAttribute")))
 		return err;
@@ -520,8 +511,7 @@ static uvmError_t device_file(struct uvm_session *s, int d, const char *what, st
 	if (f->fd < 0) {
 		uint8_t qb[32], rb[64];
 		struct uvm_msg m = {.buf = qb, .cap = sizeof qb};
-		uvm__msg_start(&m, UVM_MSG_DEVICE_FILE, 0, 0);
-		uvm__put_i32(&m, d);
+		uvm__encode_processor(&m, UVM_MSG_DEVICE_FILE, 0, d);
 		struct uvm_reader r;
 		int fd = -1, nfds = 0;
 		if ((err = uvm__request(s, &m, NULL, 0, rb, sizeof rb, &r, &fd, 1, &nfds, what)))
@@ -632,18 +622,12 @@ static void run_copy(struct copy_job *j, const struct uvm_device_file *f)
 
 /* device_written tells the server that n bytes of device memory at dst
  * were written through a shadow, so that it records the pages as
- * populated (uvm/memcpy.go deviceWritten). */
+ * populated (internal/wire/memcpy.go DeviceWritten). */
 static uvmError_t device_written(struct uvm_session *s, uintptr_t dst, size_t n, const char *what)
 {
-	enum { DEVICE_WRITTEN = 5 };
 	uint8_t buf[64], reply[16];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_DEVICE_COPY, 0, 0);
-	uvm__put_u8(&m, DEVICE_WRITTEN);
-	uvm__put_u64(&m, dst);
-	uvm__put_u64(&m, 0);
-	uvm__put_u64(&m, n);
-	uvm__put_u8(&m, 0);
+	uvm__encode_device_written(&m, 0, dst, n);
 	struct uvm_reader r;
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
 }

@@ -231,10 +231,7 @@ static bool hello(struct uvm_session *s, int uffd)
 {
 	uint8_t buf[64], reply[4096];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_HELLO, 0, 0);
-	uvm__put_u8(&m, 1); /* role: client */
-	uvm__put_u32(&m, (uint32_t)getpid());
-	uvm__put_u64(&m, 0); /* the server's default features */
+	uvm__encode_hello(&m, 0, (uint32_t)getpid());
 	int fds[2] = {uffd, s->host_fd};
 	struct uvm_reader r;
 	uvmError_t err = uvm__request(s, &m, fds, 2, reply, sizeof reply, &r, NULL, 0, NULL, "hello");
@@ -597,15 +594,7 @@ static uvmError_t register_range(struct uvm_session *s, uintptr_t addr, size_t l
 {
 	uint8_t buf[128], reply[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_ALLOC, 0, 0);
-	uvm__put_u64(&m, addr);
-	uvm__put_u64(&m, length);
-	uvm__put_u64(&m, size);
-	uvm__put_u32(&m, flags);
-	uvm__put_u8(&m, 0);  /* prefetch-use tracking: the server's default */
-	uvm__put_str(&m, ""); /* prefetch policy: the server's default */
-	uvm__put_u8(&m, (uint8_t)kind);
-	uvm__put_i32(&m, device);
+	uvm__encode_alloc(&m, 0, addr, length, size, flags, (uint8_t)kind, device);
 	struct uvm_reader r;
 	uvmError_t err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
 	if (err == uvmSuccess)
@@ -783,8 +772,7 @@ uvmError_t uvm__release(uintptr_t addr, unsigned kinds_mask, const char *what)
 	 * waiting. */
 	uint8_t buf[32], reply[16];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__msg_start(&m, UVM_MSG_FREE, 0, 0);
-	uvm__put_u64(&m, addr);
+	uvm__encode_free(&m, 0, addr);
 	struct uvm_reader r;
 	err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
 	munmap((void *)a.addr, a.reserved);

@@ -1,16 +1,13 @@
-/* wire.c: the binary protocol of uvm/protocol.go, and datagrams with
- * descriptors. Every field is little-endian; x86-64 and arm64 Linux are,
+/* wire.c: the binary protocol of internal/wire/protocol.go, the messages
+ * libuvm sends, and datagrams with descriptors. Every field is little-endian; x86-64 and arm64 Linux are,
  * so fields are copied as they lie. */
 #include "internal.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <stdio.h>
 #include <unistd.h>
-
-
-#define WIRE_MAGIC 0x4d565553u /* "SUVM" */
-#define WIRE_VERSION 1
 
 static void put(struct uvm_msg *m, const void *p, size_t n)
 {
@@ -26,8 +23,8 @@ void uvm__msg_start(struct uvm_msg *m, uint16_t typ, uint32_t seq, uint32_t stat
 {
 	m->len = 0;
 	m->overflow = false;
-	uvm__put_u32(m, WIRE_MAGIC);
-	uvm__put_u16(m, WIRE_VERSION);
+	uvm__put_u32(m, UVM_WIRE_MAGIC);
+	uvm__put_u16(m, UVM_WIRE_VERSION);
 	uvm__put_u16(m, typ);
 	uvm__put_u32(m, seq);
 	uvm__put_u32(m, status);
@@ -55,7 +52,7 @@ bool uvm__parse_header(const uint8_t *b, size_t n, struct uvm_header *h, struct 
 		return false;
 	memcpy(&magic, b, 4);
 	memcpy(&version, b + 4, 2);
-	if (magic != WIRE_MAGIC || version != WIRE_VERSION)
+	if (magic != UVM_WIRE_MAGIC || version != UVM_WIRE_VERSION)
 		return false;
 	memcpy(&h->type, b + 6, 2);
 	memcpy(&h->seq, b + 8, 4);
@@ -101,6 +98,139 @@ const uint8_t *uvm__get_bytes(struct uvm_reader *r, uint32_t *len)
 	if (!p)
 		*len = 0;
 	return p;
+}
+
+/* ---- the messages libuvm sends, as the Encode functions of
+ * internal/wire/protocol.go write them (libuvm/tests/wire_golden_test.c
+ * checks each against the same golden bytes as the Go side) ---- */
+
+void uvm__encode_hello(struct uvm_msg *m, uint32_t seq, uint32_t pid)
+{
+	uvm__msg_start(m, UVM_MSG_HELLO, seq, 0);
+	uvm__put_u8(m, UVM_ROLE_CLIENT);
+	uvm__put_u32(m, pid);
+	uvm__put_u64(m, 0); /* the server's default features */
+}
+
+void uvm__encode_alloc(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint64_t size, uint32_t flags, uint8_t kind,
+		       int32_t device)
+{
+	uvm__msg_start(m, UVM_MSG_ALLOC, seq, 0);
+	uvm__put_u64(m, addr);
+	uvm__put_u64(m, length);
+	uvm__put_u64(m, size);
+	uvm__put_u32(m, flags);
+	uvm__put_u8(m, 0);  /* prefetch-use tracking: the server's default */
+	uvm__put_str(m, ""); /* prefetch policy: the server's default */
+	uvm__put_u8(m, kind);
+	uvm__put_i32(m, device);
+}
+
+void uvm__encode_free(struct uvm_msg *m, uint32_t seq, uint64_t addr)
+{
+	uvm__msg_start(m, UVM_MSG_FREE, seq, 0);
+	uvm__put_u64(m, addr);
+}
+
+void uvm__encode_range_attrs(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length)
+{
+	uvm__msg_start(m, UVM_MSG_RANGE_ATTRIBUTES, seq, 0);
+	uvm__put_u64(m, addr);
+	uvm__put_u64(m, length);
+}
+
+void uvm__encode_prefetch(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, int32_t dst)
+{
+	uvm__msg_start(m, UVM_MSG_PREFETCH, seq, 0);
+	uvm__put_u64(m, addr);
+	uvm__put_u64(m, length);
+	uvm__put_i32(m, dst);
+}
+
+void uvm__encode_advise(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint8_t advice, int32_t device)
+{
+	uvm__msg_start(m, UVM_MSG_ADVISE, seq, 0);
+	uvm__put_u64(m, addr);
+	uvm__put_u64(m, length);
+	uvm__put_u8(m, advice);
+	uvm__put_i32(m, device);
+}
+
+void uvm__encode_device_written(struct uvm_msg *m, uint32_t seq, uint64_t dst, uint64_t length)
+{
+	uvm__msg_start(m, UVM_MSG_DEVICE_COPY, seq, 0);
+	uvm__put_u8(m, UVM_DEVICE_WRITTEN);
+	uvm__put_u64(m, dst);
+	uvm__put_u64(m, 0); /* source: none */
+	uvm__put_u64(m, length);
+	uvm__put_u8(m, 0); /* value: none */
+}
+
+void uvm__encode_processor(struct uvm_msg *m, uint16_t typ, uint32_t seq, int32_t processor)
+{
+	uvm__msg_start(m, typ, seq, 0);
+	uvm__put_i32(m, processor);
+}
+
+void uvm__encode_stream(struct uvm_msg *m, uint16_t typ, uint32_t seq, uint32_t stream)
+{
+	uvm__msg_start(m, typ, seq, 0);
+	uvm__put_u32(m, stream);
+}
+
+void uvm__encode_launch(struct uvm_msg *m, uint32_t seq, uint32_t stream, uint32_t nthreads, uintptr_t kernel, const void *params,
+			size_t n, int32_t cpu)
+{
+	/* The kernel goes by its address: the device process is a fork of
+	 * this one, where it means the same function. */
+	char name[UVM_KERNEL_NAME_MAX];
+	snprintf(name, sizeof name, "c:0x%lx", (unsigned long)kernel);
+	uvm__msg_start(m, UVM_MSG_LAUNCH, seq, 0);
+	uvm__put_u32(m, stream);
+	uvm__put_u32(m, nthreads);
+	uvm__put_str(m, name);
+	uvm__put_bytes(m, params, n);
+	uvm__put_i32(m, cpu);
+}
+
+void uvm__encode_device_hello(struct uvm_msg *m, uint32_t seq, uint32_t device, uint32_t pid)
+{
+	uvm__msg_start(m, UVM_MSG_DEVICE_HELLO, seq, 0);
+	uvm__put_u32(m, device);
+	uvm__put_u32(m, pid);
+}
+
+void uvm__encode_reply(struct uvm_msg *m, uint16_t typ, uint32_t seq, uint32_t status, const char *msg)
+{
+	uvm__msg_start(m, typ, seq, status);
+	if (status == UVM_WIRE_OK)
+		return;
+	size_t n = strlen(msg), room = m->cap > UVM_WIRE_HEADER + 4 ? m->cap - UVM_WIRE_HEADER - 4 : 0;
+	uvm__put_bytes(m, msg, n < room ? n : room);
+}
+
+void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c)
+{
+	uvm__msg_start(m, UVM_MSG_LAUNCH, 0, UVM_WIRE_LAUNCH_FAILURE);
+	uvm__put_u64(m, c->kernel);
+	uvm__put_u32(m, c->stream);
+	uvm__put_u32(m, c->tid);
+	uvm__put_u32(m, c->nthreads);
+	uvm__put_i32(m, c->sig);
+	uvm__put_i32(m, c->code);
+	uvm__put_u64(m, c->addr);
+}
+
+bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c)
+{
+	c->kernel = uvm__get_u64(r);
+	c->stream = uvm__get_u32(r);
+	c->tid = uvm__get_u32(r);
+	c->nthreads = uvm__get_u32(r);
+	c->sig = uvm__get_i32(r);
+	c->code = uvm__get_i32(r);
+	c->addr = uvm__get_u64(r);
+	return !r->err && r->n == 0;
 }
 
 int uvm__send(int sock, const void *b, size_t n, const int *fds, int nfds)
