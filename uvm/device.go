@@ -486,20 +486,25 @@ func (dp *deviceProc) ensureRunning() error {
 		return err
 	}
 	serverEnd := os.NewFile(uintptr(fds[0]), "softuvm-device-server")
-	defer serverEnd.Close()
 	local, remote, err := wire.DirectSocketPair(fmt.Sprintf("softuvm-device-%d-control", dp.index))
 	if err != nil {
+		serverEnd.Close()
 		return fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
-	defer remote.Close()
 	defStream, defRemote, err := wire.DirectSocketPair(fmt.Sprintf("softuvm-device-%d-stream-0", dp.index))
 	if err != nil {
+		serverEnd.Close()
+		remote.Close()
 		local.Close()
 		return fmt.Errorf("%w: %v", ErrInitialization, err)
 	}
-	defer defRemote.Close()
 	cmd, err := wire.Reexec("device", fmt.Sprintf("softuvm-device-%d", dp.index), s.log, []*os.File{serverEnd, remote, defRemote},
 		config.DeviceEnv+"="+strconv.Itoa(dp.index), config.DeviceWorkersEnv+"="+strconv.Itoa(max(1, s.devices[dp.index].Workers)))
+	// The process has its own copies now: with ours closed, its death
+	// ends the read below at once instead of after the timeout.
+	serverEnd.Close()
+	remote.Close()
+	defRemote.Close()
 	if err != nil {
 		local.Close()
 		defStream.Close()
