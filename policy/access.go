@@ -114,7 +114,7 @@ func ParseAccessPolicy(s string) (AccessPolicy, error) {
 			return a, fmt.Errorf("%w: access policy setting %q: unknown key %q (want migration, hints, threshold, period, sample, decay or anatomy)", core.ErrInvalidValue, kv, k)
 		}
 		if err != nil {
-			return a, fmt.Errorf("%w: access policy setting %q: %v", core.ErrInvalidValue, kv, err)
+			return a, fmt.Errorf("%w: access policy setting %q: %w", core.ErrInvalidValue, kv, err)
 		}
 	}
 	return a, a.Validate()
@@ -189,7 +189,7 @@ type AccessMigration interface {
 	Movable(p AccessPage) bool
 }
 
-var accessRegistry = newRegistry[func(spec AccessPolicy) (AccessMigration, error)]("access migration", "threshold")
+var accessRegistry = newRegistry[func(spec AccessPolicy) (AccessMigration, error)](KindAccessMigration, "threshold")
 
 // DefaultAccessMigration names the policy used when a spec names none.
 const DefaultAccessMigration = "threshold"

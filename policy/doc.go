@@ -21,7 +21,9 @@
 //
 // Package policy/coursework holds two more, written the way a student
 // writes one (an MRU eviction and a prefetch of every other page), with a
-// test that runs them on a private server.
+// test that runs them on a private server, and a uvm binary that links
+// them in (policy/coursework/cmd/uvm-coursework) for C programs and
+// daemons.
 //
 // Each interface's documentation says when the server calls it, with
 // which lock held, and what it must not do: a policy runs on the fault
@@ -44,8 +46,31 @@
 // ParsePrefetchSpec, ParseThrashingSpec and ParseAccessPolicy; the
 // *Names functions list what can be chosen.
 //
-// Register from an init function of a package the program imports: a
-// private fault server is a re-execution of the same program and must
-// know the policy too, and a daemon or a C program's server must be a
-// binary that registers it.
+// # Where a policy must be registered
+//
+// A policy exists in a process once its init function has run there, and
+// a fault server is another process: a re-execution of the program's own
+// binary (a private server, and the servers that take over when one
+// dies), or a uvm binary (a daemon, the server of `uvm run`, and a C
+// program's private server). The rule:
+//
+//  1. Register the policy from an init function (RegisterEviction and
+//     the others), in its own package or in package main, never later.
+//  2. In a Go program, call uvm.Main() first in main. Go initializes
+//     packages in import-path order among those whose imports are done,
+//     and package uvm starts a re-executed server from its own init
+//     function; a policy of package main, or of a package whose path
+//     sorts after github.com/softuvm/softuvm/uvm, is not registered yet
+//     at that point, and the servers of a program that registers such a
+//     policy (in its configuration or per allocation, uvm.WithPrefetch)
+//     wait for uvm.Main instead. A program that names such a policy in
+//     its server's configuration but does not call uvm.Main gets an error
+//     that names the policy and says so; one that names a policy nothing
+//     registered gets an error listing the known ones.
+//  3. For C programs and daemons, build a uvm binary of your own whose
+//     main imports the policy's package and calls cli.Main (package cli;
+//     policy/coursework/cmd/uvm-coursework is one), and use it: point
+//     UVM_BIN at it for C programs' private servers, run its `serve` as
+//     the daemon, or its `run` for unmodified programs. Its help and
+//     `uvm info` list the policies it knows.
 package policy

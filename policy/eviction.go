@@ -39,7 +39,7 @@ type Eviction interface {
 	Victims(p Processor, n int, out []*Block) []*Block
 }
 
-var evictionRegistry = newRegistry[func(arg string) (Eviction, error)]("eviction", "lru")
+var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru")
 
 // DefaultEviction is the policy used when none is chosen.
 const DefaultEviction = "lru"

@@ -81,6 +81,35 @@ func (c Cause) String() string {
 // started, never 0.
 type Clock = time.Duration
 
+// The kinds of policy, as Ref and UnknownError name them.
+const (
+	KindPrefetch        = "prefetch"
+	KindEviction        = "eviction"
+	KindThrashing       = "thrashing"
+	KindAccessMigration = "access migration"
+)
+
+// Ref names one policy: its kind and its name, without argument.
+type Ref struct {
+	Kind string
+	Name string
+}
+
+func (r Ref) String() string { return fmt.Sprintf("%s policy %q", r.Kind, r.Name) }
+
+// Registered lists every policy that can be chosen by name now, the
+// built-in ones included. What it returns depends on when it is asked:
+// a policy registered by an init function exists only once that function
+// has run, which is why package uvm compares what a server needs with
+// what was registered when its own initialization ran.
+func Registered() []Ref {
+	var out []Ref
+	out = prefetchRegistry.refs(out)
+	out = evictionRegistry.refs(out)
+	out = thrashingRegistry.refs(out)
+	return accessRegistry.refs(out)
+}
+
 // registry maps policy names to factories, for one kind of policy.
 type registry[F any] struct {
 	kind     string
@@ -138,6 +167,45 @@ func (r *registry[F]) names() []string {
 	return append(append([]string(nil), r.builtin...), extra...)
 }
 
-func (r *registry[F]) unknown(text string) error {
-	return fmt.Errorf("%w: %s policy %q: want one of %s", core.ErrInvalidValue, r.kind, text, strings.Join(r.names(), ", "))
+// refs appends the names that can be chosen: the reserved built-in ones
+// (some of which are built without a factory) and the registered ones.
+func (r *registry[F]) refs(out []Ref) []Ref {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for name := range r.reserved {
+		if _, ok := r.byName[name]; !ok {
+			out = append(out, Ref{Kind: r.kind, Name: name})
+		}
+	}
+	for name := range r.byName {
+		out = append(out, Ref{Kind: r.kind, Name: name})
+	}
+	return out
 }
+
+func (r *registry[F]) unknown(text string) error {
+	return &UnknownError{Kind: r.kind, Name: text, Known: r.names()}
+}
+
+// UnknownError is the error for a policy name that nothing registered in
+// this process, by the time it was asked for. It is a type of its own so
+// that a program's runtime and the uvm command can add how to make a
+// policy known where they are (package uvm's Main, a binary built with
+// package cli), which this package cannot tell.
+type UnknownError struct {
+	// Kind is one of the Kind constants.
+	Kind string
+	// Name is the spec asked for, with its argument if it had one.
+	Name string
+	// Known lists what could have been chosen: the built-in policies
+	// with their argument syntax, then the registered ones.
+	Known []string
+}
+
+func (e *UnknownError) Error() string {
+	return fmt.Sprintf("%v: %s policy %q: want one of %s", core.ErrInvalidValue, e.Kind, e.Name, strings.Join(e.Known, ", "))
+}
+
+// Unwrap makes errors.Is(err, core.ErrInvalidValue) hold, as for every
+// other bad value.
+func (e *UnknownError) Unwrap() error { return core.ErrInvalidValue }

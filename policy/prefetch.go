@@ -107,7 +107,7 @@ func ParsePrefetchSpec(text string) (PrefetchSpec, error) {
 	if _, ok := lookupPrefetchFactory(name); ok {
 		return PrefetchSpec{Policy: text}, nil
 	}
-	return PrefetchSpec{}, fmt.Errorf("%w: prefetch policy %q: want one of %s", core.ErrInvalidValue, text, strings.Join(PrefetchPolicyNames(), ", "))
+	return PrefetchSpec{}, prefetchRegistry.unknown(text)
 }
 
 // NewPrefetchPolicy builds the policy a spec names.
@@ -133,12 +133,12 @@ func NewPrefetchPolicy(spec PrefetchSpec) (PrefetchPolicy, error) {
 	name, arg, _ := strings.Cut(spec.Policy, ":")
 	factory, ok := lookupPrefetchFactory(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: prefetch policy %q: want one of %s", core.ErrInvalidValue, spec.Policy, strings.Join(PrefetchPolicyNames(), ", "))
+		return nil, prefetchRegistry.unknown(spec.Policy)
 	}
 	return factory(arg)
 }
 
-var prefetchRegistry = newRegistry[func(arg string) (PrefetchPolicy, error)]("prefetch", "density[:PERCENT]", "window:PAGES", "none")
+var prefetchRegistry = newRegistry[func(arg string) (PrefetchPolicy, error)](KindPrefetch, "density[:PERCENT]", "window:PAGES", "none")
 
 // RegisterPrefetchPolicy makes a policy available by name to
 // ParsePrefetchSpec, the --prefetch flag, UVM_PREFETCH and WithPrefetch,

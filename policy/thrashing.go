@@ -70,7 +70,7 @@ func ParseThrashingSpec(s string) (ThrashingSpec, error) {
 			return t, fmt.Errorf("%w: thrashing setting %q: unknown key %q (want policy, threshold, lapse, nap, pin-threshold, pin or epoch)", core.ErrInvalidValue, kv, k)
 		}
 		if err != nil {
-			return t, fmt.Errorf("%w: thrashing setting %q: %v", core.ErrInvalidValue, kv, err)
+			return t, fmt.Errorf("%w: thrashing setting %q: %w", core.ErrInvalidValue, kv, err)
 		}
 	}
 	return t, t.Validate()
@@ -184,7 +184,7 @@ type Thrashing interface {
 	PinDuration() time.Duration
 }
 
-var thrashingRegistry = newRegistry[func(spec ThrashingSpec) (Thrashing, error)]("thrashing", "nvidia")
+var thrashingRegistry = newRegistry[func(spec ThrashingSpec) (Thrashing, error)](KindThrashing, "nvidia")
 
 // DefaultThrashingPolicy names the detector used when a spec names none.
 const DefaultThrashingPolicy = "nvidia"

@@ -18,10 +18,13 @@
 //
 // # Main and sessions
 //
-// A program that launches kernels calls Main first in main: devices, and
-// a private fault server, are re-executions of the program's binary, and
-// Main (or this package's init function) runs them instead of the
-// program. A Session is the process's connection to a fault server;
+// A program that launches kernels, or chooses a policy of its own by
+// name, calls Main first in main: devices, a private fault server and
+// the servers that take over from it are re-executions of the program's
+// binary, and Main (or this package's init function, for a server whose
+// policies are registered before this package initializes) runs them
+// instead of the program, once the init functions that register kernels
+// and policies have run. A Session is the process's connection to a fault server;
 // Default connects on first use as the environment says (ConfigFromEnv:
 // UVM_SERVER, UVM_SOCKET), and the package-level functions (MallocManaged,
 // Prefetch, MemAdvise, Memcpy, Free, GetDeviceCount) use it. Connect takes

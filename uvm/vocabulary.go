@@ -90,7 +90,10 @@ func DefaultServerConfig() ServerConfig { return config.DefaultServerConfig() }
 
 // ServerConfigFromEnv is DefaultServerConfig changed by the UVM_*
 // environment variables.
-func ServerConfigFromEnv() (ServerConfig, error) { return config.ServerConfigFromEnv() }
+func ServerConfigFromEnv() (ServerConfig, error) {
+	c, err := config.ServerConfigFromEnv()
+	return c, policyHint(err)
+}
 
 // PrefetchSpec names a fault prefetch policy and its argument
 // (WithPrefetch); the policies are those of package policy.

@@ -4,4 +4,6 @@
 // brings every other page of the faulted block. Importing the package
 // registers them as "mru" and "evens"; its test runs them on a private
 // server and checks, by the server's statistics, that they were used.
+// cmd/uvm-coursework is the uvm command with them linked in, for C
+// programs (UVM_BIN) and daemons.
 package coursework

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -125,6 +125,11 @@ func runRun(args []string) error {
 		fmt.Fprintf(os.Stderr, "uvm run: %v\n", err)
 		return exitStatus(runStatusFailed)
 	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: the path of this uvm binary, for the program's libuvm: %v\n", err)
+		return exitStatus(runStatusFailed)
+	}
 	var jsonOut *os.File
 	if *statsJSON != "" {
 		// Created now: a path that cannot be written fails before a long run.
@@ -148,7 +153,7 @@ func runRun(args []string) error {
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args = argv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = runEnv(os.Environ(), sock, minBytes, *statics, lib)
+	cmd.Env = runEnv(os.Environ(), sock, minBytes, *statics, lib, self)
 	// Caught before the program starts, so that none is lost between
 	// its start and the forwarding.
 	sigs := make(chan os.Signal, 4)
@@ -281,8 +286,12 @@ func findPreload(flagPath string) (string, error) {
 }
 
 // runEnv is the program's environment: the server's socket, the
-// threshold, and the preload library ahead of any the caller preloads.
-func runEnv(env []string, sock string, minSize int64, statics bool, lib string) []string {
+// threshold, the preload library ahead of any the caller preloads, and
+// this binary (self) as UVM_BIN. The program's libuvm talks to this
+// server; should it ever start a private server of its own (a child
+// that sets UVM_SERVER=private, say), that server must be this binary
+// too, with the policies linked into it, not whatever uvm is on PATH.
+func runEnv(env []string, sock string, minSize int64, statics bool, lib, self string) []string {
 	out := make([]string, 0, len(env)+4)
 	preload := lib
 	for _, kv := range env {
@@ -293,7 +302,7 @@ func runEnv(env []string, sock string, minSize int64, statics bool, lib string) 
 				preload = lib + ":" + v
 			}
 			continue
-		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_STATICS":
+		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_STATICS", "UVM_BIN":
 			continue
 		}
 		out = append(out, kv)
@@ -301,6 +310,7 @@ func runEnv(env []string, sock string, minSize int64, statics bool, lib string) 
 	return append(out,
 		uvm.EnvSocket+"="+sock,
 		uvm.EnvServer+"=daemon", // this server, never a private one of its own
+		"UVM_BIN="+self,
 		"UVM_MIN_SIZE="+strconv.FormatInt(minSize, 10),
 		"UVM_STATICS="+map[bool]string{true: "1", false: "0"}[statics],
 		"LD_PRELOAD="+preload)

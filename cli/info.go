@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -32,6 +32,9 @@ type machineInfo struct {
 	Thrashing       string         `json:"configured_thrashing"`
 	AccessCounting  string         `json:"configured_access_counting"`
 	AccessPolicy    string         `json:"configured_access_policy"`
+	// Policies are those this binary knows: a uvm built with package cli
+	// lists the ones its packages register too.
+	Policies []policyKind `json:"policies"`
 }
 
 type serverSummary struct {
@@ -83,6 +86,7 @@ func runInfo(args []string) error {
 	if mi.Private == nil {
 		mi.Private = []int{}
 	}
+	mi.Policies = policyKinds()
 	cfg, cfgErr := uvm.ServerConfigFromEnv()
 	if cfgErr == nil {
 		mi.Prefetch = cfg.Prefetch.String()
@@ -138,6 +142,13 @@ func runInfo(args []string) error {
 		}
 		fmt.Printf("thrashing       %s\n", mi.Thrashing)
 		fmt.Printf("access          counting %s (UVM_ACCESS_COUNTING), policy %s (UVM_ACCESS_POLICY)\n", mi.AccessCounting, mi.AccessPolicy)
+	}
+	for i, k := range mi.Policies {
+		label := ""
+		if i == 0 {
+			label = "policies"
+		}
+		fmt.Printf("%-15s %-17s %s\n", label, k.Kind, strings.Join(k.Names, ", "))
 	}
 	if mi.Daemon == nil {
 		fmt.Printf("daemon          none at %s (programs start a private server)\n", config.DefaultSocketPath())

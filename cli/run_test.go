@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"os"
@@ -15,11 +15,11 @@ import (
 )
 
 func TestRunEnv(t *testing.T) {
-	env := runEnv([]string{"PATH=/bin", "LD_PRELOAD=/a.so /b.so", "UVM_SOCKET=/old", "UVM_SERVER=private", "UVM_MIN_SIZE=7", "UVM_STATICS=1", "HOME=/root"},
-		"/tmp/x/uvm.sock", 65536, false, "/lib/libuvm-preload.so")
-	assert.Equal(t, []string{"PATH=/bin", "HOME=/root", "UVM_SOCKET=/tmp/x/uvm.sock", "UVM_SERVER=daemon", "UVM_MIN_SIZE=65536", "UVM_STATICS=0",
-		"LD_PRELOAD=/lib/libuvm-preload.so:/a.so /b.so"}, env, "ours replace the caller's; the library goes ahead of the caller's preloads")
-	env = runEnv([]string{"LD_PRELOAD="}, "/s", 1, true, "/l.so")
+	env := runEnv([]string{"PATH=/bin", "LD_PRELOAD=/a.so /b.so", "UVM_SOCKET=/old", "UVM_SERVER=private", "UVM_MIN_SIZE=7", "UVM_STATICS=1", "UVM_BIN=/usr/bin/uvm", "HOME=/root"},
+		"/tmp/x/uvm.sock", 65536, false, "/lib/libuvm-preload.so", "/opt/course/uvm-course")
+	assert.Equal(t, []string{"PATH=/bin", "HOME=/root", "UVM_SOCKET=/tmp/x/uvm.sock", "UVM_SERVER=daemon", "UVM_BIN=/opt/course/uvm-course", "UVM_MIN_SIZE=65536", "UVM_STATICS=0",
+		"LD_PRELOAD=/lib/libuvm-preload.so:/a.so /b.so"}, env, "ours replace the caller's (UVM_BIN: the running binary, with its policies); the library goes ahead of the caller's preloads")
+	env = runEnv([]string{"LD_PRELOAD="}, "/s", 1, true, "/l.so", "/u")
 	assert.Contains(t, env, "UVM_STATICS=1")
 	assert.Contains(t, env, "LD_PRELOAD=/l.so", "an empty LD_PRELOAD leaves no stray colon")
 }

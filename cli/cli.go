@@ -1,0 +1,315 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+type command struct {
+	name, args, summary string
+	run                 func(args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"serve", "[flags]", "run a fault server daemon on a Unix socket", runServe},
+		{"run", "[flags] [--] PROGRAM [ARGS...]", "run an unmodified program with its large allocations in managed memory, served by a fault server of its own", runRun},
+		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
+		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
+		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
+		{"bench", "faults|launch [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch)", runBench},
+		{"help", "[COMMAND]", "show help", nil},
+	}
+}
+
+// Main runs the uvm command with this process's arguments and exits with
+// its status. It calls uvm.Main first: the fault servers, guards and
+// devices the command starts are re-executions of this binary, and wait
+// for it when the policies they need are registered by packages that
+// initialize after package uvm. A binary whose main calls Main is a
+// complete uvm, with every policy its packages register.
+func Main() {
+	uvm.Main()
+	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainErr(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "__pingpong" { // the child of `uvm bench launch`'s pipe round trip
+		return pingPong(args[1])
+	}
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	name := args[0]
+	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
+		if len(args) > 1 {
+			return mainErr([]string{args[1], "-h"}, stdout, stderr)
+		}
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == name && c.run != nil {
+			err := c.run(args[1:])
+			var status exitStatus
+			switch {
+			case errors.As(err, &status): // `uvm run`: the program's status
+				return int(status)
+			case err == nil:
+				return 0
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.Is(err, errUsage):
+				return 2
+			}
+			fmt.Fprintf(stderr, "uvm %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "uvm: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+var errUsage = errors.New("usage error")
+
+// exitStatus is an error that makes uvm exit with that status and print
+// nothing more: `uvm run` passes the program's status on.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `uvm: CUDA-style unified memory for CPU devices, served by a userfaultfd fault server.
+
+Usage: uvm COMMAND [ARGS]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-6s %-40s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintf(w, `
+Environment (read by programs using softuvm and by private servers):
+  %-18s daemon socket (default %s)
+  %-18s auto (daemon if one runs, else a private server), private, daemon
+  %-18s number of devices (default %d)
+  %-18s arena size per device, or a comma list (default %s)
+  %-18s auto, memfd or numa, or a comma list, one per device
+  %-18s %s
+  %-18s %s
+  %-18s follow (default), per-cpu or single
+  %-18s 1: record which prefetched pages get used
+  %-18s threads that run each device's kernels (default: one per CPU)
+  %-18s managed memory kept on the host before pages go to devices (default: unbounded)
+  %-18s on (default), off, or settings: %s
+  %-18s auto (default: eBPF where it loads, else user space), ebpf, user or off
+  %-18s on (default), off, or settings: %s
+  %-18s when the server dies: new servers in a row the guard starts (on: 5), or off
+  %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
+  %-18s 1: libuvm-preload.so reports its allocations at exit
+  %-18s uvm run: the path of libuvm-preload.so
+  %-18s the uvm binary a C program's private server runs from (uvm run: this one)
+
+Policies this uvm knows, by kind (a uvm built with package cli also knows
+those its packages register):
+`, uvm.EnvSocket, config.DefaultSocketPath(), uvm.EnvServer, config.EnvDevices, config.DefaultDevices,
+		config.EnvArenaSize, uvm.FormatSize(config.DefaultArenaSize), config.EnvArenaBackend, config.EnvPrefetch,
+		strings.Join(policy.PrefetchPolicyNames(), ", "), config.EnvEviction, strings.Join(policy.EvictionNames(), ", "), config.EnvHandlers, config.EnvTrackPrefetch,
+		config.EnvWorkers, config.EnvHostBudget, config.EnvThrashing, policy.DefaultThrashing, config.EnvAccessCount, config.EnvAccessPolicy, policy.DefaultAccessPolicy, config.EnvRestarts, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD", "UVM_BIN")
+	for _, k := range policyKinds() {
+		fmt.Fprintf(w, "  %-18s %s (%s)\n", k.Kind, strings.Join(k.Names, ", "), k.Choose)
+	}
+	fmt.Fprintf(w, "\nRun 'uvm help COMMAND' for a command's flags.\n")
+}
+
+// policyKind is what this binary offers of one kind of policy.
+type policyKind struct {
+	Kind   string   `json:"kind"`
+	Names  []string `json:"names"`
+	Choose string   `json:"choose"` // the flag and the variable that choose one
+}
+
+// policyKinds lists the policies this binary knows: the built-in ones and
+// those its packages registered, which is why a binary built with this
+// package shows its own.
+func policyKinds() []policyKind {
+	return []policyKind{
+		{policy.KindPrefetch, policy.PrefetchPolicyNames(), "--prefetch NAME[:ARG], " + config.EnvPrefetch},
+		{policy.KindEviction, policy.EvictionNames(), "--eviction NAME[:ARG], " + config.EnvEviction},
+		{policy.KindThrashing, policy.ThrashingNames(), "--thrashing policy=NAME, " + config.EnvThrashing},
+		{policy.KindAccessMigration, policy.AccessMigrationNames(), "--access-policy migration=NAME, " + config.EnvAccessPolicy},
+	}
+}
+
+// policyHint adds to an error about a policy name that nothing
+// registered how to make a policy of one's own known to this command.
+func policyHint(err error) error {
+	var u *policy.UnknownError
+	if !errors.As(err, &u) {
+		return err
+	}
+	self, _ := os.Executable()
+	return fmt.Errorf("%w (this uvm is %s; for a policy of your own, build a uvm whose main imports the policy's package and calls cli.Main, see package cli)", err, self)
+}
+
+// newFlagSet makes a flag set whose usage names the command.
+func newFlagSet(name, args, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet("uvm "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: uvm %s %s\n\n%s.\n\nFlags:\n", name, args, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "uvm: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// serverFlags are the flags that configure a server: `uvm serve`, and the
+// private servers of `uvm demo` and `uvm bench`.
+type serverFlags struct {
+	devices      int
+	arenaSize    string
+	arenaBackend string
+	prefetch     string
+	eviction     string
+	handlers     string
+	track        bool
+	workers      int
+	hostBudget   string
+	thrashing    string
+	copyThreads  int
+	access       string
+	accessPolicy string
+	restarts     string
+}
+
+func (f *serverFlags) register(fs *flag.FlagSet) {
+	base, err := uvm.ServerConfigFromEnv()
+	if err != nil {
+		base = uvm.DefaultServerConfig()
+	}
+	size := int64(config.DefaultArenaSize)
+	backend := devmem.BackendAuto
+	if len(base.Devices) > 0 {
+		size, backend = base.Devices[0].Capacity, base.Devices[0].Backend
+	}
+	fs.IntVar(&f.devices, "devices", len(base.Devices), "number of devices")
+	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
+	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa, or a comma list, one per device")
+	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(policy.PrefetchPolicyNames(), ", "))
+	eviction := base.Eviction
+	if eviction == "" {
+		eviction = policy.DefaultEviction
+	}
+	fs.StringVar(&f.eviction, "eviction", eviction, "eviction policy, which blocks leave a full device or the host over its budget: "+strings.Join(policy.EvictionNames(), ", "))
+	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
+	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
+	fs.IntVar(&f.workers, "device-workers", base.DeviceWorkers, "threads that run each device's kernels (0: one per CPU)")
+	budget := ""
+	if base.HostBudget > 0 {
+		budget = uvm.FormatSize(base.HostBudget)
+	}
+	fs.StringVar(&f.hostBudget, "host-budget", budget, "managed memory kept on the host; above it, pages go to the device with the most room (empty: unbounded)")
+	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms")
+	fs.IntVar(&f.copyThreads, "copy-threads", base.CopyProducers, "the copy engine's producer threads per bulk move (0: calibrated at start)")
+	access := base.AccessCounting
+	if access == "" {
+		access = config.AccessCountingAuto
+	}
+	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
+	fs.StringVar(&f.accessPolicy, "access-policy", base.AccessPolicy.String(), "what the access counters drive: on, off (count only), or settings such as hints=on,threshold=256,period=1s,sample=256MiB,decay=32s,anatomy=64")
+	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
+}
+
+func (f *serverFlags) config() (uvm.ServerConfig, error) {
+	cfg := uvm.DefaultServerConfig()
+	var sizes []int64
+	for _, part := range strings.Split(f.arenaSize, ",") {
+		n, err := uvm.ParseSize(part)
+		if err != nil {
+			return cfg, fmt.Errorf("--arena-size: %w", err)
+		}
+		sizes = append(sizes, n)
+	}
+	backends, err := config.ParseBackends(f.arenaBackend)
+	if err != nil {
+		return cfg, fmt.Errorf("--arena-backend: %w", err)
+	}
+	if f.devices < 0 {
+		return cfg, fmt.Errorf("--devices %d: want 0 or more", f.devices)
+	}
+	cfg.Devices = config.DeviceSpecsEach(f.devices, sizes, backends)
+	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
+		return cfg, fmt.Errorf("--prefetch: %w", policyHint(err))
+	}
+	if _, err := policy.NewEviction(f.eviction); err != nil {
+		return cfg, fmt.Errorf("--eviction: %w", policyHint(err))
+	}
+	cfg.Eviction = f.eviction
+	cfg.Handlers = config.HandlerPlacement(f.handlers)
+	cfg.TrackPrefetchUse = f.track
+	cfg.DeviceWorkers = f.workers
+	cfg.CopyProducers = f.copyThreads
+	cfg.AccessCounting = f.access
+	if f.hostBudget != "" {
+		if cfg.HostBudget, err = uvm.ParseSize(f.hostBudget); err != nil {
+			return cfg, fmt.Errorf("--host-budget: %w", err)
+		}
+	}
+	if cfg.Thrashing, err = policy.ParseThrashingSpec(f.thrashing); err != nil {
+		return cfg, fmt.Errorf("--thrashing: %w", policyHint(err))
+	}
+	if cfg.AccessPolicy, err = policy.ParseAccessPolicy(f.accessPolicy); err != nil {
+		return cfg, fmt.Errorf("--access-policy: %w", policyHint(err))
+	}
+	if cfg.Restarts, err = config.ParseRestarts(f.restarts); err != nil {
+		return cfg, fmt.Errorf("--restarts: %w", err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// privateServers lists the private servers whose monitor sockets exist.
+func privateServers() []int {
+	entries, err := os.ReadDir(config.PrivateServerSocketDir())
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "uvm-%d.sock", &pid); err == nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
