@@ -130,6 +130,25 @@ func (c *Counters) Close() error {
 	return errors.Join(errs...)
 }
 
+// ProgramIDs returns the kernel's ids of the loaded programs (the counting
+// program and the anatomy's), so that a check can find what they use and
+// see them gone after Close without confusing them with another server's.
+func (c *Counters) ProgramIDs() ([]ebpf.ProgramID, error) {
+	var ids []ebpf.ProgramID
+	for _, p := range []*ebpf.Program{c.objs.CountFault, c.objs.NoteResume} {
+		info, err := p.Info()
+		if err != nil {
+			return nil, fmt.Errorf("eBPF access counters: program info: %w", err)
+		}
+		id, ok := info.ID()
+		if !ok {
+			return nil, fmt.Errorf("eBPF access counters: the kernel gives program %s no id", info.Name)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
 // Track counts pid's faults from now on as processor's, its per-process
 // count starting at zero. processor is a code the caller chooses for the
 // processor the process acts as (the server gives each view, client or

@@ -325,14 +325,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 		require.True(t, ok)
 		mapIDs = append(mapIDs, id)
 	}
-	var progIDs []ebpf.ProgramID
-	for _, p := range []*ebpf.Program{c.objs.CountFault, c.objs.NoteResume} {
-		pinfo, err := p.Info()
-		require.NoError(t, err)
-		id, ok := pinfo.ID()
-		require.True(t, ok)
-		progIDs = append(progIDs, id)
-	}
+	progIDs, err := c.ProgramIDs()
+	require.NoError(t, err)
+	require.Len(t, progIDs, 2)
 	var linkIDs []link.ID
 	for _, l := range []link.Link{c.link, c.switchLink} {
 		linfo, err := l.Info()
