@@ -2,7 +2,6 @@ package uvm
 
 import (
 	"math/rand/v2"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/internal/server"
 )
 
 func TestHistogramBuckets(t *testing.T) {
@@ -140,20 +138,9 @@ func TestHistogramSince(t *testing.T) {
 // allocations, and twice the pages each way, whether a session is still
 // ending or gone.
 func TestServerStatsCountEachEventOnce(t *testing.T) {
-	requireRoot(t)
 	cfg := testServerConfig()
 	cfg.Guard = false
-	srv, err := server.NewServer(cfg)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "uvm.sock")
-	l, err := server.ListenUnix(path)
-	require.NoError(t, err)
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(l) }()
-	defer func() {
-		require.NoError(t, srv.Close())
-		<-served
-	}()
+	srv, path := startServer(t, cfg)
 	const pages = 8 << 20 / PageSize // what rolePrefetchRoundTrip moves each way
 	for run := uint64(1); run <= 2; run++ {
 		out, err := child(t, "prefetch-round-trip", EnvSocket+"="+path).CombinedOutput()

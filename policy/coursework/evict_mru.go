@@ -1,6 +1,7 @@
 package coursework
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/softuvm/softuvm/policy"
@@ -17,6 +18,9 @@ type MRU struct {
 
 func init() {
 	err := policy.RegisterEviction("mru", func(arg string) (policy.Eviction, error) {
+		if arg != "" {
+			return nil, fmt.Errorf("eviction policy \"mru:%s\": mru takes no argument", arg)
+		}
 		return &MRU{order: map[policy.Processor][]*policy.Block{}}, nil
 	})
 	if err != nil {
