@@ -336,6 +336,14 @@ func TestPolicyRegisteredByMain(t *testing.T) {
 		}
 	})
 
+	t.Run("without Main, per allocation", func(t *testing.T) {
+		_, errOut, err := runCmd(late, []string{"LATEPOLICY_WITHOUT_MAIN=1"}, "client", "mru")
+		assert.Equal(t, 1, exitCode(err), errOut)
+		for _, want := range []string{`prefetch policy "late-evens" is registered after package uvm initialized`, "call uvm.Main() first in main"} {
+			assert.Contains(t, errOut, want)
+		}
+	})
+
 	t.Run("unregistered", func(t *testing.T) {
 		_, errOut, err := runCmd(late, nil, "client", "nosuch")
 		assert.Equal(t, 1, exitCode(err), errOut)

@@ -114,9 +114,10 @@ type AllocOption struct{ apply func(*allocSettings) error }
 
 // allocSettings are what the options set, copied into the request.
 type allocSettings struct {
-	prefetch      string
-	trackPrefetch bool
-	flags         uint32
+	prefetch       string
+	prefetchPolicy string // prefetch's name
+	trackPrefetch  bool
+	flags          uint32
 }
 
 // WithPrefetch chooses the allocation's fault prefetch policy.
@@ -125,7 +126,7 @@ func WithPrefetch(spec PrefetchSpec) AllocOption {
 		if _, err := policy.NewPrefetchPolicy(spec); err != nil {
 			return err
 		}
-		a.prefetch = spec.String()
+		a.prefetch, a.prefetchPolicy = spec.String(), spec.Policy
 		return nil
 	}}
 }
@@ -353,6 +354,11 @@ func (s *Session) MallocManaged(size int64, opts ...AllocOption) (*Allocation, e
 		}
 		if err := o.apply(&set); err != nil {
 			return nil, err
+		}
+	}
+	if s.private != nil && set.prefetchPolicy != "" {
+		if err := lateForPrivateServer(ErrInvalidValue, []policy.Ref{{Kind: policy.KindPrefetch, Name: set.prefetchPolicy}}); err != nil {
+			return nil, fmt.Errorf("managed allocation of %d bytes: %w", size, err)
 		}
 	}
 	req := wire.AllocRequest{Size: uint64(size), Flags: set.flags, Prefetch: set.prefetch, TrackPrefetch: set.trackPrefetch}

@@ -233,6 +233,23 @@ func Main() {
 	}
 }
 
+// lateForPrivateServer is the error for the first of refs that a private
+// server, a re-execution of this program, would not know because the
+// program registers it after this package initialized and main has not
+// called Main; nil if it would know them all.
+func lateForPrivateServer(kind error, refs []policy.Ref) error {
+	if mainCalled.Load() {
+		return nil
+	}
+	late := unregisteredAtInit(refs)
+	if len(late) == 0 {
+		return nil
+	}
+	r := late[0]
+	return fmt.Errorf("%w: %s is registered after package uvm initialized, and main has not called uvm.Main(): the private server, a re-execution of this program, would not know it (there it knows %s policies %s); call uvm.Main() first in main",
+		kind, r, r.Kind, initPolicyNames(r.Kind))
+}
+
 // policyHint adds to an error about a policy name that is not registered
 // how a Go program makes one known.
 func policyHint(err error) error {
@@ -279,10 +296,8 @@ func startPrivateServer(cfg ServerConfig, log *os.File) (*net.UnixConn, *private
 	if !mainCalled.Load() {
 		// Run from this package's init function, the server would start
 		// before the policy exists there.
-		if late := unregisteredAtInit(cfg.PolicyRefs()); len(late) > 0 {
-			r := late[0]
-			return nil, nil, fmt.Errorf("%w: %s is registered after package uvm initialized, and main has not called uvm.Main(): the private server, a re-execution of this program, would not know it (there it knows %s policies %s); call uvm.Main() first in main",
-				ErrInitialization, r, r.Kind, initPolicyNames(r.Kind))
+		if err := lateForPrivateServer(ErrInitialization, cfg.PolicyRefs()); err != nil {
+			return nil, nil, err
 		}
 	}
 	local, remote, err := wire.SocketPair("softuvm-control")
