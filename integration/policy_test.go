@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softuvm/softuvm/internal/proctest"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -97,15 +98,7 @@ func startBlocks(t *testing.T, env []string, mode string) *cProgram {
 // finish lets the program check its data, and wants it to succeed.
 func (p *cProgram) finish(t *testing.T) {
 	t.Helper()
-	p.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "blocks: stderr: %s", p.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("blocks did not finish: %s", p.stderr.String())
-	}
+	closeAndWait(t, "blocks", p.stdin, p.cmd, 30*time.Second, p.stderr.String)
 	assert.Contains(t, p.stdout.String(), "blocks: OK")
 }
 
@@ -113,28 +106,10 @@ func (p *cProgram) finish(t *testing.T) {
 // child process named softuvm-server.
 func privateServerOf(t *testing.T, pid int) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	server, err := proctest.ServerChild(pid)
 	require.NoError(t, err)
-	for _, e := range ents {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cmdline), "softuvm-server\x00") {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			return child
-		}
-	}
-	t.Fatalf("no private server is a child of pid %d", pid)
-	return 0
+	require.NotZero(t, server, "no private server is a child of pid %d", pid)
+	return server
 }
 
 // serverReport is `bin stat ... --count 1 --json`: the server's own

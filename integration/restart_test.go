@@ -142,14 +142,22 @@ func (p *passer) pass(t *testing.T) {
 // finish ends the program after its pass in progress.
 func (p *passer) finish(t *testing.T) {
 	t.Helper()
-	p.stdin.Close()
+	closeAndWait(t, p.name, p.stdin, p.cmd, 90*time.Second, p.errText)
+}
+
+// closeAndWait closes a program's standard input, which tells it to end,
+// and wants it to exit successfully within timeout; errText is what it
+// wrote to its standard error, shown if it does not.
+func closeAndWait(t *testing.T, name string, stdin io.Closer, cmd *exec.Cmd, timeout time.Duration, errText func() string) {
+	t.Helper()
+	stdin.Close()
 	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		require.NoError(t, err, "%s: %s", p.name, p.errText())
-	case <-time.After(90 * time.Second):
-		t.Fatalf("%s did not finish: %s", p.name, p.errText())
+		require.NoError(t, err, "%s: %s", name, errText())
+	case <-time.After(timeout):
+		t.Fatalf("%s did not finish: %s", name, errText())
 	}
 }
 

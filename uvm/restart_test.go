@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/proctest"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -95,28 +95,9 @@ func roleRestartSweeper() int {
 // private server (a child of the client), or one the guard started.
 func serverOf(t testing.TB, clientPID, guardPID int) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	pid, err := proctest.ServerChild(clientPID, guardPID)
 	require.NoError(t, err)
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cmdline), "softuvm-server\x00") {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		ppid, _ := strconv.Atoi(fields[1])
-		if fields[0] != "Z" && (ppid == clientPID || ppid == guardPID) {
-			return pid
-		}
-	}
-	return 0
+	return pid
 }
 
 // sweeper runs roleRestartSweeper and reads its lines.

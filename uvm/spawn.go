@@ -219,13 +219,7 @@ func initPolicyNames(kind string) string {
 // Main first in TestMain.
 func Main() {
 	mainCalled.Store(true)
-	var late []policy.Ref
-	for _, r := range policy.Registered() {
-		if !initPolicies[r] {
-			late = append(late, r)
-		}
-	}
-	if id := binaryID(); len(late) > 0 && id != "" {
+	if id := binaryID(); len(unregisteredAtInit(policy.Registered())) > 0 && id != "" {
 		os.Setenv(awaitMainEnv, id)
 	}
 	if pendingRole != nil {
@@ -293,12 +287,10 @@ func startPrivateServer(cfg ServerConfig, log *os.File) (*net.UnixConn, *private
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, policyHint(err)
 	}
-	if !mainCalled.Load() {
-		// Run from this package's init function, the server would start
-		// before the policy exists there.
-		if err := lateForPrivateServer(ErrInitialization, cfg.PolicyRefs()); err != nil {
-			return nil, nil, err
-		}
+	// Run from this package's init function, the server would start
+	// before a late policy exists there.
+	if err := lateForPrivateServer(ErrInitialization, cfg.PolicyRefs()); err != nil {
+		return nil, nil, err
 	}
 	local, remote, err := wire.SocketPair("softuvm-control")
 	if err != nil {

@@ -29,16 +29,6 @@ func (d Device) Slot() int { return int(d) + 1 }
 // DeviceAtSlot is the processor whose table position is i (see Slot).
 func DeviceAtSlot(i int) Device { return Device(i - 1) }
 
-// Processors returns the processors of a server with ndevices devices,
-// in slot order: the CPU, then device 0, 1, ...
-func Processors(ndevices int) []Device {
-	ps := make([]Device, ndevices+1)
-	for i := range ps {
-		ps[i] = DeviceAtSlot(i)
-	}
-	return ps
-}
-
 // PageProcessor is an optional processor in one byte, for the per-page
 // tables of a block (a preferred location, the file a view maps, the last
 // prefetch destination): the zero value is none. It is the only place a

@@ -51,8 +51,8 @@ func (o *mover) checkThrashing(l core.Device, p int, now int64) thrashAction {
 		return thrashNone
 	}
 	hostPreferred := true
-	if adv := o.b.advice; adv != nil && adv.preferred[p] != core.NoProcessor {
-		hostPreferred = adv.preferred[p].Is(core.CPU)
+	if pref, ok := o.b.preferredAt(p); ok {
+		hostPreferred = pref == core.CPU
 	}
 	switch th.Check(o.b.thrash, policy.ThrashFault{Processor: l, Page: p, HostPreferred: hostPreferred, Now: clock(now)}) {
 	case policy.ThrashPinned:
