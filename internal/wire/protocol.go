@@ -56,6 +56,10 @@ const (
 	MsgDeviceHints   // server -> device process: drop the mappings of these runs (hint faults)
 	msgRestarted     // server -> client, unsolicited: a new server took over; send a pending request again
 	MsgReplace       // a new daemon -> the running one: retire, and let me take over
+	MsgStreamAttach  // client -> server: attach managed memory to the host, a stream or every stream
+	MsgLaunchBegin   // client -> server: a kernel is about to start (launch coherence)
+	MsgStreamsIdle   // client -> server: a device's streams have finished (launch coherence)
+	MsgPeerAccess    // client -> server: enable or disable a device's access to a peer's memory
 	msgTypeEnd       // one past the last message type
 )
 
@@ -67,6 +71,8 @@ var msgTypeNames = [...]string{
 	MsgStreamDestroy: "stream-destroy", MsgDeviceUp: "device-up", MsgAdvise: "advise",
 	MsgDeviceCopy: "device-copy", MsgStreamOpen: "stream-open", MsgDeviceFile: "device-file",
 	MsgDeviceHints: "device-hints", msgRestarted: "restarted", MsgReplace: "replace",
+	MsgStreamAttach: "stream-attach", MsgLaunchBegin: "launch-begin", MsgStreamsIdle: "streams-idle",
+	MsgPeerAccess: "peer-access",
 }
 
 type Header struct {

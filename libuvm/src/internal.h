@@ -312,4 +312,12 @@ UVM_HIDDEN extern int uvm__device_process;
  * returns. */
 UVM_HIDDEN void uvm__device_main(int device, int workers, int server, int control, int stream0) __attribute__((noreturn));
 
+/* The launch coherence model (coherence.c). uvm__coherence_before_launch
+ * runs in stream order just before a launch is written to the device's
+ * process, and fails the launch if it fails; uvm__coherence_after_sync
+ * runs once every launch queued on (device, stream) has finished
+ * (stream UVM_ALL_STREAMS: every stream of the device). */
+UVM_HIDDEN uvmError_t uvm__coherence_before_launch(int device, uint32_t stream, const char *kernel);
+UVM_HIDDEN uvmError_t uvm__coherence_after_sync(int device, uint32_t stream);
+
 #endif /* UVM_INTERNAL_H */
