@@ -548,3 +548,49 @@ func TestReadMessagesNoWait(t *testing.T) {
 	require.NoError(t, err)
 	readPipe(t, r, pageSize)
 }
+
+// TestScanWritten: PAGEMAP_SCAN over a WP_ASYNC range names exactly the
+// pages written since they were protected, in runs, and none of those
+// only read or never touched.
+func TestScanWritten(t *testing.T) {
+	f := handshakeT(t, FeaturePagefaultFlagWP|FeatureWPAsync)
+	const pages = 16
+	mem := mmapAnon(t, pages)
+	base := addr(mem)
+	_, err := f.Register(base, uintptr(pages*pageSize), RegisterWP)
+	require.NoError(t, err)
+	for p := 0; p < pages; p++ {
+		mem[p*pageSize] = 1 // populate every page
+	}
+	require.NoError(t, f.WriteProtect(base, uintptr(pages*pageSize), true, false))
+	pm, err := os.Open("/proc/self/pagemap")
+	require.NoError(t, err)
+	defer pm.Close()
+	runs, err := ScanWritten(pm, base, base+uintptr(pages*pageSize), nil)
+	require.NoError(t, err)
+	assert.Empty(t, runs, "nothing written since the protection")
+	var sum byte
+	for p := 0; p < pages; p++ {
+		sum += mem[p*pageSize] // reads do not count
+	}
+	require.Equal(t, byte(pages), sum)
+	for _, p := range []int{2, 3, 4, 9, 15} {
+		mem[p*pageSize+7] = 2
+	}
+	runs, err = ScanWritten(pm, base, base+uintptr(pages*pageSize), nil)
+	require.NoError(t, err)
+	pg := func(p int) uintptr { return base + uintptr(p*pageSize) }
+	assert.Equal(t, []PageRun{{pg(2), pg(5)}, {pg(9), pg(10)}, {pg(15), pg(16)}}, runs)
+}
+
+// TestScanWrittenNeedsWPAsync: a range without WP_ASYNC is refused, not
+// reported clean.
+func TestScanWrittenNeedsWPAsync(t *testing.T) {
+	mem := mmapAnon(t, 1)
+	mem[0] = 1
+	pm, err := os.Open("/proc/self/pagemap")
+	require.NoError(t, err)
+	defer pm.Close()
+	_, err = ScanWritten(pm, addr(mem), addr(mem)+uintptr(pageSize), nil)
+	assert.ErrorIs(t, err, ErrNotSupported)
+}

@@ -22,6 +22,15 @@ func ioctlPtr(fd int, req uintptr, arg unsafe.Pointer) error {
 	return nil
 }
 
+// ioctlPtrCount is ioctlPtr for an ioctl that returns a count.
+func ioctlPtrCount(fd int, req uintptr, arg unsafe.Pointer) (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
 // ioctlInt issues an ioctl whose argument is an integer and which returns a
 // new file descriptor (USERFAULTFD_IOC_NEW).
 func ioctlInt(fd int, req uintptr, arg uintptr) (int, error) {
