@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,12 +66,25 @@ type launchReport struct {
 	// byte per 4 KiB page of an N KiB managed buffer, synchronize, then the
 	// host touches one byte per page.
 	Rows []launchRow `json:"rows"`
-	// NullLaunchUS is a launch of an empty kernel plus synchronize;
-	// PipeRTTUS a pipe ping-pong round trip between two processes, in the
-	// same run.
+	// NullLaunchUS is a launch of an empty kernel plus synchronize
+	// under the default schedule flag (DeviceScheduleAuto), or the first
+	// of --schedule without it; PipeRTTUS a pipe ping-pong round trip
+	// between two processes, in the same run.
 	NullLaunchUS  float64 `json:"null_launch_us"`
 	PipeRTTUS     float64 `json:"pipe_rtt_us"`
 	NullLaunchRTT float64 `json:"null_launch_to_pipe_rtt"`
+	// LaunchRows are Rows under the launch coherence model (a launch
+	// copies what the host wrote to the device, the host's touch copies
+	// it back), with --coherence launch.
+	LaunchRows []launchRow `json:"launch_rows,omitempty"`
+	// DirtyTracking is the cost of finding what the CPU wrote, with
+	// --coherence launch.
+	DirtyTracking []dirtyRow `json:"dirty_tracking,omitempty"`
+	// Schedules are the null launch under each schedule flag of
+	// --schedule (SetDeviceFlags), timed in rounds taken in turn with
+	// the pipe round trip, so that a burst of other work slows a round
+	// rather than one row.
+	Schedules []scheduleRow `json:"schedules"`
 	// MeasureCPU is where the thread timing both the null launch and
 	// the round trip is pinned, and the pipe's child with it, so that the
 	// round trip is its fastest, between two threads of one CPU. The
@@ -94,10 +109,44 @@ type launchReport struct {
 	Thrashing string `json:"thrashing"`
 }
 
+// scheduleRow is the null launch under one schedule flag.
+type scheduleRow struct {
+	Schedule     string  `json:"schedule"`
+	Flags        uint32  `json:"flags"`
+	NullLaunchUS float64 `json:"null_launch_us"`
+	ToPipeRTT    float64 `json:"null_launch_to_pipe_rtt"`
+}
+
+// scheduleFlags are --schedule's names, in their default order.
+var scheduleFlags = []scheduleRow{{Schedule: "auto", Flags: uvm.DeviceScheduleAuto}, {Schedule: "spin", Flags: uvm.DeviceScheduleSpin},
+	{Schedule: "yield", Flags: uvm.DeviceScheduleYield}, {Schedule: "blocking", Flags: uvm.DeviceScheduleBlockingSync}}
+
+// parseSchedules reads --schedule: a comma-separated list of schedule
+// names.
+func parseSchedules(list string) ([]scheduleRow, error) {
+	var rows []scheduleRow
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(scheduleFlags, func(r scheduleRow) bool { return r.Schedule == name })
+		if i < 0 {
+			return nil, fmt.Errorf("--schedule %q: unknown schedule %q; want a list of auto, spin, yield and blocking", list, name)
+		}
+		if slices.ContainsFunc(rows, func(r scheduleRow) bool { return r.Schedule == name }) {
+			return nil, fmt.Errorf("--schedule %q: %s twice", list, name)
+		}
+		rows = append(rows, scheduleFlags[i])
+	}
+	return rows, nil
+}
+
 func benchLaunch(args []string) error {
-	fs := newFlagSet("bench launch", "[--json] [--max-kb N] [--seconds S]",
-		"Reproduce the launch-and-touch experiment (a kernel touches a managed buffer, the host touches it back), and time a null launch against a pipe round trip")
+	fs := newFlagSet("bench launch", "[--json] [--max-kb N] [--seconds S] [--schedule auto,spin,yield,blocking]",
+		"Reproduce the launch-and-touch experiment (a kernel touches a managed buffer, the host touches it back), and time a null launch under each schedule flag against a pipe round trip")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	schedule := fs.String("schedule", "auto,spin,yield,blocking", "schedule flags (SetDeviceFlags) to time the null launch under, a row each: a list of auto, spin, yield and blocking; the launch-and-touch rows run under auto, the default")
+	rounds := fs.Int("rounds", 5, "rounds of the null launch and pipe round trip, taken in turn (median of all)")
+	coherence := fs.String("coherence", "fault", "coherence models to run the launch-and-touch rows under: fault, launch, or fault,launch (then side by side, with the seed's GM200 and GP100 figures and the cost of dirty tracking)")
+	dirtySize := fs.String("dirty-size", "64MiB", "memory the dirty-tracking measurement writes (with --coherence launch)")
 	maxKB := fs.Int("max-kb", 65536, "largest buffer, in KiB")
 	seconds := fs.Float64("seconds", 0.3, "time spent on each size")
 	oversubArena := fs.String("oversub-arena", "64MiB", "arena of the oversubscription run, which streams through twice as much")
@@ -114,8 +163,20 @@ func benchLaunch(args []string) error {
 	if err != nil || arena < uvm.BlockSize || *runs < 1 {
 		return fmt.Errorf("want --oversub-arena of at least 2 MiB and --runs >= 1 (have %q, %d)", *oversubArena, *runs)
 	}
-	if *maxKB < 4 || *seconds <= 0 {
-		return fmt.Errorf("want --max-kb >= 4 and --seconds > 0")
+	if *maxKB < 4 || *seconds <= 0 || *rounds < 1 {
+		return fmt.Errorf("want --max-kb >= 4, --seconds > 0 and --rounds >= 1")
+	}
+	schedules, err := parseSchedules(*schedule)
+	if err != nil {
+		return err
+	}
+	models, err := parseModels(*coherence)
+	if err != nil {
+		return err
+	}
+	dirtyBytes, err := uvm.ParseSize(*dirtySize)
+	if err != nil || dirtyBytes < uvm.PageSize {
+		return fmt.Errorf("--dirty-size %q: want a size of at least a page", *dirtySize)
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 	s, err := oneDeviceSession(max(config.DefaultArenaSize, 2*int64(*maxKB)<<10), thrash)
@@ -126,7 +187,7 @@ func benchLaunch(args []string) error {
 	workers, _ := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
 	rep := launchReport{Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}, Workers: int(workers), Thrashing: thrash.String()}
 
-	progress("null launch (an empty kernel plus synchronize), and a pipe round trip")
+	progress("null launch (an empty kernel plus synchronize) under %s, and a pipe round trip, %d rounds", *schedule, *rounds)
 	// Both on one thread pinned to one CPU, the pipe's child pinned
 	// there too: the null launch and the round trip it is compared with
 	// are measured from the same place. The thread ends with the
@@ -140,31 +201,53 @@ func benchLaunch(args []string) error {
 		}
 		if err == nil {
 			rep.MeasureCPU = cpu
-			rep.NullLaunchUS, err = nullLaunch(s)
-		}
-		if err == nil {
-			rep.PipeRTTUS, err = pipeRTT(cpu)
+			err = nullLaunches(s, cpu, schedules, *rounds, &rep)
 		}
 		done <- err
 	}()
 	if err := <-done; err != nil {
 		return err
 	}
-	rep.NullLaunchRTT = rep.NullLaunchUS / rep.PipeRTTUS
+	// The rows below run under the program's default.
+	if err := s.SetDeviceFlags(uvm.DeviceScheduleAuto); err != nil {
+		return err
+	}
 
 	sizes := []int{0}
 	for kb := 4; kb <= *maxKB; kb *= 2 {
 		sizes = append(sizes, kb)
 	}
-	for _, kb := range sizes {
-		progress("launch and touch %d KiB", kb)
-		row, err := launchTouch(s, kb, int(workers), time.Duration(*seconds*float64(time.Second)))
-		if err != nil {
-			return err
+	budget := time.Duration(*seconds * float64(time.Second))
+	for _, model := range models {
+		ms := s
+		if model == "launch" {
+			if ms, err = coherenceSession(max(config.DefaultArenaSize, 2*int64(*maxKB)<<10), thrash, "launch", ""); err != nil {
+				return err
+			}
 		}
-		rep.Rows = append(rep.Rows, row)
+		for _, kb := range sizes {
+			progress("launch and touch %d KiB, %s coherence", kb, model)
+			row, err := launchTouch(ms, kb, int(workers), budget)
+			if err != nil {
+				return err
+			}
+			if model == "launch" {
+				rep.LaunchRows = append(rep.LaunchRows, row)
+			} else {
+				rep.Rows = append(rep.Rows, row)
+			}
+		}
+		if ms != s {
+			ms.Close()
+		}
 	}
 	s.Close()
+	if slices.Contains(models, "launch") {
+		progress("dirty tracking: one pass of writes over %s the host got back from the device, three ways, %d runs", uvm.FormatSize(dirtyBytes), *runs)
+		if rep.DirtyTracking, err = dirtyTrackingCost(dirtyBytes, *runs, thrash); err != nil {
+			return err
+		}
+	}
 	progress("oversubscription: a kernel streams once through %s of managed memory on a %s arena, %d runs", uvm.FormatSize(2*arena), uvm.FormatSize(arena), *runs)
 	if err := oversubStream(arena, *runs, thrash, &rep); err != nil {
 		return err
@@ -175,15 +258,13 @@ func benchLaunch(args []string) error {
 		return enc.Encode(rep)
 	}
 	fmt.Printf("machine: %d CPUs, Linux %s, %s; device 0 has %d workers; thrashing detection %s\n\n", rep.Machine.CPUs, rep.Machine.Kernel, rep.Machine.Go, rep.Workers, rep.Thrashing)
-	fmt.Printf("null launch + synchronize %7.2f us, pipe round trip %7.2f us, ratio %.2f\n\n", rep.NullLaunchUS, rep.PipeRTTUS, rep.NullLaunchRTT)
-	fmt.Printf("%10s %12s %14s\n", "KB", "us/iter", "MB/s (back)")
-	for _, r := range rep.Rows {
-		mb := "-"
-		if r.MBps != nil {
-			mb = fmt.Sprintf("%.1f", *r.MBps)
-		}
-		fmt.Printf("%10d %12.2f %14s\n", r.KB, r.USPerIter, mb)
+	fmt.Printf("null launch + synchronize against a pipe round trip of %.2f us (same run, from CPU %d):\n", rep.PipeRTTUS, rep.MeasureCPU)
+	fmt.Printf("%10s %12s %8s\n", "schedule", "us", "ratio")
+	for _, r := range rep.Schedules {
+		fmt.Printf("%10s %12.2f %8.2f\n", r.Schedule, r.NullLaunchUS, r.ToPipeRTT)
 	}
+	fmt.Println()
+	printLaunchRows(rep)
 	fmt.Printf("\noversubscription: a kernel streams once through %s on a %s arena: %.2f GB/s, the same read of warm memory on as many threads %.2f GB/s, fraction %.3f\n",
 		uvm.FormatSize(2*arena), rep.OversubArena, rep.OversubGBps, rep.OversubMemcpyGBps, rep.OversubMemcpyFraction)
 	return nil
@@ -275,59 +356,120 @@ func medianDuration(d []time.Duration) time.Duration {
 	return d[len(d)/2]
 }
 
-func nullLaunch(s *uvm.Session) (float64, error) {
-	var lat []time.Duration
-	for i := 0; i < 2200; i++ {
+// nullLaunches times the null launch under each schedule and the pipe
+// round trip in rounds taken in turn, 400 of each per round after 50 to
+// warm up (the first round's also start the device), and fills rep with
+// the medians.
+func nullLaunches(s *uvm.Session, cpu int, schedules []scheduleRow, rounds int, rep *launchReport) error {
+	pipe, err := startPingPong(cpu)
+	if err != nil {
+		return err
+	}
+	defer pipe.stop()
+	const warm, timed = 50, 400
+	pipeLat := []time.Duration{}
+	lat := make([][]time.Duration, len(schedules))
+	for r := 0; r < rounds; r++ {
+		got, err := pipe.roundTrips(warm, timed)
+		if err != nil {
+			return err
+		}
+		pipeLat = append(pipeLat, got...)
+		for i, sc := range schedules {
+			if err := s.SetDeviceFlags(sc.Flags); err != nil {
+				return err
+			}
+			got, err := nullLaunch(s, warm, timed)
+			if err != nil {
+				return err
+			}
+			lat[i] = append(lat[i], got...)
+		}
+	}
+	rep.PipeRTTUS = float64(medianDuration(pipeLat).Nanoseconds()) / 1e3
+	for i := range schedules {
+		sc := &schedules[i]
+		sc.NullLaunchUS = float64(medianDuration(lat[i]).Nanoseconds()) / 1e3
+		sc.ToPipeRTT = sc.NullLaunchUS / rep.PipeRTTUS
+	}
+	rep.Schedules = schedules
+	main := schedules[0]
+	if i := slices.IndexFunc(schedules, func(r scheduleRow) bool { return r.Flags == uvm.DeviceScheduleAuto }); i >= 0 {
+		main = schedules[i]
+	}
+	rep.NullLaunchUS, rep.NullLaunchRTT = main.NullLaunchUS, main.ToPipeRTT
+	return nil
+}
+
+// nullLaunch times timed launches of an empty kernel, each with the
+// synchronize of its stream, after warm untimed ones.
+func nullLaunch(s *uvm.Session, warm, timed int) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, timed)
+	for i := 0; i < warm+timed; i++ {
 		t0 := time.Now()
 		if err := s.Launch(0, nil, "uvm-bench-nothing", 1, nil); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if err := s.DefaultStreamSynchronize(0); err != nil {
-			return 0, err
+			return nil, err
 		}
-		if i >= 200 { // the first ones start the device and warm up
+		if i >= warm {
 			lat = append(lat, time.Since(t0))
 		}
 	}
-	return float64(medianDuration(lat).Nanoseconds()) / 1e3, nil
+	return lat, nil
 }
 
-// pipeRTT times a one-byte ping-pong with a child process, pinned to cpu,
-// over two pipes.
-func pipeRTT(cpu int) (float64, error) {
+// pingPongChild is a child process, pinned to a CPU, that echoes bytes
+// over two pipes (pingPong), for the pipe round trip.
+type pingPongChild struct {
+	cmd       *exec.Cmd
+	toChild   io.WriteCloser
+	fromChild io.Reader
+}
+
+func startPingPong(cpu int) (*pingPongChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	cmd := exec.Command(exe, "__pingpong", strconv.Itoa(cpu))
 	toChild, err := cmd.StdinPipe()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	fromChild, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer cmd.Wait()
-	defer toChild.Close()
-	var lat []time.Duration
+	return &pingPongChild{cmd: cmd, toChild: toChild, fromChild: fromChild}, nil
+}
+
+// roundTrips times timed one-byte round trips after warm untimed ones.
+func (p *pingPongChild) roundTrips(warm, timed int) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, timed)
 	b := []byte{1}
-	for i := 0; i < 2200; i++ {
+	for i := 0; i < warm+timed; i++ {
 		t0 := time.Now()
-		if _, err := toChild.Write(b); err != nil {
-			return 0, err
+		if _, err := p.toChild.Write(b); err != nil {
+			return nil, err
 		}
-		if _, err := io.ReadFull(fromChild, b); err != nil {
-			return 0, err
+		if _, err := io.ReadFull(p.fromChild, b); err != nil {
+			return nil, err
 		}
-		if i >= 200 {
+		if i >= warm {
 			lat = append(lat, time.Since(t0))
 		}
 	}
-	return float64(medianDuration(lat).Nanoseconds()) / 1e3, nil
+	return lat, nil
+}
+
+func (p *pingPongChild) stop() {
+	p.toChild.Close()
+	p.cmd.Wait()
 }
 
 // pingPong is the child of pipeRTT: pinned to the CPU it is given, it
@@ -414,10 +556,25 @@ func launchTouch(s *uvm.Session, kb, workers int, budget time.Duration) (launchR
 		}
 		pages := uint64(size / uvm.PageSize)
 		want := uint64(len(lat)) * pages
-		for _, way := range [][2]uvm.Device{{uvm.CPU, 0}, {0, uvm.CPU}} {
-			if moved := after.MigratedPages(way[0], way[1]) - before.MigratedPages(way[0], way[1]); moved+pages < want {
-				return row, fmt.Errorf("launch and touch of %d KiB: %d pages moved from %v to %v in %d iterations, want at least %d (less the last iteration's %d)",
-					kb, moved, way[0], way[1], len(lat), want, pages)
+		// Under the launch coherence model pages go to the device at
+		// the launch (copied: the host wrote them) and come back as
+		// copies the device keeps.
+		moves := []struct {
+			what   string
+			before uint64
+			after  uint64
+		}{
+			{"moved from the host to device 0", before.MigratedPages(uvm.CPU, 0), after.MigratedPages(uvm.CPU, 0)},
+			{"moved from device 0 to the host", before.MigratedPages(0, uvm.CPU), after.MigratedPages(0, uvm.CPU)},
+		}
+		if s.Coherence() == "launch" {
+			moves[0].what, moves[0].before, moves[0].after = "copied to device 0 at launches", before.LaunchCopiedPages, after.LaunchCopiedPages
+			moves[1].what, moves[1].before, moves[1].after = "copied back to the host", before.ReadDuplicatedPages(uvm.CPU), after.ReadDuplicatedPages(uvm.CPU)
+		}
+		for _, m := range moves {
+			if moved := m.after - m.before; moved+pages < want {
+				return row, fmt.Errorf("launch and touch of %d KiB: %d pages %s in %d iterations, want at least %d (less the last iteration's %d)",
+					kb, moved, m.what, len(lat), want, pages)
 			}
 		}
 	}

@@ -194,20 +194,22 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // serverFlags are the flags that configure a server: `uvm serve`, and the
 // private servers of `uvm demo` and `uvm bench`.
 type serverFlags struct {
-	devices      int
-	arenaSize    string
-	arenaBackend string
-	prefetch     string
-	eviction     string
-	handlers     string
-	track        bool
-	workers      int
-	hostBudget   string
-	thrashing    string
-	copyThreads  int
-	access       string
-	accessPolicy string
-	restarts     string
+	devices       int
+	arenaSize     string
+	arenaBackend  string
+	prefetch      string
+	eviction      string
+	handlers      string
+	track         bool
+	workers       int
+	hostBudget    string
+	thrashing     string
+	copyThreads   int
+	access        string
+	accessPolicy  string
+	restarts      string
+	coherence     string
+	dirtyTracking string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -245,6 +247,16 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
 	fs.StringVar(&f.accessPolicy, "access-policy", base.AccessPolicy.String(), "what the access counters drive: on, off (count only), or settings such as hints=on,threshold=256,period=1s,sample=256MiB,decay=32s,anatomy=64")
+	coherence := base.Coherence
+	if coherence == "" {
+		coherence = "fault"
+	}
+	fs.StringVar(&f.coherence, "coherence", coherence, "how host and devices share managed memory: fault (pages move on faults, anyone may touch them any time) or launch (a launch hands a kernel's memory to its device; the CPU may not touch it until a synchronize), for clients that do not choose (UVM_COHERENCE)")
+	dirty := base.DirtyTracking
+	if dirty == "" {
+		dirty = "auto"
+	}
+	fs.StringVar(&f.dirtyTracking, "dirty-tracking", dirty, "how the launch model finds the pages the CPU wrote: auto (wp-async where the kernel has it), wp-async or wp-fault")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 
@@ -291,6 +303,10 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	}
 	if cfg.Restarts, err = config.ParseRestarts(f.restarts); err != nil {
 		return cfg, fmt.Errorf("--restarts: %w", err)
+	}
+	cfg.Coherence = f.coherence
+	if f.dirtyTracking != "auto" {
+		cfg.DirtyTracking = f.dirtyTracking
 	}
 	return cfg, cfg.Validate()
 }

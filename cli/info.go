@@ -170,6 +170,8 @@ func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s, eviction %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch, in.Eviction)
 	fmt.Printf("                features granted to clients: %s\n", in.Features)
 	fmt.Printf("                access counting: %s\n", in.AccessCounting)
+	fmt.Printf("                coherence for clients that do not choose: %s (the launch model finds written pages by %s; concurrent managed access %d)\n",
+		in.Coherence, in.DirtyTracking, concurrentManagedAccess(in.Coherence))
 	c := in.CopyEngine
 	fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
 		c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
@@ -181,13 +183,27 @@ func printServer(kind, socket string, in uvm.Info) {
 	}
 	for _, s := range in.Sessions {
 		if s.Role == "client" {
-			fmt.Printf("  client pid %d: %d allocations, %s managed, %s on the host; faults served %d, seen by eBPF %s, minflt %s\n", s.PID, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes),
+			model := s.Coherence
+			if s.DirtyTracking != "" {
+				model += ", dirty tracking " + s.DirtyTracking
+			}
+			fmt.Printf("  client pid %d (coherence %s): %d allocations, %s managed, %s on the host; faults served %d, seen by eBPF %s, minflt %s\n", s.PID, model, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes),
 				s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
 			for _, d := range s.Devices {
 				fmt.Printf("    %v process pid %d: faults served %d, seen by eBPF %s, minflt %s\n", d.Processor, d.PID, d.Served, optCount(d.EBPFFaults), optCount(d.MinorFaults))
 			}
 		}
 	}
+}
+
+// concurrentManagedAccess is cudaDevAttrConcurrentManagedAccess under a
+// coherence model: 1 where the CPU and devices may touch managed memory at
+// the same time.
+func concurrentManagedAccess(coherence string) int {
+	if coherence == "launch" {
+		return 0
+	}
+	return 1
 }
 
 // engineSize names the size from which the copy engine is used.

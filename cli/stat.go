@@ -184,6 +184,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	}
 	fmt.Fprintf(w, "\nmanaged allocations %d made, %s asked for (freed ones included)\n", st.Allocations, humanSize(st.AllocatedBytes))
 	fmt.Fprintf(w, "prefetched pages %d (used %d, unused %d, the rest not tracked or not yet known)\n", st.PrefetchedPages, st.PrefetchedUsed, st.PrefetchedUnused)
+	if st.LaunchCopiedPages > 0 || st.LaunchCleanPages > 0 {
+		fmt.Fprintf(w, "launch coherence: pages copied to devices at launches %d, host copies dropped clean %d\n", st.LaunchCopiedPages, st.LaunchCleanPages)
+	}
 	h := st.FaultService
 	fmt.Fprintf(w, "fault service    %d faults: p50 %v  p99 %v  max %v  mean %v\n", h.Count, h.Quantile(0.5), h.Quantile(0.99), time.Duration(h.MaxNS), h.Mean())
 	if in.StrayFaults > 0 || in.PoisonedPage > 0 {

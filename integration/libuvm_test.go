@@ -48,6 +48,9 @@ func TestLibuvm(t *testing.T) {
 			if name == "access_test" { // under both ways of counting, with hint faults often
 				envs = [][]string{{"UVM_ACCESS_COUNTING=auto", "UVM_ACCESS_POLICY=period=5ms"}, {"UVM_ACCESS_COUNTING=user", "UVM_ACCESS_POLICY=period=5ms"}}
 			}
+			if name == "coherence_test" { // under both coherence models
+				envs = [][]string{nil, {"UVM_COHERENCE=launch"}, {"UVM_COHERENCE=launch", "UVM_DIRTY_TRACKING=wp-fault"}}
+			}
 			if name == "fork_stress_test" { // arenas of half its allocation: eviction with faults in flight
 				envs = [][]string{{"UVM_ARENA_SIZE=8MiB"}}
 			}

@@ -59,6 +59,7 @@ const (
 	CauseEviction                  // room was made on their location
 	CauseCounters                  // access counters crossed the threshold
 	CauseAdvice                    // advice (read duplication, a pin)
+	CauseLaunch                    // a launch under the launch coherence model handed them to its device
 )
 
 func (c Cause) String() string {
@@ -73,6 +74,8 @@ func (c Cause) String() string {
 		return "counters"
 	case CauseAdvice:
 		return "advice"
+	case CauseLaunch:
+		return "launch"
 	}
 	return fmt.Sprintf("cause(%d)", int(c))
 }

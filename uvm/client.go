@@ -30,6 +30,12 @@ type Config struct {
 	Socket string `json:"socket"`
 	// Private configures a private server.
 	Private ServerConfig `json:"private"`
+	// Coherence is this process's coherence model: "fault" (every
+	// processor may touch managed memory at any time, pages move on
+	// faults), "launch" (a launch hands the memory its kernel may use to
+	// the device, and the CPU may not touch it until a synchronize), or
+	// "" for the server's (a private server's is Private.Coherence).
+	Coherence string `json:"coherence,omitempty"`
 	// Log, if set, receives what a private server, its guard and the
 	// session's device processes write (their errors, a poisoned page's
 	// explanation); otherwise they write to this program's standard
@@ -38,15 +44,18 @@ type Config struct {
 	Log *os.File `json:"-"`
 }
 
-// ConfigFromEnv reads UVM_SERVER, UVM_SOCKET and the server settings
-// (UVM_DEVICES, UVM_ARENA_SIZE, UVM_ARENA_BACKEND, UVM_PREFETCH,
-// UVM_HANDLERS, UVM_TRACK_PREFETCH).
+// ConfigFromEnv reads UVM_SERVER, UVM_SOCKET, UVM_COHERENCE and the
+// server settings (UVM_DEVICES, UVM_ARENA_SIZE, UVM_ARENA_BACKEND,
+// UVM_PREFETCH, UVM_HANDLERS, UVM_TRACK_PREFETCH, ...).
 func ConfigFromEnv() (Config, error) {
 	sc, err := ServerConfigFromEnv()
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Server: os.Getenv(EnvServer), Socket: os.Getenv(EnvSocket), Private: sc}
+	c := Config{Server: os.Getenv(EnvServer), Socket: os.Getenv(EnvSocket), Private: sc, Coherence: os.Getenv(EnvCoherence)}
+	if _, err := core.ParseCoherence(c.Coherence); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", EnvCoherence, err)
+	}
 	if c.Server == "" {
 		c.Server = "auto"
 	}
@@ -67,8 +76,10 @@ type Session struct {
 	id       uint64
 	devices  []DeviceInfo
 	features uffd.Feature
-	private  *privateServer // nil with a daemon
-	log      *os.File       // where device processes write; nil: standard error
+	// coherence is the session's model, as the server settled it.
+	coherence core.Coherence
+	private   *privateServer // nil with a daemon
+	log       *os.File       // where device processes write; nil: standard error
 
 	allocMu    sync.RWMutex
 	allocs     []*Allocation  // sorted by address, guarded by allocMu
@@ -139,12 +150,17 @@ func TrackPrefetchUse() AllocOption {
 	return AllocOption{func(a *allocSettings) error { a.trackPrefetch = true; return nil }}
 }
 
-// Attachment flags of MallocManaged, as cudaMemAttachGlobal and
-// cudaMemAttachHost. They are recorded; with no streams yet they change
-// nothing.
+// Attachment flags, as cudaMemAttachGlobal, cudaMemAttachHost and
+// cudaMemAttachSingle: of MallocManaged (WithFlags: Global or Host) and
+// of StreamAttachMemAsync. Under the launch coherence model they say
+// which launches take an allocation from the CPU: every launch (Global),
+// none (Host: the CPU may always touch it, and kernels may not), or the
+// launches of one stream (Single). Under the fault model they change
+// nothing, as on GPUs with concurrent managed access.
 const (
-	AttachGlobal = core.AttachGlobal
-	AttachHost   = core.AttachHost
+	AttachGlobal = uint32(core.AttachGlobal)
+	AttachHost   = uint32(core.AttachHost)
+	AttachSingle = uint32(core.AttachSingle)
 )
 
 // WithFlags sets the allocation's attach flags.
@@ -161,6 +177,10 @@ func WithFlags(flags uint32) AllocOption {
 // Connect reaches a fault server as cfg says and hands it this process's
 // userfaultfd.
 func Connect(cfg Config) (*Session, error) {
+	coherence, err := core.ParseCoherence(cfg.Coherence)
+	if err != nil {
+		return nil, err
+	}
 	host, err := devmem.CreateFile("softuvm-host", devmem.FileSize)
 	if err != nil {
 		return nil, fmt.Errorf("%w: host file: %v", ErrInitialization, err)
@@ -179,7 +199,7 @@ func Connect(cfg Config) (*Session, error) {
 		host.Close()
 		return nil, err
 	}
-	hello := wire.HelloRequest{Role: wire.RoleClient, Pid: uint32(os.Getpid())}
+	hello := wire.HelloRequest{Role: wire.RoleClient, Pid: uint32(os.Getpid()), Coherence: coherence}
 	r, err := s.rpc.RequestFDs(wire.EncodeHello(s.rpc.NextSeq(), hello), wire.MsgHello, []int{u.Fd(), host.Fd()})
 	if err != nil {
 		s.closeConn()
@@ -193,7 +213,7 @@ func Connect(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s.rpc.PeerPID.Store(int64(hr.ServerPID))
-	s.id, s.features, s.devices = hr.SessionID, uffd.Feature(hr.Features), hr.Devices
+	s.id, s.features, s.devices, s.coherence = hr.SessionID, uffd.Feature(hr.Features), hr.Devices, hr.Coherence
 	return s, nil
 }
 

@@ -2,6 +2,7 @@ package uvm
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"fmt"
 	"os"
@@ -27,30 +28,43 @@ import (
 type deviceProc struct {
 	s     *Session
 	index int
+	// flags are the session's device flags (SetDeviceFlags).
+	flags atomic.Uint32
 
-	// mu serializes the use of the process: launches, synchronizations,
-	// restarts. Guards every field below.
+	// mu serializes the use of the process and of the streams' state
+	// (stream.go): launches, the writing of synchronizations, restarts.
+	// Nobody waits for the process with it held. Guards every field
+	// below.
 	mu sync.Mutex
-	// control opens streams in the process; streams holds the
-	// connection of each stream in use, 0 the default stream's. Nil
-	// while no process runs.
+	// control opens streams in the process. Nil while no process runs.
 	control *wire.DirectConn
-	streams map[uint32]*wire.DirectConn
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when cmd has been waited for
 	gen     uint64        // incremented by each reset: older streams are stale
-	pending error         // a death not yet reported by a synchronize
-	// outstanding lists, per stream, the kernels launched since the
-	// stream's last synchronize: what a death interrupted.
-	outstanding map[uint32][]string
-	nextStream  uint32
-	seq         uint32
-	buf         []byte
+	pending error         // a death (or a destroyed stream's error) not yet reported by a synchronize
+	// states holds the client's side of every stream in use, def (the
+	// default stream's) at 0; defHandle is DefaultStream's handle.
+	states     map[uint32]*streamState
+	def        *streamState
+	defHandle  *Stream
+	nextStream uint32
+	seq        uint32
+	buf        []byte
+	// workers counts the streams' executors and readers; idle is
+	// closed when it falls to 0.
+	workers int
+	idle    chan struct{}
+	// slots are free 8-byte slots of pinned host memory where
+	// EventTimeKernel stores event times (stream.go).
+	slots []uintptr
 }
 
 // Stream is an ordered queue of work on one device, as a CUDA stream: its
-// kernels run one after another, and other streams' kernels may run at
-// the same time. A nil *Stream is the device's default stream.
+// kernels, and the operations queued on it (PrefetchAsync, MemcpyAsync,
+// MemsetAsync, MemcpyPeerAsync, EventRecord, StreamWaitEvent), run one
+// after another, and other streams' work may run at the same time. A
+// nil *Stream given to Launch is the device's default stream, which
+// DefaultStream returns a handle on.
 type Stream struct {
 	s      *Session
 	device int
@@ -64,8 +78,9 @@ type DeviceAttr int
 const (
 	// AttrArenaCapacity is the device's memory in bytes.
 	AttrArenaCapacity DeviceAttr = iota + 1
-	// AttrConcurrentManagedAccess is 1: the host and devices may touch
-	// managed memory at the same time.
+	// AttrConcurrentManagedAccess is 1 under the fault coherence model:
+	// the host and devices may touch managed memory at the same time; 0
+	// under the launch model.
 	AttrConcurrentManagedAccess
 	// AttrCanMapHostMemory is 1: mapped host memory is reachable from
 	// kernels.
@@ -139,7 +154,12 @@ func (s *Session) DeviceGetAttribute(attr DeviceAttr, d Device) (int64, error) {
 	switch attr {
 	case AttrArenaCapacity:
 		return info.Capacity, nil
-	case AttrConcurrentManagedAccess, AttrCanMapHostMemory:
+	case AttrConcurrentManagedAccess:
+		if s.launchModel() {
+			return 0, nil // the CPU may not touch what a running kernel may use
+		}
+		return 1, nil
+	case AttrCanMapHostMemory:
 		return 1, nil
 	case AttrPageableMemoryAccess:
 		return 0, nil
@@ -157,9 +177,19 @@ func (s *Session) deviceProc(d Device) *deviceProc {
 		s.devs = make([]*deviceProc, len(s.devices))
 	}
 	if s.devs[d] == nil {
-		s.devs[d] = &deviceProc{s: s, index: int(d), outstanding: map[uint32][]string{}, buf: make([]byte, 64<<10)}
+		dp := &deviceProc{s: s, index: int(d), buf: make([]byte, 64<<10)}
+		dp.defHandle = &Stream{s: s, device: int(d)}
+		dp.resetStates()
+		s.devs[d] = dp
 	}
 	return s.devs[d]
+}
+
+// resetStates starts the streams' state afresh: the default stream's
+// alone. dp.mu is held, or dp is new.
+func (dp *deviceProc) resetStates() {
+	dp.def = dp.newState(0)
+	dp.states = map[uint32]*streamState{0: dp.def}
 }
 
 // StreamCreate makes a new stream on device d.
@@ -171,12 +201,17 @@ func (s *Session) StreamCreate(d Device) (*Stream, error) {
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
 	dp.nextStream++
+	dp.states[dp.nextStream] = dp.newState(dp.nextStream)
 	return &Stream{s: s, device: int(d), id: dp.nextStream, gen: dp.gen}, nil
 }
 
-// StreamDestroy ends a stream once its queued work has run.
+// StreamDestroy destroys a stream, as cudaStreamDestroy: it returns at
+// once, and the work queued on the stream still runs; the handle is
+// stale from now on. Errors of that work no synchronize of the stream
+// returned come back from the device's next synchronize. A default
+// stream (nil, DefaultStream) cannot be destroyed.
 func (s *Session) StreamDestroy(st *Stream) error {
-	if st == nil {
+	if st == nil || (st.s == s && st.id == 0) {
 		return fmt.Errorf("%w: the default stream cannot be destroyed", ErrInvalidValue)
 	}
 	dp, err := s.streamProc(st, "destroy")
@@ -185,11 +220,13 @@ func (s *Session) StreamDestroy(st *Stream) error {
 	}
 	defer dp.mu.Unlock()
 	st.gen = ^uint64(0) // stale from now on
-	if c := dp.streams[st.id]; c != nil {
-		// The process runs what is queued, then ends the stream.
-		c.Write(wire.EncodeStreamRequest(wire.MsgStreamDestroy, dp.nextSeq(), st.id))
-		c.Close()
-		delete(dp.streams, st.id)
+	ss := dp.state(st.id)
+	ss.destroyed = true
+	ss.final = newMarker(ss)
+	if len(ss.queue) > 0 {
+		dp.enqueueLocked(ss, &streamOp{kind: opDestroy})
+	} else {
+		dp.destroyLocked(ss)
 	}
 	return nil
 }
@@ -200,9 +237,12 @@ func (s *Session) streamProc(st *Stream, what string) (*deviceProc, error) {
 	if st.s != s {
 		return nil, fmt.Errorf("%w: %s %v: the stream belongs to another session", ErrInvalidValue, what, st)
 	}
+	if st.device < 0 || st.device >= len(s.devices) {
+		return nil, fmt.Errorf("%w: %s %v: %s", ErrInvalidDevice, what, st, s.deviceChoicesNoCPU())
+	}
 	dp := s.deviceProc(Device(st.device))
 	dp.mu.Lock()
-	if st.gen != dp.gen {
+	if st.id != 0 && st.gen != dp.gen {
 		dp.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s %v: the stream was destroyed (by StreamDestroy or DeviceReset)", ErrInvalidValue, what, st)
 	}
@@ -229,10 +269,11 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 		return fmt.Errorf("%w: launch of kernel %q with %d bytes of parameters: at most %d", ErrInvalidValue, name, len(params), MaxKernelParams)
 	}
 	var dp *deviceProc
-	var stream uint32
+	var ss *streamState
 	if st == nil {
 		dp = s.deviceProc(d)
 		dp.mu.Lock()
+		ss = dp.def
 	} else {
 		if st.device != int(d) {
 			return fmt.Errorf("%w: launch on device %d with %v", ErrInvalidValue, d, st)
@@ -241,39 +282,44 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 		if dp, err = s.streamProc(st, "launch on"); err != nil {
 			return err
 		}
-		stream = st.id
+		ss = dp.state(st.id)
 	}
 	defer dp.mu.Unlock()
-	if err := dp.ensureRunning(); err != nil {
-		return err
+	cpu := dp.cpuHint()
+	if len(ss.queue) > 0 {
+		// Behind a host operation: the stream's executor writes it.
+		dp.queueLaunchLocked(ss, name, nthreads, params, cpu)
+		return nil
 	}
-	c, err := dp.stream(stream)
-	if err != nil {
-		return err
-	}
-	dp.outstanding[stream] = append(dp.outstanding[stream], name)
-	cpu, err := devmem.CurrentCPU()
-	if err != nil {
-		cpu = -1
-	}
-	if err := c.Write(wire.EncodeLaunch(dp.nextSeq(), wire.LaunchRequest{Stream: stream, Nthreads: uint32(nthreads), Name: name, Params: params, Cpu: int32(cpu)})); err != nil {
-		dp.died(err) // reported by the next synchronize
-	}
-	return nil
+	return dp.launchLocked(ss, name, nthreads, params, cpu)
 }
 
-// StreamSynchronize waits for the work queued on the stream and returns
-// its errors. A device's default stream is DefaultStreamSynchronize's.
+// cpuHint is a launch's Cpu field: the launching thread's CPU, for the
+// stream's thread to follow, and whether the synchronize that follows
+// will poll (device.LaunchCPUHint).
+func (dp *deviceProc) cpuHint() int32 {
+	cpu, err := devmem.CurrentCPU()
+	if err != nil {
+		return -1
+	}
+	return device.LaunchCPUHint(cpu, dp.waitMode() == waitSpin)
+}
+
+// StreamSynchronize waits for the work queued on the stream, its kernels
+// and the operations queued on it, and returns their errors not returned
+// yet: a kernel's failure, a queued operation's error, the death of the
+// device's process. It waits as the device flags' schedule says
+// (SetDeviceFlags). A device's default stream is
+// DefaultStreamSynchronize's, or DefaultStream's handle's.
 func (s *Session) StreamSynchronize(st *Stream) error {
 	if st == nil {
-		return fmt.Errorf("%w: synchronize a nil stream: the default stream belongs to a device, use DefaultStreamSynchronize(device)", ErrInvalidValue)
+		return fmt.Errorf("%w: synchronize a nil stream: the default stream belongs to a device, use DefaultStreamSynchronize(device) or DefaultStream(device)", ErrInvalidValue)
 	}
 	dp, err := s.streamProc(st, "synchronize")
 	if err != nil {
 		return err
 	}
-	defer dp.mu.Unlock()
-	return dp.sync(st.id)
+	return dp.synchronize(st.id)
 }
 
 // DefaultStreamSynchronize waits for device d's default stream.
@@ -281,23 +327,60 @@ func (s *Session) DefaultStreamSynchronize(d Device) error {
 	if err := s.checkDevice(d, "synchronize"); err != nil {
 		return err
 	}
-	return s.syncDevice(d, 0)
+	dp := s.deviceProc(d)
+	dp.mu.Lock()
+	return dp.synchronize(0)
 }
 
-// DeviceSynchronize waits for every stream of device d and returns their
-// errors.
+// DeviceSynchronize waits for every stream of device d, destroyed ones
+// whose work still runs included, and returns their errors.
 func (s *Session) DeviceSynchronize(d Device) error {
 	if err := s.checkDevice(d, "synchronize"); err != nil {
 		return err
 	}
-	return s.syncDevice(d, wire.AllStreams)
-}
-
-func (s *Session) syncDevice(d Device, stream uint32) error {
 	dp := s.deviceProc(d)
 	dp.mu.Lock()
-	defer dp.mu.Unlock()
-	return dp.sync(stream)
+	return dp.synchronize(wire.AllStreams)
+}
+
+// synchronize waits for stream (wire.AllStreams: every stream) and
+// returns the errors not reported yet. It is called with dp.mu held and
+// returns with it released: it waits without it.
+func (dp *deviceProc) synchronize(stream uint32) error {
+	var markBuf [1]*marker
+	var stateBuf [1]*streamState
+	marks, states := markBuf[:0], stateBuf[:0]
+	if stream == wire.AllStreams {
+		for _, ss := range dp.states {
+			states = append(states, ss)
+			marks = append(marks, dp.barrierLocked(ss, true))
+		}
+	} else {
+		ss := dp.state(stream)
+		states = append(states, ss)
+		marks = append(marks, dp.barrierLocked(ss, true))
+	}
+	mode := dp.waitMode()
+	dp.mu.Unlock()
+	for _, m := range marks {
+		dp.await(m, mode)
+	}
+	dp.mu.Lock()
+	var errs []error
+	if dp.pending != nil {
+		errs = append(errs, dp.pending)
+		dp.pending = nil
+	}
+	for _, ss := range states {
+		errs = append(errs, ss.errs...)
+		clear(ss.errs)
+		ss.errs = ss.errs[:0]
+	}
+	dp.mu.Unlock()
+	if err := dp.s.coherenceAfterSync(Device(dp.index), stream); err != nil {
+		errs = append(errs, err)
+	}
+	return core.JoinErrors(errs)
 }
 
 // DeviceReset stops device d's process and destroys its streams, as
@@ -314,104 +397,46 @@ func (s *Session) DeviceReset(d Device) error {
 	_ = dp.stop() // a reset ends the process however it is: a stuck one is why it is reset
 	dp.gen++
 	dp.pending = nil
-	clear(dp.outstanding)
+	dp.resetStates()
 	return nil
 }
 
-// PrefetchAsync migrates [addr, addr+n) to dst in stream order, as
-// cudaMemPrefetchAsync: after the kernels queued before it on the stream.
-// It returns when the data is there.
+// PrefetchAsync migrates [addr, addr+n) to dst (a device, or CPU) in
+// stream order, as cudaMemPrefetchAsync: it checks its arguments and
+// returns at once; the migration runs once the work queued on st before
+// it has finished, and the work queued after it waits for it. Its error
+// comes back from st's next synchronize (StreamSynchronize,
+// DeviceSynchronize). A nil st is dst's default stream; a prefetch to
+// the CPU names no device, and needs a stream (DefaultStream(d) for a
+// device's default one).
 func (s *Session) PrefetchAsync(addr uintptr, n int64, dst Device, st *Stream) error {
+	if dst != CPU && (dst < 0 || int(dst) >= len(s.devices)) {
+		return fmt.Errorf("%w: prefetch to %v: %s", ErrInvalidDevice, dst, s.deviceChoices())
+	}
+	if _, _, _, err := s.pageRange("prefetch", addr, n); err != nil {
+		return err
+	}
 	if st == nil {
-		return s.Prefetch(addr, n, dst)
+		if dst == CPU {
+			return fmt.Errorf("%w: prefetch of %#x+%d to the CPU on a nil stream: no device's default stream is meant; pass a stream, or DefaultStream(device)", ErrInvalidValue, addr, n)
+		}
+		st = s.DefaultStream(dst)
 	}
-	dp, err := s.streamProc(st, "prefetch on")
-	if err != nil {
-		return err
-	}
-	defer dp.mu.Unlock()
-	if err := dp.sync(st.id); err != nil {
-		return err
-	}
-	return s.Prefetch(addr, n, dst)
+	return s.queueHost(st, "prefetch on", func() error {
+		if err := s.Prefetch(addr, n, dst); err != nil {
+			return fmt.Errorf("PrefetchAsync of %#x+%d to %v on %v: %w", addr, n, dst, st, err)
+		}
+		return nil
+	})
 }
 
 func (dp *deviceProc) nextSeq() uint32 { dp.seq++; return dp.seq }
 
-// stream returns the connection of stream id, opening it in the process
-// on first use. dp.mu is held and the process runs.
-func (dp *deviceProc) stream(id uint32) (*wire.DirectConn, error) {
-	if c := dp.streams[id]; c != nil {
-		return c, nil
-	}
-	local, remote, err := wire.DirectSocketPair(fmt.Sprintf("softuvm-device-%d-stream-%d", dp.index, id))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInternal, err)
-	}
-	err = dp.control.WriteFDs(wire.EncodeStreamRequest(wire.MsgStreamOpen, dp.nextSeq(), id), []int{int(remote.Fd())})
-	remote.Close()
-	if err != nil {
-		local.Close()
-		dp.died(err)
-		return nil, fmt.Errorf("%w: open stream %d on device %d: %v", ErrLaunchFailure, id, dp.index, err)
-	}
-	dp.streams[id] = local
-	return local, nil
-}
-
-// sync waits for stream (or allStreams) and returns the kernels' errors
-// and any death not reported yet. dp.mu is held.
-func (dp *deviceProc) sync(stream uint32) error {
-	var errs []error
-	if dp.pending != nil {
-		errs = append(errs, dp.pending)
-		dp.pending = nil
-	}
-	type waiting struct {
-		c *wire.DirectConn
-		h wire.Header
-	}
-	var waits []waiting
-	for id, c := range dp.streams {
-		if stream != wire.AllStreams && id != stream {
-			continue
-		}
-		h := wire.Header{Typ: wire.MsgSync, Seq: dp.nextSeq()}
-		if err := c.Write(wire.EncodeStreamRequest(wire.MsgSync, h.Seq, id)); err != nil {
-			dp.died(err)
-			break
-		}
-		waits = append(waits, waiting{c, h})
-	}
-	for _, w := range waits {
-		if dp.control == nil {
-			break // died while waiting for an earlier stream
-		}
-		reply, err := w.c.Read(dp.buf, 0)
-		if err != nil {
-			dp.died(err)
-			break
-		}
-		if _, err := wire.ParseReply(reply, w.h); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if dp.pending != nil {
-		errs = append(errs, dp.pending)
-		dp.pending = nil
-	}
-	if stream == wire.AllStreams {
-		clear(dp.outstanding)
-	} else {
-		delete(dp.outstanding, stream)
-	}
-	return core.JoinErrors(errs)
-}
-
 // died records that the process went away, naming what it was running,
-// and reaps it. dp.mu is held. The error that revealed it (a broken pipe,
+// reaps it, fails the synchronizations in flight, and returns the error
+// it recorded. dp.mu is held. The error that revealed it (a broken pipe,
 // an end of file) says nothing the exit status does not.
-func (dp *deviceProc) died(error) {
+func (dp *deviceProc) died(error) error {
 	how := "exited"
 	pid := 0
 	if dp.cmd != nil {
@@ -425,9 +450,9 @@ func (dp *deviceProc) died(error) {
 		how = processEnd(dp.cmd.ProcessState)
 	}
 	var running []string
-	for stream, names := range dp.outstanding {
-		for _, n := range names {
-			running = append(running, fmt.Sprintf("%q (stream %d)", n, stream))
+	for _, ss := range dp.states {
+		for _, n := range ss.names {
+			running = append(running, fmt.Sprintf("%q (stream %d)", n, ss.id))
 		}
 	}
 	sort.Strings(running)
@@ -447,15 +472,17 @@ func (dp *deviceProc) died(error) {
 		dp.pending = errors.Join(dp.pending, err)
 	}
 	dp.closeConns()
+	dp.failLocked(err)
+	if dp.cmd != nil {
+		liveDeviceProcs.Add(-1)
+	}
 	dp.cmd = nil
+	return err
 }
 
 // closeConns closes the control and stream connections. dp.mu is held.
 func (dp *deviceProc) closeConns() {
-	for _, c := range dp.streams {
-		c.Close()
-	}
-	dp.streams = nil
+	dp.closeConnsLocked()
 	if dp.control != nil {
 		dp.control.Close()
 		dp.control = nil
@@ -532,7 +559,8 @@ func (dp *deviceProc) ensureRunning() error {
 		return fmt.Errorf("%w: start device %d's process: %v (%s%s)", ErrInitialization, dp.index, err, processEnd(cmd.ProcessState), hint)
 	}
 	dp.control, dp.cmd, dp.exited = local, cmd, exited
-	dp.streams = map[uint32]*wire.DirectConn{0: defStream}
+	dp.def.conn = defStream
+	liveDeviceProcs.Add(1)
 	return nil
 }
 
@@ -540,10 +568,18 @@ func (dp *deviceProc) ensureRunning() error {
 // exited with an error, died by a signal, or had to be killed. dp.mu is
 // held.
 func (dp *deviceProc) stop() error {
+	// Every stream ends: the executors drop what they hold, the markers
+	// in flight fail, and stop waits for the executors and readers, so
+	// that none runs on when the session unmaps its memory.
+	dp.killLocked()
+	defer dp.waitWorkersLocked(5 * time.Second)
+	defer dp.failLocked(fmt.Errorf("%w: device %d was reset, or its session closed, before the work queued before this point ran", ErrLaunchFailure, dp.index))
 	if dp.cmd == nil {
+		dp.closeConns()
 		return nil
 	}
 	dp.closeConns() // the process exits when its control connection closes
+	liveDeviceProcs.Add(-1)
 	var err error
 	select {
 	case <-dp.exited:

@@ -215,6 +215,7 @@ func TestStreamsOrderAndPrefetchBetweenDevices(t *testing.T) {
 		require.NoError(t, s.Launch(0, st, "addOne", 2, rangeParams(a.Addr(), size, 0)))
 	}
 	require.NoError(t, s.PrefetchAsync(a.Addr(), size, 1, st), "after the kernels")
+	require.NoError(t, s.StreamSynchronize(st), "the prefetch is queued: it is done once the stream is")
 	st1 := stats(t, a)
 	assert.Equal(t, uint64(size/PageSize), st1.MigratedPages(0, 1), "device 0 to device 1")
 	pa, err := s.RangeAttribute(a.Addr(), size, AttrLastPrefetchLocation)

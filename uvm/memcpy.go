@@ -223,3 +223,197 @@ func (s *Session) deviceCopy(req wire.DeviceCopyRequest) error {
 	}
 	return r.Done("device copy reply")
 }
+
+// checkCopy checks a copy's arguments as Memcpy does, without copying,
+// and returns its sides (zero for an empty copy).
+func (s *Session) checkCopy(dst, src uintptr, n int64, kind MemcpyKind) (side, side, error) {
+	if kind < MemcpyHostToHost || kind > MemcpyDefault {
+		return side{}, side{}, fmt.Errorf("%w: memcpy kind %d: want %v to %v", ErrInvalidValue, int(kind), MemcpyHostToHost, MemcpyDefault)
+	}
+	if n < 0 {
+		return side{}, side{}, fmt.Errorf("%w: memcpy of %d bytes: want 0 or more", ErrInvalidValue, n)
+	}
+	if n == 0 {
+		return side{}, side{}, nil
+	}
+	d, err := s.sideOf("destination", dst, n)
+	if err != nil {
+		return side{}, side{}, err
+	}
+	sr, err := s.sideOf("source", src, n)
+	if err != nil {
+		return side{}, side{}, err
+	}
+	if err := checkKind(kind, d, sr); err != nil {
+		return side{}, side{}, err
+	}
+	if dst < src+uintptr(n) && src < dst+uintptr(n) {
+		return side{}, side{}, fmt.Errorf("%w: memcpy %#x <- %#x of %d bytes: the ranges overlap", ErrInvalidValue, dst, src, n)
+	}
+	return d, sr, nil
+}
+
+// copyStream is the stream an asynchronous copy runs on: st, or for a
+// nil st the default stream of the device whose device memory the copy
+// touches; with none, or two, a nil st names no stream.
+func (s *Session) copyStream(st *Stream, what string, sides ...side) (*Stream, error) {
+	if st != nil {
+		return st, nil
+	}
+	dev := InvalidDevice
+	for _, sd := range sides {
+		if !sd.device() {
+			continue
+		}
+		if dev != InvalidDevice && sd.a.device != dev {
+			return nil, fmt.Errorf("%w: %s on a nil stream: it touches the device memory of %v and of %v, and a nil stream names one device's default stream; pass a stream", ErrInvalidValue, what, dev, sd.a.device)
+		}
+		dev = sd.a.device
+	}
+	if dev == InvalidDevice {
+		return nil, fmt.Errorf("%w: %s on a nil stream: it touches no device memory, and a nil stream names the default stream of the device whose memory it touches; pass a stream, or DefaultStream(device)", ErrInvalidValue, what)
+	}
+	return s.DefaultStream(dev), nil
+}
+
+// checkStream checks that st may take work.
+func (s *Session) checkStream(st *Stream, what string) error {
+	dp, err := s.streamProc(st, what)
+	if err != nil {
+		return err
+	}
+	dp.mu.Unlock()
+	return nil
+}
+
+// MemcpyAsync copies n bytes from src to dst in stream order, as
+// cudaMemcpyAsync: it checks its arguments as Memcpy does and returns at
+// once; the copy runs once the work queued on st before it has finished,
+// and the work queued after it waits for it. Its error comes back from
+// st's next synchronize. Ordinary (pageable) host memory on either side
+// must stay valid until then. A nil st is the default stream of the
+// device whose device memory (Malloc) the copy touches; a copy touching
+// none, or two devices' memory, needs a stream.
+func (s *Session) MemcpyAsync(dst, src uintptr, n int64, kind MemcpyKind, st *Stream) error {
+	d, sr, err := s.checkCopy(dst, src, n, kind)
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("MemcpyAsync %#x <- %#x of %d bytes", dst, src, n)
+	if n == 0 {
+		if st == nil {
+			return nil
+		}
+		return s.checkStream(st, what+" on")
+	}
+	if st, err = s.copyStream(st, what, d, sr); err != nil {
+		return err
+	}
+	return s.queueHost(st, what+" on", func() error {
+		if err := s.Memcpy(dst, src, n, kind); err != nil {
+			return fmt.Errorf("%s on %v: %w", what, st, err)
+		}
+		return nil
+	})
+}
+
+// MemsetAsync sets n bytes at ptr to value in stream order, as
+// cudaMemsetAsync: it checks its arguments and returns at once; the
+// stores run once the work queued on st before it has finished. Its
+// error comes back from st's next synchronize. A nil st is the default
+// stream of ptr's device when ptr is device memory (Malloc); other
+// memory needs a stream.
+func (s *Session) MemsetAsync(ptr uintptr, value byte, n int64, st *Stream) error {
+	if n < 0 {
+		return fmt.Errorf("%w: memset of %d bytes: want 0 or more", ErrInvalidValue, n)
+	}
+	what := fmt.Sprintf("MemsetAsync of %d bytes at %#x", n, ptr)
+	if n == 0 {
+		if st == nil {
+			return nil
+		}
+		return s.checkStream(st, what+" on")
+	}
+	d, err := s.sideOf("destination", ptr, n)
+	if err != nil {
+		return err
+	}
+	if st, err = s.copyStream(st, what, d); err != nil {
+		return err
+	}
+	return s.queueHost(st, what+" on", func() error {
+		if err := s.Memset(ptr, value, n); err != nil {
+			return fmt.Errorf("%s on %v: %w", what, st, err)
+		}
+		return nil
+	})
+}
+
+// checkPeer checks a peer copy's arguments: two devices, and each side
+// memory its device reaches (its own device memory, or managed or
+// pinned memory).
+func (s *Session) checkPeer(dst uintptr, dstDev Device, src uintptr, srcDev Device, n int64) (side, side, error) {
+	if err := s.checkDevice(dstDev, "peer copy to"); err != nil {
+		return side{}, side{}, err
+	}
+	if err := s.checkDevice(srcDev, "peer copy from"); err != nil {
+		return side{}, side{}, err
+	}
+	d, sr, err := s.checkCopy(dst, src, n, MemcpyDefault)
+	if err != nil || n == 0 {
+		return d, sr, err
+	}
+	for _, c := range []struct {
+		which string
+		sd    side
+		dev   Device
+	}{{"destination", d, dstDev}, {"source", sr, srcDev}} {
+		switch {
+		case !c.sd.deviceReachable():
+			return side{}, side{}, fmt.Errorf("%w: peer copy: the %s %#x is %s, which no device reaches; want device memory of %v, or managed or pinned memory", ErrInvalidValue, c.which, c.sd.ptr, c.sd.describe(), c.dev)
+		case c.sd.device() && c.sd.a.device != c.dev:
+			return side{}, side{}, fmt.Errorf("%w: peer copy: the %s %#x is device memory of %v, not of %v", ErrInvalidValue, c.which, c.sd.ptr, c.sd.a.device, c.dev)
+		}
+	}
+	return d, sr, nil
+}
+
+// MemcpyPeer copies n bytes from src, memory of device srcDev, to dst,
+// memory of device dstDev, as cudaMemcpyPeer: after the work queued on
+// every stream of both devices so far (their errors stay for their
+// synchronizes), and returns when the bytes are there. Each side must
+// be its device's device memory (Malloc), or managed or pinned memory,
+// which every device reaches. The copy needs no peer access: it runs in
+// this process, which maps every device's memory.
+func (s *Session) MemcpyPeer(dst uintptr, dstDev Device, src uintptr, srcDev Device, n int64) error {
+	if _, _, err := s.checkPeer(dst, dstDev, src, srcDev, n); err != nil || n == 0 {
+		return err
+	}
+	s.quiesce(srcDev, dstDev)
+	return s.Memcpy(dst, src, n, MemcpyDeviceToDevice)
+}
+
+// MemcpyPeerAsync is MemcpyPeer in stream order, as
+// cudaMemcpyPeerAsync: it checks its arguments and returns at once; the
+// copy runs once the work queued on st before it has finished (and only
+// that work: work on the devices' other streams is not waited for), and
+// its error comes back from st's next synchronize. A nil st is srcDev's
+// default stream.
+func (s *Session) MemcpyPeerAsync(dst uintptr, dstDev Device, src uintptr, srcDev Device, n int64, st *Stream) error {
+	if _, _, err := s.checkPeer(dst, dstDev, src, srcDev, n); err != nil {
+		return err
+	}
+	if st == nil {
+		st = s.DefaultStream(srcDev)
+	}
+	what := fmt.Sprintf("MemcpyPeerAsync %#x (device %v) <- %#x (device %v) of %d bytes", dst, dstDev, src, srcDev, n)
+	if n == 0 {
+		return s.checkStream(st, what+" on")
+	}
+	return s.queueHost(st, what+" on", func() error {
+		if err := s.Memcpy(dst, src, n, MemcpyDeviceToDevice); err != nil {
+			return fmt.Errorf("%s on %v: %w", what, st, err)
+		}
+		return nil
+	})
+}

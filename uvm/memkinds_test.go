@@ -19,8 +19,8 @@ func init() {
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // TestDeviceMemory: memory from Malloc lives in its device's arena only.
-// Memcpy fills and reads it, its device's kernels and its peers' reach it
-// (the peer maps it remotely), nothing migrates.
+// Memcpy fills and reads it, its device's kernels and, with peer access,
+// its peers' reach it (the peer maps it remotely), nothing migrates.
 func TestDeviceMemory(t *testing.T) {
 	s := newSession(t, twoDeviceConfig())
 	const size = 1 << 20
@@ -40,6 +40,7 @@ func TestDeviceMemory(t *testing.T) {
 	require.NoError(t, s.Memcpy(d.Addr(), addr(src), size, MemcpyHostToDevice))
 	require.NoError(t, s.Launch(0, nil, "addOne", 2, rangeParams(d.Addr(), size, 0)))
 	require.NoError(t, s.DeviceSynchronize(0))
+	require.NoError(t, s.DeviceEnablePeerAccess(1, 0, 0))
 	require.NoError(t, s.Launch(1, nil, "addOne", 2, rangeParams(d.Addr(), size, 0)))
 	require.NoError(t, s.DeviceSynchronize(1))
 	got := make([]byte, size)

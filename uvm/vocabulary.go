@@ -117,8 +117,9 @@ var (
 
 // The environment variables a program's session reads (ConfigFromEnv).
 const (
-	EnvServer = config.EnvServer
-	EnvSocket = config.EnvSocket
+	EnvServer    = config.EnvServer
+	EnvSocket    = config.EnvSocket
+	EnvCoherence = config.EnvCoherence
 )
 
 // ParseSize reads a size such as 64MiB, 2GiB or 4096; FormatSize writes one.

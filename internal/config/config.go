@@ -33,6 +33,8 @@ const (
 	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf, user or off
 	EnvAccessPolicy  = "UVM_ACCESS_POLICY"   // on (default), off, or settings: threshold=256,period=1s,...
 	EnvRestarts      = "UVM_RESTARTS"        // new servers in a row the guard starts when one dies (default 5), or off
+	EnvCoherence     = "UVM_COHERENCE"       // fault (default) or launch: how host and devices share managed memory
+	EnvDirtyTracking = "UVM_DIRTY_TRACKING"  // auto (default), wp-async or wp-fault: how the launch model finds written pages
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
@@ -82,6 +84,12 @@ type ServerConfig struct {
 	// given to policy.RegisterEviction.
 	Eviction string           `json:"eviction,omitempty"`
 	Handlers HandlerPlacement `json:"handlers"`
+	// Coherence is the model of clients that do not choose: fault (the
+	// default) or launch. A client's UVM_COHERENCE chooses for itself.
+	Coherence string `json:"coherence,omitempty"`
+	// DirtyTracking is how the launch model learns which pages the CPU
+	// wrote: wp-async where the kernel has it (the default), or wp-fault.
+	DirtyTracking string `json:"dirty_tracking,omitempty"`
 	// TrackPrefetchUse makes allocations that do not choose track
 	// whether prefetched pages get used (see Stats.PrefetchedUsed).
 	TrackPrefetchUse bool `json:"track_prefetch_use"`
@@ -302,6 +310,12 @@ func (c ServerConfig) Validate() error {
 	default:
 		return fmt.Errorf("%w: handler placement %q: want %q, %q or %q", core.ErrInvalidValue, c.Handlers, HandlersFollow, HandlersPerCPU, HandlersSingle)
 	}
+	if _, err := core.ParseCoherence(c.Coherence); err != nil {
+		return err
+	}
+	if _, err := core.ParseDirtyTracking(c.DirtyTracking); err != nil {
+		return err
+	}
 	if c.HostBudget < 0 {
 		return fmt.Errorf("%w: host budget %d: must not be negative", core.ErrInvalidValue, c.HostBudget)
 	}
@@ -376,6 +390,18 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 	}
 	if v := getenv(EnvHandlers); v != "" {
 		c.Handlers = HandlerPlacement(v)
+	}
+	if v := getenv(EnvCoherence); v != "" {
+		if _, err := core.ParseCoherence(v); err != nil {
+			return fmt.Errorf("%s: %w", EnvCoherence, err)
+		}
+		c.Coherence = v
+	}
+	if v := getenv(EnvDirtyTracking); v != "" {
+		if _, err := core.ParseDirtyTracking(v); err != nil {
+			return fmt.Errorf("%s: %w", EnvDirtyTracking, err)
+		}
+		c.DirtyTracking = v
 	}
 	if v := getenv(EnvHostBudget); v != "" {
 		n, err := core.ParseSize(v)

@@ -5,19 +5,24 @@ import "github.com/softuvm/softuvm/internal/core"
 // Info is the server's configuration and state, for `uvm info` and
 // `uvm stat`.
 type Info struct {
-	PID          int              `json:"pid"`
-	Uptime       string           `json:"uptime"`
-	Features     string           `json:"userfaultfd_features"`
-	Prefetch     string           `json:"prefetch"`
-	Eviction     string           `json:"eviction"`
-	Handlers     HandlerPlacement `json:"handlers"`
-	HandlerCPUs  []int            `json:"handler_cpus"`
-	Guard        bool             `json:"guard"`
-	Sessions     []SessionInfo    `json:"sessions"`
-	Devices      []ArenaInfo      `json:"devices"`
-	StrayFaults  uint64           `json:"stray_faults"`
-	PoisonedPage uint64           `json:"poisoned_pages"`
-	GoMaxProcs   int              `json:"gomaxprocs"`
+	PID      int              `json:"pid"`
+	Uptime   string           `json:"uptime"`
+	Features string           `json:"userfaultfd_features"`
+	Prefetch string           `json:"prefetch"`
+	Eviction string           `json:"eviction"`
+	Handlers HandlerPlacement `json:"handlers"`
+	// Coherence is the model of clients that do not choose, and
+	// DirtyTracking how the launch model finds written pages on this
+	// kernel (wp-async or wp-fault).
+	Coherence     string        `json:"coherence"`
+	DirtyTracking string        `json:"dirty_tracking"`
+	HandlerCPUs   []int         `json:"handler_cpus"`
+	Guard         bool          `json:"guard"`
+	Sessions      []SessionInfo `json:"sessions"`
+	Devices       []ArenaInfo   `json:"devices"`
+	StrayFaults   uint64        `json:"stray_faults"`
+	PoisonedPage  uint64        `json:"poisoned_pages"`
+	GoMaxProcs    int           `json:"gomaxprocs"`
 	// CopyEngine is the copy engine's calibration, with the
 	// configuration's overrides applied.
 	CopyEngine CopyCalibration `json:"copy_engine"`
@@ -60,10 +65,14 @@ type RestartInfo struct {
 
 // SessionInfo describes one connected process.
 type SessionInfo struct {
-	ID          uint64 `json:"id"`
-	PID         int    `json:"pid"`
-	Role        string `json:"role"`
-	Allocations int    `json:"allocations"`
+	ID   uint64 `json:"id"`
+	PID  int    `json:"pid"`
+	Role string `json:"role"`
+	// Coherence is the client's model (fault or launch) and, under
+	// launch, DirtyTracking how its written pages are found.
+	Coherence     string `json:"coherence,omitempty"`
+	DirtyTracking string `json:"dirty_tracking,omitempty"`
+	Allocations   int    `json:"allocations"`
 	// ManagedBytes is the sum of the allocations' sizes; HostBytes the
 	// memory their host file holds.
 	ManagedBytes int64 `json:"managed_bytes"`

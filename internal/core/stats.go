@@ -41,6 +41,12 @@ type Counters struct {
 	Crossings       []atomic.Uint64
 	CounterMigrated []atomic.Uint64
 	Prefetched      atomic.Uint64 // pages brought speculatively
+	// Under the launch coherence model: pages handed to a device at a
+	// launch (copied: the CPU wrote them, or they had no device copy),
+	// and host copies dropped at a launch without a copy (the CPU only
+	// read them, and the device kept its own).
+	LaunchCopied atomic.Uint64
+	LaunchClean  atomic.Uint64
 	// Managed allocations made and the bytes they asked for. Only the
 	// server's and the sessions' counters count them (an allocation's
 	// own would be retired into its session's twice).
@@ -118,6 +124,12 @@ type Stats struct {
 	// PrefetchedPages counts pages brought in speculatively, beyond the
 	// faulted ones.
 	PrefetchedPages uint64 `json:"prefetched_pages"`
+	// LaunchCopiedPages counts pages the launch coherence model copied
+	// to a device at a launch (written by the CPU since it had them, or
+	// never on a device), LaunchCleanPages the host copies it dropped
+	// without copying (only read: the device kept its copy).
+	LaunchCopiedPages uint64 `json:"launch_copied_pages,omitempty"`
+	LaunchCleanPages  uint64 `json:"launch_clean_pages,omitempty"`
 	// PrefetchedUsed and PrefetchedUnused count, among prefetched pages
 	// whose fate is known, those later touched and those that left
 	// (migrated, evicted, freed) untouched. They are only known for
@@ -248,6 +260,8 @@ func (c *Counters) AddFrom(o *Counters) {
 		c.migrated[i].Add(o.migrated[i].Load())
 	}
 	c.Prefetched.Add(o.Prefetched.Load())
+	c.LaunchCopied.Add(o.LaunchCopied.Load())
+	c.LaunchClean.Add(o.LaunchClean.Load())
 	c.Allocations.Add(o.Allocations.Load())
 	c.AllocatedBytes.Add(o.AllocatedBytes.Load())
 	c.Used.Add(o.Used.Load())
@@ -376,6 +390,8 @@ func (c *Counters) Snapshot() Stats {
 	s.Allocations = c.Allocations.Load()
 	s.AllocatedBytes = c.AllocatedBytes.Load()
 	s.PrefetchedPages = c.Prefetched.Load()
+	s.LaunchCopiedPages = c.LaunchCopied.Load()
+	s.LaunchCleanPages = c.LaunchClean.Load()
 	s.PrefetchedUsed = c.Used.Load()
 	s.PrefetchedUnused = c.Unused.Load()
 	s.FaultService = c.Service.Snapshot()

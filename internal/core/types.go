@@ -111,10 +111,3 @@ func (a RangeAttr) String() string {
 	}
 	return "range-attribute(" + strconv.Itoa(int(a)) + ")"
 }
-
-// The attachment flags of a managed allocation, as cudaMemAttachGlobal
-// and cudaMemAttachHost, with their values on the wire.
-const (
-	AttachGlobal = 0x1
-	AttachHost   = 0x2
-)

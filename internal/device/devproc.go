@@ -166,6 +166,9 @@ func checkInWindow(addr uintptr, length int64) error {
 type deviceRuntime struct {
 	index   int
 	workers []chan *kernelChunk
+	// cpus are the CPUs the process may run on, where a stream's thread
+	// goes when its client polls (follow).
+	cpus []int
 }
 
 // kernelChunk is the threads [first, outer) of one launch, run by one
@@ -181,14 +184,37 @@ type kernelChunk struct {
 }
 
 func newDeviceRuntime(index, workers int) *deviceRuntime {
-	rt := &deviceRuntime{index: index}
-	ncpu := runtime.NumCPU()
+	rt := &deviceRuntime{index: index, cpus: widenCPUs()}
 	for w := 0; w < workers; w++ {
 		ch := make(chan *kernelChunk, 1)
 		rt.workers = append(rt.workers, ch)
-		go rt.worker(w%ncpu, ch)
+		go rt.worker(rt.cpus[w%len(rt.cpus)], ch)
 	}
 	return rt
+}
+
+// widenCPUs undoes the CPU mask the process inherited from the client
+// thread that started it, which may be pinned to one CPU (uvm bench
+// pins its timing thread), and by which the runtime sized itself: the
+// device runs on every CPU the process may use. It returns them. It
+// runs before any thread of the device is pinned.
+func widenCPUs() []int {
+	allowed, err := devmem.AllowedCPUs()
+	if err != nil || len(allowed) == 0 {
+		allowed = []int{0}
+	}
+	online, err := devmem.OnlineCPUs()
+	if err != nil || len(online) <= len(allowed) || devmem.PinCurrentThreadToCPUs(online) != nil {
+		return allowed
+	}
+	// What the kernel granted: a cpuset may allow fewer.
+	if granted, err := devmem.AllowedCPUs(); err == nil && len(granted) > 0 {
+		allowed = granted
+	}
+	if len(allowed) > runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(len(allowed))
+	}
+	return allowed
 }
 
 // runChunk runs one chunk's threads, turning a panic into an error that
@@ -363,23 +389,27 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 	defer conn.Close()
 	// The stream's thread follows the thread that launches on it: the
 	// synchronize that follows waits there, and a wake-up on the same CPU
-	// is several times cheaper than one across CPUs.
+	// is several times cheaper than one across CPUs. A client that polls
+	// for its answers (DeviceScheduleSpin) holds its CPU: the thread then
+	// runs on the others and polls too (see LaunchCPUHint).
 	runtime.LockOSThread()
-	pinned := -1
+	pinned, asked, polling := -1, false, false
 	// A single-threaded kernel runs on this goroutine.
 	debug.SetPanicOnFault(true)
 	buf := make([]byte, wire.MaxMessageSize)
 	var errs []error
 	for {
-		b, err := conn.Read(buf, 0)
+		b, err := nextMessage(conn, buf, polling)
 		if err != nil {
 			return
 		}
 		h, req, err := wire.ParseRequest(b)
 		switch r := req.(type) {
 		case wire.LaunchRequest:
-			if r.Cpu >= 0 && int(r.Cpu) != pinned && devmem.PinCurrentThread(int(r.Cpu)) == nil {
-				pinned = int(r.Cpu)
+			if cpu, poll := cpuOfHint(r.Cpu); cpu >= 0 && (cpu != pinned || poll != asked) {
+				if p, err := rt.follow(cpu, poll); err == nil {
+					pinned, asked, polling = cpu, poll, p
+				}
 			}
 			if err := rt.launch(&r); err != nil {
 				errs = append(errs, err)
@@ -405,20 +435,19 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 		if err != nil {
 			reply = wire.EncodeError(h, err)
 		}
-		if conn.Write(reply) != nil {
+		if send(conn, reply) != nil {
 			return
 		}
 	}
 }
 
-// streamSpin is how long a stream's thread polls for the next message
-// before it sleeps: a synchronize usually follows its launch at once, and
-// catching it awake saves a wake-up, which costs a VM like this one tens
-// of microseconds across CPUs.
 // launch runs one kernel to completion. One thread, or a device with one
 // worker, runs on the stream's goroutine: there is no one to share with,
 // and a hand-off would cost a wake-up.
 func (rt *deviceRuntime) launch(lr *wire.LaunchRequest) error {
+	if lr.Name == EventTimeKernel {
+		return stampTime(lr.Params, rt.index)
+	}
 	k, ok := LookupKernel(lr.Name)
 	if !ok {
 		return fmt.Errorf("%w: kernel %q is not registered in device %d's process (register it in an init function)", core.ErrLaunchFailure, lr.Name, rt.index)

@@ -30,6 +30,9 @@ func RegisterKernel(name string, k Kernel) error {
 	if k == nil {
 		return fmt.Errorf("%w: kernel %q: nil function", core.ErrInvalidValue, name)
 	}
+	if name == EventTimeKernel {
+		return fmt.Errorf("%w: kernel %q: the name is the device's built-in event kernel's", core.ErrInvalidValue, name)
+	}
 	kernels.Lock()
 	defer kernels.Unlock()
 	if kernels.byName == nil {

@@ -142,6 +142,20 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 	u := uffd.NewFD(ks.Uffd)
 	u.SetHandshaken(uffd.Feature(ks.features), 0)
 	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.pid, uffd: u})
+	if uffd.Feature(ks.features)&uffd.FeatureWPAsync != 0 {
+		// Only launch-model sessions ask for WP_ASYNC: the host's writes
+		// are only read at launches, so the session stays one. Which
+		// kernels ran is not kept: the CPU may touch everything until
+		// the next launch.
+		ls, err := s.newLaunchState(core.CoherenceLaunch, ks.pid)
+		if err != nil {
+			u.Close()
+			host.Close()
+			conn.Close()
+			return nil, err
+		}
+		sess.launch = ls.settle(uffd.Feature(ks.features))
+	}
 	sess.devFiles = make([]*devmem.File, len(s.arenas))
 	for l, fd := range ks.Files {
 		d := int(l)

@@ -24,6 +24,8 @@ type fakeFacts struct {
 	unpopulated        bool
 	mostlyRead         bool
 	thrash             thrashAction
+	launchLocked       bool // the launch model forbids the touch
+	launchHostCopy     bool // the launch model copies the page back to the host
 
 	askedThrashing bool
 }
@@ -40,6 +42,8 @@ func (f *fakeFacts) viewLocation() core.Device     { return f.view }
 func (f *fakeFacts) desiredFile() core.Device      { return f.desired }
 func (f *fakeFacts) source() (core.Device, bool)   { return f.src, !f.unpopulated }
 func (f *fakeFacts) readMostly() bool              { return f.mostlyRead }
+func (f *fakeFacts) launchRefused() bool           { return f.launchLocked }
+func (f *fakeFacts) launchCopy() bool              { return f.launchHostCopy }
 func (f *fakeFacts) thrashing() thrashAction       { f.askedThrashing = true; return f.thrash }
 
 // TestDecideFault covers every branch of the fault path's decision, as
@@ -90,6 +94,23 @@ func TestDecideFault(t *testing.T) {
 			f.thrash, f.view, f.m, f.desired = thrashPinned, host, host, host
 			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
 		}, planMigrate, true},
+		{"launch model: the CPU during a kernel is refused", func(f *fakeFacts) {
+			f.launchLocked, f.view, f.m = true, host, host
+			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
+		}, planLaunchRefuse, false},
+		{"launch model: a kernel on memory its launch did not take is refused", func(f *fakeFacts) { f.launchLocked = true }, planLaunchRefuse, false},
+		{"launch model: a host fault copies the page back, the device keeps it", func(f *fakeFacts) {
+			f.launchHostCopy, f.view, f.m, f.desired = true, host, host, host
+			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
+		}, planDuplicate, false},
+		{"launch model: a host write copies too", func(f *fakeFacts) {
+			f.launchHostCopy, f.isWrite, f.view, f.m, f.desired = true, true, host, host, host
+			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
+		}, planDuplicate, false},
+		{"launch model: a host first touch populates", func(f *fakeFacts) {
+			f.launchHostCopy, f.view, f.m, f.desired = true, host, host, host
+			f.unpopulated, f.resident = true, map[core.Device]bool{}
+		}, planMigrate, false},
 		{"first touch: migrate (populate)", func(f *fakeFacts) { f.unpopulated, f.resident = true, map[core.Device]bool{} }, planMigrate, false},
 		{"ordinary fault: migrate", func(*fakeFacts) {}, planMigrate, true},
 	}

@@ -40,6 +40,15 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 	if n == 0 || v.r.freed.Load() {
 		return 0
 	}
+	if from == core.CPU && v.r.sess.launch != nil {
+		if locked, _ := v.r.sess.launch.launchLocked(v.r); !locked {
+			// Under the launch model the CPU's writes to its copies are
+			// not seen until a launch reads them (wp-async does not
+			// hold a writer while a page is copied away): host pages of
+			// memory the CPU may touch leave only at a launch.
+			return 0
+		}
+	}
 	dst := core.CPU
 	if from == core.CPU {
 		var ok bool

@@ -60,6 +60,7 @@ type faultPlan int
 
 const (
 	planRefuse        faultPlan = iota + 1 // the host touched device memory: an error
+	planLaunchRefuse                       // the launch coherence model forbids this touch: an error
 	planHint                               // a MINOR fault: the user-space counters' hint fault
 	planWaitMapping                        // defer: the view is being pointed at a file that holds the page
 	planPending                            // the view's mapping is changing: install through it and look
@@ -72,7 +73,7 @@ const (
 	planMigrate                            // migrate the page and what the prefetch policy adds
 )
 
-var planNames = [...]string{planRefuse: "refuse", planHint: "hint", planWaitMapping: "wait-mapping", planPending: "pending",
+var planNames = [...]string{planRefuse: "refuse", planLaunchRefuse: "launch-refuse", planHint: "hint", planWaitMapping: "wait-mapping", planPending: "pending",
 	planWP: "write-protect", planWake: "wake", planDuplicate: "duplicate", planThrottle: "throttle",
 	planPinToHost: "pin-to-host", planMigrateAnyway: "migrate-anyway", planMigrate: "migrate"}
 
@@ -104,6 +105,12 @@ type faultFacts interface {
 	source() (src core.Device, populated bool)
 	readMostly() bool
 	thrashing() thrashAction
+	// Under the launch coherence model: the touch is forbidden (the CPU
+	// during a kernel that may use the page, a kernel on memory no launch
+	// of its device took), or the host view's fault is served by a copy
+	// the device keeps.
+	launchRefused() bool
+	launchCopy() bool
 }
 
 // decideFault is the fault path's decision: from the fault, the block's
@@ -112,6 +119,9 @@ type faultFacts interface {
 func decideFault(f faultFacts) faultPlan {
 	if f.hostOnDeviceMemory() {
 		return planRefuse
+	}
+	if f.launchRefused() {
+		return planLaunchRefuse
 	}
 	if f.kind() == core.FaultMinor {
 		// Only device views' remote mappings register MINOR faults: the
@@ -144,7 +154,7 @@ func decideFault(f faultFacts) faultPlan {
 		return planWaitMapping
 	}
 	src, populated := f.source()
-	if populated && !f.write() && f.readMostly() {
+	if populated && (f.launchCopy() || !f.write() && f.readMostly()) {
 		return planDuplicate
 	}
 	if populated && src != m && !f.noNap() {
@@ -199,6 +209,8 @@ func (f *moverFacts) ownFileHolds() bool {
 	l := f.o.fv.loc
 	return fileOf(f.o.b.maps[l.Slot()].file[f.p], l) == l && f.o.b.resident[l.Slot()].Test(f.p)
 }
+func (f *moverFacts) launchRefused() bool { return f.o.launchRefused() }
+func (f *moverFacts) launchCopy() bool    { return f.o.launchCopy(f.p) }
 func (f *moverFacts) readMostly() bool {
 	adv := f.o.b.advice
 	return adv != nil && adv.readMostly.Test(f.p)
@@ -215,6 +227,12 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	switch plan {
 	case planRefuse:
 		return fmt.Errorf("%w: the host touched device memory (allocated with Malloc on device %d), which only kernels can reach; use Memcpy", core.ErrInvalidValue, o.r.owner)
+	case planLaunchRefuse:
+		if o.launchStale(fr) {
+			o.wake(o.pageAddr(p))
+			return nil
+		}
+		return o.launchRefusal(p)
 	case planHint:
 		return o.serveHintFault(p)
 	case planWaitMapping, planThrottle:
@@ -236,6 +254,11 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	switch plan {
 	case planDuplicate:
 		extra := o.expand(l, m, faulted, &t)
+		if o.launchCopy(p) {
+			extra = o.launchCopyExtra(extra)
+			faulted.Or(&extra)
+			return o.duplicate(t, faulted)
+		}
 		extra.And(&o.b.advice.readMostly)
 		var populatedPages core.PageMask
 		for x := range o.b.resident {
@@ -452,13 +475,20 @@ func (o *mover) failFault(addr uintptr, err error) {
 	}
 	v := o.fv
 	srv := o.sess.srv
-	if _, perr := v.uffd.Poison(addr, core.PageSize, false); perr == nil {
+	_, perr := v.uffd.Poison(addr, core.PageSize, false)
+	if errors.Is(perr, uffd.ErrExist) {
+		// A write-protect marker left where a protected page was
+		// punched (a page that moved away): clear it, and poison.
+		_ = v.uffd.WriteProtect(addr, core.PageSize, false, true)
+		_, perr = v.uffd.Poison(addr, core.PageSize, false)
+	}
+	if perr == nil {
 		srv.poisoned.Add(1)
 		srv.logger.Printf("pid %d %v: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, v.loc, addr, err)
 		return
 	}
 	o.wake(addr)
-	srv.logger.Printf("pid %d %v: fault at %#x could not be served: %v", v.pid, v.loc, addr, err)
+	srv.logger.Printf("pid %d %v: fault at %#x could not be served: %v (and poisoning the page failed: %v)", v.pid, v.loc, addr, err, perr)
 }
 
 // serveFaultMsg serves one page fault of view v, on handler h or (h nil)

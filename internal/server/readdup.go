@@ -55,6 +55,9 @@ func (o *mover) duplicateRuns(t target, pages core.PageMask, copied *int64) erro
 			return err
 		}
 		addr, span := o.pageAddr(rn.first), uintptr(rn.outer-rn.first)*core.PageSize
+		if err := o.settleHostWrites(rn.first, rn.outer); err != nil {
+			return err
+		}
 		// Every mapping of the source copy and of the new one is made
 		// read-only first, and stays so.
 		for _, l := range []core.Device{rn.src, dst} {
@@ -138,6 +141,9 @@ func (o *mover) collapseAll(pages core.PageMask) {
 		keep, _ := b.locationOfPage(p)
 		if pref, ok := b.preferredAt(p); ok && b.resident[pref.Slot()].Test(p) {
 			keep = pref
+		}
+		if o.sess.launch != nil && b.resident[core.CPU.Slot()].Test(p) {
+			keep = core.CPU // the launch model's host copy may hold writes the others lack
 		}
 		byKeep[keep.Slot()].Set(p)
 	}

@@ -48,9 +48,9 @@ func newRemapper() *remapper {
 	return &remapper{pending: map[remapKey]struct{}{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 
-// staticFile returns the file every device view maps over a range of a
-// kind whose mapping never changes (pinned host memory, device memory),
-// and ok false for managed memory.
+// staticFile returns the file view l maps over a range of a kind whose
+// mapping changes only on the control path (pinned host memory, device
+// memory), and ok false for managed memory.
 func (r *managedRange) staticFile(l core.Device) (core.Device, bool) {
 	switch r.kind {
 	case core.KindPinnedHost:
@@ -58,6 +58,11 @@ func (r *managedRange) staticFile(l core.Device) (core.Device, bool) {
 	case core.KindDevice:
 		if l == core.CPU {
 			return core.CPU, true // the host maps its own file there, and its faults are refused
+		}
+		if !r.mapsDeviceMemory(l) {
+			// No peer access to the owner (peer.go): the view maps
+			// nothing there, so nothing remote either.
+			return l, true
 		}
 		return r.owner, true
 	}

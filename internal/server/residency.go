@@ -30,6 +30,10 @@ type managedRange struct {
 	kind  core.RangeKind
 	owner core.Device // the device of device memory
 
+	// launch is the range's attachment and locks under the launch
+	// coherence model (coherence.go), guarded by sess.launch.mu.
+	launch rangeLaunch
+
 	prefetch      policy.PrefetchPolicy
 	trackPrefetch bool
 	stats         *core.Counters

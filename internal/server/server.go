@@ -378,6 +378,7 @@ func (s *Server) Info() config.Info {
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Handlers: s.cfg.Handlers,
+		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(),
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
 		VMStat: vmstatSince(s.vmstatStart),

@@ -70,9 +70,14 @@ type session struct {
 	// and when the new server had it already, the copy is dropped.
 	// Owned by the control loop.
 	lastSeq uint32
+	// launch is the launch coherence model's state, nil under the
+	// fault model. Set at the handshake.
+	launch *launchState
 	// adoptedViews are the device processes a new server takes over,
 	// until resume attaches them.
 	adoptedViews map[core.Device]*KeptView
+	// peers is which devices reach which devices' memory (peer.go).
+	peers peerTable
 }
 
 func roleName(r uint8) string {
@@ -141,10 +146,19 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	}
 	sess := s.newSession(s.nextSessionID.Add(1), peerPID, hello.Role, c)
 	if hello.Role == wire.RoleClient {
-		if err := sess.adopt(fds[0], fds[1]); err != nil {
+		ls, err := s.newLaunchState(hello.Coherence, peerPID)
+		if err == nil {
+			if err = sess.adopt(fds[0], fds[1], s.launchFeatures(hello.Coherence)); err != nil {
+				ls.close()
+			}
+		} else {
+			wire.CloseFDs(fds)
+		}
+		if err != nil {
 			wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 			return nil, err
 		}
+		sess.launch = ls.settle(sess.client().uffd.Features())
 	}
 	if hello.Role == wire.RoleClient {
 		s.track(sess.client())
@@ -162,7 +176,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 		}
 		features = uint64(v.uffd.Features())
 	}
-	reply := wire.EncodeHelloReply(h, wire.HelloReply{ServerPID: uint32(os.Getpid()), SessionID: sess.id, Features: features, Devices: s.Devices()})
+	reply := wire.EncodeHelloReply(h, wire.HelloReply{ServerPID: uint32(os.Getpid()), SessionID: sess.id, Features: features, Devices: s.Devices(), Coherence: sess.coherence()})
 	if err := wire.WriteMessage(c, reply, nil); err != nil {
 		s.endSession(sess)
 		return nil, err
@@ -172,14 +186,14 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 
 // adopt takes the client's userfaultfd and host file and does the API
 // handshake on its behalf.
-func (sess *session) adopt(uffdFD, hostFD int) error {
+func (sess *session) adopt(uffdFD, hostFD int, features uffd.Feature) error {
 	host, err := devmem.FileFromFD(hostFD, fmt.Sprintf("host file of pid %d", sess.pid))
 	if err != nil {
 		syscall.Close(uffdFD)
 		return fmt.Errorf("%w: host file: %v", core.ErrInvalidValue, err)
 	}
 	u := uffd.NewFD(uffdFD)
-	granted, err := u.Handshake(sess.srv.features)
+	granted, err := u.Handshake(features)
 	if err != nil {
 		u.Close()
 		host.Close()
@@ -288,6 +302,15 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 		return wire.EncodeStringReply(h, string(b)), nil, nil
 	case struct{}: // info
 		return wire.EncodeStringReply(h, sess.srv.infoJSON()), nil, nil
+	case wire.StreamAttachRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.streamAttach(r)
+	case wire.LaunchBeginRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.launchBegin(r)
+	case wire.StreamsIdleRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.streamsIdle(r)
+	case wire.PeerAccessRequest:
+		was, err := sess.peerAccess(r)
+		return wire.EncodePeerAccessReply(h, wire.PeerAccessReply{WasEnabled: was}), nil, err
 	case wire.DeviceConnectRequest:
 		if h.Typ == wire.MsgDeviceFile {
 			return sess.deviceFileReply(h, core.Device(r.Device))
@@ -378,7 +401,7 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 	}
 	return &managedRange{
 		sess: sess, start: start, fileOff: int64(start), length: length, size: int64(r.Size), flags: r.Flags,
-		kind: r.Kind, owner: owner,
+		kind: r.Kind, owner: owner, launch: rangeLaunch{attach: attachOf(r.Flags)},
 		prefetch: prefetch, trackPrefetch: r.TrackPrefetch || sess.srv.cfg.TrackPrefetchUse,
 		stats:  core.NewCounters(sess.srv.locations()),
 		blocks: make([]atomic.Pointer[block], (length+core.BlockSize-1)/core.BlockSize),
@@ -541,6 +564,7 @@ func (s *Server) endSession(sess *session) {
 	if sess.host != nil {
 		sess.host.Close()
 	}
+	sess.launch.close()
 	sess.filesMu.Lock()
 	for _, f := range sess.devFiles {
 		if f != nil {
@@ -572,6 +596,9 @@ func (s *Server) endSession(sess *session) {
 
 func (sess *session) info() config.SessionInfo {
 	in := config.SessionInfo{ID: sess.id, PID: sess.pid, Role: roleName(sess.role)}
+	if sess.role == wire.RoleClient {
+		sess.launchInfo(&in)
+	}
 	for _, r := range sess.ranges.Load().ranges {
 		in.Allocations++
 		in.ManagedBytes += r.size

@@ -272,6 +272,9 @@ func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 	var out []wire.Mapping
 	now := sess.srv.nowMicros()
 	for _, r := range sess.ranges.Load().ranges {
+		if !r.mapsDeviceMemory(l) {
+			continue // a peer's device memory without peer access: left reserved (peer.go)
+		}
 		base := l
 		if f, ok := r.staticFile(l); ok {
 			base = f
@@ -369,6 +372,9 @@ func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 // sess.mu is held.
 func (sess *session) mapInDevices(r *managedRange) error {
 	for l := 1; l < len(sess.views); l++ {
+		if !r.mapsDeviceMemory(core.DeviceAtSlot(l)) {
+			continue // a peer's device memory without peer access: left reserved (peer.go)
+		}
 		v := sess.viewRef(core.DeviceAtSlot(l))
 		if v == nil {
 			continue

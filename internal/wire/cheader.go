@@ -119,9 +119,15 @@ func cConstants() []cGroup {
 			c("UVM_", "core.AdviseSetAccessedBy", "", int64(core.AdviseSetAccessedBy), cInt),
 			c("UVM_", "core.AdviseUnsetAccessedBy", "", int64(core.AdviseUnsetAccessedBy), cInt),
 		}},
-		{doc: "Attachment flags of a managed allocation, in alloc requests; uvm.h's uvmMemAttach* must equal them.", consts: []cConst{
-			c("UVM_", "core.AttachGlobal", "", core.AttachGlobal, cUnsigned),
-			c("UVM_", "core.AttachHost", "", core.AttachHost, cUnsigned),
+		{doc: "Attachment flags of a managed allocation, in alloc and stream-attach requests; uvm.h's uvmMemAttach* must equal them.", consts: []cConst{
+			c("UVM_", "core.AttachGlobal", "", int64(core.AttachGlobal), cUnsigned),
+			c("UVM_", "core.AttachHost", "", int64(core.AttachHost), cUnsigned),
+			c("UVM_", "core.AttachSingle", "", int64(core.AttachSingle), cUnsigned),
+		}},
+		{doc: "Coherence models, in hello requests (0: the server's) and replies.", consts: []cConst{
+			c("UVM_", "core.CoherenceDefault", "", int64(core.CoherenceDefault), cInt),
+			c("UVM_", "core.CoherenceFault", "", int64(core.CoherenceFault), cInt),
+			c("UVM_", "core.CoherenceLaunch", "", int64(core.CoherenceLaunch), cInt),
 		}},
 		{doc: "Processors: an int32 on the wire, -1 for the CPU, 0 to UVM_MAX_DEVICES-1 for a device (core.Device).", consts: []cConst{
 			c("UVM_", "core.CPU", "", int64(core.CPU), cInt),

@@ -103,6 +103,8 @@ type HelloRequest struct {
 	Role     uint8
 	Pid      uint32
 	features uint64 // userfaultfd features the client wants (0: server default)
+	// Coherence is the model the client wants (0: the server's).
+	Coherence core.Coherence
 }
 
 type HelloReply struct {
@@ -110,6 +112,8 @@ type HelloReply struct {
 	SessionID uint64
 	Features  uint64
 	Devices   []core.DeviceInfo
+	// Coherence is the session's model, never CoherenceDefault.
+	Coherence core.Coherence
 }
 
 type AllocRequest struct {
@@ -239,6 +243,11 @@ func ParseHeader(b []byte) (Header, []byte, error) {
 	return h, b[wireHeaderSize:], nil
 }
 
+// requestDecoders decode and validate the requests that files of their own
+// define (coherence.go, peer.go), as the switch below does the rest: each
+// sets r's error on a bad field. Filled in by init functions.
+var requestDecoders = map[MsgType]func(r *WireReader) any{}
+
 // parseRequest decodes and validates one request datagram as the server
 // receives it. It never panics, whatever the bytes (FuzzParseRequest).
 func ParseRequest(b []byte) (Header, any, error) {
@@ -253,9 +262,12 @@ func ParseRequest(b []byte) (Header, any, error) {
 	var req any
 	switch h.Typ {
 	case MsgHello:
-		hr := HelloRequest{Role: r.u8("role"), Pid: r.u32("pid"), features: r.U64("features")}
+		hr := HelloRequest{Role: r.u8("role"), Pid: r.u32("pid"), features: r.U64("features"), Coherence: core.Coherence(r.u8("coherence"))}
 		if r.err == nil && hr.Role != RoleClient && hr.Role != RoleMonitor {
 			r.err = fmt.Errorf("%w: hello role %d, want %d (client) or %d (monitor)", core.ErrInvalidValue, hr.Role, RoleClient, RoleMonitor)
+		}
+		if r.err == nil && hr.Coherence > core.CoherenceLaunch {
+			r.err = fmt.Errorf("%w: hello asks for coherence model %d, want 0 (the server's), 1 (fault) or 2 (launch)", core.ErrInvalidValue, hr.Coherence)
 		}
 		req = hr
 	case MsgAlloc:
@@ -344,7 +356,11 @@ func ParseRequest(b []byte) (Header, any, error) {
 		}
 		req = ar
 	default:
-		return h, nil, fmt.Errorf("%w: unknown request type %d", core.ErrInvalidValue, uint16(h.Typ))
+		decode := requestDecoders[h.Typ]
+		if decode == nil {
+			return h, nil, fmt.Errorf("%w: unknown request type %d", core.ErrInvalidValue, uint16(h.Typ))
+		}
+		req = decode(r)
 	}
 	if err := r.Done(h.Typ.String() + " request"); err != nil {
 		return h, nil, err
@@ -372,6 +388,7 @@ func EncodeHello(seq uint32, hr HelloRequest) []byte {
 	w.u8(hr.Role)
 	w.u32(hr.Pid)
 	w.u64(hr.features)
+	w.u8(uint8(hr.Coherence))
 	return w.B
 }
 
@@ -588,6 +605,7 @@ func EncodeHelloReply(h Header, hr HelloReply) []byte {
 		w.i32(int32(d.Node))
 		w.u32(uint32(d.Workers))
 	}
+	w.u8(uint8(hr.Coherence))
 	return w.B
 }
 
@@ -654,6 +672,7 @@ func DecodeHelloReply(r *WireReader) (HelloReply, error) {
 		}
 		hr.Devices = append(hr.Devices, core.DeviceInfo{Device: core.Device(i), Capacity: int64(capacity), Backend: r.Str("backend"), Node: int(r.i32("node")), Workers: int(r.u32("workers"))})
 	}
+	hr.Coherence = core.Coherence(r.u8("coherence"))
 	return hr, r.Done("hello reply")
 }
 

@@ -19,8 +19,8 @@ func TestRequestRoundTrips(t *testing.T) {
 		want any
 	}{
 		{EncodeHello(1, HelloRequest{Role: RoleClient, Pid: 42, features: 7}), MsgHello, HelloRequest{Role: RoleClient, Pid: 42, features: 7}},
-		{EncodeAlloc(2, AllocRequest{Addr: a, Length: n, Size: n - 100, Flags: core.AttachGlobal, TrackPrefetch: true, Prefetch: "window:4"}), MsgAlloc,
-			AllocRequest{Addr: a, Length: n, Size: n - 100, Flags: core.AttachGlobal, TrackPrefetch: true, Prefetch: "window:4"}},
+		{EncodeAlloc(2, AllocRequest{Addr: a, Length: n, Size: n - 100, Flags: uint32(core.AttachGlobal), TrackPrefetch: true, Prefetch: "window:4"}), MsgAlloc,
+			AllocRequest{Addr: a, Length: n, Size: n - 100, Flags: uint32(core.AttachGlobal), TrackPrefetch: true, Prefetch: "window:4"}},
 		{EncodeFree(3, a), MsgFree, RangeRequest{Addr: a}},
 		{EncodePrefetch(4, PrefetchRequest{Addr: a, Length: n, Dst: -1}), MsgPrefetch, PrefetchRequest{Addr: a, Length: n, Dst: -1}},
 		{EncodeRangeAttrs(5, RangeRequest{Addr: a, Length: n}), MsgRangeAttrs, RangeRequest{Addr: a, Length: n}},
@@ -115,6 +115,10 @@ func FuzzParseRequest(f *testing.F) {
 		EncodeDeviceHints(19, []Mapping{{Addr: 1 << 30, Length: 8192}}),
 		NewMessage(Header{Typ: MsgReplace, Seq: 20}).B,
 		retried(EncodeFree(21, 1<<30)),
+		EncodePeerAccess(22, PeerAccessRequest{Device: 1, Peer: 0, Enable: true}),
+		EncodeStreamAttach(23, StreamAttachRequest{Addr: 1 << 30, Mode: core.AttachSingle, Device: 1, Stream: 2}),
+		EncodeLaunchBegin(24, LaunchBeginRequest{Device: 0, Stream: 3, Kernel: "k"}),
+		EncodeStreamsIdle(25, StreamsIdleRequest{Device: 1, Stream: AllStreams}),
 	} {
 		f.Add(b)
 	}
@@ -166,6 +170,14 @@ func FuzzParseRequest(f *testing.F) {
 			again = EncodeDeviceHints(h.Seq, r.Runs)
 		case StreamRequest:
 			again = EncodeStreamRequest(h.Typ, h.Seq, r.Stream)
+		case PeerAccessRequest:
+			again = EncodePeerAccess(h.Seq, r)
+		case StreamAttachRequest:
+			again = EncodeStreamAttach(h.Seq, r)
+		case LaunchBeginRequest:
+			again = EncodeLaunchBegin(h.Seq, r)
+		case StreamsIdleRequest:
+			again = EncodeStreamsIdle(h.Seq, r)
 		default:
 			t.Fatalf("unexpected request %T", req)
 		}

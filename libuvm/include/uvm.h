@@ -38,6 +38,10 @@ typedef enum uvmError {
 	uvmErrorMemoryAllocation = 2,     /* address space, host memory or a device arena ran out */
 	uvmErrorInitializationError = 3,  /* no fault server could be reached or started */
 	uvmErrorInvalidDevice = 101,      /* a device index that does not exist */
+	uvmErrorInvalidResourceHandle = 400, /* an event that is not one, destroyed, or unfit for the call */
+	uvmErrorNotReady = 600,           /* not an error: the work is not finished yet (never the last error) */
+	uvmErrorPeerAccessAlreadyEnabled = 704, /* uvmDeviceEnablePeerAccess twice */
+	uvmErrorPeerAccessNotEnabled = 705, /* uvmDeviceDisablePeerAccess of a peer never enabled */
 	uvmErrorLaunchFailure = 719,      /* a kernel crashed, or its device process died */
 	uvmErrorNotSupported = 801,       /* this kernel or build cannot do it */
 	uvmErrorServerGone = 900,         /* the fault server exited; non-host data is lost */
@@ -52,6 +56,9 @@ typedef enum uvmError {
 /* uvmMallocManaged flags, as cudaMemAttachGlobal and cudaMemAttachHost. */
 #define uvmMemAttachGlobal 0x01u
 #define uvmMemAttachHost 0x02u
+/* uvmStreamAttachMemAsync's flag, as cudaMemAttachSingle: only the
+ * launches of one stream take the memory from the CPU. */
+#define uvmMemAttachSingle 0x04u
 
 /* uvmHostAlloc flags, as cudaHostAlloc's. */
 #define uvmHostAllocDefault 0x00u
@@ -66,6 +73,27 @@ typedef enum uvmError {
 
 /* A stream of work on one device; NULL is the device's default stream. */
 typedef struct uvmStream *uvmStream_t;
+
+/* An event: a point in a stream's work (a handle, never a pointer). */
+typedef struct uvmEvent *uvmEvent_t;
+
+/* uvmEventCreateWithFlags flags, as cudaEventCreateWithFlags's. */
+#define uvmEventDefault 0x00u
+#define uvmEventBlockingSync 0x01u  /* uvmEventSynchronize blocks instead of following the device's flags */
+#define uvmEventDisableTiming 0x02u /* no time is taken: uvmEventElapsedTime refuses it */
+#define uvmEventInterprocess 0x04u  /* not supported */
+
+/* uvmSetDeviceFlags flags, as cudaSetDeviceFlags's: how a synchronize
+ * waits (one of the first four), and two accepted for compatibility. */
+#define uvmDeviceScheduleAuto 0x00u         /* spin while there are fewer device processes than CPUs, else yield */
+#define uvmDeviceScheduleSpin 0x01u         /* poll without sleeping */
+#define uvmDeviceScheduleYield 0x02u        /* poll, yielding the CPU between polls */
+#define uvmDeviceScheduleBlockingSync 0x04u /* sleep in the kernel until the work is done */
+#define uvmDeviceBlockingSync 0x04u         /* the old name of uvmDeviceScheduleBlockingSync */
+#define uvmDeviceScheduleMask 0x07u
+#define uvmDeviceMapHost 0x08u              /* accepted: host memory is always mapped */
+#define uvmDeviceLmemResizeToMax 0x10u      /* accepted: nothing to resize */
+#define uvmDeviceMask 0x1fu
 
 typedef enum uvmMemoryAdvise {
 	uvmMemAdviseSetReadMostly = 1,
@@ -90,6 +118,21 @@ typedef enum uvmMemoryType {
 	uvmMemoryTypeManaged = 3  /* managed memory: uvmMallocManaged */
 } uvmMemoryType;
 
+/* Attributes uvmPointerGetAttribute reads (as CUpointer_attribute, the
+ * driver API's, with its values). Only uvmPointerAttributeSyncMemops can
+ * be set. */
+typedef enum uvmPointerAttribute {
+	uvmPointerAttributeDevicePointer = 3,  /* void *: where kernels reach it, NULL if they cannot */
+	uvmPointerAttributeHostPointer = 4,    /* void *: where the host reaches it (device memory: uvmErrorInvalidValue) */
+	uvmPointerAttributeSyncMemops = 6,     /* unsigned: as last set, 0 at first (copies are always synchronous here) */
+	uvmPointerAttributeBufferId = 7,       /* unsigned long long: the allocation's id, never reused */
+	uvmPointerAttributeIsManaged = 8,      /* unsigned: 1 for managed memory */
+	uvmPointerAttributeDeviceOrdinal = 9,  /* int: its device, uvmCpuDeviceId for host memory */
+	uvmPointerAttributeRangeStartAddr = 11, /* void *: the allocation's start */
+	uvmPointerAttributeRangeSize = 12,     /* size_t: the allocation's size */
+	uvmPointerAttributeMapped = 13         /* unsigned: 1 (every allocation is mapped) */
+} uvmPointerAttribute;
+
 typedef struct uvmPointerAttributes {
 	enum uvmMemoryType type;
 	int device;           /* the device the memory belongs to, uvmCpuDeviceId for host memory */
@@ -112,6 +155,23 @@ typedef enum uvmDeviceAttr {
 	uvmDevAttrConcurrentManagedAccess = 89,   /* 1 */
 	uvmDevAttrArenaCapacityMiB = 1000         /* the device's memory, in MiB */
 } uvmDeviceAttr;
+
+/* A device's properties (the fields of cudaDeviceProp that mean
+ * something here, under the same names). */
+typedef struct uvmDeviceProp {
+	char name[256];               /* "softuvm CPU device N" */
+	size_t totalGlobalMem;        /* the device's arena, in bytes */
+	int multiProcessorCount;      /* the device's worker threads */
+	int canMapHostMemory;         /* 1 */
+	int unifiedAddressing;        /* 1: one address space for the host and every device */
+	int managedMemory;            /* 1 */
+	int concurrentManagedAccess;  /* 1 while the host may touch managed memory as kernels run */
+	int pageableMemoryAccess;     /* 0: kernels reach managed, device and mapped host memory only */
+	int concurrentKernels;        /* 1: streams run at the same time */
+	int integrated;               /* 1: the device shares the host's memory system */
+	size_t texturePitchAlignment; /* 512, the pitch uvmMallocPitch rounds to */
+	int reserved[64];             /* zero; room for more fields */
+} uvmDeviceProp;
 
 /* A kernel: thread tid of nthreads, with a copy of the launch's params. */
 typedef void (*uvmKernel_t)(unsigned tid, unsigned nthreads, const void *params);
@@ -142,29 +202,92 @@ uvmError_t uvmHostUnregister(void *ptr);
 
 /* Migration, advice and attributes. */
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream);
+/* Attaches the managed allocation at devPtr (length 0 or its size) to the
+ * host, every stream or stream alone (uvmMemAttachGlobal, Host, Single),
+ * as cudaStreamAttachMemAsync. Under the launch coherence model
+ * (UVM_COHERENCE=launch) it says which launches hand the memory to their
+ * device and which synchronize gives it back; under the fault model it
+ * changes nothing. It takes effect at the next launch. */
+uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags);
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device);
 uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttribute attribute, const void *devPtr, size_t count);
+/* Several attributes of one range at once: data[i] (dataSizes[i] bytes)
+ * gets attrs[i], as uvmMemRangeGetAttribute would. */
+uvmError_t uvmMemRangeGetAttributes(void **data, size_t *dataSizes, uvmMemRangeAttribute *attrs, size_t numAttributes, const void *devPtr,
+				    size_t count);
 uvmError_t uvmPointerGetAttributes(uvmPointerAttributes *attributes, const void *ptr);
+/* One attribute of the allocation holding ptr (see uvmPointerAttribute). */
+uvmError_t uvmPointerGetAttribute(void *data, uvmPointerAttribute attribute, const void *ptr);
+/* Sets uvmPointerAttributeSyncMemops (*(const unsigned *)value, 0 or 1). */
+uvmError_t uvmPointerSetAttribute(const void *value, uvmPointerAttribute attribute, const void *ptr);
+/* The start and size of the allocation holding ptr; either may be NULL. */
+uvmError_t uvmMemGetAddressRange(void **base, size_t *size, void *ptr);
+/* The current device's free and total memory (its arena), in bytes. */
+uvmError_t uvmMemGetInfo(size_t *free, size_t *total);
+/* Device memory for height rows of width bytes, each row *pitch bytes
+ * (width rounded up to 512). */
+uvmError_t uvmMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
 
-/* Copies. uvmMemcpyAsync and uvmMemsetAsync run after the stream's
- * queued work and return when the copy is done. Copies into, out of and
- * between device memory run in the calling process; large ones are
- * shared with threads started for the copy, with every signal blocked,
- * and joined before it returns. */
+/* Copies. uvmMemcpy and uvmMemset return when the copy is done (they do
+ * not wait for kernels). The Async calls (and uvmMemPrefetchAsync) check
+ * their arguments, queue the work on the stream (NULL: the current
+ * device's default stream) and return at once; it runs in stream order
+ * with the stream's kernels, and its errors are returned by the stream's
+ * next synchronize (a stream holds at most 1024 queued operations; a
+ * call that would queue more waits for room). uvmFree, uvmFreeHost and
+ * uvmHostUnregister first wait for every stream's queued work. Copies
+ * into, out of and between device memory run in the calling process (an
+ * Async one on a thread of the stream's); large ones are shared with
+ * threads started for the copy, with every signal blocked, and joined
+ * before it ends. */
 uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind);
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream);
 uvmError_t uvmMemset(void *devPtr, int value, size_t count);
 uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t stream);
+/* A copy between memory of two devices (each pointer device memory of
+ * its device, or memory every device reaches: managed, pinned). */
+uvmError_t uvmMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
+uvmError_t uvmMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, uvmStream_t stream);
 
 /* Devices and streams. The current device is per thread, 0 at first. */
 uvmError_t uvmGetDeviceCount(int *count);
 uvmError_t uvmSetDevice(int device);
 uvmError_t uvmGetDevice(int *device);
 uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device);
+uvmError_t uvmGetDeviceProperties(uvmDeviceProp *prop, int device);
+/* Waits for every stream of the current device; returns their errors. */
 uvmError_t uvmDeviceSynchronize(void);
+/* Waits for the current device's queued work, then ends its process
+ * (kernels still running are cut short), destroys its streams and
+ * forgets its errors and flags. Memory and peer access stay. */
+uvmError_t uvmDeviceReset(void);
+/* How the current device's synchronizes wait (uvmDeviceSchedule*). */
+uvmError_t uvmSetDeviceFlags(unsigned int flags);
+uvmError_t uvmGetDeviceFlags(unsigned int *flags);
+/* Peers: every device can reach every other's memory once enabled. */
+uvmError_t uvmDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice);
+uvmError_t uvmDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
+uvmError_t uvmDeviceDisablePeerAccess(int peerDevice);
 uvmError_t uvmStreamCreate(uvmStream_t *stream);
+/* Destroys the handle at once; work queued on the stream still runs. */
 uvmError_t uvmStreamDestroy(uvmStream_t stream);
 uvmError_t uvmStreamSynchronize(uvmStream_t stream);
+/* Later work on stream waits until event's last record (at this call)
+ * has completed; the caller does not wait. flags: 0. */
+uvmError_t uvmStreamWaitEvent(uvmStream_t stream, uvmEvent_t event, unsigned int flags);
+
+/* Events. An event completes when the work queued on its stream before
+ * uvmEventRecord has finished, and takes the time of that moment. */
+uvmError_t uvmEventCreate(uvmEvent_t *event);
+uvmError_t uvmEventCreateWithFlags(uvmEvent_t *event, unsigned int flags);
+uvmError_t uvmEventRecord(uvmEvent_t event, uvmStream_t stream);
+/* uvmSuccess if the last record completed (or there was none), else
+ * uvmErrorNotReady. */
+uvmError_t uvmEventQuery(uvmEvent_t event);
+uvmError_t uvmEventSynchronize(uvmEvent_t event);
+/* Milliseconds from start's completion to end's. */
+uvmError_t uvmEventElapsedTime(float *ms, uvmEvent_t start, uvmEvent_t end);
+uvmError_t uvmEventDestroy(uvmEvent_t event);
 
 /*
  * uvmLaunchKernel runs kernel on device with nthreads threads, after the

@@ -19,10 +19,20 @@
  * launch forks a new process, which maps the device's file again: the
  * data it held is in the server's file, nothing is lost.
  *
- * Locks: a device's mu serializes its use (launches, synchronizations,
- * restarts) and guards its fields; streams_mu guards the stream table and
- * is taken inside a device's mu, never around it. Both come before the
- * session's locks (uvm__request).
+ * Streams, their queues of host-side work and launches are stream.c's;
+ * this file writes launches and synchronizes on a device's sockets.
+ *
+ * Locks: a device's mu serializes its process's life (starts, deaths,
+ * restarts), the writes on its sockets and guards its fields; it is
+ * never held while waiting for a device. Each stream's socket has a
+ * sync_mu held across one synchronize's round trip (write the sync, read
+ * the answer), so that streams are waited for at the same time and a
+ * launch on one stream never waits for another's kernels. A thread
+ * holds one sync_mu, or several taken in the order of their stream ids
+ * (uvmDeviceSynchronize), before a device's mu; stream.c's queue locks
+ * come between the two. A socket is freed when its last user lets go;
+ * a death shuts every socket of the process down, which wakes its
+ * waiters. All come before the session's locks (uvm__request).
  */
 #include "internal.h"
 
@@ -48,8 +58,9 @@ _Static_assert(sizeof(uintptr_t) == 8, "stream handles pack a slot and a generat
 /* Distinct (kernel, stream) pairs a death report names; more are
  * counted. */
 #define MAX_OUTSTANDING 8
-/* A synchronize's answer carries the errors of a stream's kernels. */
-#define REPLY_BUF_SIZE (64u << 10)
+/* A synchronize's answer carries the errors of a stream's kernels, at
+ * most what devproc.c's send_reply sends. */
+#define REPLY_BUF_SIZE 4160
 /* How long a new device process may take to map the session's ranges. */
 #define UP_TIMEOUT_MS 30000
 /* How long a process whose sockets closed may take to finish dying. */
@@ -64,7 +75,7 @@ static __thread int current_device;
 
 int uvm__current_device(void) { return current_device; }
 
-static uvmError_t refuse_in_device(const char *fn)
+uvmError_t uvm__refuse_in_device(const char *fn)
 {
 	return uvm__fail(uvmErrorNotSupported, "%s called in device %d's process (by a kernel): kernels cannot use the host API", fn,
 			 uvm__device_process);
@@ -89,10 +100,12 @@ static uvmError_t get_device(int d, const char *what, struct uvm_session **sp)
 	return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want a device from 0 to %d", what, d, s->ndevices - 1);
 }
 
+uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp) { return get_device(d, what, sp); }
+
 uvmError_t uvmGetDeviceCount(int *count)
 {
 	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmGetDeviceCount");
+		return uvm__refuse_in_device("uvmGetDeviceCount");
 	if (!count)
 		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceCount: count is NULL; want a pointer to an int");
 	uvmError_t err;
@@ -106,7 +119,7 @@ uvmError_t uvmGetDeviceCount(int *count)
 uvmError_t uvmSetDevice(int device)
 {
 	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmSetDevice");
+		return uvm__refuse_in_device("uvmSetDevice");
 	uvmError_t err = get_device(device, "uvmSetDevice:", NULL);
 	if (err)
 		return err;
@@ -125,7 +138,7 @@ uvmError_t uvmGetDevice(int *device)
 uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
 {
 	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmDeviceGetAttribute");
+		return uvm__refuse_in_device("uvmDeviceGetAttribute");
 	if (!value)
 		return uvm__fail(uvmErrorInvalidValue, "uvmDeviceGetAttribute: value is NULL; want a pointer to an int");
 	struct uvm_session *s = NULL;
@@ -138,8 +151,10 @@ uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
 		*value = info->workers;
 		return uvm__ok();
 	case uvmDevAttrCanMapHostMemory:
-	case uvmDevAttrConcurrentManagedAccess:
 		*value = 1;
+		return uvm__ok();
+	case uvmDevAttrConcurrentManagedAccess:
+		*value = uvm__concurrent_managed_access();
 		return uvm__ok();
 	case uvmDevAttrPageableMemoryAccess:
 		*value = 0;
@@ -157,12 +172,19 @@ uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
 
 /* ---- device processes ---- */
 
-/* A stream's socket in the running process. */
+/* A stream's socket in the running process, shared by those who use it:
+ * freed (and closed) when the last lets go. */
 struct stream_sock {
 	uint32_t id;
 	int fd;
-	uint32_t sync_seq; /* the synchronize in flight on it */
-	bool waiting;
+	unsigned refs;   /* d->mu */
+	bool dead;       /* d->mu: out of the table (its process died, or the stream ended) */
+	uint64_t sent;   /* d->mu: launches written on it */
+	uint64_t synced; /* d->mu: of those, how many a synchronize saw finished */
+	/* One synchronize at a time: its sync, then its answer. */
+	pthread_mutex_t sync_mu;
+	uint32_t sync_seq;        /* sync_mu */
+	uint8_t buf[REPLY_BUF_SIZE]; /* sync_mu */
 };
 
 /* A kernel launched since its stream's last synchronize: what a death
@@ -175,14 +197,15 @@ struct outstanding {
 /* The program's handle on one device's process. */
 struct uvm_device {
 	pthread_mutex_t mu;
-	pid_t pid;   /* the process, 0 while none runs */
+	pid_t pid;   /* the process, 0 while none runs (read atomically by uvm__wait_mode) */
 	int control; /* opens streams in it; -1 while none runs */
-	struct stream_sock *socks; /* the streams opened in it; stream 0 first */
+	struct stream_sock **socks; /* the streams opened in it; stream 0 first */
 	size_t nsocks, socks_cap;
 	uint32_t next_stream; /* the last stream id given out (atomic) */
 	uint32_t seq;
-	uint8_t *buf; /* REPLY_BUF_SIZE, for synchronize's answers */
-	/* A death not yet reported by a synchronize. */
+	unsigned flags; /* uvmSetDeviceFlags (atomic) */
+	/* A death (or errors of destroyed streams) not yet reported by a
+	 * synchronize. */
 	uvmError_t pending;
 	char pending_msg[1024];
 	struct outstanding outstanding[MAX_OUTSTANDING];
@@ -298,6 +321,8 @@ static void describe_kernel(uintptr_t k, char *out, size_t cap)
 
 /* ---- deaths ---- */
 
+static void add_pending(struct uvm_device *d, uvmError_t code, const char *msg, size_t n);
+
 /* reap collects the exit status of device process pid, which is dying
  * (its sockets closed); one that does not die within ms milliseconds is
  * killed. Returns false when the status went elsewhere: SIGCHLD is
@@ -376,11 +401,42 @@ static void describe_crash(int sig, int code, uint64_t addr, char *out, size_t c
 	snprintf(out, cap, "got signal %d", sig);
 }
 
-/* close_conns closes the control and stream sockets. d->mu is held. */
+/* sock_new makes a socket's record, with one reference (the table's). */
+static struct stream_sock *sock_new(uint32_t id, int fd)
+{
+	struct stream_sock *k = uvm__sys_calloc(1, sizeof *k);
+	if (!k)
+		return NULL;
+	k->id = id;
+	k->fd = fd;
+	k->refs = 1;
+	pthread_mutex_init(&k->sync_mu, NULL);
+	return k;
+}
+
+/* sock_unref lets go of k, closing it after its last user. d->mu is
+ * held. */
+static void sock_unref(struct stream_sock *k)
+{
+	if (--k->refs)
+		return;
+	close(k->fd);
+	pthread_mutex_destroy(&k->sync_mu);
+	uvm__sys_free(k);
+}
+
+/* close_conns closes the control and stream sockets. A socket someone
+ * waits on is shut down, which wakes them, and closed by the last of
+ * them. d->mu is held. */
 static void close_conns(struct uvm_device *d)
 {
-	for (size_t i = 0; i < d->nsocks; i++)
-		close(d->socks[i].fd);
+	for (size_t i = 0; i < d->nsocks; i++) {
+		struct stream_sock *k = d->socks[i];
+		k->dead = true;
+		if (k->refs > 1)
+			shutdown(k->fd, SHUT_RDWR);
+		sock_unref(k);
+	}
 	d->nsocks = 0;
 	if (d->control >= 0)
 		close(d->control);
@@ -434,19 +490,9 @@ static void died(struct uvm_device *d, int index, bool reaped, bool known, int s
 		 index, (int)d->pid, how, what);
 	/* A second death before a synchronize (a restart that died too) is
 	 * appended, as far as it fits. */
-	size_t used = d->pending ? strlen(d->pending_msg) : 0;
-	if (used && used + 2 < sizeof d->pending_msg) {
-		memcpy(d->pending_msg + used, "; ", 2);
-		used += 2;
-	}
-	size_t n = strlen(msg);
-	if (n > sizeof d->pending_msg - 1 - used)
-		n = sizeof d->pending_msg - 1 - used;
-	memcpy(d->pending_msg + used, msg, n);
-	d->pending_msg[used + n] = '\0';
-	d->pending = uvmErrorLaunchFailure;
+	add_pending(d, uvmErrorLaunchFailure, msg, strlen(msg));
 	close_conns(d);
-	d->pid = 0;
+	__atomic_store_n(&d->pid, 0, __ATOMIC_RELAXED);
 }
 
 /* ---- starting a device process ---- */
@@ -477,8 +523,6 @@ static ssize_t recv_within(int sock, void *buf, size_t cap, int ms)
 static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int index, bool *retry)
 {
 	*retry = false;
-	if (!d->buf && !(d->buf = uvm__sys_malloc(REPLY_BUF_SIZE)))
-		return uvm__fail(uvmErrorMemoryAllocation, "start device %d's process: no memory for its reply buffer", index);
 	if (!d->socks) {
 		d->socks = uvm__sys_calloc(4, sizeof *d->socks);
 		if (!d->socks)
@@ -509,6 +553,11 @@ static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int
 		return uvm__fail(uvmErrorInitializationError, "start device %d's process: socketpair: %s", index, strerror(e));
 	}
 	int workers = s->devices[index].workers > 0 ? s->devices[index].workers : 1;
+	struct stream_sock *k0 = sock_new(0, st0[0]);
+	if (!k0) {
+		close(server), close(ctl[0]), close(ctl[1]), close(st0[0]), close(st0[1]);
+		return uvm__fail(uvmErrorMemoryAllocation, "start device %d's process: no memory for its default stream", index);
+	}
 
 	/* The session's fork handlers would copy managed memory for the
 	 * child, which a device process maps from the server instead. */
@@ -520,7 +569,8 @@ static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int
 	uvm__in_device_fork = false;
 	close(server), close(ctl[1]), close(st0[1]);
 	if (pid < 0) {
-		close(ctl[0]), close(st0[0]);
+		close(ctl[0]);
+		sock_unref(k0);
 		return uvm__fail(uvmErrorInitializationError, "start device %d's process: fork: %s", index, strerror(fork_errno));
 	}
 
@@ -531,13 +581,14 @@ static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int
 	struct uvm_header h;
 	struct uvm_reader ur;
 	if (n > 0 && uvm__parse_header(ub, (size_t)n, &h, &ur) && h.type == UVM_MSG_DEVICE_UP && h.status == UVM_WIRE_OK) {
-		d->pid = pid;
+		__atomic_store_n(&d->pid, pid, __ATOMIC_RELAXED);
 		d->control = ctl[0];
-		d->socks[0] = (struct stream_sock){.id = 0, .fd = st0[0]};
+		d->socks[0] = k0;
 		d->nsocks = 1;
 		return uvmSuccess;
 	}
-	close(ctl[0]), close(st0[0]);
+	close(ctl[0]);
+	sock_unref(k0);
 	int status = 0;
 	bool known = reap(pid, &status, n == -ETIMEDOUT ? 0 : REAP_TIMEOUT_MS);
 	char how[128];
@@ -584,17 +635,20 @@ static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, in
 	}
 }
 
-/* stream_fd returns the socket of stream id in the running process,
- * opening the stream there on first use. d->mu is held. */
-static uvmError_t stream_fd(struct uvm_device *d, int index, uint32_t id, int *fd)
+/* stream_sock_of returns the socket of stream id in the running process,
+ * opening the stream there on first use (if open). d->mu is held. */
+static uvmError_t stream_sock_of(struct uvm_device *d, int index, uint32_t id, bool open, struct stream_sock **out)
 {
+	*out = NULL;
 	for (size_t i = 0; i < d->nsocks; i++)
-		if (d->socks[i].id == id) {
-			*fd = d->socks[i].fd;
+		if (d->socks[i]->id == id) {
+			*out = d->socks[i];
 			return uvmSuccess;
 		}
+	if (!open)
+		return uvmSuccess;
 	if (d->nsocks == d->socks_cap) {
-		struct stream_sock *grown = uvm__sys_realloc(d->socks, 2 * d->socks_cap * sizeof *grown);
+		struct stream_sock **grown = uvm__sys_realloc(d->socks, 2 * d->socks_cap * sizeof *grown);
 		if (!grown)
 			return uvm__fail(uvmErrorMemoryAllocation, "open stream %u on device %d: no memory for the stream table", id, index);
 		d->socks = grown;
@@ -603,18 +657,23 @@ static uvmError_t stream_fd(struct uvm_device *d, int index, uint32_t id, int *f
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return uvm__fail(uvmErrorUnknown, "open stream %u on device %d: socketpair: %s", id, index, strerror(errno));
+	struct stream_sock *k = sock_new(id, sv[0]);
+	if (!k) {
+		close(sv[0]), close(sv[1]);
+		return uvm__fail(uvmErrorMemoryAllocation, "open stream %u on device %d: no memory for its socket", id, index);
+	}
 	uint8_t b[32];
 	struct uvm_msg m = {.buf = b, .cap = sizeof b};
 	uvm__encode_stream(&m, UVM_MSG_STREAM_OPEN, ++d->seq, id);
 	int e = uvm__send(d->control, m.buf, m.len, &sv[1], 1);
 	close(sv[1]);
 	if (e) {
-		close(sv[0]);
+		sock_unref(k);
 		died(d, index, false, false, 0);
 		return uvm__fail(uvmErrorLaunchFailure, "open stream %u on device %d: its process is gone (%s)", id, index, strerror(e));
 	}
-	d->socks[d->nsocks++] = (struct stream_sock){.id = id, .fd = sv[0]};
-	*fd = sv[0];
+	d->socks[d->nsocks++] = k;
+	*out = k;
 	return uvmSuccess;
 }
 
@@ -643,313 +702,357 @@ static void forget_launches(struct uvm_device *d, uint32_t stream)
 	d->noutstanding = k;
 }
 
-/* ---- errors gathered by a synchronize ---- */
+/* ---- errors for the next synchronize ---- */
 
-struct errs {
-	uvmError_t code; /* the first one's */
-	char msg[1024];
-	size_t len;
-};
-
-static void errs_add(struct errs *e, uvmError_t code, const char *msg, size_t n)
+/* add_pending adds an error for the device's next synchronize (the first
+ * one's code stays), as far as the message fits. d->mu is held. */
+static void add_pending(struct uvm_device *d, uvmError_t code, const char *msg, size_t n)
 {
-	if (!e->code)
-		e->code = code;
-	if (e->len + 3 >= sizeof e->msg)
-		return;
-	int k = snprintf(e->msg + e->len, sizeof e->msg - e->len, "%s%.*s", e->len ? "; " : "", (int)n, msg);
-	if (k > 0)
-		e->len = e->len + (size_t)k < sizeof e->msg ? e->len + (size_t)k : sizeof e->msg - 1;
+	size_t used = d->pending ? strlen(d->pending_msg) : 0;
+	if (used && used + 2 < sizeof d->pending_msg) {
+		memcpy(d->pending_msg + used, "; ", 2);
+		used += 2;
+	}
+	if (n > sizeof d->pending_msg - 1 - used)
+		n = sizeof d->pending_msg - 1 - used;
+	memcpy(d->pending_msg + used, msg, n);
+	d->pending_msg[used + n] = '\0';
+	if (!d->pending)
+		d->pending = code;
 }
 
-static void take_pending(struct uvm_device *d, struct errs *e)
+static void take_pending(struct uvm_device *d, struct uvm_errs *e)
 {
 	if (d->pending) {
-		errs_add(e, d->pending, d->pending_msg, strlen(d->pending_msg));
+		uvm__errs_add(e, d->pending, d->pending_msg, strlen(d->pending_msg));
 		d->pending = uvmSuccess;
 		d->pending_msg[0] = '\0';
 	}
 }
 
-/* sync_locked waits for stream (or UVM_ALL_STREAMS) of device index and
- * returns its kernels' errors and any death not reported yet. d->mu is
- * held. */
-static uvmError_t sync_locked(struct uvm_device *d, int index, uint32_t stream)
+void uvm__device_add_pending(int index, const struct uvm_errs *e)
 {
-	struct errs e = {0};
-	take_pending(d, &e);
-	/* Every stream is asked first, then every answer read: the streams
-	 * drain at the same time. */
-	for (size_t i = 0; i < d->nsocks; i++) {
-		struct stream_sock *k = &d->socks[i];
-		k->waiting = false;
+	if (!e->code)
+		return;
+	struct uvm_device *d = &devices[index];
+	pthread_mutex_lock(&d->mu);
+	add_pending(d, e->code, e->msg, e->len);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- how synchronizes wait ---- */
+
+static int allowed_cpus(void)
+{
+	static int n;
+	int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+	if (v)
+		return v;
+	cpu_set_t set;
+	v = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (v < 1)
+		v = 1;
+	__atomic_store_n(&n, v, __ATOMIC_RELAXED);
+	return v;
+}
+
+enum uvm_wait uvm__wait_mode(int device)
+{
+	unsigned f = device >= 0 && device < UVM_MAX_DEVICES ? __atomic_load_n(&devices[device].flags, __ATOMIC_RELAXED) : 0;
+	switch (f & uvmDeviceScheduleMask) {
+	case uvmDeviceScheduleSpin:
+		return UVM_WAIT_SPIN;
+	case uvmDeviceScheduleYield:
+		return UVM_WAIT_YIELD;
+	case uvmDeviceScheduleBlockingSync:
+		return UVM_WAIT_BLOCK;
+	}
+	/* Auto, after CUDA's: spin while every device process, the waiting
+	 * thread and the fault server (which serves the kernels' faults) can
+	 * have a CPU each, else sleep: on two CPUs a spinning client and
+	 * device starved the server (as the Go side found). */
+	int active = 0;
+	for (int i = 0; i < UVM_MAX_DEVICES; i++)
+		active += __atomic_load_n(&devices[i].pid, __ATOMIC_RELAXED) > 0;
+	return active + 2 < allowed_cpus() ? UVM_WAIT_SPIN : UVM_WAIT_BLOCK;
+}
+
+void uvm__wait_pause(enum uvm_wait how)
+{
+	if (how == UVM_WAIT_YIELD) {
+		sched_yield();
+		return;
+	}
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* recv_reply reads one answer on fd, as uvm__recv does, waiting as how
+ * says: a blocking read, or reads that do not block, polled. */
+static ssize_t recv_reply(int fd, uint8_t *buf, size_t cap, enum uvm_wait how)
+{
+	if (how == UVM_WAIT_BLOCK)
+		return uvm__recv(fd, buf, cap, NULL, 0, NULL);
+	for (;;) {
+		ssize_t n = recv(fd, buf, cap, MSG_DONTWAIT | MSG_TRUNC);
+		if (n >= 0)
+			return (size_t)n > cap ? -EMSGSIZE : n;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		uvm__wait_pause(how);
+	}
+}
+
+uvmError_t uvmSetDeviceFlags(unsigned int flags)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmSetDeviceFlags");
+	if (flags & ~uvmDeviceMask)
+		return uvm__fail(uvmErrorInvalidValue,
+				 "uvmSetDeviceFlags: flags %#x: unknown bits %#x; want one of uvmDeviceScheduleAuto (0), uvmDeviceScheduleSpin (%#x), "
+				 "uvmDeviceScheduleYield (%#x) or uvmDeviceScheduleBlockingSync (%#x), with uvmDeviceMapHost (%#x) and "
+				 "uvmDeviceLmemResizeToMax (%#x)",
+				 flags, flags & ~uvmDeviceMask, uvmDeviceScheduleSpin, uvmDeviceScheduleYield, uvmDeviceScheduleBlockingSync,
+				 uvmDeviceMapHost, uvmDeviceLmemResizeToMax);
+	unsigned sched = flags & uvmDeviceScheduleMask;
+	if (sched & (sched - 1))
+		return uvm__fail(uvmErrorInvalidValue, "uvmSetDeviceFlags: flags %#x: %#x names several ways to wait; want at most one of uvmDeviceScheduleSpin (%#x), "
+				 "uvmDeviceScheduleYield (%#x) and uvmDeviceScheduleBlockingSync (%#x)",
+				 flags, sched, uvmDeviceScheduleSpin, uvmDeviceScheduleYield, uvmDeviceScheduleBlockingSync);
+	int dev = current_device;
+	uvmError_t err = get_device(dev, "uvmSetDeviceFlags:", NULL);
+	if (err)
+		return err;
+	__atomic_store_n(&devices[dev].flags, flags, __ATOMIC_RELAXED);
+	return uvm__ok();
+}
+
+uvmError_t uvmGetDeviceFlags(unsigned int *flags)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmGetDeviceFlags");
+	if (!flags)
+		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceFlags: flags is NULL; want a pointer to an unsigned int");
+	int dev = current_device;
+	uvmError_t err = get_device(dev, "uvmGetDeviceFlags:", NULL);
+	if (err)
+		return err;
+	*flags = __atomic_load_n(&devices[dev].flags, __ATOMIC_RELAXED);
+	return uvm__ok();
+}
+
+/* ---- synchronizes ---- */
+
+struct sync_one {
+	struct stream_sock *k;
+	uint64_t covered; /* launches written before the sync */
+	bool sent;        /* a sync went, and its answer came */
+};
+
+/* sort_by_stream orders p by stream id (insertion sort: glibc's qsort
+ * may call malloc). */
+static void sort_by_stream(struct sync_one *p, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && p[j - 1].k->id > p[j].k->id; j--) {
+			struct sync_one t = p[j];
+			p[j] = p[j - 1];
+			p[j - 1] = t;
+		}
+}
+
+void uvm__device_sync(int index, uint32_t stream, enum uvm_wait how, bool take, struct uvm_errs *out, pthread_mutex_t *out_mu)
+{
+	struct uvm_device *d = &devices[index];
+	struct uvm_errs e = {0};
+	struct sync_one few[8], *p = few;
+	size_t n = 0;
+
+	/* The sockets, each held while it is used. */
+	pthread_mutex_lock(&d->mu);
+	size_t want = stream == UVM_ALL_STREAMS ? d->nsocks : 1;
+	if (want > sizeof few / sizeof few[0] && !(p = uvm__sys_calloc(want, sizeof *p))) {
+		pthread_mutex_unlock(&d->mu);
+		char msg[96];
+		int len = snprintf(msg, sizeof msg, "synchronize device %d: no memory to wait for %zu streams", index, want);
+		uvm__errs_add(&e, uvmErrorMemoryAllocation, msg, (size_t)len);
+		goto merge;
+	}
+	for (size_t i = 0; i < d->nsocks && n < want; i++) {
+		struct stream_sock *k = d->socks[i];
 		if (stream != UVM_ALL_STREAMS && k->id != stream)
 			continue;
+		k->refs++;
+		p[n++] = (struct sync_one){.k = k};
+	}
+	pthread_mutex_unlock(&d->mu);
+	sort_by_stream(p, n);
+	for (size_t i = 0; i < n; i++)
+		pthread_mutex_lock(&p[i].k->sync_mu);
+
+	/* Every stream is asked first, then every answer read: the streams
+	 * drain at the same time. */
+	pthread_mutex_lock(&d->mu);
+	if (take)
+		take_pending(d, &e);
+	for (size_t i = 0; i < n; i++) {
+		struct stream_sock *k = p[i].k;
+		if (k->dead)
+			continue; /* its process died: the death is pending */
 		uint8_t b[32];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
 		k->sync_seq = ++d->seq;
 		uvm__encode_stream(&m, UVM_MSG_SYNC, k->sync_seq, k->id);
 		if (uvm__send(k->fd, m.buf, m.len, NULL, 0)) {
-			died(d, index, false, false, 0);
+			died(d, index, false, false, 0); /* every socket is dead now */
 			break;
 		}
-		k->waiting = true;
+		p[i].sent = true;
+		p[i].covered = k->sent;
 	}
-	for (size_t i = 0; i < d->nsocks; i++) { /* died() empties the table */
-		struct stream_sock *k = &d->socks[i];
-		if (!k->waiting)
+	pthread_mutex_unlock(&d->mu);
+	for (size_t i = 0; i < n; i++) {
+		struct stream_sock *k = p[i].k;
+		if (!p[i].sent)
 			continue;
-		k->waiting = false;
-		ssize_t n = uvm__recv(k->fd, d->buf, REPLY_BUF_SIZE, NULL, 0, NULL);
-		if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
-			died(d, index, false, false, 0);
-			break;
+		ssize_t got = recv_reply(k->fd, k->buf, sizeof k->buf, how);
+		if (got == 0 || (got < 0 && got != -EMSGSIZE)) {
+			/* The process died (or died() shut the socket down). */
+			p[i].sent = false;
+			pthread_mutex_lock(&d->mu);
+			if (!k->dead)
+				died(d, index, false, false, 0);
+			pthread_mutex_unlock(&d->mu);
+			continue;
 		}
 		struct uvm_header h;
 		struct uvm_reader r;
-		if (n < 0 || !uvm__parse_header(d->buf, (size_t)n, &h, &r) || h.type != UVM_MSG_SYNC || h.seq != k->sync_seq) {
+		if (got < 0 || !uvm__parse_header(k->buf, (size_t)got, &h, &r) || h.type != UVM_MSG_SYNC || h.seq != k->sync_seq) {
 			char msg[128];
 			int len = snprintf(msg, sizeof msg, "device %d stream %u: a malformed answer to synchronize", index, k->id);
-			errs_add(&e, uvmErrorUnknown, msg, (size_t)len);
+			uvm__errs_add(&e, uvmErrorUnknown, msg, (size_t)len);
+			p[i].sent = false;
 		} else if (h.status != UVM_WIRE_OK) {
 			uint32_t len;
 			const uint8_t *msg = uvm__get_bytes(&r, &len);
-			errs_add(&e, uvm__from_wire(h.status), msg ? (const char *)msg : "", msg ? len : 0);
+			uvm__errs_add(&e, uvm__from_wire(h.status), msg ? (const char *)msg : "", msg ? len : 0);
 		}
 	}
-	take_pending(d, &e);
-	forget_launches(d, stream);
-	if (e.code)
-		return uvm__fail(e.code, "%s", e.msg);
-	return uvm__ok();
-}
-
-/* ---- streams ----
- *
- * A uvmStream_t is a handle, never a pointer: the slot of the stream in
- * a table and the slot's generation. A slot is reused after
- * uvmStreamDestroy with the next generation, so a destroyed stream's
- * handle is recognized as such forever (a slot whose generation would
- * wrap is retired), and a handle that is no stream at all is found out
- * without touching memory it points to. */
-
-struct stream_slot {
-	uint32_t gen;
-	bool live;
-	int device;
-	uint32_t id; /* in the device's process */
-};
-
-static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct stream_slot *slots;
-static uint32_t nslots, slots_cap;
-static uint32_t *free_slots; /* slots_cap entries */
-static uint32_t nfree;
-
-static uvmStream_t stream_handle(uint32_t slot, uint32_t gen) { return (uvmStream_t)(uintptr_t)((uint64_t)gen << 32 | (slot + 1)); }
-
-/* stream_find copies out the live stream st. */
-static uvmError_t stream_find(uvmStream_t st, const char *what, struct stream_slot *out)
-{
-	uint64_t v = (uintptr_t)st;
-	uint32_t slot = (uint32_t)v - 1, gen = (uint32_t)(v >> 32);
-	uvmError_t err = uvmSuccess;
-	pthread_mutex_lock(&streams_mu);
-	if ((uint32_t)v == 0 || slot >= nslots || gen == 0 || gen > slots[slot].gen)
-		err = uvm__fail(uvmErrorInvalidValue, "%s stream %p: not a stream (uvmStreamCreate makes them; NULL is the default stream)", what,
-				(void *)st);
-	else if (gen < slots[slot].gen || !slots[slot].live)
-		err = uvm__fail(uvmErrorInvalidValue, "%s stream %p: it was destroyed by uvmStreamDestroy", what, (void *)st);
-	else
-		*out = slots[slot];
-	pthread_mutex_unlock(&streams_mu);
-	return err;
-}
-
-uvmError_t uvmStreamCreate(uvmStream_t *stream)
-{
-	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmStreamCreate");
-	if (!stream)
-		return uvm__fail(uvmErrorInvalidValue, "uvmStreamCreate: stream is NULL; want a pointer to a uvmStream_t");
-	int dev = current_device;
-	uvmError_t err = get_device(dev, "uvmStreamCreate: stream on", NULL);
-	if (err)
-		return err;
-	pthread_mutex_lock(&streams_mu);
-	uint32_t slot;
-	if (nfree > 0) {
-		slot = free_slots[--nfree];
-	} else {
-		if (nslots == slots_cap) {
-			uint32_t cap = slots_cap ? 2 * slots_cap : 16;
-			struct stream_slot *grown = cap < slots_cap || cap > (1u << 30) ? NULL : uvm__sys_realloc(slots, cap * sizeof *slots);
-			uint32_t *grown_free = grown ? uvm__sys_realloc(free_slots, cap * sizeof *free_slots) : NULL;
-			if (grown)
-				slots = grown;
-			if (grown_free)
-				free_slots = grown_free;
-			if (!grown || !grown_free) {
-				pthread_mutex_unlock(&streams_mu);
-				return uvm__fail(uvmErrorMemoryAllocation, "uvmStreamCreate: no memory for stream %u", nslots);
-			}
-			slots_cap = cap;
-		}
-		slot = nslots++;
-		slots[slot].gen = 1;
-	}
-	slots[slot].live = true;
-	slots[slot].device = dev;
-	slots[slot].id = __atomic_add_fetch(&devices[dev].next_stream, 1, __ATOMIC_RELAXED);
-	*stream = stream_handle(slot, slots[slot].gen);
-	pthread_mutex_unlock(&streams_mu);
-	return uvm__ok();
-}
-
-uvmError_t uvmStreamDestroy(uvmStream_t stream)
-{
-	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmStreamDestroy");
-	if (!stream)
-		return uvm__fail(uvmErrorInvalidValue, "uvmStreamDestroy: stream is NULL, the default stream, which cannot be destroyed");
-	struct stream_slot info;
-	uvmError_t err = stream_find(stream, "uvmStreamDestroy:", &info);
-	if (err)
-		return err;
-	struct uvm_device *d = &devices[info.device];
 	pthread_mutex_lock(&d->mu);
-	/* Again under the device's lock: a launch holding it saw the stream
-	 * alive, and must not open it in the process after this. */
-	if ((err = stream_find(stream, "uvmStreamDestroy:", &info))) {
+	for (size_t i = 0; i < n; i++)
+		if (p[i].sent && !p[i].k->dead && p[i].covered > p[i].k->synced)
+			p[i].k->synced = p[i].covered;
+	if (take)
+		take_pending(d, &e);
+	forget_launches(d, stream);
+	pthread_mutex_unlock(&d->mu);
+
+merge:
+	/* While the streams are still held: a synchronize waiting for them
+	 * finds these errors where they go. */
+	if (out_mu)
+		pthread_mutex_lock(out_mu);
+	uvm__errs_move(out, &e);
+	if (out_mu)
+		pthread_mutex_unlock(out_mu);
+	for (size_t i = n; i-- > 0;)
+		pthread_mutex_unlock(&p[i].k->sync_mu);
+	if (n) {
+		pthread_mutex_lock(&d->mu);
+		for (size_t i = 0; i < n; i++)
+			sock_unref(p[i].k);
 		pthread_mutex_unlock(&d->mu);
-		return err;
 	}
-	uint32_t slot = (uint32_t)(uintptr_t)stream - 1;
-	pthread_mutex_lock(&streams_mu);
-	slots[slot].live = false;
-	if (slots[slot].gen < UINT32_MAX) {
-		slots[slot].gen++;
-		free_slots[nfree++] = slot;
-	}
-	pthread_mutex_unlock(&streams_mu);
+	if (p != few)
+		uvm__sys_free(p);
+}
+
+bool uvm__device_stream_idle(int index, uint32_t stream)
+{
+	struct uvm_device *d = &devices[index];
+	struct stream_sock *k = NULL;
+	pthread_mutex_lock(&d->mu);
+	stream_sock_of(d, index, stream, false, &k);
+	bool idle = !k || k->sent == k->synced;
+	pthread_mutex_unlock(&d->mu);
+	return idle;
+}
+
+uint32_t uvm__device_new_stream(int index) { return __atomic_add_fetch(&devices[index].next_stream, 1, __ATOMIC_RELAXED); }
+
+void uvm__device_stream_end(int index, uint32_t stream)
+{
+	struct uvm_device *d = &devices[index];
+	pthread_mutex_lock(&d->mu);
 	for (size_t i = 0; i < d->nsocks; i++) {
-		if (d->socks[i].id != info.id)
+		struct stream_sock *k = d->socks[i];
+		if (k->id != stream)
 			continue;
 		/* The process runs what is queued, then ends the stream. A
 		 * failed write is a death the next synchronize finds. */
 		uint8_t b[32];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
-		uvm__encode_stream(&m, UVM_MSG_STREAM_DESTROY, ++d->seq, info.id);
-		uvm__send(d->socks[i].fd, m.buf, m.len, NULL, 0);
-		close(d->socks[i].fd);
+		uvm__encode_stream(&m, UVM_MSG_STREAM_DESTROY, ++d->seq, stream);
+		uvm__send(k->fd, m.buf, m.len, NULL, 0);
+		k->dead = true;
 		d->socks[i] = d->socks[--d->nsocks];
+		sock_unref(k);
 		break;
 	}
+	forget_launches(d, stream);
 	pthread_mutex_unlock(&d->mu);
-	return uvm__ok();
 }
 
-/* sync_stream waits for stream (NULL: the current device's default
- * stream). */
-static uvmError_t sync_stream(uvmStream_t stream, const char *what)
+void uvm__device_reset(int index)
 {
-	struct stream_slot info = {.device = current_device, .id = 0};
-	uvmError_t err;
-	if (!stream)
-		err = get_device(info.device, what, NULL);
-	else
-		err = stream_find(stream, what, &info);
-	if (err)
-		return err;
-	struct uvm_device *d = &devices[info.device];
+	struct uvm_device *d = &devices[index];
 	pthread_mutex_lock(&d->mu);
-	if (stream && (err = stream_find(stream, what, &info))) {
-		pthread_mutex_unlock(&d->mu);
-		return err;
+	if (d->pid > 0) {
+		/* Its control connection's end makes it exit, whatever its
+		 * kernels are doing. */
+		pid_t pid = d->pid;
+		int status;
+		close_conns(d);
+		reap(pid, &status, REAP_TIMEOUT_MS);
+		__atomic_store_n(&d->pid, 0, __ATOMIC_RELAXED);
 	}
-	err = sync_locked(d, info.device, info.id);
+	d->pending = uvmSuccess;
+	d->pending_msg[0] = '\0';
+	d->noutstanding = 0;
+	d->more_outstanding = 0;
+	__atomic_store_n(&d->flags, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&d->mu);
-	return err;
-}
-
-uvmError_t uvmStreamSynchronize(uvmStream_t stream)
-{
-	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmStreamSynchronize");
-	return sync_stream(stream, "uvmStreamSynchronize:");
-}
-
-uvmError_t uvm__stream_wait(uvmStream_t stream, const char *what)
-{
-	if (uvm__device_process >= 0)
-		return refuse_in_device(what);
-	char w[96];
-	snprintf(w, sizeof w, "%s:", what);
-	return sync_stream(stream, w);
-}
-
-uvmError_t uvmDeviceSynchronize(void)
-{
-	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmDeviceSynchronize");
-	int dev = current_device;
-	uvmError_t err = get_device(dev, "uvmDeviceSynchronize:", NULL);
-	if (err)
-		return err;
-	struct uvm_device *d = &devices[dev];
-	pthread_mutex_lock(&d->mu);
-	err = sync_locked(d, dev, UVM_ALL_STREAMS);
-	pthread_mutex_unlock(&d->mu);
-	return err;
 }
 
 /* ---- launches ---- */
 
-uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uvmKernel_t kernel, const void *params, size_t paramsSize)
+void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap) { snprintf(out, cap, "c:0x%lx", (unsigned long)(uintptr_t)kernel); }
+
+uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t paramsSize, int cpu)
 {
-	if (uvm__device_process >= 0)
-		return refuse_in_device("uvmLaunchKernel");
-	if (!kernel)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: the kernel is NULL; want a function of the program", device);
-	if (nthreads == 0 || nthreads > UVM_MAX_LAUNCH_THREADS)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %u threads: want 1 to %u", device, nthreads, UVM_MAX_LAUNCH_THREADS);
-	if (paramsSize > uvmMaxKernelParams)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %zu bytes of parameters: at most %d (uvmMaxKernelParams)",
-				 device, paramsSize, uvmMaxKernelParams);
-	if (!params && paramsSize)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: params is NULL with paramsSize %zu; want both or neither", device,
-				 paramsSize);
 	struct uvm_session *s = NULL;
-	uvmError_t err = get_device(device, "uvmLaunchKernel on", &s);
+	uvmError_t err = get_device(index, "uvmLaunchKernel on", &s);
 	if (err)
 		return err;
-	struct stream_slot info = {.device = device, .id = 0};
-	if (stream) {
-		if ((err = stream_find(stream, "uvmLaunchKernel on", &info)))
-			return err;
-		if (info.device != device)
-			return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with stream %p of device %d: a stream runs work on its own device only",
-					 device, (void *)stream, info.device);
-	}
-	struct uvm_device *d = &devices[device];
+	struct uvm_device *d = &devices[index];
 	pthread_mutex_lock(&d->mu);
-	if (stream && (err = stream_find(stream, "uvmLaunchKernel on", &info)))
+	struct stream_sock *k = NULL;
+	if ((err = ensure_running(s, d, index)) || (err = stream_sock_of(d, index, stream, true, &k)))
 		goto out;
-	if ((err = ensure_running(s, d, device)))
-		goto out;
-	int fd = -1;
-	if ((err = stream_fd(d, device, info.id, &fd)))
-		goto out;
-	note_launch(d, info.id, (uintptr_t)kernel);
+	note_launch(d, stream, (uintptr_t)kernel);
 
 	/* The params are copied into the message now, as CUDA copies
-	 * kernel arguments. The device's stream thread follows the
-	 * launching thread's CPU. */
+	 * kernel arguments. */
 	uint8_t b[UVM_LAUNCH_MESSAGE_MAX];
 	struct uvm_msg m = {.buf = b, .cap = sizeof b};
-	uvm__encode_launch(&m, ++d->seq, info.id, nthreads, (uintptr_t)kernel, params, paramsSize, sched_getcpu());
-	if (uvm__send(fd, m.buf, m.len, NULL, 0))
-		died(d, device, false, false, 0); /* reported by the next synchronize */
+	uvm__encode_launch(&m, ++d->seq, stream, nthreads, (uintptr_t)kernel, params, paramsSize, cpu);
+	if (uvm__send(k->fd, m.buf, m.len, NULL, 0))
+		died(d, index, false, false, 0); /* reported by the next synchronize */
+	else
+		k->sent++;
 out:
 	pthread_mutex_unlock(&d->mu);
 	return err ? err : uvm__ok();
@@ -971,16 +1074,20 @@ static void atfork_child(void)
 	for (int i = 0; i < UVM_MAX_DEVICES; i++) {
 		struct uvm_device *d = &devices[i];
 		pthread_mutex_init(&d->mu, NULL);
-		close_conns(d);
+		/* Closed, never shut down: the sockets are the parent's too. */
+		for (size_t j = 0; j < d->nsocks; j++) {
+			close(d->socks[j]->fd);
+			uvm__sys_free(d->socks[j]);
+		}
+		d->nsocks = 0;
+		if (d->control >= 0)
+			close(d->control);
+		d->control = -1;
 		d->pid = 0;
 		d->pending = uvmSuccess;
 		d->noutstanding = 0;
 		d->more_outstanding = 0;
 	}
-	pthread_mutex_init(&streams_mu, NULL);
-	for (uint32_t i = 0; i < nslots; i++)
-		slots[i].live = false;
-	nfree = 0; /* the parent's slots are not reused here: stale handles stay invalid */
 }
 
 __attribute__((constructor)) static void install_device_fork_handler(void) { pthread_atfork(NULL, NULL, atfork_child); }

@@ -714,6 +714,14 @@ static void launch(struct stream *st, struct uvm_reader *r)
 	if (cpu >= 0 && cpu < CPU_SETSIZE && cpu != pinned) {
 		pin_to(cpu);
 		pinned = cpu;
+	} else if (cpu < 0 && pinned >= 0) {
+		/* A launcher that spins as it waits keeps its CPU: the thread
+		 * goes where the scheduler puts it (the kernel intersects the
+		 * mask with the cpuset). */
+		cpu_set_t all;
+		memset(&all, 0xff, sizeof all);
+		sched_setaffinity(0, sizeof all, &all);
+		pinned = -1;
 	}
 	/* The message puts params at an odd offset; a kernel may cast them to
 	 * a struct of doubles or vectors, so it gets them page-aligned. */

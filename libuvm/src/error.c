@@ -20,6 +20,43 @@ uvmError_t uvm__fail(uvmError_t err, const char *fmt, ...)
 	return err;
 }
 
+uvmError_t uvm__not_ready(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last_message, sizeof last_message, fmt, ap);
+	va_end(ap);
+	return uvmErrorNotReady;
+}
+
+void uvm__errs_add(struct uvm_errs *e, uvmError_t code, const char *msg, size_t n)
+{
+	if (!e->code)
+		e->code = code;
+	if (e->len + 3 >= sizeof e->msg)
+		return;
+	int k = snprintf(e->msg + e->len, sizeof e->msg - e->len, "%s%.*s", e->len ? "; " : "", (int)n, msg);
+	if (k > 0)
+		e->len = e->len + (size_t)k < sizeof e->msg ? e->len + (size_t)k : sizeof e->msg - 1;
+}
+
+void uvm__errs_move(struct uvm_errs *dst, struct uvm_errs *src)
+{
+	if (!src->code)
+		return;
+	uvm__errs_add(dst, src->code, src->msg, src->len);
+	src->code = uvmSuccess;
+	src->len = 0;
+	src->msg[0] = '\0';
+}
+
+uvmError_t uvm__errs_result(const struct uvm_errs *e)
+{
+	if (!e->code)
+		return uvmSuccess;
+	return uvm__fail(e->code, "%.*s", (int)e->len, e->msg);
+}
+
 uvmError_t uvm__from_wire(uint32_t status)
 {
 	switch (status) {
@@ -54,6 +91,14 @@ const char *uvmGetErrorName(uvmError_t err)
 		return "uvmErrorInitializationError";
 	case uvmErrorInvalidDevice:
 		return "uvmErrorInvalidDevice";
+	case uvmErrorInvalidResourceHandle:
+		return "uvmErrorInvalidResourceHandle";
+	case uvmErrorNotReady:
+		return "uvmErrorNotReady";
+	case uvmErrorPeerAccessAlreadyEnabled:
+		return "uvmErrorPeerAccessAlreadyEnabled";
+	case uvmErrorPeerAccessNotEnabled:
+		return "uvmErrorPeerAccessNotEnabled";
 	case uvmErrorLaunchFailure:
 		return "uvmErrorLaunchFailure";
 	case uvmErrorNotSupported:
@@ -79,6 +124,14 @@ const char *uvmGetErrorString(uvmError_t err)
 		return "initialization error: no fault server could be reached or started";
 	case uvmErrorInvalidDevice:
 		return "invalid device ordinal";
+	case uvmErrorInvalidResourceHandle:
+		return "invalid resource handle";
+	case uvmErrorNotReady:
+		return "device not ready";
+	case uvmErrorPeerAccessAlreadyEnabled:
+		return "peer access is already enabled";
+	case uvmErrorPeerAccessNotEnabled:
+		return "peer access has not been enabled";
 	case uvmErrorLaunchFailure:
 		return "unspecified launch failure: a kernel crashed or its device process died";
 	case uvmErrorNotSupported:

@@ -121,7 +121,11 @@ UVM_HIDDEN const uint8_t *uvm__get_bytes(struct uvm_reader *r, uint32_t *len);
  * internal/wire/protocol.go of the same name writes it: they start m
  * (buf and cap set by the caller) and fill it in. A session's request
  * goes with seq 0: uvm__request numbers it. */
-UVM_HIDDEN void uvm__encode_hello(struct uvm_msg *m, uint32_t seq, uint32_t pid);
+UVM_HIDDEN void uvm__encode_hello(struct uvm_msg *m, uint32_t seq, uint32_t pid, uint8_t coherence);
+/* The launch coherence model's requests (coherence.c). */
+UVM_HIDDEN void uvm__encode_stream_attach(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint32_t flags, int32_t device, uint32_t stream);
+UVM_HIDDEN void uvm__encode_launch_begin(struct uvm_msg *m, uint32_t seq, int32_t device, uint32_t stream, const char *kernel);
+UVM_HIDDEN void uvm__encode_streams_idle(struct uvm_msg *m, uint32_t seq, int32_t device, uint32_t stream);
 UVM_HIDDEN void uvm__encode_alloc(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint64_t size, uint32_t flags, uint8_t kind,
 				  int32_t device);
 UVM_HIDDEN void uvm__encode_free(struct uvm_msg *m, uint32_t seq, uint64_t addr);
@@ -196,6 +200,7 @@ struct uvm_session {
 	uint64_t id;
 	int ndevices;
 	struct uvm_device_info devices[UVM_MAX_DEVICES];
+	int coherence; /* UVM_COHERENCE_FAULT or UVM_COHERENCE_LAUNCH, as the server settled it */
 
 	/* req_mu serializes requests on conn; seq and rbuf are its. */
 	pthread_mutex_t req_mu;
@@ -319,5 +324,117 @@ UVM_HIDDEN void uvm__device_main(int device, int workers, int server, int contro
  * (stream UVM_ALL_STREAMS: every stream of the device). */
 UVM_HIDDEN uvmError_t uvm__coherence_before_launch(int device, uint32_t stream, const char *kernel);
 UVM_HIDDEN uvmError_t uvm__coherence_after_sync(int device, uint32_t stream);
+/* uvm__stream_ids names stream's device and its id on the wire (stream.c). */
+UVM_HIDDEN uvmError_t uvm__stream_ids(uvmStream_t stream, const char *what, int *device, uint32_t *id);
+/* uvm__launch_model reports whether the session runs the launch model. */
+UVM_HIDDEN bool uvm__launch_model(void);
+
+/* ---- streams, events, device flags and properties ----
+ *
+ * device.c owns the device processes and their sockets; stream.c the
+ * stream handles, each stream's queue of work and the thread that runs
+ * it; event.c the events; props.c properties, peers, memory info and
+ * pointer attributes. */
+
+/* uvm__not_ready records msg as the thread's last error message, leaves
+ * its last error as it is (as CUDA never records uvmErrorNotReady), and
+ * returns uvmErrorNotReady (error.c). */
+UVM_HIDDEN uvmError_t uvm__not_ready(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Errors gathered from several places for one synchronize: the first
+ * one's code, and every message. */
+struct uvm_errs {
+	uvmError_t code;
+	char msg[1024];
+	size_t len;
+};
+UVM_HIDDEN void uvm__errs_add(struct uvm_errs *e, uvmError_t code, const char *msg, size_t n);
+/* uvm__errs_move adds src's errors to dst and empties src. */
+UVM_HIDDEN void uvm__errs_move(struct uvm_errs *dst, struct uvm_errs *src);
+/* uvm__errs_result records e's errors as the last error and returns the
+ * code (uvmSuccess if none). */
+UVM_HIDDEN uvmError_t uvm__errs_result(const struct uvm_errs *e);
+
+/* How a synchronize waits (uvmSetDeviceFlags). */
+enum uvm_wait { UVM_WAIT_SPIN, UVM_WAIT_YIELD, UVM_WAIT_BLOCK };
+/* uvm__wait_mode is how the program's threads wait for device's work. */
+UVM_HIDDEN enum uvm_wait uvm__wait_mode(int device);
+/* uvm__wait_pause is one turn of a spinning or yielding wait. */
+UVM_HIDDEN void uvm__wait_pause(enum uvm_wait how);
+UVM_HIDDEN uvmError_t uvm__refuse_in_device(const char *fn);
+/* uvm__check_device checks that d is a device of the session (whose
+ * pointer goes to *sp if sp is not NULL); what starts the message. */
+UVM_HIDDEN uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp);
+/* uvm__device_new_stream gives out a stream id of device d. */
+UVM_HIDDEN uint32_t uvm__device_new_stream(int d);
+/* uvm__device_launch writes a launch on stream of device d, starting the
+ * device's process if none runs (device.c). cpu is the launching
+ * thread's CPU, which the device's stream thread follows, or -1. */
+UVM_HIDDEN uvmError_t uvm__device_launch(int d, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t n,
+					 int cpu);
+/* uvm__device_sync waits (how) for the kernels written on stream of
+ * device d (UVM_ALL_STREAMS: every stream) and adds their errors to *e,
+ * with the death of a process not reported yet if take_pending. The
+ * errors go to *e while the stream is still held, under e_mu if not
+ * NULL, so that a synchronize after this one finds them there. */
+UVM_HIDDEN void uvm__device_sync(int d, uint32_t stream, enum uvm_wait how, bool take_pending, struct uvm_errs *e, pthread_mutex_t *e_mu);
+/* uvm__device_stream_idle says that no kernel written on stream of d
+ * can still be running (none since its last synchronize). */
+UVM_HIDDEN bool uvm__device_stream_idle(int d, uint32_t stream);
+/* uvm__device_stream_end ends stream in d's process, after what was
+ * written on it. */
+UVM_HIDDEN void uvm__device_stream_end(int d, uint32_t stream);
+/* uvm__device_add_pending adds errors for d's next synchronize. */
+UVM_HIDDEN void uvm__device_add_pending(int d, const struct uvm_errs *e);
+/* uvm__device_reset ends d's process, forgets its errors and flags. */
+UVM_HIDDEN void uvm__device_reset(int d);
+/* uvm__device_kernel_name names a kernel as launches do ("c:0x..."). */
+UVM_HIDDEN void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap);
+
+/* The stream's queue (stream.c). stream NULL is the current device's
+ * default stream. uvm__stream_enqueue_host queues fn(arg) (a copy of
+ * size bytes of it, 16-byte aligned) on stream, to run after the
+ * stream's work queued before it, kernels included; its error goes to
+ * the stream's next synchronize. With no device at all, fn runs now. */
+UVM_HIDDEN uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size);
+/* uvm__stream_device says which device stream belongs to;
+ * uvm__stream_lookup also its id in the device's process (0 for the
+ * default stream), as launches and synchronizes name it. */
+UVM_HIDDEN uvmError_t uvm__stream_device(uvmStream_t stream, const char *what, int *device);
+UVM_HIDDEN uvmError_t uvm__stream_lookup(uvmStream_t stream, const char *what, int *device, uint32_t *id);
+/* uvm__streams_drain waits for every stream of device d to run what is
+ * queued on it (not for its kernels). */
+UVM_HIDDEN void uvm__streams_drain(int d);
+/* uvm__streams_drain_all drains every device's streams, if any has
+ * work queued: memory is not freed under queued copies, as cudaFree
+ * synchronizes. */
+UVM_HIDDEN void uvm__streams_drain_all(void);
+
+/* Events (event.c), seen by stream.c. */
+struct uvm_event;
+/* uvm__event_new_record starts a record of ev on a stream of device d
+ * and returns its number. */
+UVM_HIDDEN uint64_t uvm__event_new_record(struct uvm_event *ev, int d);
+/* uvm__event_complete says that record gen of ev is complete, now. */
+UVM_HIDDEN void uvm__event_complete(struct uvm_event *ev, uint64_t gen);
+/* uvm__event_wait blocks until record gen of ev (or a later one) is complete. */
+UVM_HIDDEN void uvm__event_wait(struct uvm_event *ev, uint64_t gen);
+UVM_HIDDEN void uvm__event_ref(struct uvm_event *ev);
+UVM_HIDDEN void uvm__event_unref(struct uvm_event *ev);
+/* uvm__stream_record records ev on stream (stream.c). */
+UVM_HIDDEN uvmError_t uvm__stream_record(uvmStream_t stream, struct uvm_event *ev, const char *what);
+/* uvm__stream_wait_event makes later work on stream wait for record gen
+ * of ev (stream.c). */
+UVM_HIDDEN uvmError_t uvm__stream_wait_event(uvmStream_t stream, struct uvm_event *ev, uint64_t gen, const char *what);
+
+/* props.c: whether the host may touch managed memory while kernels run
+ * (uvmDevAttrConcurrentManagedAccess). */
+UVM_HIDDEN int uvm__concurrent_managed_access(void);
+/* uvm__forget_pointer_attributes forgets what uvmPointerSetAttribute
+ * recorded for the allocation at addr, which is being freed. */
+UVM_HIDDEN void uvm__forget_pointer_attributes(uintptr_t addr);
+/* A peer-access request (wire.EncodePeerAccess): enable or disable
+ * device's access to peer's device memory (props.c). */
+UVM_HIDDEN void uvm__encode_peer_access(struct uvm_msg *m, uint32_t seq, int32_t device, int32_t peer, bool enable, uint32_t flags);
 
 #endif /* UVM_INTERNAL_H */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -84,7 +85,32 @@ uvmError_t uvmFree(void *devPtr)
 {
 	if (!devPtr)
 		return uvmSuccess; /* as cudaFree(NULL) */
-	return uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
+	uvm__streams_drain_all();
+	uvmError_t err = uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
+	if (!err)
+		uvm__forget_pointer_attributes((uintptr_t)devPtr);
+	return err;
+}
+
+uvmError_t uvmMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+	if (!devPtr || !pitch)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMallocPitch: %s is NULL; want the address of a %s to set", !devPtr ? "devPtr" : "pitch",
+				 !devPtr ? "pointer" : "size_t");
+	*devPtr = NULL;
+	if (width == 0 || height == 0)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMallocPitch of %zu rows of %zu bytes: want at least one row of one byte", height, width);
+	/* Rows start at multiples of 512 bytes (texturePitchAlignment). */
+	if (width > SIZE_MAX - 511)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMallocPitch: width %zu is too large", width);
+	size_t p = (width + 511) & ~(size_t)511;
+	if (height > SIZE_MAX / p)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMallocPitch of %zu rows of %zu bytes: the size overflows", height, p);
+	uvmError_t err = uvmMalloc(devPtr, p * height);
+	if (err)
+		return err;
+	*pitch = p;
+	return uvmSuccess;
 }
 
 /* pin_host fills a pinned allocation's host pages before the server
@@ -129,7 +155,11 @@ uvmError_t uvmFreeHost(void *ptr)
 		return uvmSuccess;
 	if (!uvm__in_window((uintptr_t)ptr) && uvm__alloc_lookup((uintptr_t)ptr, &a))
 		return uvm__fail(uvmErrorInvalidValue, "uvmFreeHost %p: it is registered host memory; release it with uvmHostUnregister", ptr);
-	return uvm__release((uintptr_t)ptr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmFreeHost");
+	uvm__streams_drain_all();
+	uvmError_t err = uvm__release((uintptr_t)ptr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmFreeHost");
+	if (!err)
+		uvm__forget_pointer_attributes((uintptr_t)ptr);
+	return err;
 }
 
 uvmError_t uvmHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
@@ -201,6 +231,7 @@ uvmError_t uvmHostUnregister(void *ptr)
 		return uvm__fail(uvmErrorInvalidValue, "uvmHostUnregister: ptr is NULL");
 	if (uvm__in_window(p) || !uvm__alloc_lookup(p, &a) || a.host_alias != p)
 		return uvm__fail(uvmErrorInvalidValue, "uvmHostUnregister %p: not the start of registered host memory", ptr);
+	uvm__streams_drain_all();
 	/* The program gets ordinary memory back with the same contents: a
 	 * private copy moved over the alias in one step. */
 	void *copy = mmap(NULL, a.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -212,7 +243,10 @@ uvmError_t uvmHostUnregister(void *ptr)
 		munmap(copy, a.length);
 		return uvm__fail(uvmErrorUnknown, "uvmHostUnregister %p: move the copy back: %s", ptr, strerror(e));
 	}
-	return uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST) | REGISTERED_BIT, "uvmHostUnregister");
+	uvmError_t err = uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST) | REGISTERED_BIT, "uvmHostUnregister");
+	if (!err)
+		uvm__forget_pointer_attributes(a.addr);
+	return err;
 }
 
 /* page_range rounds [p, p+n) out to pages, as CUDA does for prefetch and
@@ -256,25 +290,39 @@ static uvmError_t check_processor(struct uvm_session *s, const char *what, int d
 	return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want uvmCpuDeviceId (-1) or a device from 0 to %d", what, d, s->ndevices - 1);
 }
 
+struct prefetch_args {
+	uint64_t start, length;
+	int dst;
+};
+
+static uvmError_t run_prefetch(void *arg)
+{
+	const struct prefetch_args *a = arg;
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	uint8_t buf[64], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__encode_prefetch(&m, 0, a->start, a->length, a->dst);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemPrefetchAsync");
+}
+
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream)
 {
 	uvmError_t err;
 	struct uvm_session *s = session_or_fail(&err);
 	if (!s)
 		return err;
-	uint64_t start, length;
-	if ((err = managed_page_range("uvmMemPrefetchAsync", devPtr, count, &start, &length)))
+	struct prefetch_args a = {.dst = dstDevice};
+	if ((err = managed_page_range("uvmMemPrefetchAsync", devPtr, count, &a.start, &a.length)))
 		return err;
 	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
 		return err;
-	/* In stream order: after the work queued before it. */
-	if (stream && (err = uvm__stream_wait(stream, "uvmMemPrefetchAsync")))
-		return err;
-	uint8_t buf[64], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_prefetch(&m, 0, start, length, dstDevice);
-	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemPrefetchAsync");
+	/* In stream order: after the work queued before it, kernels
+	 * included. */
+	return uvm__stream_enqueue_host(stream, "uvmMemPrefetchAsync", run_prefetch, &a, sizeof a);
 }
 
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device)
@@ -300,57 +348,110 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemAdvise");
 }
 
-uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttribute attribute, const void *devPtr, size_t count)
+/* The attributes of a range, as the server answers them. */
+struct range_attrs {
+	int read_mostly, preferred, last_prefetch;
+	uint32_t naccessed;
+	int accessed[UVM_MAX_DEVICES + 1];
+};
+
+static uvmError_t check_range_attr(const char *what, void *data, size_t dataSize, uvmMemRangeAttribute attribute)
 {
 	if (!data)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttribute: data is NULL");
+		return uvm__fail(uvmErrorInvalidValue, "%s: data is NULL", what);
 	if (attribute < uvmMemRangeAttributeReadMostly || attribute > uvmMemRangeAttributeLastPrefetchLocation)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttribute: attribute %d: want 1 (read-mostly) to 4 (last prefetch location)", (int)attribute);
+		return uvm__fail(uvmErrorInvalidValue, "%s: attribute %d: want 1 (read-mostly) to 4 (last prefetch location)", what, (int)attribute);
 	if (attribute == uvmMemRangeAttributeAccessedBy ? (dataSize == 0 || dataSize % 4) : dataSize != 4)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttribute: dataSize %zu: want %s", dataSize,
+		return uvm__fail(uvmErrorInvalidValue, "%s: dataSize %zu: want %s", what, dataSize,
 				 attribute == uvmMemRangeAttributeAccessedBy ? "a nonzero multiple of 4 (an int per device)" : "4 (one int)");
+	return uvmSuccess;
+}
+
+static uvmError_t fetch_range_attrs(const char *what, const void *devPtr, size_t count, struct range_attrs *ra)
+{
 	uvmError_t err;
 	struct uvm_session *s = session_or_fail(&err);
 	if (!s)
 		return err;
 	struct uvm_alloc a;
 	uint64_t start, length;
-	if ((err = page_range("uvmMemRangeGetAttribute", devPtr, count, &a, &start, &length)))
+	if ((err = page_range(what, devPtr, count, &a, &start, &length)))
 		return err;
 	uint8_t buf[64], reply[512];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
 	uvm__encode_range_attrs(&m, 0, start, length);
 	struct uvm_reader r;
-	if ((err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemRangeGetAttribute")))
+	if ((err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what)))
 		return err;
-	int read_mostly = uvm__get_u8(&r);
-	int preferred = uvm__get_i32(&r);
-	int last_prefetch = uvm__get_i32(&r);
+	ra->read_mostly = uvm__get_u8(&r);
+	ra->preferred = uvm__get_i32(&r);
+	ra->last_prefetch = uvm__get_i32(&r);
 	uint32_t n = uvm__get_u32(&r);
+	ra->naccessed = 0;
+	for (uint32_t i = 0; i < n && !r.err; i++) {
+		int d = uvm__get_i32(&r);
+		if (ra->naccessed < sizeof ra->accessed / sizeof ra->accessed[0])
+			ra->accessed[ra->naccessed++] = d;
+	}
+	if (r.err)
+		return uvm__fail(uvmErrorUnknown, "%s: the server's reply is truncated", what);
+	return uvmSuccess;
+}
+
+static void put_range_attr(void *data, size_t dataSize, uvmMemRangeAttribute attribute, const struct range_attrs *ra)
+{
 	int *out = data;
 	switch (attribute) {
 	case uvmMemRangeAttributeReadMostly:
-		*out = read_mostly;
+		*out = ra->read_mostly;
 		break;
 	case uvmMemRangeAttributePreferredLocation:
-		*out = preferred;
+		*out = ra->preferred;
 		break;
 	case uvmMemRangeAttributeLastPrefetchLocation:
-		*out = last_prefetch;
+		*out = ra->last_prefetch;
 		break;
 	case uvmMemRangeAttributeAccessedBy:
 		/* As CUDA: the devices, then uvmInvalidDeviceId to the end. */
 		for (size_t i = 0; i < dataSize / 4; i++)
-			out[i] = uvmInvalidDeviceId;
-		for (uint32_t i = 0; i < n && !r.err; i++) {
-			int d = uvm__get_i32(&r);
-			if (i < dataSize / 4)
-				out[i] = d;
-		}
+			out[i] = i < ra->naccessed ? ra->accessed[i] : uvmInvalidDeviceId;
 		break;
 	}
-	if (r.err)
-		return uvm__fail(uvmErrorUnknown, "uvmMemRangeGetAttribute: the server's reply is truncated");
+}
+
+uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttribute attribute, const void *devPtr, size_t count)
+{
+	uvmError_t err = check_range_attr("uvmMemRangeGetAttribute", data, dataSize, attribute);
+	if (err)
+		return err;
+	struct range_attrs ra;
+	if ((err = fetch_range_attrs("uvmMemRangeGetAttribute", devPtr, count, &ra)))
+		return err;
+	put_range_attr(data, dataSize, attribute, &ra);
+	return uvmSuccess;
+}
+
+uvmError_t uvmMemRangeGetAttributes(void **data, size_t *dataSizes, uvmMemRangeAttribute *attrs, size_t numAttributes, const void *devPtr,
+				    size_t count)
+{
+	if (!data || !dataSizes || !attrs)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttributes: %s is NULL", !data ? "data" : !dataSizes ? "dataSizes" : "attrs");
+	if (numAttributes == 0)
+		return uvm__fail(uvmErrorInvalidValue, "uvmMemRangeGetAttributes: numAttributes is 0; want at least one attribute");
+	for (size_t i = 0; i < numAttributes; i++) {
+		char what[64];
+		snprintf(what, sizeof what, "uvmMemRangeGetAttributes: attribute %zu", i);
+		uvmError_t err = check_range_attr(what, data[i], dataSizes[i], attrs[i]);
+		if (err)
+			return err;
+	}
+	/* One question to the server for all of them. */
+	struct range_attrs ra;
+	uvmError_t err = fetch_range_attrs("uvmMemRangeGetAttributes", devPtr, count, &ra);
+	if (err)
+		return err;
+	for (size_t i = 0; i < numAttributes; i++)
+		put_range_attr(data[i], dataSizes[i], attrs[i], &ra);
 	return uvmSuccess;
 }
 
@@ -655,20 +756,37 @@ static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const str
 			 (void *)bad->p, side_name(bad), want);
 }
 
-uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+/* memcpy_check checks a copy's arguments (count > 0), as uvmMemcpy does
+ * before copying. */
+static uvmError_t memcpy_check(const char *what, void *dst, const void *src, size_t count, uvmMemcpyKind kind, struct side *d, struct side *sr)
+{
+	uvmError_t err;
+	if ((err = side_of(what, "destination", dst, count, d)) || (err = side_of(what, "source", src, count, sr)))
+		return err;
+	if ((err = check_kind(kind, d, sr)))
+		return err;
+	if ((uintptr_t)dst < (uintptr_t)src + count && (uintptr_t)src < (uintptr_t)dst + count)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p <- %p of %zu bytes: the ranges overlap", what, dst, src, count);
+	return uvmSuccess;
+}
+
+static uvmError_t check_memcpy_kind(const char *what, uvmMemcpyKind kind)
 {
 	if ((int)kind < uvmMemcpyHostToHost || kind > uvmMemcpyDefault)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy: kind %d: want uvmMemcpyHostToHost (0) to uvmMemcpyDefault (4)", (int)kind);
+		return uvm__fail(uvmErrorInvalidValue, "%s: kind %d: want uvmMemcpyHostToHost (0) to uvmMemcpyDefault (4)", what, (int)kind);
+	return uvmSuccess;
+}
+
+uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+{
+	uvmError_t err = check_memcpy_kind("uvmMemcpy", kind);
+	if (err)
+		return err;
 	if (count == 0)
 		return uvmSuccess;
 	struct side d, sr;
-	uvmError_t err;
-	if ((err = side_of("uvmMemcpy", "destination", dst, count, &d)) || (err = side_of("uvmMemcpy", "source", src, count, &sr)))
+	if ((err = memcpy_check("uvmMemcpy", dst, src, count, kind, &d, &sr)))
 		return err;
-	if ((err = check_kind(kind, &d, &sr)))
-		return err;
-	if ((uintptr_t)dst < (uintptr_t)src + count && (uintptr_t)src < (uintptr_t)dst + count)
-		return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy %p <- %p of %zu bytes: the ranges overlap", dst, src, count);
 	if (!side_device(&d) && !side_device(&sr)) {
 		if (side_write_combined(&d))
 			copy_nt(dst, src, count);
@@ -691,12 +809,43 @@ uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kin
 	return side_device(&d) ? device_written(s, (uintptr_t)dst, count, "uvmMemcpy") : uvmSuccess;
 }
 
+/* A copy or fill queued on a stream: it runs as the synchronous call
+ * would, on the stream's worker. */
+struct copy_args {
+	void *dst;
+	const void *src;
+	size_t count;
+	uvmMemcpyKind kind;
+	int value;
+};
+
+static uvmError_t run_memcpy(void *arg)
+{
+	const struct copy_args *a = arg;
+	return uvmMemcpy(a->dst, a->src, a->count, a->kind);
+}
+
+static uvmError_t run_memset(void *arg)
+{
+	const struct copy_args *a = arg;
+	return uvmMemset(a->dst, a->value, a->count);
+}
+
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream)
 {
-	uvmError_t err;
-	if (stream && (err = uvm__stream_wait(stream, "uvmMemcpyAsync")))
+	uvmError_t err = check_memcpy_kind("uvmMemcpyAsync", kind);
+	if (err)
 		return err;
-	return uvmMemcpy(dst, src, count, kind);
+	int device;
+	if (stream && (err = uvm__stream_device(stream, "uvmMemcpyAsync on", &device)))
+		return err;
+	if (count == 0)
+		return uvmSuccess;
+	struct side d, sr;
+	if ((err = memcpy_check("uvmMemcpyAsync", dst, src, count, kind, &d, &sr)))
+		return err;
+	struct copy_args a = {.dst = dst, .src = src, .count = count, .kind = kind};
+	return uvm__stream_enqueue_host(stream, "uvmMemcpyAsync", run_memcpy, &a, sizeof a);
 }
 
 uvmError_t uvmMemset(void *devPtr, int value, size_t count)
@@ -729,7 +878,66 @@ uvmError_t uvmMemset(void *devPtr, int value, size_t count)
 uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t stream)
 {
 	uvmError_t err;
-	if (stream && (err = uvm__stream_wait(stream, "uvmMemsetAsync")))
+	int device;
+	if (stream && (err = uvm__stream_device(stream, "uvmMemsetAsync on", &device)))
 		return err;
-	return uvmMemset(devPtr, value, count);
+	if (count == 0)
+		return uvmSuccess;
+	struct side d;
+	if ((err = side_of("uvmMemsetAsync", "destination", devPtr, count, &d)))
+		return err;
+	struct copy_args a = {.dst = devPtr, .count = count, .value = value};
+	return uvm__stream_enqueue_host(stream, "uvmMemsetAsync", run_memset, &a, sizeof a);
+}
+
+/* peer_check checks a peer copy's devices and pointers: each pointer is
+ * memory a device reaches (device memory of the device named for it, or
+ * managed or pinned host memory, which every device reaches). */
+static uvmError_t peer_check(const char *what, void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+{
+	uvmError_t err;
+	char w[96];
+	snprintf(w, sizeof w, "%s: the destination on", what);
+	if ((err = uvm__check_device(dstDevice, w, NULL)))
+		return err;
+	snprintf(w, sizeof w, "%s: the source on", what);
+	if ((err = uvm__check_device(srcDevice, w, NULL)))
+		return err;
+	if (count == 0)
+		return uvmSuccess;
+	struct side d, sr;
+	if ((err = memcpy_check(what, dst, src, count, uvmMemcpyDefault, &d, &sr)))
+		return err;
+	const struct side *sides[2] = {&d, &sr};
+	const int devs[2] = {dstDevice, srcDevice};
+	static const char *const which[2] = {"destination", "source"};
+	for (int i = 0; i < 2; i++) {
+		if (!sides[i]->ours)
+			return uvm__fail(uvmErrorInvalidValue, "%s: the %s %p is ordinary host memory, which no device reaches; want device, managed or pinned memory",
+					 what, which[i], (void *)sides[i]->p);
+		if (side_device(sides[i]) && sides[i]->a.device != devs[i])
+			return uvm__fail(uvmErrorInvalidValue, "%s: the %s %p is device memory of device %d, not of device %d", what, which[i],
+					 (void *)sides[i]->p, sides[i]->a.device, devs[i]);
+	}
+	return uvmSuccess;
+}
+
+uvmError_t uvmMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+{
+	uvmError_t err = peer_check("uvmMemcpyPeer", dst, dstDevice, src, srcDevice, count);
+	if (err || count == 0)
+		return err;
+	return uvmMemcpy(dst, src, count, uvmMemcpyDefault);
+}
+
+uvmError_t uvmMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, uvmStream_t stream)
+{
+	int device;
+	uvmError_t err;
+	if (stream && (err = uvm__stream_device(stream, "uvmMemcpyPeerAsync on", &device)))
+		return err;
+	if ((err = peer_check("uvmMemcpyPeerAsync", dst, dstDevice, src, srcDevice, count)) || count == 0)
+		return err;
+	struct copy_args a = {.dst = dst, .src = src, .count = count, .kind = uvmMemcpyDefault};
+	return uvm__stream_enqueue_host(stream, "uvmMemcpyPeerAsync", run_memcpy, &a, sizeof a);
 }

@@ -226,12 +226,30 @@ static int connect_server(struct uvm_session *s)
 	return start_private_server(&s->private_pid);
 }
 
+/* coherence_wanted reads UVM_COHERENCE: the model this process asks for
+ * (UVM_COHERENCE_DEFAULT: the server's), or -1 with the error recorded. */
+static int coherence_wanted(void)
+{
+	const char *v = getenv("UVM_COHERENCE");
+	if (!v || !*v)
+		return UVM_COHERENCE_DEFAULT;
+	if (!strcmp(v, "fault"))
+		return UVM_COHERENCE_FAULT;
+	if (!strcmp(v, "launch"))
+		return UVM_COHERENCE_LAUNCH;
+	init_fail(uvmErrorInitializationError, "UVM_COHERENCE=%s: want fault or launch", v);
+	return -1;
+}
+
 /* hello hands the server this process's userfaultfd and host file. */
 static bool hello(struct uvm_session *s, int uffd)
 {
 	uint8_t buf[64], reply[4096];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_hello(&m, 0, (uint32_t)getpid());
+	int want = coherence_wanted();
+	if (want < 0)
+		return false;
+	uvm__encode_hello(&m, 0, (uint32_t)getpid(), (uint8_t)want);
 	int fds[2] = {uffd, s->host_fd};
 	struct uvm_reader r;
 	uvmError_t err = uvm__request(s, &m, fds, 2, reply, sizeof reply, &r, NULL, 0, NULL, "hello");
@@ -259,6 +277,7 @@ static bool hello(struct uvm_session *s, int uffd)
 		uvm__get_i32(&r);         /* NUMA node */
 		s->devices[i].workers = (int)uvm__get_u32(&r);
 	}
+	s->coherence = uvm__get_u8(&r);
 	if (r.err) {
 		init_fail(uvmErrorInitializationError, "the server's hello reply is truncated (is it a softuvm server of another version?)");
 		return false;

@@ -104,12 +104,37 @@ const uint8_t *uvm__get_bytes(struct uvm_reader *r, uint32_t *len)
  * internal/wire/protocol.go write them (libuvm/tests/wire_golden_test.c
  * checks each against the same golden bytes as the Go side) ---- */
 
-void uvm__encode_hello(struct uvm_msg *m, uint32_t seq, uint32_t pid)
+void uvm__encode_hello(struct uvm_msg *m, uint32_t seq, uint32_t pid, uint8_t coherence)
 {
 	uvm__msg_start(m, UVM_MSG_HELLO, seq, 0);
 	uvm__put_u8(m, UVM_ROLE_CLIENT);
 	uvm__put_u32(m, pid);
 	uvm__put_u64(m, 0); /* the server's default features */
+	uvm__put_u8(m, coherence);
+}
+
+void uvm__encode_stream_attach(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint32_t flags, int32_t device, uint32_t stream)
+{
+	uvm__msg_start(m, UVM_MSG_STREAM_ATTACH, seq, 0);
+	uvm__put_u64(m, addr);
+	uvm__put_u32(m, flags);
+	uvm__put_i32(m, device);
+	uvm__put_u32(m, stream);
+}
+
+void uvm__encode_launch_begin(struct uvm_msg *m, uint32_t seq, int32_t device, uint32_t stream, const char *kernel)
+{
+	uvm__msg_start(m, UVM_MSG_LAUNCH_BEGIN, seq, 0);
+	uvm__put_i32(m, device);
+	uvm__put_u32(m, stream);
+	uvm__put_str(m, kernel);
+}
+
+void uvm__encode_streams_idle(struct uvm_msg *m, uint32_t seq, int32_t device, uint32_t stream)
+{
+	uvm__msg_start(m, UVM_MSG_STREAMS_IDLE, seq, 0);
+	uvm__put_i32(m, device);
+	uvm__put_u32(m, stream);
 }
 
 void uvm__encode_alloc(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint64_t size, uint32_t flags, uint8_t kind,

@@ -40,6 +40,10 @@ enum uvm_msg_type {
 	UVM_MSG_DEVICE_HINTS     = 21, /* "device-hints" */
 	UVM_MSG_RESTARTED        = 22, /* "restarted" */
 	UVM_MSG_REPLACE          = 23, /* "replace" */
+	UVM_MSG_STREAM_ATTACH    = 24, /* "stream-attach" */
+	UVM_MSG_LAUNCH_BEGIN     = 25, /* "launch-begin" */
+	UVM_MSG_STREAMS_IDLE     = 26, /* "streams-idle" */
+	UVM_MSG_PEER_ACCESS      = 27, /* "peer-access" */
 };
 
 /* Reply status codes (wire.errorCode). */
@@ -78,9 +82,15 @@ enum uvm_kind {
 #define UVM_ADVISE_SET_ACCESSED_BY          5 /* core.AdviseSetAccessedBy */
 #define UVM_ADVISE_UNSET_ACCESSED_BY        6 /* core.AdviseUnsetAccessedBy */
 
-/* Attachment flags of a managed allocation, in alloc requests; uvm.h's uvmMemAttach* must equal them. */
+/* Attachment flags of a managed allocation, in alloc and stream-attach requests; uvm.h's uvmMemAttach* must equal them. */
 #define UVM_ATTACH_GLOBAL 1u /* core.AttachGlobal */
 #define UVM_ATTACH_HOST   2u /* core.AttachHost */
+#define UVM_ATTACH_SINGLE 4u /* core.AttachSingle */
+
+/* Coherence models, in hello requests (0: the server's) and replies. */
+#define UVM_COHERENCE_DEFAULT 0 /* core.CoherenceDefault */
+#define UVM_COHERENCE_FAULT   1 /* core.CoherenceFault */
+#define UVM_COHERENCE_LAUNCH  2 /* core.CoherenceLaunch */
 
 /* Processors: an int32 on the wire, -1 for the CPU, 0 to UVM_MAX_DEVICES-1 for a device (core.Device). */
 #define UVM_CPU            (-1) /* core.CPU */

@@ -134,7 +134,11 @@ static void *prefetcher(void *arg)
 		size_t pages = 1 + xorshift(&rng) % (3 * MiB / PAGE);
 		size_t first = xorshift(&rng) % (TOTAL / PAGE - pages + 1);
 		int dst = where[xorshift(&rng) % 3];
-		if (uvmMemPrefetchAsync(mem + first * PAGE, pages * PAGE, dst, NULL) != uvmSuccess && failures++ == 0)
+		/* A prefetch is queued on the default stream: each is waited
+		 * for, so that one is in flight at a time, as the writers'
+		 * faults and the forks race with it. */
+		if ((uvmMemPrefetchAsync(mem + first * PAGE, pages * PAGE, dst, NULL) != uvmSuccess || uvmStreamSynchronize(NULL) != uvmSuccess) &&
+		    failures++ == 0)
 			fprintf(stderr, "prefetch of %zu pages at %#zx to %d: %s\n", pages, first * PAGE, dst, uvmGetLastErrorMessage());
 		__atomic_add_fetch(&progress[WRITERS], 1, __ATOMIC_SEQ_CST);
 	}

@@ -48,13 +48,16 @@ static void test_managed(void)
 	CHECK(b[0] == 0 && b[n - 1] == 0); /* fresh memory reads as zeros */
 	for (size_t i = 0; i < n; i++)
 		b[i] = (unsigned char)(i * 7);
-	/* To each device and back: the data follows. */
+	/* To each device and back: the data follows. A prefetch is queued on
+	 * the stream: a synchronize waits for it. */
 	CHECK_OK(uvmMemPrefetchAsync(b, n, 0, NULL));
+	CHECK_OK(uvmDeviceSynchronize());
 	int loc = -5;
 	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, b, n));
 	CHECK(loc == 0);
 	CHECK_OK(uvmMemPrefetchAsync(b, n, 1, NULL));
 	CHECK_OK(uvmMemPrefetchAsync(b + 4096, 4096, uvmCpuDeviceId, NULL));
+	CHECK_OK(uvmDeviceSynchronize());
 	size_t bad = 0;
 	for (size_t i = 0; i < n; i++)
 		bad += b[i] != (unsigned char)(i * 7);
@@ -171,6 +174,7 @@ static void test_device_memory(void)
 	CHECK_ERR(uvmMemset(NULL, 0, 10), uvmErrorInvalidValue);
 	CHECK_OK(uvmMemsetAsync(d0, 0, n, NULL));
 	CHECK_OK(uvmMemcpyAsync(back, d0, 4096, uvmMemcpyDeviceToHost, NULL));
+	CHECK_OK(uvmDeviceSynchronize());
 	CHECK(back[10] == 0);
 	CHECK_ERR(uvmMemPrefetchAsync(d0, n, 1, NULL), uvmErrorInvalidValue);
 	CHECK_ERR(uvmFreeHost(d0), uvmErrorInvalidValue);
@@ -645,6 +649,7 @@ static void test_kernels_reach_host_memory(void)
 	uvmStream_t st;
 	CHECK_OK(uvmStreamCreate(&st));
 	CHECK_OK(uvmMemPrefetchAsync(managed, n * sizeof(int), 0, st));
+	CHECK_OK(uvmStreamSynchronize(st));
 	int loc = -5;
 	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, managed, n * sizeof(int)));
 	CHECK(loc == 0);
@@ -652,8 +657,8 @@ static void test_kernels_reach_host_memory(void)
 	CHECK_OK(uvmLaunchKernel(0, st, 1, sum_kernel, &sp, sizeof sp));
 	long host_copy = 0;
 	CHECK_OK(uvmMemcpyAsync(&host_copy, out, sizeof host_copy, uvmMemcpyDeviceToHost, st));
-	CHECK(host_copy == want); /* the copy ran after the kernel */
 	CHECK_OK(uvmStreamSynchronize(st));
+	CHECK(host_copy == want); /* the copy ran after the kernel */
 	CHECK_OK(uvmStreamDestroy(st));
 	CHECK_ERR(uvmMemPrefetchAsync(managed, 4096, 0, st), uvmErrorInvalidValue); /* destroyed */
 	munmap(reg, n * sizeof(int));

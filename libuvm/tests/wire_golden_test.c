@@ -128,7 +128,7 @@ static void test_sent(void)
 	struct out o;
 	struct uvm_msg *m;
 
-	uvm__encode_hello(m = out_start(&o), 1, 4242);
+	uvm__encode_hello(m = out_start(&o), 1, 4242, UVM_COHERENCE_LAUNCH);
 	expect_sent("hello-request", m);
 	uvm__encode_alloc(m = out_start(&o), 2, ADDR, 0x3000, 12032, uvmMemAttachHost, UVM_KIND_DEVICE, 1);
 	expect_sent("alloc-request", m);
@@ -158,6 +158,12 @@ static void test_sent(void)
 	expect_sent("launch-crash", m);
 	uvm__encode_stream(m = out_start(&o), UVM_MSG_SYNC, 14, 2);
 	expect_sent("sync-request", m);
+	uvm__encode_stream_attach(m = out_start(&o), 30, ADDR, uvmMemAttachSingle, 1, 3);
+	expect_sent("stream-attach-request", m);
+	uvm__encode_launch_begin(m = out_start(&o), 31, 1, 3, "c:0x401000");
+	expect_sent("launch-begin-request", m);
+	uvm__encode_streams_idle(m = out_start(&o), 32, 1, UVM_ALL_STREAMS);
+	expect_sent("streams-idle-request", m);
 	/* A stream answers with its errors since the last synchronize:
 	 * none, an empty string under an OK status. */
 	uvm__encode_reply(m = out_start(&o), UVM_MSG_SYNC, 14, UVM_WIRE_OK, "");
@@ -181,6 +187,8 @@ static void test_sent(void)
 	expect_sent("device-file-request", m);
 	uvm__encode_reply(m = out_start(&o), UVM_MSG_DEVICE_HINTS, 21, UVM_WIRE_OK, NULL);
 	expect_sent("device-hints-reply", m);
+	uvm__encode_peer_access(m = out_start(&o), 33, 1, 0, true, 0); /* props.c */
+	expect_sent("peer-access-request", m);
 
 	/* A reply's message is cut to its buffer, never past it. */
 	uint8_t small[UVM_WIRE_HEADER + 4 + 5];
@@ -275,6 +283,7 @@ static void test_read(void)
 		expect_str(&f, "device 1's backend", &r, "numa");
 		EXPECT(&f, "device 1's node", uvm__get_i32(&r), 0);
 		EXPECT(&f, "device 1's workers", uvm__get_u32(&r), 4);
+		EXPECT(&f, "the coherence model", uvm__get_u8(&r), UVM_COHERENCE_FAULT);
 		expect_end(&f, &r);
 	}
 	if (open_msg("alloc-reply", &f, &r, UVM_MSG_ALLOC, 2, UVM_WIRE_OK)) {
@@ -355,6 +364,9 @@ static void test_read(void)
 		expect_end(&f, &r);
 	}
 	expect_empty("sync-reply", UVM_MSG_SYNC, 14);
+	expect_empty("stream-attach-reply", UVM_MSG_STREAM_ATTACH, 30); /* coherence.c uvmStreamAttachMemAsync */
+	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);   /* coherence.c uvm__coherence_before_launch */
+	expect_empty("streams-idle-reply", UVM_MSG_STREAMS_IDLE, 32);   /* coherence.c uvm__coherence_after_sync */
 	expect_error("sync-error", UVM_MSG_SYNC, 14, UVM_WIRE_LAUNCH_FAILURE, uvmErrorLaunchFailure,
 		     "device 1: kernel c:0x401000 is not a C kernel (want c:0x<address>)");
 	if (open_msg("stream-destroy-request", &f, &r, UVM_MSG_STREAM_DESTROY, 15, 0)) {
@@ -387,6 +399,10 @@ static void test_read(void)
 	if (open_msg("restarted", &f, &r, UVM_MSG_RESTARTED, 0, 0)) {
 		EXPECT(&f, "the server pid", uvm__get_u32(&r), 4245);
 		EXPECT(&f, "the restarts", uvm__get_u32(&r), 2);
+		expect_end(&f, &r);
+	}
+	if (open_msg("peer-access-reply", &f, &r, UVM_MSG_PEER_ACCESS, 33, UVM_WIRE_OK)) { /* props.c peer_access */
+		EXPECT(&f, "was enabled", uvm__get_u8(&r), 0);
 		expect_end(&f, &r);
 	}
 }

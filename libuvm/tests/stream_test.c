@@ -1,0 +1,707 @@
+/*
+ * stream_test.c: work queued on streams (prefetches, copies, fills),
+ * events, waits between streams, and how synchronizes wait. Run by
+ * integration/libuvm_test.go with a private server, 2 devices of 2
+ * workers and 64 MiB arenas.
+ *
+ * Ordering is checked without sleeping: a kernel that must still be
+ * running waits for a flag in pinned host memory, which the test sets
+ * once it has seen what it wanted to see (a call that returned, data
+ * not written yet); the kernel gives up after a while and says so, so a
+ * broken library fails the test rather than hangs it.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define MiB (1ul << 20)
+/* How long a kernel waits for its flag before it gives up. */
+#define FLAG_TIMEOUT_S 20
+
+/* ---- kernels ---- */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* gate: waits until *flag is set (or gives up, setting *gave_up), then
+ * fills out[0..n) with value + i, if out. */
+struct gate_params {
+	volatile int *flag;
+	int *gave_up;
+	uint32_t *out;
+	uint32_t n, value;
+};
+
+static void gate(unsigned tid, unsigned nthreads, const void *params)
+{
+	const struct gate_params *p = params;
+	if (tid == 0) {
+		double deadline = now_ms() + FLAG_TIMEOUT_S * 1e3;
+		while (!__atomic_load_n(p->flag, __ATOMIC_ACQUIRE)) {
+			if (now_ms() > deadline) {
+				__atomic_store_n(p->gave_up, 1, __ATOMIC_RELEASE);
+				break;
+			}
+			nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+		}
+	}
+	if (!p->out)
+		return;
+	for (uint32_t i = tid; i < p->n; i += nthreads)
+		p->out[i] = p->value + i;
+}
+
+/* copy_kernel: dst[i] = src[i]. */
+struct copy_params {
+	const uint32_t *src;
+	uint32_t *dst;
+	uint32_t n;
+};
+
+static void copy_kernel(unsigned tid, unsigned nthreads, const void *params)
+{
+	const struct copy_params *p = params;
+	for (uint32_t i = tid; i < p->n; i += nthreads)
+		p->dst[i] = p->src[i];
+}
+
+/* nap: sleeps *params milliseconds. */
+static void nap(unsigned tid, unsigned nthreads, const void *params)
+{
+	(void)tid, (void)nthreads;
+	unsigned ms = *(const unsigned *)params;
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+static void null_deref(unsigned tid, unsigned nthreads, const void *params)
+{
+	(void)tid, (void)nthreads, (void)params;
+	*(volatile int *)NULL = 1;
+}
+
+/* ---- helpers ---- */
+
+/* A flag in pinned host memory, which kernels of every device see. */
+struct flag {
+	int *p; /* p[0]: the flag, p[1]: a kernel gave up */
+};
+
+static struct flag flag_new(void)
+{
+	struct flag f = {NULL};
+	CHECK_OK(uvmHostAlloc((void **)&f.p, 4096, uvmHostAllocMapped));
+	if (f.p)
+		f.p[0] = f.p[1] = 0;
+	return f;
+}
+
+static void flag_set(struct flag f) { __atomic_store_n(&f.p[0], 1, __ATOMIC_RELEASE); }
+
+static struct gate_params gate_of(struct flag f, uint32_t *out, uint32_t n, uint32_t value)
+{
+	return (struct gate_params){.flag = f.p, .gave_up = &f.p[1], .out = out, .n = n, .value = value};
+}
+
+static bool filled(const uint32_t *a, uint32_t n, uint32_t value)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (a[i] != value + i) {
+			fprintf(stderr, "element %u is %u, want %u\n", i, a[i], value + i);
+			return false;
+		}
+	return true;
+}
+
+static bool all_bytes(const void *p, size_t n, unsigned char v)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != v) {
+			fprintf(stderr, "byte %zu is %#x, want %#x\n", i, b[i], v);
+			return false;
+		}
+	return true;
+}
+
+/* ---- tests ---- */
+
+/* A prefetch queued on stream A returns while a kernel on stream B runs
+ * (and while a kernel queued before it on A runs), and runs after A's
+ * kernel: the data at the destination is what the kernel wrote. */
+static void test_prefetch_overlaps_kernel(void)
+{
+	const uint32_t n = (uint32_t)(4 * MiB / sizeof(uint32_t));
+	struct flag fa = flag_new(), fb = flag_new();
+	uint32_t *data, *marker;
+	CHECK_OK(uvmMallocManaged((void **)&data, n * sizeof *data, uvmMemAttachGlobal));
+	CHECK_OK(uvmMallocManaged((void **)&marker, 4096, uvmMemAttachGlobal));
+	if (!fa.p || !fb.p || !data || !marker)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		data[i] = 7;
+	marker[0] = 0;
+	uvmStream_t a, b;
+	CHECK_OK(uvmStreamCreate(&a));
+	CHECK_OK(uvmStreamCreate(&b));
+
+	struct gate_params gb = gate_of(fb, marker, 1, 99);
+	CHECK_OK(uvmLaunchKernel(0, b, 1, gate, &gb, sizeof gb));
+	struct gate_params ga = gate_of(fa, data, n, 1000);
+	CHECK_OK(uvmLaunchKernel(0, a, 2, gate, &ga, sizeof ga));
+	CHECK_OK(uvmMemPrefetchAsync(data, n * sizeof *data, 1, a));
+	/* Returned, with both kernels still waiting for their flags. */
+	CHECK(__atomic_load_n(&marker[0], __ATOMIC_ACQUIRE) == 0);
+	int loc = -5;
+	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, data, n * sizeof *data));
+	CHECK(loc != 1); /* not prefetched yet: it waits for A's kernel */
+	flag_set(fb);
+	CHECK_OK(uvmStreamSynchronize(b));
+	CHECK(marker[0] == 99);
+	flag_set(fa);
+	CHECK_OK(uvmStreamSynchronize(a));
+	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, data, n * sizeof *data));
+	CHECK(loc == 1);
+	CHECK(filled(data, n, 1000));
+	CHECK(fa.p[1] == 0 && fb.p[1] == 0); /* no kernel gave up waiting */
+
+	/* On the default stream too: queued behind its kernel. */
+	fa.p[0] = 0;
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, gate, &ga, sizeof ga));
+	CHECK_OK(uvmMemPrefetchAsync(data, n * sizeof *data, uvmCpuDeviceId, NULL));
+	flag_set(fa);
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK_OK(uvmMemRangeGetAttribute(&loc, 4, uvmMemRangeAttributeLastPrefetchLocation, data, n * sizeof *data));
+	CHECK(loc == uvmCpuDeviceId);
+
+	/* Misuse is refused at the call. */
+	CHECK_ERR(uvmMemPrefetchAsync(data, n * sizeof *data, 5, a), uvmErrorInvalidDevice);
+	CHECK_ERR(uvmMemPrefetchAsync(data, 0, 0, a), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemPrefetchAsync(data, n * sizeof *data, 0, (uvmStream_t)(uintptr_t)0x777), uvmErrorInvalidValue);
+	CHECK_OK(uvmStreamDestroy(a));
+	CHECK_OK(uvmStreamDestroy(b));
+	CHECK_ERR(uvmMemPrefetchAsync(data, n * sizeof *data, 0, a), uvmErrorInvalidValue);
+	CHECK_OK(uvmFree(data));
+	CHECK_OK(uvmFree(marker));
+	CHECK_OK(uvmFreeHost(fa.p));
+	CHECK_OK(uvmFreeHost(fb.p));
+}
+
+/* Copies and fills queued on a stream return at once and run after the
+ * kernels before them, and before the kernels after them. */
+static void test_async_copies_in_order(void)
+{
+	const uint32_t n = 300000;
+	const size_t bytes = n * sizeof(uint32_t);
+	struct flag f = flag_new();
+	uint32_t *x, *y, *w, *z, *dev, *back;
+	CHECK_OK(uvmMallocManaged((void **)&x, bytes, uvmMemAttachGlobal));
+	CHECK_OK(uvmMallocManaged((void **)&y, bytes, uvmMemAttachGlobal));
+	CHECK_OK(uvmMallocManaged((void **)&w, bytes, uvmMemAttachGlobal));
+	CHECK_OK(uvmMallocManaged((void **)&z, bytes, uvmMemAttachGlobal));
+	CHECK_OK(uvmMalloc((void **)&dev, bytes));
+	back = malloc(bytes);
+	if (!f.p || !x || !y || !w || !z || !dev || !back)
+		return;
+	memset(x, 0xab, bytes);
+	memset(y, 0, bytes);
+	memset(z, 0, bytes);
+	memset(back, 0, bytes);
+	uvmStream_t s;
+	CHECK_OK(uvmStreamCreate(&s));
+	struct gate_params g = gate_of(f, x, n, 500);
+	CHECK_OK(uvmLaunchKernel(0, s, 2, gate, &g, sizeof g)); /* x = 500 + i, once the flag is set */
+	CHECK_OK(uvmMemcpyAsync(y, x, bytes, uvmMemcpyDefault, s));
+	CHECK_OK(uvmMemsetAsync(z, 0x5a, bytes, s));
+	CHECK_OK(uvmMemcpyAsync(dev, x, bytes, uvmMemcpyHostToDevice, s));
+	struct copy_params c = {.src = y, .dst = w, .n = n};
+	CHECK_OK(uvmLaunchKernel(0, s, 2, copy_kernel, &c, sizeof c)); /* w = y, after the copy */
+	CHECK_OK(uvmMemsetAsync(dev, 0x11, 16, s));
+	CHECK_OK(uvmMemcpyAsync(back, dev, bytes, uvmMemcpyDeviceToHost, s));
+	/* All returned while the first kernel waits, and none runs before
+	 * it: what they write stays as it was (a copy run out of order would
+	 * write within milliseconds). */
+	bool untouched = true;
+	double until = now_ms() + 100;
+	while (untouched && now_ms() < until) {
+		untouched = y[0] == 0 && y[n - 1] == 0 && z[0] == 0 && z[n - 1] == 0 && back[n - 1] == 0;
+		sched_yield();
+	}
+	CHECK(untouched);
+	flag_set(f);
+	CHECK_OK(uvmStreamSynchronize(s));
+	CHECK(filled(x, n, 500));
+	CHECK(filled(y, n, 500));
+	CHECK(filled(w, n, 500));
+	CHECK(all_bytes(z, bytes, 0x5a));
+	CHECK(all_bytes(back, 16, 0x11));
+	CHECK(filled(back + 4, n - 4, 504));
+	CHECK(f.p[1] == 0);
+
+	/* Peer copies: device memory of each device, in stream order. */
+	uint32_t *dev1;
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmMalloc((void **)&dev1, bytes));
+	CHECK_OK(uvmSetDevice(0));
+	if (dev1) {
+		CHECK_OK(uvmMemcpyPeer(dev1, 1, dev, 0, bytes));
+		memset(back, 0, bytes);
+		CHECK_OK(uvmMemcpy(back, dev1, bytes, uvmMemcpyDeviceToHost));
+		CHECK(all_bytes(back, 16, 0x11) && filled(back + 4, n - 4, 504));
+		f.p[0] = 0;
+		g = gate_of(f, x, n, 9000);
+		CHECK_OK(uvmLaunchKernel(0, s, 1, gate, &g, sizeof g));
+		CHECK_OK(uvmMemcpyAsync(dev, x, bytes, uvmMemcpyDefault, s));
+		CHECK_OK(uvmMemcpyPeerAsync(dev1, 1, dev, 0, bytes, s));
+		CHECK_OK(uvmMemcpyAsync(back, dev1, bytes, uvmMemcpyDefault, s));
+		flag_set(f);
+		CHECK_OK(uvmStreamSynchronize(s));
+		CHECK(filled(back, n, 9000));
+		/* Misuse. */
+		CHECK_ERR(uvmMemcpyPeer(dev1, 0, dev, 0, bytes), uvmErrorInvalidValue); /* dev1 is device 1's */
+		CHECK(strstr(uvmGetLastErrorMessage(), "device memory of device 1") != NULL);
+		CHECK_ERR(uvmMemcpyPeer(dev1, 1, back, 0, bytes), uvmErrorInvalidValue); /* ordinary memory */
+		CHECK_ERR(uvmMemcpyPeer(dev1, 2, dev, 0, bytes), uvmErrorInvalidDevice);
+		CHECK_ERR(uvmMemcpyPeer(dev1, 1, dev, -1, bytes), uvmErrorInvalidDevice);
+		CHECK_ERR(uvmMemcpyPeer(dev1, 1, dev, 0, bytes + 4096), uvmErrorInvalidValue);
+		CHECK_ERR(uvmMemcpyPeerAsync(dev1, 1, dev, 0, bytes, (uvmStream_t)(uintptr_t)0x999), uvmErrorInvalidValue);
+		CHECK_OK(uvmMemcpyPeer(dev1, 1, dev, 0, 0));
+		CHECK_OK(uvmFree(dev1));
+	}
+
+	/* Misuse of the Async calls is refused at the call. */
+	CHECK_ERR(uvmMemcpyAsync(y, x, bytes, (uvmMemcpyKind)7, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpyAsync(y, y + 1, 64, uvmMemcpyDefault, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpyAsync(NULL, x, 64, uvmMemcpyDefault, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemcpyAsync(back, dev, bytes, uvmMemcpyHostToHost, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemsetAsync(NULL, 0, 10, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemsetAsync(dev, 0, bytes + 4096, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemsetAsync(z, 0, 10, (uvmStream_t)(uintptr_t)0x999), uvmErrorInvalidValue);
+
+	/* A kernel's crash before a queued fill: the fill still runs, and
+	 * the stream's next synchronize reports the crash, once. */
+	CHECK_OK(uvmLaunchKernel(0, s, 1, null_deref, NULL, 0));
+	CHECK_OK(uvmMemsetAsync(z, 0x77, bytes, s));
+	CHECK_ERR(uvmStreamSynchronize(s), uvmErrorLaunchFailure);
+	CHECK(strstr(uvmGetLastErrorMessage(), "null_deref") != NULL);
+	CHECK(all_bytes(z, bytes, 0x77));
+	CHECK_OK(uvmStreamSynchronize(s));
+
+	CHECK_OK(uvmStreamDestroy(s));
+	CHECK_ERR(uvmMemcpyAsync(y, x, bytes, uvmMemcpyDefault, s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemsetAsync(z, 0, bytes, s), uvmErrorInvalidValue);
+	free(back);
+	CHECK_OK(uvmFree(x));
+	CHECK_OK(uvmFree(y));
+	CHECK_OK(uvmFree(w));
+	CHECK_OK(uvmFree(z));
+	CHECK_OK(uvmFree(dev));
+	CHECK_OK(uvmFreeHost(f.p));
+}
+
+/* A stream destroyed with work queued on it: the call returns at once,
+ * and the work still runs. */
+static void test_destroy_with_queued_work(void)
+{
+	struct flag f = flag_new();
+	unsigned char *z;
+	CHECK_OK(uvmMallocManaged((void **)&z, MiB, uvmMemAttachGlobal));
+	if (!f.p || !z)
+		return;
+	memset(z, 0, MiB);
+	uvmStream_t s;
+	CHECK_OK(uvmStreamCreate(&s));
+	struct gate_params g = gate_of(f, NULL, 0, 0);
+	CHECK_OK(uvmLaunchKernel(0, s, 1, gate, &g, sizeof g));
+	CHECK_OK(uvmMemsetAsync(z, 0x3c, MiB, s));
+	CHECK_OK(uvmStreamDestroy(s));
+	CHECK(z[0] == 0);
+	CHECK_ERR(uvmStreamSynchronize(s), uvmErrorInvalidValue);
+	flag_set(f);
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK(all_bytes(z, MiB, 0x3c));
+	CHECK(f.p[1] == 0);
+	CHECK_OK(uvmFree(z));
+	CHECK_OK(uvmFreeHost(f.p));
+}
+
+static void test_event_misuse(void)
+{
+	uvmEvent_t e, t;
+	float ms = -1;
+	CHECK_ERR(uvmEventCreate(NULL), uvmErrorInvalidValue);
+	CHECK_ERR(uvmEventCreateWithFlags(NULL, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmEventCreateWithFlags(&e, 0x10), uvmErrorInvalidValue);
+	CHECK_ERR(uvmEventCreateWithFlags(&e, uvmEventInterprocess), uvmErrorInvalidValue); /* needs DisableTiming, as CUDA's */
+	CHECK(strstr(uvmGetLastErrorMessage(), "uvmEventDisableTiming") != NULL);
+	CHECK_ERR(uvmEventCreateWithFlags(&e, uvmEventInterprocess | uvmEventDisableTiming), uvmErrorNotSupported);
+
+	CHECK_OK(uvmEventCreate(&e));
+	CHECK_OK(uvmEventCreateWithFlags(&t, uvmEventDisableTiming | uvmEventBlockingSync));
+	/* Never recorded: complete, nothing to wait for, no time. */
+	CHECK_OK(uvmEventQuery(e));
+	CHECK_OK(uvmEventSynchronize(e));
+	CHECK_OK(uvmStreamWaitEvent(NULL, e, 0));
+	CHECK_ERR(uvmEventElapsedTime(&ms, e, e), uvmErrorInvalidResourceHandle);
+	CHECK(strstr(uvmGetLastErrorMessage(), "never recorded") != NULL);
+	CHECK_OK(uvmEventRecord(e, NULL));
+	CHECK_OK(uvmEventRecord(t, NULL));
+	CHECK_OK(uvmEventSynchronize(t));
+	CHECK_OK(uvmEventSynchronize(e));
+	CHECK_OK(uvmEventElapsedTime(&ms, e, e));
+	CHECK(ms == 0);
+	CHECK_ERR(uvmEventElapsedTime(&ms, e, t), uvmErrorInvalidResourceHandle); /* t takes no time */
+	CHECK(strstr(uvmGetLastErrorMessage(), "uvmEventDisableTiming") != NULL);
+	CHECK_ERR(uvmEventElapsedTime(&ms, t, e), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmEventElapsedTime(NULL, e, e), uvmErrorInvalidValue);
+	CHECK_ERR(uvmStreamWaitEvent(NULL, e, 1), uvmErrorInvalidValue);
+	CHECK_ERR(uvmStreamWaitEvent((uvmStream_t)(uintptr_t)0x4242, e, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmEventRecord(e, (uvmStream_t)(uintptr_t)0x4242), uvmErrorInvalidValue);
+
+	/* Handles that are no events. */
+	uvmEvent_t bogus = (uvmEvent_t)(uintptr_t)0x123456;
+	CHECK_ERR(uvmEventRecord(bogus, NULL), uvmErrorInvalidResourceHandle);
+	CHECK(strstr(uvmGetLastErrorMessage(), "not an event") != NULL);
+	CHECK_ERR(uvmEventQuery(NULL), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmEventSynchronize(bogus), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmEventElapsedTime(&ms, bogus, e), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmStreamWaitEvent(NULL, bogus, 0), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmEventDestroy(NULL), uvmErrorInvalidResourceHandle);
+
+	CHECK_OK(uvmEventDestroy(t));
+	CHECK_ERR(uvmEventDestroy(t), uvmErrorInvalidResourceHandle);
+	CHECK(strstr(uvmGetLastErrorMessage(), "destroyed") != NULL);
+	CHECK_ERR(uvmEventRecord(t, NULL), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmEventQuery(t), uvmErrorInvalidResourceHandle);
+	CHECK_ERR(uvmEventElapsedTime(&ms, e, t), uvmErrorInvalidResourceHandle);
+	/* A new event may reuse the slot; the old handle stays dead. */
+	uvmEvent_t again;
+	CHECK_OK(uvmEventCreate(&again));
+	CHECK(again != t);
+	CHECK_ERR(uvmEventQuery(t), uvmErrorInvalidResourceHandle);
+	CHECK_OK(uvmEventDestroy(again));
+	CHECK_OK(uvmEventDestroy(e));
+
+	CHECK(strcmp(uvmGetErrorName(uvmErrorNotReady), "uvmErrorNotReady") == 0);
+	CHECK(strcmp(uvmGetErrorName(uvmErrorInvalidResourceHandle), "uvmErrorInvalidResourceHandle") == 0);
+	CHECK(strcmp(uvmGetErrorName(uvmErrorPeerAccessAlreadyEnabled), "uvmErrorPeerAccessAlreadyEnabled") == 0);
+	CHECK(strcmp(uvmGetErrorName(uvmErrorPeerAccessNotEnabled), "uvmErrorPeerAccessNotEnabled") == 0);
+	CHECK(strcmp(uvmGetErrorString(uvmErrorNotReady), "device not ready") == 0);
+	CHECK(uvmErrorNotReady == 600 && uvmErrorInvalidResourceHandle == 400 && uvmErrorPeerAccessAlreadyEnabled == 704 &&
+	      uvmErrorPeerAccessNotEnabled == 705);
+}
+
+/* An event completes when the work before its record has: pending while
+ * a kernel waits, complete after. NotReady is no error: the last error
+ * stays as it was. */
+static void test_event_pending(void)
+{
+	struct flag f = flag_new();
+	if (!f.p)
+		return;
+	uvmStream_t s;
+	uvmEvent_t before, after;
+	CHECK_OK(uvmStreamCreate(&s));
+	CHECK_OK(uvmEventCreate(&before));
+	CHECK_OK(uvmEventCreateWithFlags(&after, uvmEventBlockingSync));
+	CHECK_OK(uvmEventRecord(before, s));
+	struct gate_params g = gate_of(f, NULL, 0, 0);
+	CHECK_OK(uvmLaunchKernel(0, s, 1, gate, &g, sizeof g));
+	CHECK_OK(uvmEventRecord(after, s));
+	uvmGetLastError(); /* reset */
+	CHECK_ERR(uvmEventQuery(after), uvmErrorNotReady);
+	CHECK(uvmGetLastError() == uvmSuccess);
+	float ms = -1;
+	CHECK_ERR(uvmEventElapsedTime(&ms, before, after), uvmErrorNotReady);
+	CHECK(ms == -1);
+	CHECK_OK(uvmEventSynchronize(before)); /* before the kernel: complete */
+	CHECK_OK(uvmEventQuery(before));
+	CHECK_ERR(uvmEventQuery(after), uvmErrorNotReady);
+	flag_set(f);
+	CHECK_OK(uvmEventSynchronize(after));
+	CHECK_OK(uvmEventQuery(after));
+	CHECK_OK(uvmEventElapsedTime(&ms, before, after));
+	CHECK(ms >= 0);
+	/* Recorded again: pending again, until the new record completes. */
+	f.p[0] = 0;
+	CHECK_OK(uvmLaunchKernel(0, s, 1, gate, &g, sizeof g));
+	CHECK_OK(uvmEventRecord(after, s));
+	CHECK_ERR(uvmEventQuery(after), uvmErrorNotReady);
+	/* Destroyed while pending: its record still completes, unseen. */
+	CHECK_OK(uvmEventDestroy(after));
+	flag_set(f);
+	CHECK_OK(uvmStreamSynchronize(s));
+	CHECK(f.p[1] == 0);
+	CHECK_OK(uvmEventDestroy(before));
+	CHECK_OK(uvmStreamDestroy(s));
+	CHECK_OK(uvmFreeHost(f.p));
+}
+
+/* Two events around a kernel that sleeps 10 ms read 10 ms, within 10%;
+ * on a busy machine a try may be late (a thread that wakes waits for a
+ * CPU), so the best of up to ten counts. */
+static void test_event_elapsed_time(void)
+{
+	uvmStream_t s;
+	uvmEvent_t start, end;
+	CHECK_OK(uvmStreamCreate(&s));
+	CHECK_OK(uvmEventCreate(&start));
+	CHECK_OK(uvmEventCreate(&end));
+	unsigned ten = 10;
+	float best = -1, got[10];
+	int tries = 0;
+	for (int i = 0; i < 10; i++, tries++) {
+		CHECK_OK(uvmEventRecord(start, s));
+		CHECK_OK(uvmLaunchKernel(0, s, 1, nap, &ten, sizeof ten));
+		CHECK_OK(uvmEventRecord(end, s));
+		CHECK_OK(uvmEventSynchronize(end));
+		CHECK_OK(uvmEventElapsedTime(&got[i], start, end));
+		if (best < 0 || __builtin_fabsf(got[i] - 10) < __builtin_fabsf(best - 10))
+			best = got[i];
+		if (best >= 9 && best <= 11)
+			break;
+	}
+	CHECK(best >= 9 && best <= 11);
+	if (!(best >= 9 && best <= 11))
+		for (int i = 0; i < tries; i++)
+			fprintf(stderr, "elapsed time %d: %.3f ms, want 10 ms within 10%%\n", i, got[i]);
+	/* The other way round: negative. */
+	float back = 0;
+	CHECK_OK(uvmEventElapsedTime(&back, end, start));
+	CHECK(back <= -9);
+
+	/* Events on different streams and devices: from one to the other. */
+	uvmStream_t s1;
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmStreamCreate(&s1));
+	CHECK_OK(uvmSetDevice(0));
+	CHECK_OK(uvmEventRecord(start, NULL));
+	CHECK_OK(uvmEventSynchronize(start));
+	CHECK_OK(uvmLaunchKernel(1, s1, 1, nap, &ten, sizeof ten));
+	CHECK_OK(uvmEventRecord(end, s1));
+	CHECK_OK(uvmEventSynchronize(end));
+	float across = 0;
+	CHECK_OK(uvmEventElapsedTime(&across, start, end));
+	CHECK(across >= 9);
+	CHECK_OK(uvmStreamDestroy(s1));
+	CHECK_OK(uvmEventDestroy(start));
+	CHECK_OK(uvmEventDestroy(end));
+	CHECK_OK(uvmStreamDestroy(s));
+}
+
+/* uvmStreamWaitEvent: a kernel on stream B runs after one on stream A,
+ * and sees what it wrote, while the caller never waits. */
+static void wait_event_between(int dev_a, int dev_b)
+{
+	struct flag f = flag_new();
+	uint32_t *x, *y;
+	CHECK_OK(uvmMallocManaged((void **)&x, 4096, uvmMemAttachGlobal));
+	CHECK_OK(uvmMallocManaged((void **)&y, 4096, uvmMemAttachGlobal));
+	if (!f.p || !x || !y)
+		return;
+	x[0] = 0;
+	y[0] = 12345;
+	uvmStream_t a, b;
+	CHECK_OK(uvmSetDevice(dev_a));
+	CHECK_OK(uvmStreamCreate(&a));
+	CHECK_OK(uvmSetDevice(dev_b));
+	CHECK_OK(uvmStreamCreate(&b));
+	CHECK_OK(uvmSetDevice(0));
+	uvmEvent_t written, copied;
+	CHECK_OK(uvmEventCreateWithFlags(&written, uvmEventDisableTiming));
+	CHECK_OK(uvmEventCreate(&copied));
+
+	struct gate_params g = gate_of(f, x, 1, 42); /* x[0] = 42, once the flag is set */
+	CHECK_OK(uvmLaunchKernel(dev_a, a, 1, gate, &g, sizeof g));
+	CHECK_OK(uvmEventRecord(written, a));
+	CHECK_OK(uvmStreamWaitEvent(b, written, 0)); /* returns at once */
+	struct copy_params c = {.src = x, .dst = y, .n = 1};
+	CHECK_OK(uvmLaunchKernel(dev_b, b, 1, copy_kernel, &c, sizeof c));
+	CHECK_OK(uvmEventRecord(copied, b));
+	/* B's kernel must not run while A's waits: its event stays pending
+	 * (a kernel run out of order would complete it within
+	 * milliseconds). */
+	bool pending = true;
+	double until = now_ms() + 100;
+	while (pending && now_ms() < until) {
+		pending = uvmEventQuery(copied) == uvmErrorNotReady;
+		sched_yield();
+	}
+	CHECK(pending);
+	CHECK(y[0] == 12345);
+	flag_set(f);
+	CHECK_OK(uvmStreamSynchronize(b));
+	CHECK(y[0] == 42);
+	CHECK_OK(uvmEventQuery(written));
+	CHECK_OK(uvmStreamSynchronize(a));
+	CHECK(f.p[1] == 0);
+
+	/* A wait for an event recorded later does not apply: it waits for
+	 * the record current at the call. */
+	CHECK_OK(uvmStreamWaitEvent(b, copied, 0));
+	CHECK_OK(uvmStreamSynchronize(b));
+
+	CHECK_OK(uvmEventDestroy(written));
+	CHECK_OK(uvmEventDestroy(copied));
+	CHECK_OK(uvmStreamDestroy(a));
+	CHECK_OK(uvmStreamDestroy(b));
+	CHECK_OK(uvmFree(x));
+	CHECK_OK(uvmFree(y));
+	CHECK_OK(uvmFreeHost(f.p));
+}
+
+static void test_stream_wait_event(void)
+{
+	wait_event_between(0, 1); /* across devices */
+	wait_event_between(0, 0); /* two streams of one device */
+}
+
+/* ---- device flags ---- */
+
+static double thread_cpu_ms(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_THREAD, &ru);
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* cpu_of_wait returns the CPU time the calling thread spends in a
+ * synchronize of a kernel that sleeps ms, on device 0's default stream. */
+static double cpu_of_wait(unsigned ms, bool device_sync)
+{
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+	double before = thread_cpu_ms();
+	CHECK_OK(device_sync ? uvmDeviceSynchronize() : uvmStreamSynchronize(NULL));
+	return thread_cpu_ms() - before;
+}
+
+static void test_device_flags(void)
+{
+	unsigned flags = 99;
+	CHECK_ERR(uvmGetDeviceFlags(NULL), uvmErrorInvalidValue);
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == uvmDeviceScheduleAuto);
+	CHECK_ERR(uvmSetDeviceFlags(uvmDeviceScheduleSpin | uvmDeviceScheduleYield), uvmErrorInvalidValue);
+	CHECK(strstr(uvmGetLastErrorMessage(), "several") != NULL);
+	CHECK_ERR(uvmSetDeviceFlags(uvmDeviceScheduleSpin | uvmDeviceScheduleBlockingSync), uvmErrorInvalidValue);
+	CHECK_ERR(uvmSetDeviceFlags(0x20), uvmErrorInvalidValue);
+	CHECK(strstr(uvmGetLastErrorMessage(), "unknown bits 0x20") != NULL);
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == uvmDeviceScheduleAuto); /* a refused call changes nothing */
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleYield | uvmDeviceMapHost | uvmDeviceLmemResizeToMax));
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == (uvmDeviceScheduleYield | uvmDeviceMapHost | uvmDeviceLmemResizeToMax));
+	/* Per device: device 1's are its own. */
+	CHECK_OK(uvmSetDevice(1));
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == 0);
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleBlockingSync));
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == uvmDeviceScheduleBlockingSync);
+	CHECK_OK(uvmSetDeviceFlags(0));
+	CHECK_OK(uvmSetDevice(0));
+
+	/* A blocking wait sleeps; spinning and yielding ones keep the CPU
+	 * busy, polling. */
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleBlockingSync));
+	double blocking = cpu_of_wait(100, false);
+	blocking += cpu_of_wait(100, true);
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleSpin));
+	double spin = cpu_of_wait(100, false);
+	spin += cpu_of_wait(100, true);
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleYield));
+	double yield = cpu_of_wait(100, false);
+	yield += cpu_of_wait(100, true);
+	CHECK(blocking < 10);
+	CHECK(spin > 5 && spin > 4 * blocking);
+	CHECK(yield > 5 && yield > 4 * blocking);
+	if (!(blocking < 10 && spin > 5 && spin > 4 * blocking && yield > 5 && yield > 4 * blocking))
+		fprintf(stderr, "CPU time of two 100 ms waits: blocking %.2f ms, spin %.2f ms, yield %.2f ms\n", blocking, spin, yield);
+
+	/* Events follow the device's flags, unless made to block. */
+	uvmEvent_t e, eb;
+	unsigned ms = 100;
+	CHECK_OK(uvmEventCreate(&e));
+	CHECK_OK(uvmEventCreateWithFlags(&eb, uvmEventBlockingSync));
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleSpin));
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+	CHECK_OK(uvmEventRecord(e, NULL));
+	double before = thread_cpu_ms();
+	CHECK_OK(uvmEventSynchronize(e));
+	double spun = thread_cpu_ms() - before;
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+	CHECK_OK(uvmEventRecord(eb, NULL));
+	before = thread_cpu_ms();
+	CHECK_OK(uvmEventSynchronize(eb));
+	double slept = thread_cpu_ms() - before;
+	CHECK(slept < 10 && spun > 5 && spun > 4 * slept);
+	if (!(slept < 10 && spun > 5 && spun > 4 * slept))
+		fprintf(stderr, "CPU time of 100 ms event waits: spinning %.2f ms, blocking %.2f ms\n", spun, slept);
+	CHECK_OK(uvmEventDestroy(e));
+	CHECK_OK(uvmEventDestroy(eb));
+
+	/* Auto: it works either way. */
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleAuto));
+	cpu_of_wait(1, false);
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == 0);
+}
+
+/* ---- reset ---- */
+
+static void test_device_reset(void)
+{
+	uint32_t *a;
+	CHECK_OK(uvmMallocManaged((void **)&a, 4096, uvmMemAttachGlobal));
+	if (!a)
+		return;
+	uvmStream_t s;
+	CHECK_OK(uvmStreamCreate(&s));
+	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleYield));
+	struct copy_params c = {.src = a, .dst = a + 1, .n = 1};
+	a[0] = 5;
+	CHECK_OK(uvmLaunchKernel(0, s, 1, copy_kernel, &c, sizeof c));
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, null_deref, NULL, 0)); /* an error the reset forgets */
+	CHECK_OK(uvmMemsetAsync(a + 2, 0x22, 4, s));
+	CHECK_OK(uvmDeviceReset());
+	/* Queued work ran; the stream and the flags are gone; memory stays. */
+	CHECK(a[2] == 0x22222222);
+	CHECK_ERR(uvmStreamSynchronize(s), uvmErrorInvalidValue);
+	CHECK_ERR(uvmStreamDestroy(s), uvmErrorInvalidValue);
+	unsigned flags = 1;
+	CHECK_OK(uvmGetDeviceFlags(&flags));
+	CHECK(flags == 0);
+	CHECK_OK(uvmDeviceSynchronize());
+	/* The device works afresh. */
+	a[0] = 77;
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, copy_kernel, &c, sizeof c));
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK(a[1] == 77);
+	CHECK_OK(uvmFree(a));
+}
+
+int main(void)
+{
+	test_event_misuse();
+	test_prefetch_overlaps_kernel();
+	test_async_copies_in_order();
+	test_destroy_with_queued_work();
+	test_event_pending();
+	test_event_elapsed_time();
+	test_stream_wait_event();
+	test_device_flags();
+	test_device_reset();
+	return check_done("stream_test");
+}

@@ -1,0 +1,244 @@
+package uvm
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/devmem"
+)
+
+func init() {
+	// waitFlag: params = the address of a uint32 in pinned host memory;
+	// sets it to 1 (the kernel runs), then waits until it is 2.
+	MustRegisterKernel("waitFlag", func(tid, n int, p []byte) {
+		flag := (*atomic.Uint32)(unsafe.Pointer(unsafe.SliceData(devmem.BytesAt(uintptr(paramU64(p, 0)), 4))))
+		flag.Store(1)
+		for flag.Load() != 2 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	})
+	testRoles["touch-during-kernel"] = roleTouchDuringKernel
+}
+
+func paramU64(p []byte, i int) uint64 {
+	return uint64(p[8*i]) | uint64(p[8*i+1])<<8 | uint64(p[8*i+2])<<16 | uint64(p[8*i+3])<<24 |
+		uint64(p[8*i+4])<<32 | uint64(p[8*i+5])<<40 | uint64(p[8*i+6])<<48 | uint64(p[8*i+7])<<56
+}
+
+func launchConfig(dirty string) ServerConfig {
+	c := testServerConfig()
+	c.Coherence = "launch"
+	c.DirtyTracking = dirty
+	return c
+}
+
+// TestLaunchModelCopiesWhatTheCPUWrote: under the launch model a launch
+// copies to the device the pages the host wrote (every page, the first
+// time: none was on the device) and no page the host only read; a host
+// write between launches is seen by the next kernel; the kernel's writes
+// are seen by the host after the synchronize. Both ways of finding the
+// written pages.
+func TestLaunchModelCopiesWhatTheCPUWrote(t *testing.T) {
+	for _, dirty := range []string{"wp-async", "wp-fault"} {
+		t.Run(dirty, func(t *testing.T) {
+			s := newSession(t, launchConfig(dirty))
+			require.Equal(t, "launch", s.Coherence())
+			in, err := s.Info()
+			require.NoError(t, err)
+			require.Len(t, in.Sessions, 1)
+			assert.Equal(t, "launch", in.Sessions[0].Coherence)
+			assert.Equal(t, dirty, in.Sessions[0].DirtyTracking)
+			concurrent, err := s.DeviceGetAttribute(AttrConcurrentManagedAccess, 0)
+			require.NoError(t, err)
+			assert.Zero(t, concurrent, "the CPU may not touch what a kernel may use")
+			props, err := s.GetDeviceProperties(0)
+			require.NoError(t, err)
+			assert.False(t, props.ConcurrentManagedAccess)
+
+			const pages = 64
+			a, err := s.MallocManaged(pages * PageSize)
+			require.NoError(t, err)
+			b := a.Bytes()
+			want := make([]byte, len(b))
+			for i := range b {
+				b[i] = byte(i*7 + i>>12)
+				want[i] = b[i]
+			}
+			launchAddOne := func() {
+				t.Helper()
+				require.NoError(t, s.Launch(0, nil, "addOne", 2, rangeParams(a.Addr(), a.Size(), 0)))
+				require.NoError(t, s.DeviceSynchronize(0))
+				for i := range want {
+					want[i]++
+				}
+			}
+			before := stats(t, a)
+			launchAddOne()
+			st := stats(t, a)
+			assert.Equal(t, uint64(pages), st.LaunchCopiedPages-before.LaunchCopiedPages, "every page goes to the device at the first launch")
+			assert.Zero(t, st.LaunchCleanPages-before.LaunchCleanPages)
+			sameBytes(t, want, b, "the host reads what the kernel wrote")
+
+			// The host read every page (copies the device keeps), and
+			// writes five.
+			for _, p := range []int{3, 4, 5, 6, 40} {
+				b[p*PageSize+11] = 0xee
+				want[p*PageSize+11] = 0xee
+			}
+			before = stats(t, a)
+			launchAddOne()
+			st = stats(t, a)
+			assert.Equal(t, uint64(5), st.LaunchCopiedPages-before.LaunchCopiedPages, "only the written pages are copied")
+			assert.Equal(t, uint64(pages-5), st.LaunchCleanPages-before.LaunchCleanPages, "the pages only read are dropped, not copied")
+			sameBytes(t, want, b, "the kernel saw the host's writes, and the host sees the kernel's")
+
+			// Nothing touched on the host since: nothing to copy.
+			before = stats(t, a)
+			require.NoError(t, s.Launch(0, nil, "nothing", 1, nil))
+			require.NoError(t, s.DeviceSynchronize(0))
+			st = stats(t, a)
+			assert.Equal(t, uint64(0), st.LaunchCopiedPages-before.LaunchCopiedPages)
+			sameBytes(t, want, b, "unchanged")
+		})
+	}
+}
+
+// TestLaunchModelAttachment: memory attached to the host stays the CPU's
+// while a kernel runs, and memory attached to one stream stays the
+// CPU's while a kernel runs on another; a kernel on its own stream
+// takes it.
+func TestLaunchModelAttachment(t *testing.T) {
+	s := newSession(t, launchConfig(""))
+	flagMem, err := s.HostAlloc(PageSize, HostAllocMapped)
+	require.NoError(t, err)
+	flag := (*atomic.Uint32)(flagMem.Pointer())
+	hostOnly, err := s.MallocManaged(4*PageSize, WithFlags(AttachHost))
+	require.NoError(t, err)
+	single, err := s.MallocManaged(4 * PageSize)
+	require.NoError(t, err)
+	stA, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	stB, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	require.NoError(t, s.StreamAttachMemAsync(stA, single.Addr(), 0, AttachSingle))
+	fillBytes(single.Bytes(), 5)
+	fillBytes(hostOnly.Bytes(), 9)
+
+	require.NoError(t, s.Launch(0, stB, "waitFlag", 1, params(uint64(flagMem.Addr()))))
+	for flag.Load() != 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	// The kernel on B runs: both stay the CPU's.
+	for i, v := range hostOnly.Bytes() {
+		require.Equal(t, byte(9), v, "byte %d of host-attached memory", i)
+	}
+	fillBytes(hostOnly.Bytes(), 10)
+	for i, v := range single.Bytes() {
+		require.Equal(t, byte(5), v, "byte %d of memory attached to stream A", i)
+	}
+	fillBytes(single.Bytes(), 6)
+	flag.Store(2)
+	require.NoError(t, s.StreamSynchronize(stB))
+
+	// A's kernel takes its memory and sees the CPU's writes.
+	require.NoError(t, s.Launch(0, stA, "addOne", 1, rangeParams(single.Addr(), single.Size(), 0)))
+	require.NoError(t, s.StreamSynchronize(stA))
+	for i, v := range single.Bytes() {
+		require.Equal(t, byte(7), v, "byte %d after stream A's kernel", i)
+	}
+	for i, v := range hostOnly.Bytes() {
+		require.Equal(t, byte(10), v, "byte %d of host-attached memory", i)
+	}
+
+	// Misuse.
+	assert.ErrorIs(t, s.StreamAttachMemAsync(stA, single.Addr()+PageSize, 0, AttachSingle), ErrInvalidValue, "not the allocation's start")
+	assert.ErrorIs(t, s.StreamAttachMemAsync(stA, single.Addr(), 5, AttachSingle), ErrInvalidValue, "a length that is not the size")
+	assert.ErrorIs(t, s.StreamAttachMemAsync(nil, single.Addr(), 0, AttachSingle), ErrInvalidValue, "single with no stream")
+	assert.ErrorIs(t, s.StreamAttachMemAsync(stA, single.Addr(), 0, 0x10), ErrInvalidValue, "unknown flags")
+	assert.ErrorIs(t, s.StreamAttachMemAsync(stA, flagMem.Addr(), 0, AttachGlobal), ErrInvalidValue, "pinned host memory")
+	err = s.StreamAttachMemAsync(stA, single.Addr(), 0, 0x10)
+	assert.Contains(t, err.Error(), "0x10")
+}
+
+// roleTouchDuringKernel: a client that touches managed memory while a
+// kernel that may use it runs, under UVM_COHERENCE (of the test).
+func roleTouchDuringKernel() int {
+	cfg := testServerConfig()
+	s, err := Connect(Config{Server: "private", Private: cfg, Coherence: os.Getenv("TOUCH_COHERENCE")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	flagMem, _ := s.HostAlloc(PageSize, HostAllocMapped)
+	flag := (*atomic.Uint32)(flagMem.Pointer())
+	a, err := s.MallocManaged(PageSize)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	a.Bytes()[0] = 1
+	if err := s.Launch(0, nil, "waitFlag", 1, params(uint64(flagMem.Addr()))); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	for flag.Load() != 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	fmt.Fprintln(os.Stderr, "touching")
+	a.Bytes()[0] = 2 // SIGBUS under the launch model
+	flag.Store(2)
+	if err := s.DeviceSynchronize(0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, "touched, value", a.Bytes()[0])
+	s.Close()
+	return 0
+}
+
+// TestLaunchModelRefusesTheCPUDuringAKernel: under the launch model a
+// CPU touch of managed memory a running kernel may use kills the thread
+// with SIGBUS, and the message names the allocation and the kernel;
+// under the fault model the same program runs.
+func TestLaunchModelRefusesTheCPUDuringAKernel(t *testing.T) {
+	requireRoot(t)
+	for _, model := range []string{"launch", "fault"} {
+		t.Run(model, func(t *testing.T) {
+			cmd := child(t, "touch-during-kernel", "TOUCH_COHERENCE="+model)
+			// A file, not a pipe: the private server and its guard
+			// outlive a child that dies, and would hold a pipe open.
+			stderr, err := os.Create(t.TempDir() + "/stderr")
+			require.NoError(t, err)
+			defer stderr.Close()
+			cmd.Stderr = stderr
+			require.NoError(t, cmd.Start())
+			// A touch that is neither refused nor served would fault
+			// for ever: end it rather than the test.
+			stop := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+			err = cmd.Wait()
+			stop.Stop()
+			b, rerr := os.ReadFile(stderr.Name())
+			require.NoError(t, rerr)
+			out := string(b)
+			if model == "fault" {
+				require.NoError(t, err, "%s", out)
+				assert.Contains(t, out, "touched, value 2")
+				return
+			}
+			require.Error(t, err, "%s", out)
+			assert.Contains(t, out, "touching")
+			assert.NotContains(t, out, "touched, value")
+			assert.Contains(t, out, "SIGBUS", "the thread dies of SIGBUS: %s", out)
+			assert.Contains(t, out, `while kernel "waitFlag" (device 0 stream 0) may use it`, "%s", out)
+			assert.True(t, strings.Contains(out, "managed allocation 0x"), "the message names the allocation: %s", out)
+		})
+	}
+}
