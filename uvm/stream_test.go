@@ -36,10 +36,15 @@ func init() {
 	})
 	// st-sleep: params = nanoseconds, and optionally the address of two
 	// int64 words where it stores when it started and ended
-	// (CLOCK_MONOTONIC nanoseconds): sleeps.
+	// (CLOCK_MONOTONIC nanoseconds): sleeps that long. The last 0.5 ms
+	// it waits awake: a sleeping thread's wake-up comes late by up to a
+	// millisecond, and the tests time the events, not the timer.
 	MustRegisterKernel("st-sleep", func(tid, n int, p []byte) {
 		t0 := devmem.MonotonicNow()
-		time.Sleep(time.Duration(binary.LittleEndian.Uint64(p)))
+		d := time.Duration(binary.LittleEndian.Uint64(p))
+		time.Sleep(d - min(d, 500*time.Microsecond))
+		for devmem.MonotonicNow()-t0 < d {
+		}
 		if len(p) == 16 {
 			out := devmem.BytesAt(uintptr(binary.LittleEndian.Uint64(p[8:])), 16)
 			binary.LittleEndian.PutUint64(out, uint64(t0))
