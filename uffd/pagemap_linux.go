@@ -28,7 +28,7 @@ const (
 
 // pmScanArg is struct pm_scan_arg (include/uapi/linux/fs.h).
 type pmScanArg struct {
-	size, flags, start, end, walkEnd, vec, vecLen, maxPages uint64
+	size, flags, start, end, walkEnd, vec, vecLen, maxPages       uint64
 	categoryInverted, categoryMask, categoryAnyofMask, returnMask uint64
 }
 
