@@ -68,6 +68,9 @@
 //	guardLink.mu          messages to the guard (a leaf)
 //	stagingArea.mu        the staging file's free slots (a leaf)
 //	accessState.mu        the views counted and user-space counts (a leaf)
+//	launchState.mu        the launch model's running kernels and every range's
+//	                      attachment and locks (a leaf; faults take it under a
+//	                      block lock)
 //	session.statsMu       the ranges whose statistics a sum reads, and the
 //	                      session's retired statistics (a leaf)
 //
