@@ -360,6 +360,11 @@ func (h *helperProc) expect(t testing.TB, word string) map[string]uint64 {
 	t.Helper()
 	buf := make([]byte, 512)
 	n, err := unix.Read(h.sock, buf)
+	for err == unix.EINTR {
+		// The runtime's preemption signal interrupts a raw read (seen
+		// once in a full run); the message is still coming.
+		n, err = unix.Read(h.sock, buf)
+	}
 	require.NoError(t, err, "waiting for the helper's %q message", word)
 	require.NotZero(t, n, "the helper closed its socket before %q", word)
 	got, kv := parseHelperMsg(t, string(buf[:n]))
