@@ -372,13 +372,23 @@ func (sess *session) writtenPages(r *managedRange) ([]core.PageMask, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: launch: find the pages the CPU wrote in %#x+%d: %v", core.ErrInternal, r.start, r.length, err)
 	}
+	markRuns(masks, r.start, runs)
+	return masks, nil
+}
+
+// markRuns sets in masks, one per block from the block at base, the pages
+// of runs (which lie within those blocks).
+func markRuns(masks []core.PageMask, base uintptr, runs []uffd.PageRun) {
 	for _, run := range runs {
-		for a := run.Start; a < run.End; a += core.PageSize {
-			off := a - r.start
-			masks[off>>core.BlockShift].Set(int(off>>core.PageShift) & (core.PagesPerBlock - 1))
+		for a := run.Start; a < run.End; {
+			i := int((a - base) >> core.BlockShift)
+			blockEnd := base + uintptr(i+1)*core.BlockSize
+			end := min(run.End, blockEnd)
+			first := int((a-base)>>core.PageShift) & (core.PagesPerBlock - 1)
+			masks[i].FillRange(first, first+int((end-a)>>core.PageShift))
+			a = end
 		}
 	}
-	return masks, nil
 }
 
 // handOff is the block's share of a hand-off to dst; written holds the
@@ -390,14 +400,7 @@ func (o *mover) handOff(dst core.Device, written core.PageMask) error {
 	if host.Empty() {
 		return nil
 	}
-	var elsewhere core.PageMask
-	for l := range b.resident {
-		if core.DeviceAtSlot(l) != core.CPU {
-			elsewhere.Or(&b.resident[l])
-		}
-	}
-	dup := host
-	dup.And(&elsewhere)
+	dup := b.hostDuplicates()
 	clean := dup
 	clean.AndNot(&written)
 	if n := clean.Count(); n > 0 {
@@ -439,12 +442,7 @@ func (o *mover) launchCopy(p int) bool {
 // launchCopyExtra is what the prefetch policy adds to a launch-model
 // copy back to the host: pages with a copy on a device, none here.
 func (o *mover) launchCopyExtra(extra core.PageMask) core.PageMask {
-	var onDevices core.PageMask
-	for l := range o.b.resident {
-		if core.DeviceAtSlot(l) != core.CPU {
-			onDevices.Or(&o.b.resident[l])
-		}
-	}
+	onDevices := o.b.onDevices()
 	extra.And(&onDevices)
 	extra.AndNot(&o.b.resident[core.CPU.Slot()])
 	return extra
@@ -491,14 +489,8 @@ func (o *mover) settleHostWrites(first, outer int) error {
 	}
 	var dup core.PageMask
 	dup.FillRange(first, outer)
-	dup.And(&o.b.resident[core.CPU.Slot()])
-	var elsewhere core.PageMask
-	for l := range o.b.resident {
-		if core.DeviceAtSlot(l) != core.CPU {
-			elsewhere.Or(&o.b.resident[l])
-		}
-	}
-	dup.And(&elsewhere)
+	hostDup := o.b.hostDuplicates()
+	dup.And(&hostDup)
 	if dup.Empty() {
 		return nil
 	}
@@ -506,13 +498,11 @@ func (o *mover) settleHostWrites(first, outer int) error {
 	if err != nil {
 		return fmt.Errorf("%w: find the pages the CPU wrote in %#x+%d: %v", core.ErrInternal, o.pageAddr(first), (outer-first)*core.PageSize, err)
 	}
-	var written core.PageMask
-	for _, run := range runs {
-		written.FillRange(int((run.Start-o.blockAddr)/core.PageSize), int((run.End-o.blockAddr)/core.PageSize))
-	}
-	written.And(&dup)
-	if !written.Empty() {
-		o.collapseTo(core.CPU, written)
+	written := make([]core.PageMask, 1)
+	markRuns(written, o.blockAddr, runs)
+	written[0].And(&dup)
+	if !written[0].Empty() {
+		o.collapseTo(core.CPU, written[0])
 	}
 	return nil
 }

@@ -109,6 +109,25 @@ func (b *block) populated() bool {
 	return false
 }
 
+// onDevices returns the pages with a copy on some device.
+func (b *block) onDevices() core.PageMask {
+	var m core.PageMask
+	for l := range b.resident {
+		if core.DeviceAtSlot(l) != core.CPU {
+			m.Or(&b.resident[l])
+		}
+	}
+	return m
+}
+
+// hostDuplicates returns the pages with a copy on the host and on some
+// device.
+func (b *block) hostDuplicates() core.PageMask {
+	m := b.onDevices()
+	m.And(&b.resident[core.CPU.Slot()])
+	return m
+}
+
 // locationOfPage returns where page p is resident, or ok false if it was
 // never populated.
 func (b *block) locationOfPage(p int) (core.Device, bool) {
