@@ -741,6 +741,24 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 
 /* ---- host work and events ---- */
 
+/* submit queues op on q (held; submit lets it go), once the queue has
+ * room, or frees it if the stream has ended. */
+static uvmError_t submit(struct queue *q, uvmStream_t stream, struct op *op, const char *what)
+{
+	uvmError_t err = uvmSuccess;
+	pthread_mutex_lock(&q->mu);
+	wait_room(q);
+	if (q->ended) {
+		err = ended(stream, what);
+		op_free(op);
+	} else {
+		enqueue(q, op);
+	}
+	pthread_mutex_unlock(&q->mu);
+	queue_put(q);
+	return err;
+}
+
 uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size)
 {
 	if (uvm__device_process >= 0)
@@ -766,17 +784,7 @@ uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmErr
 	op->u.host.fn = fn;
 	op->u.host.what = what;
 	memcpy(op->data, arg, size);
-	pthread_mutex_lock(&q->mu);
-	wait_room(q);
-	if (q->ended) {
-		err = ended(stream, w);
-		op_free(op);
-	} else {
-		enqueue(q, op);
-	}
-	pthread_mutex_unlock(&q->mu);
-	queue_put(q);
-	return err;
+	return submit(q, stream, op, w);
 }
 
 uvmError_t uvm__stream_record(uvmStream_t stream, struct uvm_event *ev, const char *what)
@@ -827,17 +835,7 @@ uvmError_t uvm__stream_wait_event(uvmStream_t stream, struct uvm_event *ev, uint
 	uvm__event_ref(ev);
 	op->u.ev.ev = ev;
 	op->u.ev.gen = gen;
-	pthread_mutex_lock(&q->mu);
-	wait_room(q);
-	if (q->ended) {
-		err = ended(stream, what);
-		op_free(op);
-	} else {
-		enqueue(q, op);
-	}
-	pthread_mutex_unlock(&q->mu);
-	queue_put(q);
-	return err;
+	return submit(q, stream, op, what);
 }
 
 /* ---- fork ----
