@@ -22,7 +22,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart.")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -39,8 +39,10 @@ func runBench(args []string) error {
 		return benchAccess(args[1:])
 	case "restart":
 		return benchRestart(args[1:])
+	case "oversub":
+		return benchOversub(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access or restart", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart or oversub", args[0])
 }
 
 // faultsReport is the JSON `uvm bench faults --json` prints. Each figure

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBenchOversubFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--budget", "512KiB"}, "--budget 512KiB: want at least 1MiB"},
+		{[]string{"--budget", "lots"}, "--budget"},
+		{[]string{"--size", "16MiB"}, "--size 16MiB: want more than --budget 16MiB"},
+		{[]string{"--budget", "4MiB", "--size", "3MiB"}, "--size 3MiB: want more than --budget 4MiB"},
+		{[]string{"--sweeps", "0"}, "--sweeps 0: want at least 1"},
+		{[]string{"--runs", "-1"}, "--runs -1: want at least 1"},
+	} {
+		err := benchOversub(c.args)
+		assert.ErrorContains(t, err, c.want, "%v", c.args)
+	}
+}
+
+// The swap header written where mkswap is missing: what mkswap writes,
+// but for the UUID.
+func TestSwapHeader(t *testing.T) {
+	const size = 1 << 20
+	h := swapHeader(size)
+	require.Len(t, h, 4096)
+	assert.Equal(t, "SWAPSPACE2", string(h[4086:]))
+	assert.Equal(t, uint32(1), binary.LittleEndian.Uint32(h[1024:]), "version")
+	assert.Equal(t, uint32(size/4096-1), binary.LittleEndian.Uint32(h[1028:]), "last page")
+	assert.Equal(t, uint32(0), binary.LittleEndian.Uint32(h[1032:]), "bad pages")
+
+	mkswap, err := exec.LookPath("mkswap")
+	if err != nil {
+		t.Skip("no mkswap to compare with")
+	}
+	f := filepath.Join(t.TempDir(), "swap")
+	require.NoError(t, os.WriteFile(f, make([]byte, size), 0o600))
+	out, err := exec.Command(mkswap, f).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	theirs, err := os.ReadFile(f)
+	require.NoError(t, err)
+	assert.Equal(t, theirs[:1036], h[:1036], "up to the UUID")
+	assert.Equal(t, theirs[1052:4096], h[1052:], "after the UUID")
+}
+
+// A tiny `uvm bench oversub`: all three variants (or the reason the
+// cgroup one was skipped), every run checked by the program, and the
+// cgroup and swap device gone after.
+func TestBenchOversub(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds uvm and libuvm")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("uvm run needs userfaultfd, which is root-only here")
+	}
+	for _, tool := range []string{"go", "make", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"go", "build", "-o", filepath.Join(dir, "uvm"), "github.com/softuvm/softuvm/cmd/uvm"},
+		{"make", "-s", "-C", "..", "lib", "BIN=" + dir},
+	} {
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
+	}
+	swapsBefore, _ := os.ReadFile("/proc/swaps")
+
+	rep, err := oversubBench(oversubOptions{budget: 2 << 20, size: 6 << 20, sweeps: 2, runs: 1,
+		uvmBin: filepath.Join(dir, "uvm"), progress: t.Logf})
+	require.NoError(t, err)
+	assert.True(t, rep.Checked, "the program checked every word of every run")
+	assert.Equal(t, int64(6<<20), rep.SizeBytes)
+	for name, v := range map[string]*oversubVariant{"unmanaged": &rep.Unmanaged, "managed": &rep.Managed} {
+		assert.Greater(t, v.SweepSeconds, 0.0, name)
+		assert.Greater(t, v.WallSeconds, 0.0, name)
+		assert.Len(t, v.SweepRuns, 1, name)
+	}
+	assert.GreaterOrEqual(t, rep.Managed.ManagedBytes, uint64(6<<20), "the array is managed")
+	assert.Greater(t, rep.Managed.EvictedPages, uint64(0), "6 MiB under a 2 MiB budget evicts")
+	assert.Greater(t, rep.ManagedToUnmanaged, 0.0)
+	if rep.Cgroup == nil {
+		assert.NotEmpty(t, rep.CgroupSkipped)
+		t.Logf("cgroup variant skipped: %s", rep.CgroupSkipped)
+	} else {
+		assert.Greater(t, rep.Cgroup.SweepSeconds, 0.0)
+		assert.Greater(t, rep.Cgroup.WallSeconds, 0.0)
+		assert.LessOrEqual(t, rep.Cgroup.PeakMemoryBytes, int64(2<<20), "the limit held")
+		if rep.Cgroup.PeakMemorySwapBytes > 0 {
+			assert.Greater(t, rep.Cgroup.PeakMemorySwapBytes, int64(2<<20), "the rest went to swap")
+		}
+		require.NotNil(t, rep.ManagedToCgroup)
+		require.NotNil(t, rep.GoalCgroupMet)
+		mount, err := memoryCgroupV1()
+		require.NoError(t, err)
+		if mount != "" {
+			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
+		}
+	}
+	swapsAfter, _ := os.ReadFile("/proc/swaps")
+	assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
+}
