@@ -29,7 +29,7 @@ func init() {
 		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
-		{"bench", "faults|launch [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch)", runBench},
+		{"bench", "faults|launch|oversub [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub)", runBench},
 		{"help", "[COMMAND]", "show help", nil},
 	}
 }
@@ -119,6 +119,7 @@ Environment (read by programs using softuvm and by private servers):
   %-18s auto (default: eBPF where it loads, else user space), ebpf, user or off
   %-18s on (default), off, or settings: %s
   %-18s when the server dies: new servers in a row the guard starts (on: 5), or off
+  %-18s auto (default: location files of 2 MiB folios where the server may make a tmpfs) or off
   %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
   %-18s 1: libuvm-preload.so reports its allocations at exit
   %-18s uvm run: the path of libuvm-preload.so
@@ -129,7 +130,7 @@ those its packages register):
 `, uvm.EnvSocket, config.DefaultSocketPath(), uvm.EnvServer, config.EnvDevices, config.DefaultDevices,
 		config.EnvArenaSize, uvm.FormatSize(config.DefaultArenaSize), config.EnvArenaBackend, config.EnvPrefetch,
 		strings.Join(policy.PrefetchPolicyNames(), ", "), config.EnvEviction, strings.Join(policy.EvictionNames(), ", "), config.EnvHandlers, config.EnvTrackPrefetch,
-		config.EnvWorkers, config.EnvHostBudget, config.EnvThrashing, policy.DefaultThrashing, config.EnvAccessCount, config.EnvAccessPolicy, policy.DefaultAccessPolicy, config.EnvRestarts, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD", "UVM_BIN")
+		config.EnvWorkers, config.EnvHostBudget, config.EnvThrashing, policy.DefaultThrashing, config.EnvAccessCount, config.EnvAccessPolicy, policy.DefaultAccessPolicy, config.EnvRestarts, config.EnvLargeFolios, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD", "UVM_BIN")
 	for _, k := range policyKinds() {
 		fmt.Fprintf(w, "  %-18s %s (%s)\n", k.Kind, strings.Join(k.Names, ", "), k.Choose)
 	}
@@ -210,6 +211,7 @@ type serverFlags struct {
 	restarts      string
 	coherence     string
 	dirtyTracking string
+	largeFolios   string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -257,6 +259,11 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 		dirty = "auto"
 	}
 	fs.StringVar(&f.dirtyTracking, "dirty-tracking", dirty, "how the launch model finds the pages the CPU wrote: auto (wp-async where the kernel has it), wp-async or wp-fault")
+	large := base.LargeFolios
+	if large == "" {
+		large = config.LargeFoliosAuto
+	}
+	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto (where the server may make a tmpfs: as root) or off (UVM_LARGE_FOLIOS)")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 
@@ -307,6 +314,9 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	cfg.Coherence = f.coherence
 	if f.dirtyTracking != "auto" {
 		cfg.DirtyTracking = f.dirtyTracking
+	}
+	if f.largeFolios != config.LargeFoliosAuto {
+		cfg.LargeFolios = f.largeFolios
 	}
 	return cfg, cfg.Validate()
 }

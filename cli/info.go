@@ -172,12 +172,28 @@ func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("                access counting: %s\n", in.AccessCounting)
 	fmt.Printf("                coherence for clients that do not choose: %s (the launch model finds written pages by %s; concurrent managed access %d)\n",
 		in.Coherence, in.DirtyTracking, concurrentManagedAccess(in.Coherence))
+	fmt.Printf("                large folios: %s; blocks rebuilt after a punch left one: %d\n", in.LargeFolios, in.FoliosRebuilt)
 	c := in.CopyEngine
-	fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
-		c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
-	if c.Kept != "" {
-		fmt.Printf("                (calibrated by an earlier server since boot: %s; UVM_COPY_CALIBRATION=fresh measures again)\n", c.Kept)
+	source := c.Source
+	switch {
+	case strings.HasPrefix(source, "defaults"):
+		copies := "never"
+		if c.CopyDirectBelow != math.MaxInt64 {
+			copies = uvm.FormatSize(c.CopyDirectBelow)
+		}
+		fmt.Printf("                copy engine: %d producers for copies, %d for migrations, %d block movers; engine from %s for copies, never for migrations\n",
+			c.CopyProducers, c.MigrationProducers, c.BlockMovers, copies)
+		source += ", chosen from the CPU count"
+	default:
+		fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
+			c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
+		if c.Kept != "" {
+			source = "kept: measured by an earlier server since boot, " + c.Kept
+		} else {
+			source = fmt.Sprintf("measured by this server (in %.2f s, at idle priority)", float64(c.Took)/1e9)
+		}
 	}
+	fmt.Printf("                copy engine figures: %s (UVM_COPY_CALIBRATION=fresh measures again)\n", source)
 	for _, d := range in.Devices {
 		fmt.Printf("  %-13v %s used of %s (%s, node %d, %d workers)\n", d.Device, uvm.FormatSize(d.UsedBytes), uvm.FormatSize(d.Capacity), d.Backend, d.Node, d.Workers)
 	}
@@ -189,6 +205,7 @@ func printServer(kind, socket string, in uvm.Info) {
 			}
 			fmt.Printf("  client pid %d (coherence %s): %d allocations, %s managed, %s on the host; faults served %d, seen by eBPF %s, minflt %s\n", s.PID, model, s.Allocations, uvm.FormatSize(s.ManagedBytes), uvm.FormatSize(s.HostBytes),
 				s.ServedFaults, optCount(s.EBPFFaults), optCount(s.MinorFaults))
+			fmt.Printf("    resident %s; location files hold %s (%s beyond what is resident)\n", uvm.FormatSize(s.ResidentBytes), uvm.FormatSize(s.FileBytes), uvm.FormatSize(max(0, s.FileBytes-s.ResidentBytes)))
 			for _, d := range s.Devices {
 				fmt.Printf("    %v process pid %d: faults served %d, seen by eBPF %s, minflt %s\n", d.Processor, d.PID, d.Served, optCount(d.EBPFFaults), optCount(d.MinorFaults))
 			}

@@ -245,7 +245,16 @@ func (a *Arena) FreeBytes() int64 { return a.spec.Capacity - a.used.Load() }
 // copy_file_range, fallocate), lands on the node; callers need not call
 // BindRange and cannot forget to.
 func (a *Arena) NewFile(name string) (*File, error) {
-	f, err := CreateFile(name, FileSize)
+	return a.bind(CreateFile(name, FileSize))
+}
+
+// NewLargeFolioFile is NewFile for a file of large folios
+// (CreateLargeFolioFile).
+func (a *Arena) NewLargeFolioFile(name string) (*File, error) {
+	return a.bind(CreateLargeFolioFile(name, FileSize))
+}
+
+func (a *Arena) bind(f *File, err error) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %d: %w", a.spec.Device, err)
 	}

@@ -58,7 +58,10 @@ func (f *File) CopyFrom(src *File, srcOff, dstOff, length int64) (int64, error) 
 		return 0, err
 	}
 	var done int64
-	for done < length && !noCopyFileRange.Load() {
+	// Into a file of large folios copy_file_range would allocate folios
+	// as large as each chunk it writes, present beyond the bytes copied:
+	// the bounce buffer's WriteAt keeps the invariant (large.go).
+	for done < length && !noCopyFileRange.Load() && !f.large {
 		n, err := memsys.CopyFileRange(rfd, srcOff+done, wfd, dstOff+done, int(min(length-done, maxCopyChunk)))
 		if err != nil {
 			if errors.Is(err, syscall.ENOSYS) {

@@ -16,6 +16,12 @@
 // any process. A client sees the host copy through MapFixed windows
 // placed, at address == offset, inside a ReserveAddressSpace reservation.
 //
+// Where the process may make a tmpfs (root), CreateLargeFolioFile makes
+// location files whose whole, aligned 2 MiB writes take one 2 MiB folio;
+// its File methods keep every smaller write, allocation and punch in
+// 4 KiB folios, so that a page present in a file is still one that was
+// put there (large.go says how and why).
+//
 // # Arenas
 //
 // A device's memory is an Arena: a capacity shared by all of that

@@ -31,23 +31,40 @@ type File struct {
 	size   int64
 	node   atomic.Int64
 	closed atomic.Bool
+	// large: the file may take folios larger than a page (large.go),
+	// so writes, allocations and punches keep pages of a partial 2 MiB
+	// in 4 KiB folios.
+	large bool
 }
 
 // CreateFile creates an anonymous memory file of the given size; name
 // shows in /proc/PID/fd and in error messages.
 func CreateFile(name string, size int64) (*File, error) {
+	return createSized(name, size, memfdTakesLargeFolios(), func() (int, error) {
+		fd, err := memsys.MemfdCreate(name)
+		if err != nil {
+			return -1, fmt.Errorf("memfd_create: %w", err)
+		}
+		return fd, nil
+	})
+}
+
+// createSized makes a file with create and sizes it.
+func createSized(name string, size int64, large bool, create func() (int, error)) (*File, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("create %s: size %d: want > 0", name, size)
 	}
-	fd, err := memsys.MemfdCreate(name)
+	fd, err := create()
 	if err != nil {
-		return nil, fmt.Errorf("create %s: memfd_create: %w", name, err)
+		return nil, fmt.Errorf("create %s: %w", name, err)
 	}
 	if err := memsys.Ftruncate(fd, size); err != nil {
 		memsys.Close(fd)
 		return nil, fmt.Errorf("create %s: ftruncate to %#x: %w", name, size, err)
 	}
-	return wrapFD(fd, name, size), nil
+	f := wrapFD(fd, name, size)
+	f.large = large
+	return f, nil
 }
 
 // FileFromFD adopts fd, typically one received over SCM_RIGHTS from a
@@ -82,7 +99,9 @@ func FileFromFD(fd int, name string) (*File, error) {
 		memsys.Close(fd)
 		return nil, fmt.Errorf("adopt %s fd %d: set close-on-exec: %w", name, fd, err)
 	}
-	return wrapFD(fd, name, st.Size), nil
+	f := wrapFD(fd, name, st.Size)
+	f.large = mayTakeLargeFolios(fd)
+	return f, nil
 }
 
 func wrapFD(fd int, name string, size int64) *File {
@@ -155,7 +174,13 @@ func (f *File) checkRange(op string, off, length int64, aligned bool) error {
 
 // Punch frees the pages of [off, off+length) (page-aligned) and zaps
 // every page-table entry mapping them, in every process, so the next
-// access through any mapping faults.
+// access through any mapping faults. On a file of large folios a punch
+// of part of a 2 MiB folio splits it; where the kernel cannot split it
+// the punched pages stay, zeroed, and after a few milliseconds of
+// retries Punch returns ErrFolioKept. The caller then rebuilds the
+// block: with every writer of it held, it reads the pages that belong
+// there, punches the whole 2 MiB and writes them back (WriteAt puts them
+// in 4 KiB folios).
 func (f *File) Punch(off, length int64) error {
 	if err := f.checkRange("punch", off, length, true); err != nil {
 		return err
@@ -163,6 +188,9 @@ func (f *File) Punch(off, length int64) error {
 	fd, err := f.sysfd("punch")
 	if err != nil {
 		return err
+	}
+	if f.large {
+		return f.punchLarge(fd, off, length)
 	}
 	if err := memsys.PunchHole(fd, off, length); err != nil {
 		return fmt.Errorf("punch %s %#x+%d: %w", f.name, off, length, err)
@@ -181,6 +209,9 @@ func (f *File) Allocate(off, length int64) error {
 	fd, err := f.sysfd("allocate")
 	if err != nil {
 		return err
+	}
+	if f.large {
+		return f.allocateLarge(fd, off, length)
 	}
 	if err := memsys.Fallocate(fd, off, length); err != nil {
 		return fmt.Errorf("allocate %s %#x+%d: %w", f.name, off, length, err)
@@ -227,6 +258,13 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if f.large {
+		return f.writeLarge(fd, p, off)
+	}
+	return f.pwriteAll(fd, p, off)
+}
+
+func (f *File) pwriteAll(fd int, p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		c, err := memsys.Pwrite(fd, p[n:], off+int64(n))
@@ -253,9 +291,10 @@ func (e Extent) End() int64 { return e.Off + e.Len }
 // in softuvm uses the position (all I/O is positional), so sharing the
 // open file with other processes is unaffected.
 //
-// Pages that Allocate created and nothing has written yet count as holes:
-// shmem reports them so, since they hold only zeros. AllocatedBytes
-// counts them.
+// Pages that fallocate created and nothing has written yet count as
+// holes: shmem reports them so, since they hold only zeros.
+// AllocatedBytes counts them. (On a file of large folios Allocate
+// writes zeros or faults pages in instead, and those count as data.)
 func (f *File) DataExtents(off, length int64) ([]Extent, error) {
 	if length == 0 && off >= 0 && off <= f.size {
 		return nil, nil

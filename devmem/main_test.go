@@ -15,7 +15,12 @@ import (
 // TestMain fails the run if any test leaves a descriptor open: every
 // File, probe and dup must be closed, or a leak check elsewhere would
 // blame the pages it pins on the wrong code.
-func TestMain(m *testing.M) { os.Exit(fdleak.Run(m.Run)) }
+func TestMain(m *testing.M) {
+	// The private tmpfs of large folios lives as long as the process,
+	// like the runtime's poller: open it before the leak check looks.
+	_ = LargeFoliosAvailable()
+	os.Exit(fdleak.Run(m.Run))
+}
 
 // newFile creates a location file closed when the test ends.
 func newFile(t *testing.T, size int64) *File {

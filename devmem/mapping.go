@@ -36,6 +36,10 @@ func (f *File) Map(off, length int64) (*Mapping, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map %s %#x+%d: %w", f.name, off, length, err)
 	}
+	if err := f.noCollapse(addr, length); err != nil {
+		memsys.Munmap(addr, uintptr(length))
+		return nil, err
+	}
 	return &Mapping{addr: addr, length: length, name: f.name, off: off}, nil
 }
 
@@ -65,7 +69,7 @@ func (f *File) MapFixed(addr uintptr, off, length int64) error {
 		memsys.Munmap(got, uintptr(length))
 		return fmt.Errorf("map fixed %s %#x+%d at %#x: kernel mapped it at %#x", f.name, off, length, addr, got)
 	}
-	return nil
+	return f.noCollapse(addr, length)
 }
 
 // Bytes returns the mapped memory; nil after Unmap.

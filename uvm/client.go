@@ -200,17 +200,34 @@ func Connect(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	hello := wire.HelloRequest{Role: wire.RoleClient, Pid: uint32(os.Getpid()), Coherence: coherence}
-	r, err := s.rpc.RequestFDs(wire.EncodeHello(s.rpc.NextSeq(), hello), wire.MsgHello, []int{u.Fd(), host.Fd()})
+	r, rfds, err := s.rpc.ExchangeFDs(wire.EncodeHello(s.rpc.NextSeq(), hello), wire.MsgHello, []int{u.Fd(), host.Fd()})
 	if err != nil {
 		s.closeConn()
 		host.Close()
 		return nil, err
 	}
 	hr, err := wire.DecodeHelloReply(r)
+	if err == nil && len(rfds) > 1 {
+		err = fmt.Errorf("%w: hello reply carries %d descriptors, want at most 1 (a host file)", ErrInternal, len(rfds))
+	}
 	if err != nil {
+		wire.CloseFDs(rfds)
 		s.closeConn()
 		host.Close()
 		return nil, err
+	}
+	if len(rfds) == 1 {
+		// The server made a host file of large folios in place of the
+		// memfd (a client cannot mount the tmpfs they need): use it.
+		large, err := devmem.FileFromFD(rfds[0], "softuvm-host")
+		if err != nil {
+			s.closeConn()
+			host.Close()
+			return nil, fmt.Errorf("%w: host file from the server: %v", ErrInitialization, err)
+		}
+		host.Close()
+		host = large
+		s.host = large
 	}
 	s.rpc.PeerPID.Store(int64(hr.ServerPID))
 	s.id, s.features, s.devices, s.coherence = hr.SessionID, uffd.Feature(hr.Features), hr.Devices, hr.Coherence

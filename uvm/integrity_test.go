@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -194,6 +195,12 @@ func fnv1a(b []byte) uint64 {
 // advice, all checked byte for byte against a shadow copy.
 func TestDataIntegrityDevices(t *testing.T) { dataIntegrityDevices(t, "fault") }
 
+// TestDataIntegrityDevicesSmallFolios is TestDataIntegrityDevices with
+// location files of 4 KiB folios only (--large-folios off), the path a
+// server without root takes; TestDataIntegrityDevices runs with large
+// folios where the machine has them.
+func TestDataIntegrityDevicesSmallFolios(t *testing.T) { dataIntegrityDevices(t, "fault/small") }
+
 // TestDataIntegrityDevicesLaunch is TestDataIntegrityDevices under the
 // launch coherence model: launches hand the memory to the devices and
 // synchronizes give it back, and not one byte may differ from the
@@ -205,6 +212,9 @@ func TestDataIntegrityDevicesLaunch(t *testing.T) { dataIntegrityDevices(t, "lau
 
 func dataIntegrityDevices(t *testing.T, coherence string) {
 	cfg := DefaultServerConfig()
+	if c, ok := strings.CutSuffix(coherence, "/small"); ok {
+		coherence, cfg.LargeFolios = c, config.LargeFoliosOff
+	}
 	cfg.Coherence = coherence
 	cfg.Devices = config.DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2

@@ -3,6 +3,7 @@ package uvm
 import (
 	"bytes"
 	"fmt"
+	"github.com/softuvm/softuvm/devmem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(testRoleEnv); role != "" {
 		os.Exit(runTestRole(role))
 	}
+	_ = devmem.LargeFoliosAvailable() // a process-long descriptor, opened before the leak check looks
 	os.Exit(fdleak.Run(m.Run))
 }
 

@@ -3,7 +3,8 @@ package config
 import "github.com/softuvm/softuvm/internal/core"
 
 // CopyCalibration is what the copy engine measured of this machine, once
-// per process, and the parameters it chose from it.
+// per boot, and the parameters it chose from it; until that is measured,
+// the defaults it copies with (Source says which).
 type CopyCalibration struct {
 	CPUs int `json:"cpus"`
 	// HostCopyGBps is S_H2B: one thread copying between warm buffers.
@@ -60,5 +61,11 @@ type CopyCalibration struct {
 	// Kept names the file this calibration was read from, if it was
 	// measured by an earlier server since boot.
 	Kept string `json:"kept,omitempty"`
-	Err  string `json:"error,omitempty"`
+	// Source says where the figures in use come from: "measured" (by
+	// this server), "kept PATH" (measured by an earlier server since
+	// boot), "defaults (measuring in the background)" until this
+	// server's measurement is done, or "defaults (REASON)" where it
+	// failed. Defaults are chosen from the CPU count; their rates are 0.
+	Source string `json:"source,omitempty"`
+	Err    string `json:"error,omitempty"`
 }

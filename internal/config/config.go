@@ -35,6 +35,7 @@ const (
 	EnvRestarts      = "UVM_RESTARTS"        // new servers in a row the guard starts when one dies (default 5), or off
 	EnvCoherence     = "UVM_COHERENCE"       // fault (default) or launch: how host and devices share managed memory
 	EnvDirtyTracking = "UVM_DIRTY_TRACKING"  // auto (default), wp-async or wp-fault: how the launch model finds written pages
+	EnvLargeFolios   = "UVM_LARGE_FOLIOS"    // auto (default) or off: location files of 2 MiB folios
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
@@ -90,6 +91,11 @@ type ServerConfig struct {
 	// DirtyTracking is how the launch model learns which pages the CPU
 	// wrote: wp-async where the kernel has it (the default), or wp-fault.
 	DirtyTracking string `json:"dirty_tracking,omitempty"`
+	// LargeFolios is whether location files take 2 MiB folios, so that
+	// a block moving whole costs one allocation and one free: auto (the
+	// default: where a private huge=always tmpfs can be made, which needs
+	// root) or off.
+	LargeFolios string `json:"large_folios,omitempty"`
 	// TrackPrefetchUse makes allocations that do not choose track
 	// whether prefetched pages get used (see Stats.PrefetchedUsed).
 	TrackPrefetchUse bool `json:"track_prefetch_use"`
@@ -316,6 +322,9 @@ func (c ServerConfig) Validate() error {
 	if _, err := core.ParseDirtyTracking(c.DirtyTracking); err != nil {
 		return err
 	}
+	if err := CheckLargeFolios(c.LargeFolios); err != nil {
+		return err
+	}
 	if c.HostBudget < 0 {
 		return fmt.Errorf("%w: host budget %d: must not be negative", core.ErrInvalidValue, c.HostBudget)
 	}
@@ -403,6 +412,12 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 		}
 		c.DirtyTracking = v
 	}
+	if v := getenv(EnvLargeFolios); v != "" {
+		if err := CheckLargeFolios(v); err != nil {
+			return fmt.Errorf("%s: %w", EnvLargeFolios, err)
+		}
+		c.LargeFolios = v
+	}
 	if v := getenv(EnvHostBudget); v != "" {
 		n, err := core.ParseSize(v)
 		if err != nil {
@@ -470,4 +485,19 @@ func (c ServerConfig) Marshal() string {
 		panic(err) // plain data always marshals
 	}
 	return string(b)
+}
+
+// Large folio settings (ServerConfig.LargeFolios).
+const (
+	LargeFoliosAuto = "auto"
+	LargeFoliosOff  = "off"
+)
+
+// CheckLargeFolios accepts "", auto and off.
+func CheckLargeFolios(s string) error {
+	switch s {
+	case "", LargeFoliosAuto, LargeFoliosOff:
+		return nil
+	}
+	return fmt.Errorf("%w: large folios %q: want %s or %s", core.ErrInvalidValue, s, LargeFoliosAuto, LargeFoliosOff)
 }

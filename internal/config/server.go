@@ -14,8 +14,14 @@ type Info struct {
 	// Coherence is the model of clients that do not choose, and
 	// DirtyTracking how the launch model finds written pages on this
 	// kernel (wp-async or wp-fault).
-	Coherence     string        `json:"coherence"`
-	DirtyTracking string        `json:"dirty_tracking"`
+	Coherence     string `json:"coherence"`
+	DirtyTracking string `json:"dirty_tracking"`
+	// LargeFolios says whether location files take 2 MiB folios, or
+	// why not ("off: ...").
+	LargeFolios string `json:"large_folios"`
+	// FoliosRebuilt counts blocks rebuilt in 4 KiB folios after a punch
+	// left a large folio whole (the kernel could not split it).
+	FoliosRebuilt uint64        `json:"folios_rebuilt"`
 	HandlerCPUs   []int         `json:"handler_cpus"`
 	Guard         bool          `json:"guard"`
 	Sessions      []SessionInfo `json:"sessions"`
@@ -77,6 +83,13 @@ type SessionInfo struct {
 	// memory their host file holds.
 	ManagedBytes int64 `json:"managed_bytes"`
 	HostBytes    int64 `json:"host_bytes"`
+	// ResidentBytes is what the allocations have resident, on the host
+	// and on devices; FileBytes what the session's location files hold.
+	// The difference is memory that large folios hold beyond resident
+	// pages (a folio the kernel could not split), or allocated pages of
+	// device memory.
+	ResidentBytes int64 `json:"resident_bytes"`
+	FileBytes     int64 `json:"file_bytes"`
 	// Faults of a client since it connected, three ways: those the
 	// server served, every user fault the eBPF counters saw (nil when
 	// they are off), and the kernel's minflt (nil if unreadable).

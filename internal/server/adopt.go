@@ -294,6 +294,7 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 				b := mr.block(bi)
 				b.mu.Lock()
 				b.resident[l].Set(page % core.PagesPerBlock)
+				b.large = ^uint64(0) // the dead server's folios are not known
 				b.mu.Unlock()
 				if mr.kind == core.KindManaged {
 					srv.eviction.Arrived(b.ref, core.DeviceAtSlot(l), 1, policy.CauseFault)

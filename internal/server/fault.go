@@ -426,7 +426,7 @@ func (o *mover) installPending(p int, src core.Device, populated bool, oldFile, 
 		area := o.sess.srv.staging
 		area.mark(buf, o.sess.id, off, core.PageSize)
 		defer area.clear(buf)
-		if err := srcFile.Punch(off, core.PageSize); err != nil {
+		if err := o.punchPages(src, srcFile, p, p+1); err != nil {
 			o.release(holders, addr, core.PageSize, true)
 			return 0, false, err
 		}

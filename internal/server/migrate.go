@@ -363,6 +363,9 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 // bookkeeping.
 func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, error) {
 	var done core.PageMask
+	if o.wholeBlock(rn, dstFile) {
+		return o.moveWhole(rn, t, dstFile)
+	}
 	off, length := o.fileOff(rn.first), int64(rn.outer-rn.first)*core.PageSize
 	if !rn.populated {
 		if rn.mapped {
@@ -396,7 +399,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 	if rn.mapped {
 		sink = viewTarget{o, t.via}
 	}
-	done, err = o.transfer(sink, t.dst, rn.first, rn.outer, srcFile)
+	done, err = o.transfer(sink, t.dst, rn.first, rn.outer, rn.src, srcFile)
 	o.released(rn.src, done)
 	// Writers held by the protection retry now and fault the pages
 	// back; pages that did not move are writable again.
@@ -412,7 +415,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 // them (the install wakes the faulting one): a reader of the source copy
 // must not see the old bytes after that write; it faults instead, and
 // waits for the block. Pages that fail to arrive are written back to src.
-func (o *mover) transfer(dst pageSink, to core.Device, first, outer int, src *devmem.File) (core.PageMask, error) {
+func (o *mover) transfer(dst pageSink, to core.Device, first, outer int, from core.Device, src *devmem.File) (core.PageMask, error) {
 	var done core.PageMask
 	span := o.chunkSpan(first, outer)
 	area := o.sess.srv.staging
@@ -435,7 +438,7 @@ func (o *mover) transfer(dst pageSink, to core.Device, first, outer int, src *de
 			// From the punch until the install the pages are only in
 			// buf: say so where a new server will look (staging.go).
 			area.mark(buf, o.sess.id, o.fileOff(p), (q-p)*core.PageSize)
-			err := src.Punch(o.fileOff(p), int64(q-p)*core.PageSize)
+			err := o.punchPages(from, src, p, q)
 			if err != nil {
 				area.clear(buf)
 			}
@@ -506,7 +509,7 @@ func (o *mover) drop(l core.Device, pages core.PageMask) {
 		return
 	}
 	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
-		if perr := f.Punch(o.fileOff(p), int64(q-p)*core.PageSize); perr != nil {
+		if perr := o.punchPages(l, f, p, q); perr != nil {
 			o.sess.srv.logger.Printf("free %v pages %#x+%d: %v", l, o.fileOff(p), (q-p)*core.PageSize, perr)
 		}
 	}

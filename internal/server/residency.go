@@ -73,6 +73,10 @@ type block struct {
 	// ref is the block as policies see it (policy.Block), made with the
 	// block.
 	ref *policy.Block
+	// large has bit l set while location l's file may hold the block in
+	// a 2 MiB folio (migrate.go: moveWhole), so that a partial punch
+	// there checks that the kernel split it.
+	large uint64
 }
 
 // rangeTable is an immutable, sorted snapshot of a session's ranges. Faults

@@ -52,11 +52,15 @@ type Server struct {
 	nextSessionID atomic.Uint64
 	strayFaults   atomic.Uint64 // faults on addresses no range owns
 	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
+	foliosRebuilt atomic.Uint64 // blocks rebuilt after a punch left a large folio (whole.go)
 
 	guard   *guardLink
 	staging *stagingArea // the buffers migrations carry pages in (staging.go)
-	mode    byte         // modePrivate or modeDaemon: what the guard restarts
-	restart restartStats // this server's takeover, if it took over
+	// largeFolios is nil where location files take 2 MiB folios, else
+	// why they do not (devmem.CreateLargeFolioFile; migrate.go).
+	largeFolios error
+	mode        byte         // modePrivate or modeDaemon: what the guard restarts
+	restart     restartStats // this server's takeover, if it took over
 	// keptListeners are the listening sockets the guard holds too.
 	keptMu        sync.Mutex
 	keptListeners []keptListenerRef
@@ -73,7 +77,6 @@ type Server struct {
 	Access      *accessState      // access counting and what it drives
 	vmstatStart map[string]uint64 // /proc/vmstat when the server started
 
-	calibrated chan struct{} // closed once the copy calibration is done
 	// engines are the migrations' copy engines, one per node; byLocation
 	// the one for each location. Made once, at the first move, so that a
 	// move on the fault path finds its engine without a lock.
@@ -130,6 +133,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		mode:     start.mode,
 		staging:  start.staging,
 	}
+	s.largeFolios = largeFoliosFor(cfg)
 	if s.staging == nil {
 		if s.staging, err = newStagingArea(); err != nil {
 			return nil, err
@@ -148,11 +152,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		}
 		s.arenas = append(s.arenas, a)
 	}
-	s.calibrated = make(chan struct{})
-	go func() { // the engine needs it at the first bulk move, not before
-		defer close(s.calibrated)
-		engine.Calibration()
-	}()
+	engine.Calibration() // reads the kept one, or starts measuring in the background
 	s.retired = core.NewCounters(s.locations())
 	if s.eviction, err = policy.NewEviction(cfg.Eviction); err != nil {
 		s.closeArenas()
@@ -378,8 +378,9 @@ func (s *Server) Info() config.Info {
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Handlers: s.cfg.Handlers,
-		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(),
-		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
+		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(), LargeFolios: s.largeFoliosName(),
+		FoliosRebuilt: s.foliosRebuilt.Load(),
+		Guard:         s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
 		VMStat: vmstatSince(s.vmstatStart),
 		Restart: config.RestartInfo{
@@ -433,10 +434,10 @@ func (s *Server) infoJSON() string {
 }
 
 // copyCalibration is this machine's copy calibration with the
-// configuration's overrides applied. It waits for the calibration that
-// NewServer started.
+// configuration's overrides applied, at once: defaults until the
+// measurement NewServer started is done (a move that reads it once keeps
+// what it read).
 func (s *Server) copyCalibration() config.CopyCalibration {
-	<-s.calibrated
 	c := engine.Calibration()
 	if n := s.cfg.CopyProducers; n > 0 {
 		c.MigrationProducers, c.CopyProducers, c.BlockMovers = n, n, n
@@ -474,4 +475,19 @@ func (s *Server) nodeOf(l core.Device) int {
 	}
 	spec := s.arenas[l].Spec()
 	return ArenaNode(spec.Backend.String(), spec.Node)
+}
+
+// largeFoliosFor decides whether location files take large folios.
+func largeFoliosFor(cfg config.ServerConfig) error {
+	if cfg.LargeFolios == config.LargeFoliosOff {
+		return errors.New("turned off (--large-folios off)")
+	}
+	return devmem.LargeFoliosAvailable()
+}
+
+func (s *Server) largeFoliosName() string {
+	if s.largeFolios != nil {
+		return "off: " + s.largeFolios.Error()
+	}
+	return "on: 2 MiB folios in a private huge=always tmpfs"
 }

@@ -28,6 +28,9 @@ type session struct {
 	conn *net.UnixConn
 
 	host *devmem.File // the client's host location file; nil for monitors
+	// hostReplaced: the server made the host file (one of large folios)
+	// in place of the client's memfd, and the hello reply hands it over.
+	hostReplaced bool
 	// views[p.Slot()] is the live view of processor p: the CPU's is the
 	// client's (nil for monitors), device d's its process, if running.
 	views []atomic.Pointer[view]
@@ -177,7 +180,11 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 		features = uint64(v.uffd.Features())
 	}
 	reply := wire.EncodeHelloReply(h, wire.HelloReply{ServerPID: uint32(os.Getpid()), SessionID: sess.id, Features: features, Devices: s.Devices(), Coherence: sess.coherence()})
-	if err := wire.WriteMessage(c, reply, nil); err != nil {
+	var replyFDs []int
+	if sess.hostReplaced {
+		replyFDs = []int{sess.host.Fd()}
+	}
+	if err := wire.WriteMessage(c, reply, replyFDs); err != nil {
 		s.endSession(sess)
 		return nil, err
 	}
@@ -203,6 +210,18 @@ func (sess *session) adopt(uffdFD, hostFD int, features uffd.Feature) error {
 		u.Close()
 		host.Close()
 		return fmt.Errorf("%w: userfaultfd granted %v, missing %v", core.ErrNotSupported, granted, missing)
+	}
+	if sess.srv.largeFolios == nil && !host.Large() {
+		// The client made an ordinary memfd (it cannot mount a tmpfs):
+		// this one takes large folios, and the hello reply hands it over
+		// before the client maps anything from its own.
+		if large, err := devmem.CreateLargeFolioFile(fmt.Sprintf("host file of pid %d", sess.pid), devmem.FileSize); err == nil {
+			host.Close()
+			host = large
+			sess.hostReplaced = true
+		} else {
+			sess.srv.logger.Printf("session %d: host file of large folios: %v (keeping the client's)", sess.id, err)
+		}
 	}
 	sess.host = host
 	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: sess.pid, uffd: u})
@@ -483,7 +502,15 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	r.freed.Store(true)
 	sess.srv.hostPages.Add(-resident[core.CPU.Slot()])
 	sess.retireRange(r)
-	if err := sess.host.Punch(r.fileOff, int64(r.length)); err != nil {
+	// Clients reserve whole blocks: the rest of the last one belongs to
+	// no other range, and a large folio a client made there (pinned
+	// memory filled whole, device memory written through its mapping)
+	// goes with the range.
+	span := int64(r.length)
+	if r.start%core.BlockSize == 0 {
+		span = int64(core.RoundUp(r.length, core.BlockSize))
+	}
+	if err := sess.host.Punch(r.fileOff, span); err != nil {
 		sess.srv.logger.Printf("free %#x: %v", r.start, err)
 	}
 	sess.filesMu.Lock()
@@ -493,7 +520,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		if f == nil {
 			continue
 		}
-		if err := f.Punch(r.fileOff, int64(r.length)); err != nil {
+		if err := f.Punch(r.fileOff, span); err != nil {
 			sess.srv.logger.Printf("free %#x on device %d: %v", r.start, d, err)
 		}
 		if r.kind != core.KindDevice {
@@ -524,7 +551,14 @@ func (sess *session) deviceFile(d int) (*devmem.File, error) {
 	if f := sess.devFiles[d]; f != nil {
 		return f, nil
 	}
-	f, err := sess.srv.arenas[d].NewFile(fmt.Sprintf("softuvm-dev%d-pid%d", d, sess.pid))
+	name := fmt.Sprintf("softuvm-dev%d-pid%d", d, sess.pid)
+	var f *devmem.File
+	var err error
+	if sess.srv.largeFolios == nil {
+		f, err = sess.srv.arenas[d].NewLargeFolioFile(name)
+	} else {
+		f, err = sess.srv.arenas[d].NewFile(name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: device %d file: %v", core.ErrMemoryAllocation, d, err)
 	}
@@ -602,9 +636,22 @@ func (sess *session) info() config.SessionInfo {
 	for _, r := range sess.ranges.Load().ranges {
 		in.Allocations++
 		in.ManagedBytes += r.size
+		for i := range r.blocks {
+			if b := r.blocks[i].Load(); b != nil {
+				b.mu.Lock()
+				for l := range b.resident {
+					in.ResidentBytes += int64(b.resident[l].Count()) * core.PageSize
+				}
+				b.mu.Unlock()
+			}
+		}
 	}
 	if sess.host != nil {
 		in.HostBytes, _ = sess.host.AllocatedBytes()
+		in.FileBytes = in.HostBytes
+		for _, n := range sess.deviceFileBytes() {
+			in.FileBytes += n
+		}
 	}
 	sess.faultCounts(&in)
 	return in

@@ -74,6 +74,12 @@ func (c *Client) RequestWithFDs(b []byte, typ MsgType) (*WireReader, []int, erro
 	return c.exchange(b, typ, nil)
 }
 
+// ExchangeFDs sends a request with descriptors and returns the
+// descriptors its reply carries, which the caller owns.
+func (c *Client) ExchangeFDs(b []byte, typ MsgType, fds []int) (*WireReader, []int, error) {
+	return c.exchange(b, typ, fds)
+}
+
 func (c *Client) exchange(b []byte, typ MsgType, fds []int) (*WireReader, []int, error) {
 	if c.Closed.Load() {
 		return nil, nil, fmt.Errorf("%w: %s: session closed", core.ErrInvalidValue, typ)

@@ -209,6 +209,8 @@ static const char *map_fixed(uint64_t addr, uint64_t length, int32_t file, char 
 	void *at = (void *)(uintptr_t)addr;
 	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[file + 1], (off_t)addr) == MAP_FAILED)
 		snprintf(msg, cap, "map processor %d's file over %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
+	else if (madvise(at, length, MADV_NOHUGEPAGE) < 0)
+		snprintf(msg, cap, "keep %#lx+%lu from khugepaged: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 	else if (uffd_register(addr, length, file) < 0)
 		snprintf(msg, cap, "register %#lx+%lu with the userfaultfd: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 	else if (madvise(at, length, MADV_DONTFORK) < 0)
@@ -235,6 +237,10 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 		snprintf(msg, cap, "map processor %d's file at %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
 		return msg;
 	}
+	/* Location files may take large folios: no mapping of one may let
+	 * khugepaged collapse it, which would fill holes with zeros that read
+	 * as data (docs/architecture.md, "Large folios"). */
+	madvise(scratch, length, MADV_NOHUGEPAGE);
 	uintptr_t s = (uintptr_t)scratch;
 	if (uffd_register(s, length, file) < 0) {
 		snprintf(msg, cap, "register the new mapping of %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));

@@ -219,6 +219,10 @@ uvmError_t uvmHostRegister(void *ptr, size_t size, unsigned int flags)
 		uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmHostRegister");
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostRegister %p+%zu: map the pinned pages: %s", ptr, size, strerror(e));
 	}
+	/* Location files may take large folios: no mapping of one may let
+	 * khugepaged collapse it, which would fill holes with zeros that read
+	 * as data (docs/architecture.md, "Large folios"). */
+	madvise(ptr, size, MADV_NOHUGEPAGE);
 	uvm__alloc_set_alias(a.addr, p);
 	return uvmSuccess;
 }

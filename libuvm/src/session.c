@@ -252,7 +252,8 @@ static bool hello(struct uvm_session *s, int uffd)
 	uvm__encode_hello(&m, 0, (uint32_t)getpid(), (uint8_t)want);
 	int fds[2] = {uffd, s->host_fd};
 	struct uvm_reader r;
-	uvmError_t err = uvm__request(s, &m, fds, 2, reply, sizeof reply, &r, NULL, 0, NULL, "hello");
+	int rfds[2], nrfds = 0;
+	uvmError_t err = uvm__request(s, &m, fds, 2, reply, sizeof reply, &r, rfds, 2, &nrfds, "hello");
 	if (err != uvmSuccess) {
 		/* A server that refused the configuration said why, with its
 		 * code; one that hung up, or answered what this library cannot
@@ -278,9 +279,21 @@ static bool hello(struct uvm_session *s, int uffd)
 		s->devices[i].workers = (int)uvm__get_u32(&r);
 	}
 	s->coherence = uvm__get_u8(&r);
-	if (r.err) {
-		init_fail(uvmErrorInitializationError, "the server's hello reply is truncated (is it a softuvm server of another version?)");
+	if (r.err || nrfds > 1) {
+		for (int i = 0; i < nrfds; i++)
+			close(rfds[i]);
+		if (r.err)
+			init_fail(uvmErrorInitializationError, "the server's hello reply is truncated (is it a softuvm server of another version?)");
+		else
+			init_fail(uvmErrorInitializationError, "the server's hello reply carries %d descriptors, want at most 1 (a host file)", nrfds);
 		return false;
+	}
+	if (nrfds == 1) {
+		/* The server made a host file of large folios in place of the
+		 * memfd (a client cannot mount the tmpfs they need); nothing
+		 * is mapped from the memfd yet. */
+		close(s->host_fd);
+		s->host_fd = rfds[0];
 	}
 	s->ndevices = (int)n;
 	return true;
@@ -497,6 +510,10 @@ uint8_t *uvm__alloc_shadow(const struct uvm_alloc *a, int fd)
 	void *m = mmap(NULL, a->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)a->addr);
 	if (m == MAP_FAILED)
 		return NULL;
+	/* Location files may take large folios: no mapping of one may let
+	 * khugepaged collapse it, which would fill holes with zeros that read
+	 * as data (docs/architecture.md, "Large folios"). */
+	madvise(m, a->length, MADV_NOHUGEPAGE);
 	if (madvise(m, a->length, MADV_DONTFORK) < 0) {
 		int e = errno;
 		munmap(m, a->length);
@@ -637,7 +654,7 @@ uvmError_t uvm__allocate(size_t size, int kind, int device, unsigned flags, uvmE
 	 * the range is laid out the same way. The range stays out of forks:
 	 * a child gets a private copy (atfork_child), never the shared file. */
 	if (mmap((void *)addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)addr) == MAP_FAILED ||
-	    madvise((void *)addr, reserved, MADV_DONTFORK) < 0) {
+	    madvise((void *)addr, length, MADV_NOHUGEPAGE) < 0 || madvise((void *)addr, reserved, MADV_DONTFORK) < 0) {
 		int e = errno;
 		drop_pending(addr, reserved);
 		return uvm__fail(uvmErrorMemoryAllocation, "map the host file at %#lx: %s", addr, strerror(e));
@@ -712,6 +729,7 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 		return uvm__fail(uvmErrorMemoryAllocation, "adopt %#lx+%zu: map the host file: %s", addr, length, strerror(e));
 	}
 	madvise((void *)addr, length, MADV_DONTFORK);
+	madvise((void *)addr, length, MADV_NOHUGEPAGE); /* khugepaged would fill holes: see devproc.c */
 	uint64_t id;
 	err = register_range(s, addr, length, length, uvmMemAttachGlobal, UVM_KIND_MANAGED, uvmCpuDeviceId, "adopt", &id);
 	pthread_rwlock_wrlock(&allocs_mu);

@@ -276,3 +276,104 @@ func SchedGetaffinity() ([]int, error) {
 	}
 	return cpus, nil
 }
+
+// NewHugeTmpfs makes a tmpfs that is mounted nowhere (fsopen, fsconfig,
+// fsmount) with huge=always, and returns the descriptor of its root:
+// files made in it (OpenTmpfile) take 2 MiB folios where a write or an
+// allocation covers a whole aligned 2 MiB, whatever
+// /sys/kernel/mm/transparent_hugepage/shmem_enabled says for memfds. It
+// needs CAP_SYS_ADMIN. The mount disappears with its last descriptor.
+func NewHugeTmpfs() (int, error) {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen tmpfs: %w", err)
+	}
+	defer unix.Close(fs)
+	for _, kv := range [][2]string{{"huge", "always"}, {"size", "0"}, {"nr_inodes", "0"}, {"mode", "0700"}} {
+		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
+			return -1, fmt.Errorf("tmpfs option %s=%s: %w", kv[0], kv[1], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("create tmpfs: %w", err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount tmpfs: %w", err)
+	}
+	return mnt, nil
+}
+
+// OpenTmpfile makes an unnamed read-write file in the directory dirfd
+// (O_TMPFILE), close-on-exec.
+func OpenTmpfile(dirfd int) (int, error) {
+	return unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+}
+
+// Pwritev writes the buffers, in order, once at off.
+func Pwritev(fd int, iovs [][]byte, off int64) (int, error) {
+	for {
+		n, err := unix.Pwritev(fd, iovs, off)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// MadviseNoHugepage marks [addr, addr+length) MADV_NOHUGEPAGE: faults
+// there allocate 4 KiB folios even in a huge=always tmpfs.
+func MadviseNoHugepage(addr, length uintptr) error {
+	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_NOHUGEPAGE)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// MadvisePopulateWrite faults [addr, addr+length) in for writing,
+// allocating what is missing.
+func MadvisePopulateWrite(addr, length uintptr) error {
+	return ignoringEINTR(func() error {
+		_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_POPULATE_WRITE)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+}
+
+// OnTmpfs reports whether fd is a file of a tmpfs (memfds included).
+func OnTmpfs(fd int) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return false, err
+	}
+	return st.Type == unix.TMPFS_MAGIC, nil
+}
+
+// SetThreadIdle puts the calling thread at SCHED_IDLE, or at nice 19
+// where that is refused.
+func SetThreadIdle() error {
+	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_IDLE, Nice: 19}, 0); err == nil {
+		return nil
+	}
+	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
+}
+
+// ThreadInvoluntarySwitches counts the calling thread's involuntary
+// context switches (0 where getrusage fails).
+func ThreadInvoluntarySwitches() int64 {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return ru.Nivcsw
+}
+
+// MapPopulated maps n bytes of private anonymous memory, populated.
+func MapPopulated(n int) ([]byte, error) {
+	return unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+}
+
+// UnmapBytes unmaps memory from MapPopulated.
+func UnmapBytes(b []byte) error { return unix.Munmap(b) }

@@ -1,6 +1,7 @@
 package memsys
 
 import (
+	"fmt"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -86,4 +87,18 @@ func Bytes(addr uintptr, length int) []byte {
 	}
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 	return unsafe.Slice((*byte)(p), length)
+}
+
+// Mincore reports, one byte per page, which pages of the mapping at addr
+// are in memory: for a shared file mapping, in the file's page cache,
+// mapped here or not.
+func Mincore(addr, length uintptr, vec []byte) error {
+	if len(vec) < int((length+4095)/4096) {
+		return fmt.Errorf("mincore %#x+%d: vector of %d bytes: want one per page", addr, length, len(vec))
+	}
+	_, _, e := unix.Syscall(unix.SYS_MINCORE, addr, length, uintptr(unsafe.Pointer(&vec[0])))
+	if e != 0 {
+		return e
+	}
+	return nil
 }

@@ -1,0 +1,381 @@
+package devmem
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/softuvm/softuvm/devmem/internal/memsys"
+)
+
+// LargeFolioSize is the folio a location file of large folios allocates
+// for a whole, aligned 2 MiB: one allocation and one free where 4 KiB
+// folios cost 512 of each.
+const LargeFolioSize = 2 << 20
+
+// ErrFolioKept reports a punch that left memory in the punched range:
+// the kernel could not split the large folio holding it (someone holds a
+// reference to it, a pipe filled by vmsplice for one), so it zeroed the
+// range and kept it. The pages read as zeros through any mapping without
+// faulting, so the caller must rebuild the block (Punch's doc says how).
+var ErrFolioKept = errors.New("a large folio kept the punched pages")
+
+var largeMount struct {
+	once sync.Once
+	fd   int
+	err  error
+}
+
+// largeFolioMount returns the root of this process's private tmpfs
+// mounted with huge=always (made on first use, never attached to the
+// file system tree), or why there is none.
+func largeFolioMount() (int, error) {
+	largeMount.once.Do(func() {
+		largeMount.fd, largeMount.err = memsys.NewHugeTmpfs()
+	})
+	return largeMount.fd, largeMount.err
+}
+
+// LargeFoliosAvailable returns nil if CreateLargeFolioFile can work
+// here, else why not (typically: not root, so no tmpfs can be made).
+func LargeFoliosAvailable() error {
+	_, err := largeFolioMount()
+	return err
+}
+
+// CreateLargeFolioFile creates a location file whose whole, aligned
+// 2 MiB writes (WriteBlock, WriteAt, Allocate) take one 2 MiB folio.
+// Everything smaller goes in as 4 KiB folios: a 4 KiB write into an
+// empty 2 MiB of such a file would otherwise allocate the whole folio,
+// and the other 511 pages would then read as zeros through every mapping
+// instead of faulting, as if they lived there. Its methods keep that
+// invariant: a page is present in the file only where it was written
+// or allocated.
+func CreateLargeFolioFile(name string, size int64) (*File, error) {
+	return createSized(name, size, true, func() (int, error) {
+		mnt, err := largeFolioMount()
+		if err != nil {
+			return -1, fmt.Errorf("large folios: %w", err)
+		}
+		fd, err := memsys.OpenTmpfile(mnt)
+		if err != nil {
+			return -1, fmt.Errorf("large folios: open a file in the private tmpfs: %w", err)
+		}
+		return fd, nil
+	})
+}
+
+// Large reports whether the file takes large folios, as
+// CreateLargeFolioFile makes them or as a received file reports (a
+// tmpfs mounted huge=always or within_size).
+func (f *File) Large() bool { return f.large }
+
+// whole reports whether [off, off+length) covers only whole, aligned
+// large folios.
+func whole(off, length int64) bool {
+	return off%LargeFolioSize == 0 && length%LargeFolioSize == 0
+}
+
+// eachPiece splits [off, off+length) into the whole, aligned 2 MiB
+// pieces and the rest, in order.
+func eachPiece(off, length int64, fn func(off, length int64, whole bool) error) error {
+	end := off + length
+	for off < end {
+		next := min(end, (off/LargeFolioSize+1)*LargeFolioSize)
+		if err := fn(off, next-off, off%LargeFolioSize == 0 && next-off == LargeFolioSize); err != nil {
+			return err
+		}
+		off = next
+	}
+	return nil
+}
+
+// window maps the pages covering [off, off+length) of the file with
+// 4 KiB faults only (MADV_NOHUGEPAGE) and passes fn the bytes of
+// [off, off+length).
+func (f *File) window(op string, off, length int64, fn func(addr uintptr, b []byte) error) error {
+	fd, err := f.sysfd(op)
+	if err != nil {
+		return err
+	}
+	first := off &^ (PageSize - 1)
+	span := (off+length+PageSize-1)&^(PageSize-1) - first
+	addr, err := memsys.Mmap(0, uintptr(span), memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, first)
+	if err != nil {
+		return fmt.Errorf("%s %s %#x+%d: map a window: %w", op, f.name, off, length, err)
+	}
+	defer memsys.Munmap(addr, uintptr(span))
+	if err := memsys.MadviseNoHugepage(addr, uintptr(span)); err != nil {
+		return fmt.Errorf("%s %s %#x+%d: window without large folios: %w", op, f.name, off, length, err)
+	}
+	return fn(addr+uintptr(off-first), memsys.Bytes(addr+uintptr(off-first), int(length)))
+}
+
+// WriteBlock writes the buffers, in order, at off as one large folio
+// per 2 MiB: off and their total length must be multiples of
+// LargeFolioSize. On a file without large folios it is WriteAt.
+func (f *File) WriteBlock(bufs [][]byte, off int64) (int, error) {
+	var total int64
+	for _, b := range bufs {
+		total += int64(len(b))
+	}
+	if err := f.checkRange("write block", off, total, true); err != nil {
+		return 0, err
+	}
+	if !whole(off, total) {
+		return 0, fmt.Errorf("write block %s %#x+%d: want a multiple of %d at a multiple of it", f.name, off, total, LargeFolioSize)
+	}
+	fd, err := f.sysfd("write block")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for len(bufs) > 0 {
+		c, err := memsys.Pwritev(fd, bufs, off+int64(n))
+		if err != nil {
+			return n, fmt.Errorf("write block %s %#x+%d: %w", f.name, off+int64(n), total-int64(n), err)
+		}
+		if c == 0 {
+			return n, fmt.Errorf("write block %s %#x+%d: no progress", f.name, off+int64(n), total-int64(n))
+		}
+		n += c
+		for c > 0 && len(bufs) > 0 { // drop what was written
+			k := min(c, len(bufs[0]))
+			bufs[0] = bufs[0][k:]
+			c -= k
+			if len(bufs[0]) == 0 {
+				bufs = bufs[1:]
+			}
+		}
+	}
+	return n, nil
+}
+
+// writeLarge is WriteAt on a file of large folios: whole, aligned 2 MiB
+// with pwrite (one folio each), the rest through a window of 4 KiB
+// faults.
+func (f *File) writeLarge(fd int, p []byte, off int64) (int, error) {
+	n := 0
+	err := eachPiece(off, int64(len(p)), func(o, l int64, whole bool) error {
+		b := p[o-off : o-off+l]
+		if whole {
+			c, err := f.pwriteAll(fd, b, o)
+			n += c
+			return err
+		}
+		err := f.window("write", o, l, func(_ uintptr, w []byte) error {
+			copy(w, b)
+			return nil
+		})
+		if err == nil {
+			n += int(l)
+		}
+		return err
+	})
+	return n, err
+}
+
+// zeroFolio is what Allocate writes into a whole 2 MiB.
+var zeroFolio [LargeFolioSize]byte
+
+// allocateLarge is Allocate on a file of large folios.
+func (f *File) allocateLarge(fd int, off, length int64) error {
+	return eachPiece(off, length, func(o, l int64, whole bool) error {
+		if whole {
+			// Zeros written, not fallocate: a fallocated folio is not
+			// up to date, and mincore, which checks punches, cannot see
+			// one the kernel kept.
+			_, err := f.pwriteAll(fd, zeroFolio[:], o)
+			return err
+		}
+		return f.window("allocate", o, l, func(addr uintptr, _ []byte) error {
+			if err := memsys.MadvisePopulateWrite(addr, uintptr(l)); err != nil {
+				return fmt.Errorf("allocate %s %#x+%d: %w", f.name, o, l, err)
+			}
+			return nil
+		})
+	})
+}
+
+// punchKeptRetry is how long punchLarge keeps trying before it reports
+// ErrFolioKept: a folio that could not be split because of a passing
+// reference (a page fault mapping it, compaction) splits a moment later.
+const punchKeptRetry = 5 * time.Millisecond
+
+// punchLarge punches [off, off+length) and then checks the partial
+// 2 MiB at either end: the kernel splits a large folio to free part of
+// it, and where it cannot it zeroes the part and keeps it.
+func (f *File) punchLarge(fd int, off, length int64) error {
+	started := time.Now()
+	for {
+		if err := memsys.PunchHole(fd, off, length); err != nil {
+			return fmt.Errorf("punch %s %#x+%d: %w", f.name, off, length, err)
+		}
+		if whole(off, length) {
+			return nil
+		}
+		kept, err := f.keptPages(off, length)
+		if err != nil {
+			return err
+		}
+		if kept == 0 {
+			return nil
+		}
+		if time.Since(started) > punchKeptRetry {
+			return fmt.Errorf("punch %s %#x+%d: %d pages still present: %w", f.name, off, length, kept, ErrFolioKept)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// keptPages counts the pages of [off, off+length) still in the file's
+// page cache, looking only at the partial 2 MiB at either end (whole
+// folios are freed whole).
+func (f *File) keptPages(off, length int64) (int, error) {
+	kept := 0
+	end := off + length
+	check := func(o, l int64) error {
+		if l <= 0 {
+			return nil
+		}
+		pages, err := f.Present(o, l)
+		for _, p := range pages {
+			if p {
+				kept++
+			}
+		}
+		return err
+	}
+	headEnd := min(end, (off/LargeFolioSize+1)*LargeFolioSize)
+	if off%LargeFolioSize != 0 || headEnd-off < LargeFolioSize {
+		if err := check(off, headEnd-off); err != nil {
+			return kept, err
+		}
+	}
+	if tail := end &^ (LargeFolioSize - 1); tail > headEnd && end%LargeFolioSize != 0 {
+		if err := check(tail, end-tail); err != nil {
+			return kept, err
+		}
+	}
+	return kept, nil
+}
+
+// Present reports, page by page, which pages of [off, off+length)
+// (page-aligned) the file holds in memory, written or only allocated,
+// unlike DataExtents, which counts allocated pages never written as
+// holes.
+func (f *File) Present(off, length int64) ([]bool, error) {
+	if err := f.checkRange("present", off, length, true); err != nil {
+		return nil, err
+	}
+	fd, err := f.sysfd("present")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := memsys.Mmap(0, uintptr(length), memsys.ProtRead, memsys.MapShared, fd, off)
+	if err != nil {
+		return nil, fmt.Errorf("present %s %#x+%d: map: %w", f.name, off, length, err)
+	}
+	defer memsys.Munmap(addr, uintptr(length))
+	if err := f.noCollapse(addr, length); err != nil {
+		return nil, err
+	}
+	vec := make([]byte, length/PageSize)
+	if err := memsys.Mincore(addr, uintptr(length), vec); err != nil {
+		return nil, fmt.Errorf("present %s %#x+%d: mincore: %w", f.name, off, length, err)
+	}
+	out := make([]bool, len(vec))
+	for i, v := range vec {
+		out[i] = v&1 != 0
+	}
+	return out, nil
+}
+
+// memfdTakesLargeFolios reports whether memfds may get folios larger
+// than a page on this machine: shmem_enabled, for 2 MiB or for any mTHP
+// size, is set to something other than never (or deny). Unreadable
+// settings count as yes: treating a file as large only costs speed.
+func memfdTakesLargeFolios() bool {
+	const thp = "/sys/kernel/mm/transparent_hugepage/"
+	top, err := selectedSetting(thp + "shmem_enabled")
+	if err != nil {
+		return true
+	}
+	if top != "never" && top != "deny" {
+		return true
+	}
+	if top == "deny" {
+		return false
+	}
+	sizes, _ := filepath.Glob(thp + "hugepages-*/shmem_enabled")
+	for _, p := range sizes {
+		if v, err := selectedSetting(p); err != nil || (v != "never" && v != "inherit") {
+			return true
+		}
+	}
+	return false
+}
+
+// selectedSetting reads a sysfs choice file ("always [never] deny") and
+// returns the bracketed choice.
+func selectedSetting(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	i, j := strings.IndexByte(s, '['), strings.IndexByte(s, ']')
+	if i < 0 || j < i {
+		return "", fmt.Errorf("%s: no [choice] in %q", path, strings.TrimSpace(s))
+	}
+	return s[i+1 : j], nil
+}
+
+// mayTakeLargeFolios decides for a received file: a memfd as the
+// machine's settings say, any other tmpfs file yes (a server may have
+// made it on a tmpfs mounted huge=always), a file elsewhere no.
+func mayTakeLargeFolios(fd int) bool {
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err == nil && strings.HasPrefix(link, "/memfd:") {
+		return memfdTakesLargeFolios()
+	}
+	onTmpfs, err := memsys.OnTmpfs(fd)
+	return err != nil || onTmpfs
+}
+
+// PunchSmallFolios is Punch for pages the caller knows are not part of
+// a large folio (it made every large folio of the file and split or
+// freed those here): no check afterwards.
+func (f *File) PunchSmallFolios(off, length int64) error {
+	if err := f.checkRange("punch", off, length, true); err != nil {
+		return err
+	}
+	fd, err := f.sysfd("punch")
+	if err != nil {
+		return err
+	}
+	if err := memsys.PunchHole(fd, off, length); err != nil {
+		return fmt.Errorf("punch %s %#x+%d: %w", f.name, off, length, err)
+	}
+	return nil
+}
+
+// noCollapse marks a mapping of a file of large folios MADV_NOHUGEPAGE.
+// khugepaged collapses a tmpfs file's pages into a large folio through
+// any mapping it may scan, and fills the holes of that 2 MiB with zeros:
+// pages resident elsewhere would then read as zeros here. So every
+// mapping of such a file, in every process, is kept from it (the C
+// library does the same); views then map large folios 4 KiB at a time.
+func (f *File) noCollapse(addr uintptr, length int64) error {
+	if !f.large {
+		return nil
+	}
+	if err := memsys.MadviseNoHugepage(addr, uintptr(length)); err != nil {
+		return fmt.Errorf("map %s at %#x+%d: keep it from khugepaged: %w", f.name, addr, length, err)
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package devmem
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// newLargeFile makes a file of large folios, or skips where none can be
+// made (not root).
+func newLargeFile(t *testing.T) *File {
+	t.Helper()
+	if err := LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	f, err := CreateLargeFolioFile("test-"+t.Name(), FileSize)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	require.True(t, f.Large())
+	return f
+}
+
+// presentPages lists the present pages of [off, off+length).
+func presentPages(t *testing.T, f *File, off, length int64) []int {
+	t.Helper()
+	pres, err := f.Present(off, length)
+	require.NoError(t, err)
+	var out []int
+	for i, ok := range pres {
+		if ok {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// folioHeads reads, from /proc/self/pagemap and /proc/kpageflags, which
+// pages of the file's [off, off+length) head a compound (large) folio and
+// which are tails, independently of devmem's own view.
+func folioHeads(t *testing.T, f *File, off, length int64) (heads, tails int) {
+	t.Helper()
+	m, err := f.Map(off, length)
+	require.NoError(t, err)
+	defer m.Unmap()
+	var sum byte // fault the whole window in: read every page
+	b := m.Bytes()
+	for p := int64(0); p < length; p += PageSize {
+		sum += b[p]
+	}
+	t.Logf("read %d pages (sum %d)", length/PageSize, sum)
+	pm, err := os.Open("/proc/self/pagemap")
+	require.NoError(t, err)
+	defer pm.Close()
+	kf, err := os.Open("/proc/kpageflags")
+	if err != nil {
+		t.Skipf("no /proc/kpageflags: %v", err)
+	}
+	defer kf.Close()
+	var e [8]byte
+	for p := int64(0); p < length/PageSize; p++ {
+		_, err := pm.ReadAt(e[:], int64(m.Addr()/PageSize+uintptr(p))*8)
+		require.NoError(t, err)
+		pfn := binary.LittleEndian.Uint64(e[:]) & (1<<55 - 1)
+		require.NotZero(t, pfn, "page %d has no frame (are we root?)", p)
+		_, err = kf.ReadAt(e[:], int64(pfn)*8)
+		require.NoError(t, err)
+		flags := binary.LittleEndian.Uint64(e[:])
+		if flags&(1<<15) != 0 {
+			heads++
+		}
+		if flags&(1<<16) != 0 {
+			tails++
+		}
+	}
+	return heads, tails
+}
+
+// The pitfall: a small write into an empty 2 MiB of a huge=always tmpfs
+// allocates a whole folio, and the other pages read as zeros through
+// any mapping instead of faulting. WriteAt, Allocate and CopyFrom must
+// leave them absent; whole 2 MiB writes must make one large folio.
+func TestLargeFolioPartialWritesStayPageSized(t *testing.T) {
+	f := newLargeFile(t)
+	base := int64(64 << 30)
+	data := bytes.Repeat([]byte{0xa5}, 3*PageSize)
+	_, err := f.WriteAt(data, base+5*PageSize)
+	require.NoError(t, err)
+	assert.Equal(t, []int{5, 6, 7}, presentPages(t, f, base, LargeFolioSize), "a 12 KiB write into an empty 2 MiB")
+
+	require.NoError(t, f.Allocate(base+LargeFolioSize+9*PageSize, 2*PageSize))
+	assert.Equal(t, []int{9, 10}, presentPages(t, f, base+LargeFolioSize, LargeFolioSize), "an 8 KiB allocation")
+
+	src := newFile(t, FileSize)
+	_, err = src.WriteAt(bytes.Repeat([]byte{7}, 32*PageSize), base)
+	require.NoError(t, err)
+	_, err = f.CopyFrom(src, base, base+2*LargeFolioSize+32*PageSize, 32*PageSize)
+	require.NoError(t, err)
+	var want []int
+	for p := 32; p < 64; p++ {
+		want = append(want, p)
+	}
+	assert.Equal(t, want, presentPages(t, f, base+2*LargeFolioSize, LargeFolioSize), "a 128 KiB copy_file_range would make a 128 KiB folio")
+
+	whole := bytes.Repeat([]byte{3}, LargeFolioSize)
+	n, err := f.WriteBlock([][]byte{whole[:LargeFolioSize/2], whole[LargeFolioSize/2:]}, base+3*LargeFolioSize)
+	require.NoError(t, err)
+	assert.Equal(t, LargeFolioSize, n)
+	heads, tails := folioHeads(t, f, base+3*LargeFolioSize, LargeFolioSize)
+	assert.Equal(t, 1, heads, "a whole 2 MiB write is one folio")
+	assert.Equal(t, 511, tails)
+	got := make([]byte, LargeFolioSize)
+	_, err = f.ReadAt(got, base+3*LargeFolioSize)
+	require.NoError(t, err)
+	assert.Equal(t, whole, got)
+
+	require.NoError(t, f.Allocate(base+4*LargeFolioSize, LargeFolioSize))
+	assert.Len(t, presentPages(t, f, base+4*LargeFolioSize, LargeFolioSize), 512, "a whole 2 MiB allocation is present, zeros up to date")
+
+	_, err = f.WriteBlock([][]byte{data}, base+PageSize)
+	assert.ErrorContains(t, err, "want a multiple of 2097152")
+}
+
+// A partial punch of a large folio frees the punched pages and keeps the
+// others with their bytes (the kernel splits the folio).
+func TestLargeFolioPartialPunch(t *testing.T) {
+	f := newLargeFile(t)
+	base := int64(66 << 30)
+	whole := make([]byte, LargeFolioSize)
+	for i := range whole {
+		whole[i] = byte(i / PageSize)
+	}
+	_, err := f.WriteBlock([][]byte{whole}, base)
+	require.NoError(t, err)
+	require.NoError(t, f.Punch(base+100*PageSize, 3*PageSize))
+	pres := presentPages(t, f, base, LargeFolioSize)
+	assert.Len(t, pres, 509)
+	assert.NotContains(t, pres, 100)
+	assert.NotContains(t, pres, 102)
+	got := make([]byte, LargeFolioSize)
+	_, err = f.ReadAt(got, base)
+	require.NoError(t, err)
+	for p := range 512 {
+		want := byte(p)
+		if p >= 100 && p < 103 {
+			want = 0
+		}
+		require.Equal(t, want, got[p*PageSize], "page %d", p)
+	}
+}
+
+// Where a reference holds the folio (here a pipe filled by vmsplice), the
+// kernel cannot split it: it zeroes the punched pages and keeps them.
+// Punch must say so rather than leave them looking resident.
+func TestLargeFolioPunchOfPinnedFolio(t *testing.T) {
+	f := newLargeFile(t)
+	base := int64(68 << 30)
+	_, err := f.WriteBlock([][]byte{bytes.Repeat([]byte{9}, LargeFolioSize)}, base)
+	require.NoError(t, err)
+	m, err := f.Map(base, LargeFolioSize)
+	require.NoError(t, err)
+	defer m.Unmap()
+	var p [2]int
+	require.NoError(t, unix.Pipe2(p[:], unix.O_CLOEXEC))
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	_, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, 1<<20)
+	require.NoError(t, err)
+	iov := []unix.Iovec{{Base: &m.Bytes()[0]}}
+	iov[0].SetLen(PageSize)
+	_, err = unix.Vmsplice(p[1], iov, 0) // the pipe now holds a reference to the folio
+	require.NoError(t, err)
+
+	err = f.Punch(base+10*PageSize, PageSize)
+	require.True(t, errors.Is(err, ErrFolioKept), "punch of a pinned folio: %v", err)
+	assert.Contains(t, presentPages(t, f, base, LargeFolioSize), 10, "the kernel kept the punched page")
+
+	// Once the reference is gone the punch works.
+	unix.Close(p[0])
+	unix.Close(p[1])
+	require.NoError(t, f.Punch(base+10*PageSize, PageSize))
+	assert.NotContains(t, presentPages(t, f, base, LargeFolioSize), 10)
+}
+
+func TestMemfdLargeFolioSetting(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := dir + "/" + name
+		require.NoError(t, os.WriteFile(p, []byte(s), 0o600))
+		return p
+	}
+	v, err := selectedSetting(write("a", "always within_size advise [never] deny force\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "never", v)
+	_, err = selectedSetting(write("b", "garbage\n"))
+	assert.ErrorContains(t, err, "no [choice]")
+}
