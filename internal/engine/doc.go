@@ -19,7 +19,9 @@
 // chooses N_P from the paper's two conditions, the block movers, and the
 // sizes from which the engine and non-temporal stores pay; the result,
 // config.CopyCalibration, is kept in the runtime directory for later
-// servers. CopyNonTemporal copies with MOVNTDQ stores on amd64
+// servers. Nothing waits for it: until it is measured (in the background,
+// at SCHED_IDLE, while the CPUs are idle) callers get defaults chosen
+// from the CPU count, marked as such in its Source. CopyNonTemporal copies with MOVNTDQ stores on amd64
 // (ntcopy_amd64.s), ordinary ones elsewhere. docs/architecture.md
 // describes the engine; docs/benchmarks.md has its figures.
 package engine
