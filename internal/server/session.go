@@ -502,14 +502,9 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	r.freed.Store(true)
 	sess.srv.hostPages.Add(-resident[core.CPU.Slot()])
 	sess.retireRange(r)
-	// Clients reserve whole blocks: the rest of the last one belongs to
-	// no other range, and a large folio a client made there (pinned
-	// memory filled whole, device memory written through its mapping)
-	// goes with the range.
+	// Not rounded up to the block: libuvm adopts ranges of any length
+	// (uvm run), so the rest of a block may be another range's.
 	span := int64(r.length)
-	if r.start%core.BlockSize == 0 {
-		span = int64(core.RoundUp(r.length, core.BlockSize))
-	}
 	if err := sess.host.Punch(r.fileOff, span); err != nil {
 		sess.srv.logger.Printf("free %#x: %v", r.start, err)
 	}
