@@ -233,13 +233,12 @@ func (f *File) punchLarge(fd int, off, length int64) error {
 }
 
 // keptPages counts the pages of [off, off+length) still in the file's
-// page cache, looking only at the partial 2 MiB at either end (whole
-// folios are freed whole).
+// page cache, looking only at the partial 2 MiB pieces (whole folios are
+// freed whole).
 func (f *File) keptPages(off, length int64) (int, error) {
 	kept := 0
-	end := off + length
-	check := func(o, l int64) error {
-		if l <= 0 {
+	err := eachPiece(off, length, func(o, l int64, whole bool) error {
+		if whole {
 			return nil
 		}
 		pages, err := f.Present(o, l)
@@ -249,19 +248,8 @@ func (f *File) keptPages(off, length int64) (int, error) {
 			}
 		}
 		return err
-	}
-	headEnd := min(end, (off/LargeFolioSize+1)*LargeFolioSize)
-	if off%LargeFolioSize != 0 || headEnd-off < LargeFolioSize {
-		if err := check(off, headEnd-off); err != nil {
-			return kept, err
-		}
-	}
-	if tail := end &^ (LargeFolioSize - 1); tail > headEnd && end%LargeFolioSize != 0 {
-		if err := check(tail, end-tail); err != nil {
-			return kept, err
-		}
-	}
-	return kept, nil
+	})
+	return kept, err
 }
 
 // Present reports, page by page, which pages of [off, off+length)

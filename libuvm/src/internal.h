@@ -69,6 +69,14 @@ UVM_HIDDEN void *uvm__sys_malloc(size_t n);
 UVM_HIDDEN void *uvm__sys_calloc(size_t k, size_t n);
 UVM_HIDDEN void *uvm__sys_realloc(void *p, size_t n);
 UVM_HIDDEN void uvm__sys_free(void *p);
+/* uvm__slot_take picks the slot of a new handle in a table of handle
+ * slots (streams, events) of elem bytes each, slots the address of the
+ * table's pointer: a freed one, else the next,
+ * doubling the table and its free list when full. *fresh says a never
+ * used slot was taken (its generation must start at 1). The caller holds
+ * the table's lock. Returns -1, changing nothing, without memory. */
+UVM_HIDDEN int64_t uvm__slot_take(void *slots, size_t elem, uint32_t *n, uint32_t *cap, uint32_t **free_slots, uint32_t *nfree,
+				   bool *fresh);
 
 /* ---- the wire protocol (wire.c), as internal/wire/protocol.go ---- */
 

@@ -428,28 +428,16 @@ uvmError_t uvmStreamCreate(uvmStream_t *stream)
 	queue_init(q, dev, uvm__device_new_stream(dev), false);
 	q->refs = 1; /* the handle's */
 	pthread_mutex_lock(&streams_mu);
-	uint32_t slot;
-	if (nfree > 0) {
-		slot = free_slots[--nfree];
-	} else {
-		if (nslots == slots_cap) {
-			uint32_t cap = slots_cap ? 2 * slots_cap : 16;
-			struct stream_slot *grown = cap < slots_cap || cap > (1u << 30) ? NULL : uvm__sys_realloc(slots, cap * sizeof *slots);
-			uint32_t *grown_free = grown ? uvm__sys_realloc(free_slots, cap * sizeof *free_slots) : NULL;
-			if (grown)
-				slots = grown;
-			if (grown_free)
-				free_slots = grown_free;
-			if (!grown || !grown_free) {
-				pthread_mutex_unlock(&streams_mu);
-				queue_put(q);
-				return uvm__fail(uvmErrorMemoryAllocation, "uvmStreamCreate: no memory for stream %u", nslots);
-			}
-			slots_cap = cap;
-		}
-		slot = nslots++;
-		slots[slot].gen = 1;
+	bool fresh;
+	int64_t taken = uvm__slot_take(&slots, sizeof *slots, &nslots, &slots_cap, &free_slots, &nfree, &fresh);
+	if (taken < 0) {
+		pthread_mutex_unlock(&streams_mu);
+		queue_put(q);
+		return uvm__fail(uvmErrorMemoryAllocation, "uvmStreamCreate: no memory for stream %u", nslots);
 	}
+	uint32_t slot = (uint32_t)taken;
+	if (fresh)
+		slots[slot].gen = 1;
 	slots[slot].live = true;
 	slots[slot].q = q;
 	q->next = device_streams[dev];
