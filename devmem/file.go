@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/softuvm/softuvm/devmem/internal/memsys"
+	"github.com/softuvm/softuvm/uffd"
 )
 
 // PageSize is the unit the fault server moves memory in.
@@ -35,6 +37,13 @@ type File struct {
 	// so writes, allocations and punches keep pages of a partial 2 MiB
 	// in 4 KiB folios.
 	large bool
+	// fill is the userfaultfd that puts partial pieces of a large file
+	// in 4 KiB folios (large.go: fillPages).
+	fill struct {
+		once sync.Once
+		fd   *uffd.FD
+		err  error
+	}
 }
 
 // CreateFile creates an anonymous memory file of the given size; name
@@ -136,6 +145,9 @@ func (f *File) Node() int { return int(f.node.Load()) }
 func (f *File) Close() error {
 	if f.closed.Swap(true) {
 		return nil
+	}
+	if f.fill.fd != nil {
+		_ = f.fill.fd.Close()
 	}
 	if err := memsys.Close(f.fd); err != nil {
 		return fmt.Errorf("close %s: %w", f.name, err)

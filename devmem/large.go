@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem/internal/memsys"
+	"github.com/softuvm/softuvm/uffd"
 )
 
 // LargeFolioSize is the folio a location file of large folios allocates
@@ -23,6 +25,9 @@ const LargeFolioSize = 2 << 20
 // range and kept it. The pages read as zeros through any mapping without
 // faulting, so the caller must rebuild the block (Punch's doc says how).
 var ErrFolioKept = errors.New("a large folio kept the punched pages")
+
+// largeFileSeq numbers the files CreateLargeFolioFile makes.
+var largeFileSeq atomic.Uint64
 
 var largeMount struct {
 	once sync.Once
@@ -61,7 +66,9 @@ func CreateLargeFolioFile(name string, size int64) (*File, error) {
 		if err != nil {
 			return -1, fmt.Errorf("large folios: %w", err)
 		}
-		fd, err := memsys.OpenTmpfile(mnt)
+		// Named as a memfd would be, so that /proc/PID/maps shows what
+		// each mapping is; a number keeps names of one server apart.
+		fd, err := memsys.OpenUnlinked(mnt, fmt.Sprintf("%s.%d", strings.ReplaceAll(name, "/", "_"), largeFileSeq.Add(1)))
 		if err != nil {
 			return -1, fmt.Errorf("large folios: open a file in the private tmpfs: %w", err)
 		}
@@ -156,8 +163,7 @@ func (f *File) WriteBlock(bufs [][]byte, off int64) (int, error) {
 }
 
 // writeLarge is WriteAt on a file of large folios: whole, aligned 2 MiB
-// with pwrite (one folio each), the rest through a window of 4 KiB
-// faults.
+// with pwrite (one folio each), the rest in 4 KiB folios (fillSmall).
 func (f *File) writeLarge(fd int, p []byte, off int64) (int, error) {
 	n := 0
 	err := eachPiece(off, int64(len(p)), func(o, l int64, whole bool) error {
@@ -167,16 +173,108 @@ func (f *File) writeLarge(fd int, p []byte, off int64) (int, error) {
 			n += c
 			return err
 		}
-		err := f.window("write", o, l, func(_ uintptr, w []byte) error {
-			copy(w, b)
-			return nil
-		})
-		if err == nil {
-			n += int(l)
+		if err := f.fillSmall(fd, b, o); err != nil {
+			return err
 		}
-		return err
+		n += int(l)
+		return nil
 	})
 	return n, err
+}
+
+// fillSmall writes p at off, inside one 2 MiB, in 4 KiB folios. A pwrite
+// into a hole would allocate a folio as large as the mount allows, and a
+// write through a mapping, which faults 4 KiB folios in, shows each page
+// to every other mapping of the file as soon as it is allocated, zeroed,
+// before the copy reaches it: a program reading there at that moment
+// reads zeros (and the integrity tests did). UFFDIO_COPY fills a page
+// before it enters the file, so a page is either absent (readers fault
+// and wait for the fault server) or complete. Pages already present
+// are written in place with pwrite, which allocates nothing.
+func (f *File) fillSmall(fd int, p []byte, off int64) error {
+	first := off &^ (PageSize - 1)
+	end := (off + int64(len(p)) + PageSize - 1) &^ (PageSize - 1)
+	src := p
+	if first != off || end != off+int64(len(p)) {
+		// Whole pages: what the file holds (zeros for holes) around p.
+		src = make([]byte, end-first)
+		if _, err := f.ReadAt(src[:PageSize], first); err != nil {
+			return err
+		}
+		if _, err := f.ReadAt(src[len(src)-PageSize:], end-PageSize); err != nil {
+			return err
+		}
+		copy(src[off-first:], p)
+	}
+	present := func(at int64) error { // only p's bytes of that page
+		lo, hi := max(at, off), min(at+PageSize, off+int64(len(p)))
+		_, err := f.pwriteAll(fd, p[lo-off:hi-off], lo)
+		return err
+	}
+	return f.fillPages(fd, first, src, present)
+}
+
+// filler returns the file's userfaultfd for fillPages, opened on first
+// use. It reports no faults: nothing touches the windows it fills.
+func (f *File) filler() (*uffd.FD, error) {
+	f.fill.once.Do(func() {
+		u, err := uffd.Open(uffd.CloseOnExec | uffd.NonBlock | uffd.UserModeOnly)
+		if err != nil {
+			f.fill.err = fmt.Errorf("write %s in 4 KiB folios: %w", f.name, err)
+			return
+		}
+		// SIGBUS rather than a wait that nobody would end, should
+		// anything touch a hole of a window.
+		if _, err := u.Handshake(uffd.FeatureSigbus); err != nil {
+			_ = u.Close()
+			f.fill.err = fmt.Errorf("write %s in 4 KiB folios: %w", f.name, err)
+			return
+		}
+		f.fill.fd = u
+	})
+	return f.fill.fd, f.fill.err
+}
+
+// fillPages puts src (whole pages) at off (page-aligned) with
+// UFFDIO_COPY through a window of the file registered for missing
+// faults; pages already present go to present, by offset.
+func (f *File) fillPages(fd int, off int64, src []byte, present func(off int64) error) error {
+	u, err := f.filler()
+	if err != nil {
+		return err
+	}
+	span := uintptr(len(src))
+	addr, err := memsys.Mmap(0, span, memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, off)
+	if err != nil {
+		return fmt.Errorf("write %s %#x+%d: map a window: %w", f.name, off, len(src), err)
+	}
+	defer memsys.Munmap(addr, span)
+	if err := memsys.MadviseNoHugepage(addr, span); err != nil {
+		return fmt.Errorf("write %s %#x+%d: window without large folios: %w", f.name, off, len(src), err)
+	}
+	if _, err := u.Register(addr, span, uffd.RegisterMissing); err != nil {
+		return fmt.Errorf("write %s %#x+%d: %w", f.name, off, len(src), err)
+	}
+	for done := uintptr(0); done < span; {
+		n, err := u.Copy(addr+done, src[done:], uffd.CopyDontWake)
+		done += uintptr(n)
+		switch {
+		case err == nil:
+			if n == 0 {
+				return fmt.Errorf("write %s %#x+%d: UFFDIO_COPY made no progress", f.name, off+int64(done), span-done)
+			}
+		case errors.Is(err, uffd.ErrExist):
+			if err := present(off + int64(done)); err != nil {
+				return err
+			}
+			done += PageSize
+		case errors.Is(err, uffd.ErrAgain) && n > 0:
+			// Stopped at a present page: the retry sees EEXIST there.
+		default:
+			return fmt.Errorf("write %s %#x+%d: %w", f.name, off+int64(done), span-done, err)
+		}
+	}
+	return nil
 }
 
 // zeroFolio is what Allocate writes into a whole 2 MiB.

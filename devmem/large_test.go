@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/softuvm/softuvm/devmem/internal/memsys"
 )
 
 // newLargeFile makes a file of large folios, or skips where none can be
@@ -199,4 +203,59 @@ func TestMemfdLargeFolioSetting(t *testing.T) {
 	assert.Equal(t, "never", v)
 	_, err = selectedSetting(write("b", "garbage\n"))
 	assert.ErrorContains(t, err, "no [choice]")
+}
+
+// A partial write into a file of large folios shows no page before its
+// bytes are in it: another mapping that finds a page present reads what
+// was written, never the zeros of a page allocated and not yet filled
+// (a program reading managed memory as a page arrives would read them).
+func TestLargeFolioPartialWriteShowsOnlyWholePages(t *testing.T) {
+	f := newLargeFile(t)
+	base := int64(80 << 30)
+	const pages = LargeFolioSize/PageSize - 1
+	m, err := f.Map(base, LargeFolioSize)
+	require.NoError(t, err)
+	defer m.Unmap()
+	view := m.Bytes()
+	for round := 1; round <= 20; round++ {
+		require.NoError(t, f.Punch(base, LargeFolioSize))
+		data := bytes.Repeat([]byte{byte(round)}, pages*PageSize)
+		bad := make(chan string, 1)
+		go func() {
+			vec := make([]byte, 1)
+			for p := 1; p <= pages; p++ {
+				addr := uintptr(unsafe.Pointer(&view[p*PageSize]))
+				for vec[0]&1 == 0 { // until the page is in the file
+					if err := memsys.Mincore(addr, PageSize, vec); err != nil {
+						bad <- err.Error()
+						return
+					}
+				}
+				vec[0] = 0
+				if last, first := view[p*PageSize+PageSize-1], view[p*PageSize]; last != byte(round) || first != byte(round) {
+					bad <- fmt.Sprintf("round %d: page %d present with bytes %#x...%#x, want %#x", round, p, first, last, round)
+					return
+				}
+			}
+			bad <- ""
+		}()
+		_, err := f.WriteAt(data, base+PageSize)
+		require.NoError(t, err)
+		require.Empty(t, <-bad)
+	}
+
+	// Pieces of pages: a hole gets a whole page of zeros around the bytes,
+	// a present page keeps its other bytes.
+	require.NoError(t, f.Punch(base, LargeFolioSize))
+	_, err = f.WriteAt(bytes.Repeat([]byte{9}, PageSize), base+3*PageSize)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{1, 2, 3}, base+2*PageSize+PageSize-1) // the end of page 2, the start of page 3
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 3}, presentPages(t, f, base, LargeFolioSize))
+	got := make([]byte, 2*PageSize)
+	_, err = f.ReadAt(got, base+2*PageSize)
+	require.NoError(t, err)
+	want := append(make([]byte, PageSize-1), 1, 2, 3)
+	want = append(want, bytes.Repeat([]byte{9}, PageSize-2)...)
+	assert.Equal(t, want, got)
 }

@@ -279,7 +279,7 @@ func SchedGetaffinity() ([]int, error) {
 
 // NewHugeTmpfs makes a tmpfs that is mounted nowhere (fsopen, fsconfig,
 // fsmount) with huge=always, and returns the descriptor of its root:
-// files made in it (OpenTmpfile) take 2 MiB folios where a write or an
+// files made in it (OpenUnlinked) take 2 MiB folios where a write or an
 // allocation covers a whole aligned 2 MiB, whatever
 // /sys/kernel/mm/transparent_hugepage/shmem_enabled says for memfds. It
 // needs CAP_SYS_ADMIN. The mount disappears with its last descriptor.
@@ -304,10 +304,20 @@ func NewHugeTmpfs() (int, error) {
 	return mnt, nil
 }
 
-// OpenTmpfile makes an unnamed read-write file in the directory dirfd
-// (O_TMPFILE), close-on-exec.
-func OpenTmpfile(dirfd int) (int, error) {
-	return unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+// OpenUnlinked creates a file called name in directory dirfd, which must
+// not exist yet, and unlinks it: a file no one else can open, which
+// /proc/PID/maps names "/name (deleted)" in every process that maps it
+// (an O_TMPFILE file shows only its inode number).
+func OpenUnlinked(dirfd int, name string) (int, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Pwritev writes the buffers, in order, once at off.
