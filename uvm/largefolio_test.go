@@ -1,9 +1,11 @@
 package uvm
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
@@ -61,5 +63,72 @@ func TestLargeFolioBlocksAndSinglePages(t *testing.T) {
 			require.NoError(t, s.Prefetch(a.Addr(), size, CPU))
 			check("all back")
 		})
+	}
+}
+
+// A page leaving a block that sits in a large folio on the host, while
+// that folio cannot be split (a pipe filled by vmsplice holds it) and a
+// thread of the program reads the page over and over: every read sees
+// the page's bytes. A partial punch of such a folio zeroes the punched
+// page and keeps it, and a reader would read the zeros without faulting.
+func TestLargeFolioPageLeavesUnderReaders(t *testing.T) {
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	cfg := DefaultServerConfig()
+	cfg.LargeFolios = config.LargeFoliosAuto
+	cfg.Devices = config.DeviceSpecs(1, []int64{64 << 20}, cfg.Devices[0].Backend)
+	s := newSession(t, cfg)
+	a, err := s.MallocManaged(BlockSize, WithPrefetch(PrefetchSpec{Policy: "none"}))
+	require.NoError(t, err)
+	defer a.Free()
+	b := a.Bytes()
+	for i := range b {
+		b[i] = byte(i/PageSize) | 0x80 // never zero
+	}
+	// Whole to the device and whole back: one 2 MiB folio on the host.
+	require.NoError(t, s.Prefetch(a.Addr(), BlockSize, 0))
+	require.NoError(t, s.Prefetch(a.Addr(), BlockSize, CPU))
+	var p [2]int
+	require.NoError(t, unix.Pipe2(p[:], unix.O_CLOEXEC))
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	iov := []unix.Iovec{{Base: &b[0]}}
+	iov[0].SetLen(PageSize)
+	_, err = unix.Vmsplice(p[1], iov, 0) // a reference to the folio
+	require.NoError(t, err)
+
+	for _, page := range []int{300, 301, 17, 450} {
+		stop := make(chan struct{})
+		seen := make(chan string, 1)
+		started := make(chan struct{})
+		go func() {
+			want := byte(page) | 0x80
+			reads := 0
+			for {
+				for _, i := range []int{0, PageSize / 2, PageSize - 1} {
+					if got := b[page*PageSize+i]; got != want {
+						seen <- fmt.Sprintf("byte %d of page %d read %#x, want %#x", i, page, got, want)
+						return
+					}
+				}
+				if reads++; reads == 1 {
+					close(started)
+				}
+				select {
+				case <-stop:
+					seen <- ""
+					return
+				default:
+				}
+			}
+		}()
+		<-started
+		require.NoError(t, s.Prefetch(a.Addr()+uintptr(page)*PageSize, PageSize, 0))
+		close(stop)
+		require.Empty(t, <-seen)
+	}
+	for i := range b {
+		require.Equal(t, byte(i/PageSize)|0x80, b[i], "byte %#x", i)
 	}
 }

@@ -382,6 +382,13 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 	if err != nil {
 		return done, err
 	}
+	if o.mayBeLarge(rn.src) {
+		// Part of the block leaves: its copy there goes into 4 KiB
+		// folios first (punchPages says why).
+		if err := o.breakLarge(rn.src, srcFile, 0, 0); err != nil {
+			return done, err
+		}
+	}
 	holders := o.holders(rn.src, rn.first, rn.outer)
 	defer o.doneWithAll(holders)
 	addr, span := o.pageAddr(rn.first), uintptr(length)

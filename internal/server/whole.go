@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -101,28 +100,11 @@ func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
 // destination. The source goes first for the reason transfer gives. On
 // a failed write the destination is punched and the source written back.
 func (o *mover) copyWhole(src, dst *devmem.File, off int64) error {
-	area := o.sess.srv.staging
-	const slots = core.BlockSize / stagingSlotBytes
-	bufs := make([][]byte, 0, slots)
-	defer func() {
-		for _, b := range bufs {
-			area.clear(b)
-			area.Put(b)
-		}
-	}()
-	for i := range slots {
-		b := area.Get()
-		if b == nil {
-			return fmt.Errorf("%w: staging area closed", core.ErrInternal)
-		}
-		bufs = append(bufs, b)
-		if _, err := src.ReadAt(b, off+int64(i)*stagingSlotBytes); err != nil {
-			return err
-		}
+	bufs, unstage, err := o.stageBlock(src, off)
+	if err != nil {
+		return err
 	}
-	for i, b := range bufs {
-		area.mark(b, o.sess.id, off+int64(i)*stagingSlotBytes, stagingSlotBytes)
-	}
+	defer unstage()
 	if err := src.Punch(off, core.BlockSize); err != nil {
 		return err
 	}
@@ -140,34 +122,116 @@ func (o *mover) copyWhole(src, dst *devmem.File, off int64) error {
 	return nil
 }
 
-// punchPages frees location l's copies of pages [first, outer) from its
-// file f. Where l may hold the block in a large folio, the punch checks
-// that the kernel split it; where it could not (a reference held the
-// folio), the block is rebuilt in 4 KiB folios.
-func (o *mover) punchPages(l core.Device, f *devmem.File, first, outer int) error {
-	off, length := o.fileOff(first), int64(outer-first)*core.PageSize
-	if o.b.large&(1<<l.Slot()) == 0 {
-		return f.PunchSmallFolios(off, length)
+// stageBlock reads the 2 MiB of f at off into staging slots and records
+// in each the intent to punch its source (staging.go), so that a server
+// that dies before the pages are back in a file loses none of them. A
+// hole reads as zeros, and a new server writes back only pages that no
+// location file holds. unstage voids the intents and returns the slots.
+func (o *mover) stageBlock(f *devmem.File, off int64) (bufs [][]byte, unstage func(), err error) {
+	area := o.sess.srv.staging
+	const slots = core.BlockSize / stagingSlotBytes
+	bufs = make([][]byte, 0, slots)
+	unstage = func() {
+		for _, b := range bufs {
+			area.clear(b)
+			area.Put(b)
+		}
 	}
-	err := f.Punch(off, length)
-	if errors.Is(err, devmem.ErrFolioKept) {
-		o.sess.srv.foliosRebuilt.Add(1)
-		err = o.rebuildBlock(l, f, first, outer)
+	for i := range slots {
+		b := area.Get()
+		if b == nil {
+			unstage()
+			return nil, nil, fmt.Errorf("%w: staging area closed", core.ErrInternal)
+		}
+		bufs = append(bufs, b)
+		if _, err := f.ReadAt(b, off+int64(i)*stagingSlotBytes); err != nil {
+			unstage()
+			return nil, nil, err
+		}
 	}
-	if err == nil && first == 0 && outer == o.b.pages {
-		// Only a whole punch ends it: the kernel splits a large folio
-		// into the fewest folios that free the punched part, and the
-		// rest stay large (64 and 128 KiB ones, say).
-		o.b.large &^= 1 << l.Slot()
+	for i, b := range bufs {
+		area.mark(b, o.sess.id, off+int64(i)*stagingSlotBytes, stagingSlotBytes)
 	}
-	return err
+	return bufs, unstage, nil
 }
 
-// rebuildBlock makes location l's copy of the block 4 KiB folios again,
-// without pages [first, outer), after a punch of those left a large
-// folio in place: with l's other pages held still in every view that
-// maps them, it reads them, punches the whole 2 MiB (a whole folio is
-// freed whole) and writes them back, which puts them in 4 KiB folios.
+// punchPages frees location l's copies of pages [first, outer) from its
+// file f. Where l may hold the block in a large folio, part of it is
+// never punched: the kernel zeroes the punched part of a large folio
+// before it tries to split it, and where the split fails (a passing
+// reference: a fault mapping another page of it, a folio still in a
+// per-CPU LRU batch) it keeps the zeroed pages, which any mapping of the
+// file then reads as zeros without faulting until a retry succeeds. A
+// reader of l's copy would read zeros where its data had just left (the
+// fork stress test did). So the block is rebuilt in 4 KiB folios
+// instead, which punches the whole 2 MiB, a whole folio that leaves
+// whole.
+func (o *mover) punchPages(l core.Device, f *devmem.File, first, outer int) error {
+	off, length := o.fileOff(first), int64(outer-first)*core.PageSize
+	if !o.mayBeLarge(l) {
+		return f.PunchSmallFolios(off, length)
+	}
+	if first == 0 && outer == o.b.pages {
+		err := f.Punch(off, length)
+		if err == nil {
+			o.b.large &^= 1 << l.Slot()
+		}
+		return err
+	}
+	return o.breakLarge(l, f, first, outer)
+}
+
+// breakLarge rebuilds location l's copy of the block in 4 KiB folios,
+// without pages [first, outer) (none where first == outer), which the
+// caller holds and which leave l. Done before a partial move out of a
+// block l may hold in a large folio (punchPages says why).
+func (o *mover) breakLarge(l core.Device, f *devmem.File, first, outer int) error {
+	o.sess.srv.foliosRebuilt.Add(1)
+	if err := o.rebuildBlock(l, f, first, outer); err != nil {
+		return err
+	}
+	o.b.large &^= 1 << l.Slot()
+	return nil
+}
+
+// largeElsewhere reports whether the whole block lives at one location
+// other than m that may hold it in a large folio, and m's file takes
+// large folios: a move of the whole block to m would be one folio.
+func (o *mover) largeElsewhere(m core.Device) bool {
+	b := o.b
+	if b.pages != core.PagesPerBlock || b.large == 0 {
+		return false
+	}
+	if f, err := o.sess.file(m); err != nil || !f.Large() {
+		return false
+	}
+	holder := -1
+	for l := range b.resident {
+		switch n := b.resident[l].Count(); {
+		case n == 0:
+		case n != b.pages || holder >= 0:
+			return false // in pieces, or with copies in two places
+		default:
+			holder = l
+		}
+	}
+	return holder >= 0 && core.DeviceAtSlot(holder) != m && o.mayBeLarge(core.DeviceAtSlot(holder))
+}
+
+// mayBeLarge reports whether location l's file may hold the block in a
+// large folio: l took it whole (or adopted it), and the block is a whole,
+// aligned 2 MiB of the file, since a 2 MiB folio is made only by a
+// block that moves whole (wholeBlock).
+func (o *mover) mayBeLarge(l core.Device) bool {
+	return o.b.large&(1<<l.Slot()) != 0 && o.b.pages == core.PagesPerBlock && o.fileOff(0)%devmem.LargeFolioSize == 0
+}
+
+// rebuildBlock makes location l's copy of the block 4 KiB folios,
+// without pages [first, outer), which leave l: with l's other pages held
+// still in every view that maps them, it reads them, punches the whole
+// 2 MiB and writes them back, which puts them in 4 KiB folios (WriteAt
+// fills them whole before they enter the file). Meanwhile readers of
+// them fault, and wait for the block.
 func (o *mover) rebuildBlock(l core.Device, f *devmem.File, first, outer int) error {
 	keep := o.b.resident[l.Slot()] // pages l holds; of those, the file's
 	var gone core.PageMask
@@ -184,38 +248,46 @@ func (o *mover) rebuildBlock(l core.Device, f *devmem.File, first, outer int) er
 	}
 	holders := o.holders(l, 0, o.b.pages)
 	defer o.doneWithAll(holders)
-	// Every page but [first, outer), which the caller holds.
-	others := [][2]int{{0, first}, {outer, o.b.pages}}
-	held := func(protect bool) {
+	// Every page but [first, outer), which the caller holds; pages with
+	// several copies stay protected after (readdup.go).
+	var others, stayProtected core.PageMask
+	others.FillRange(0, o.b.pages)
+	others.AndNot(&gone)
+	stayProtected = o.b.duplicated()
+	defer func() {
+		writable := others
+		writable.AndNot(&stayProtected)
 		for _, v := range holders {
-			for _, r := range others {
-				if r[1] <= r[0] {
-					continue
-				}
-				a, n := o.pageAddr(r[0]), uintptr(r[1]-r[0])*core.PageSize
-				if protect {
-					_ = o.writeProtect(v, a, n)
-				} else {
-					_ = v.uffd.WriteProtect(a, n, false, false)
-				}
+			for p, q := writable.NextRun(0); p >= 0; p, q = writable.NextRun(q) {
+				_ = v.uffd.WriteProtect(o.pageAddr(p), uintptr(q-p)*core.PageSize, false, false)
+			}
+		}
+	}()
+	for _, v := range holders {
+		for p, q := others.NextRun(0); p >= 0; p, q = others.NextRun(q) {
+			if err := o.writeProtect(v, o.pageAddr(p), uintptr(q-p)*core.PageSize); err != nil {
+				return fmt.Errorf("rebuild %#x in 4 KiB folios: %w", o.pageAddr(0), err)
 			}
 		}
 	}
-	held(true)
-	defer held(false)
-	buf := make([]byte, core.BlockSize)
-	for p, q := keep.NextRun(0); p >= 0; p, q = keep.NextRun(q) {
-		if _, err := f.ReadAt(buf[p*core.PageSize:q*core.PageSize], o.fileOff(p)); err != nil {
-			return err
-		}
+	bufs, unstage, err := o.stageBlock(f, o.fileOff(0))
+	if err != nil {
+		return err
 	}
-	if err := f.Punch(o.fileOff(0), int64(o.b.pages)*core.PageSize); err != nil {
+	defer unstage()
+	if err := f.Punch(o.fileOff(0), core.BlockSize); err != nil {
 		return fmt.Errorf("rebuild %#x in 4 KiB folios: %w", o.pageAddr(0), err)
 	}
+	const slotPages = stagingSlotBytes / core.PageSize
 	for p, q := keep.NextRun(0); p >= 0; p, q = keep.NextRun(q) {
-		if _, err := f.WriteAt(buf[p*core.PageSize:q*core.PageSize], o.fileOff(p)); err != nil {
-			o.sess.srv.logger.Printf("rebuild %#x+%d in 4 KiB folios: %v (the data is lost)", o.pageAddr(p), (q-p)*core.PageSize, err)
-			return err
+		for x := p; x < q; {
+			slot, y := x/slotPages, min(q, (x/slotPages+1)*slotPages)
+			b := bufs[slot][(x-slot*slotPages)*core.PageSize : (y-slot*slotPages)*core.PageSize]
+			if _, err := f.WriteAt(b, o.fileOff(x)); err != nil {
+				o.sess.srv.logger.Printf("rebuild %#x+%d in 4 KiB folios: %v (the data is lost)", o.pageAddr(x), (y-x)*core.PageSize, err)
+				return err
+			}
+			x = y
 		}
 	}
 	return nil
