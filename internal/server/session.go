@@ -215,7 +215,7 @@ func (sess *session) adopt(uffdFD, hostFD int, features uffd.Feature) error {
 		// The client made an ordinary memfd (it cannot mount a tmpfs):
 		// this one takes large folios, and the hello reply hands it over
 		// before the client maps anything from its own.
-		if large, err := devmem.CreateLargeFolioFile(fmt.Sprintf("host file of pid %d", sess.pid), devmem.FileSize); err == nil {
+		if large, err := devmem.CreateLargeFolioFile(fmt.Sprintf("softuvm-host-pid%d", sess.pid), devmem.FileSize); err == nil {
 			host.Close()
 			host = large
 			sess.hostReplaced = true
@@ -502,10 +502,29 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	r.freed.Store(true)
 	sess.srv.hostPages.Add(-resident[core.CPU.Slot()])
 	sess.retireRange(r)
-	// Not rounded up to the block: libuvm adopts ranges of any length
-	// (uvm run), so the rest of a block may be another range's.
-	span := int64(r.length)
-	if err := sess.host.Punch(r.fileOff, span); err != nil {
+	// The rest of the first and last blocks goes too where no range uses
+	// it: a large folio a client made there (pinned memory filled, device
+	// memory written through its mapping) covers the whole 2 MiB, and the
+	// pages past the range would otherwise greet the next range placed
+	// there as present (read as zeros, written without a fault). Ranges
+	// adopted by libuvm (uvm run) may share a block.
+	unused := func(from, to uintptr) bool {
+		for _, o := range sess.ranges.Load().overlapping(from, to-from) {
+			if o != r {
+				return false
+			}
+		}
+		return true
+	}
+	start, end := r.start, r.end()
+	if head := start &^ (core.BlockSize - 1); unused(head, start) {
+		start = head
+	}
+	if tail := core.RoundUp(end, core.BlockSize); unused(end, tail) {
+		end = tail
+	}
+	fileOff, span := r.fileOff-int64(r.start-start), int64(end-start)
+	if err := sess.host.Punch(fileOff, span); err != nil {
 		sess.srv.logger.Printf("free %#x: %v", r.start, err)
 	}
 	sess.filesMu.Lock()
@@ -515,7 +534,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		if f == nil {
 			continue
 		}
-		if err := f.Punch(r.fileOff, span); err != nil {
+		if err := f.Punch(fileOff, span); err != nil {
 			sess.srv.logger.Printf("free %#x on device %d: %v", r.start, d, err)
 		}
 		if r.kind != core.KindDevice {

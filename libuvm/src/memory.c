@@ -15,6 +15,10 @@
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 #endif
 
 #define KIND_BIT(k) (1u << (k))
@@ -114,13 +118,19 @@ uvmError_t uvmMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t hei
 }
 
 /* pin_host fills a pinned allocation's host pages before the server
- * learns of it: pinned memory exists from the start, as cudaHostAlloc's. */
+ * learns of it: pinned memory exists from the start, as cudaHostAlloc's.
+ * Faulted in through the range's own mapping (MADV_NOHUGEPAGE), so that
+ * they are 4 KiB pages of exactly the range: fallocate into a host file
+ * of large folios would allocate the whole 2 MiB around it, and the pages
+ * past the range would then be present without the server knowing. */
 static uvmError_t pin_host(uintptr_t addr, size_t length, void *arg)
 {
 	struct uvm_session *s = arg;
-	if (fallocate(s->host_fd, 0, (off_t)addr, (off_t)length) < 0)
-		return uvm__fail(uvmErrorMemoryAllocation, "pin %zu bytes of host memory: %s", length, strerror(errno));
-	return uvmSuccess;
+	if (madvise((void *)addr, length, MADV_POPULATE_WRITE) == 0)
+		return uvmSuccess;
+	if (errno == EINVAL && fallocate(s->host_fd, 0, (off_t)addr, (off_t)length) == 0)
+		return uvmSuccess; /* a kernel before 5.14, without MADV_POPULATE_WRITE */
+	return uvm__fail(uvmErrorMemoryAllocation, "pin %zu bytes of host memory: %s", length, strerror(errno));
 }
 
 uvmError_t uvmHostAlloc(void **pHost, size_t size, unsigned int flags)

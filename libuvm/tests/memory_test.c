@@ -667,6 +667,46 @@ static void test_kernels_reach_host_memory(void)
 	CHECK_OK(uvmFree(out));
 }
 
+/* A page of pinned memory, freed, and managed memory placed where it
+ * was: with location files of 2 MiB folios, the pinned page must not
+ * leave the rest of its 2 MiB present in the host file, where the managed
+ * memory's writes would land unseen by the server and a kernel would
+ * read zeros. */
+static void test_pinned_then_managed(void)
+{
+	const size_t n = 1 * MiB;
+	unsigned char *p = NULL, *m = NULL;
+	long *sum = NULL;
+	CHECK_OK(uvmMallocHost((void **)&sum, sizeof *sum));
+	CHECK_OK(uvmMallocHost((void **)&p, 4096));
+	if (!p || !sum)
+		return;
+	p[0] = 1;
+	CHECK_OK(uvmFreeHost(p));
+	CHECK_OK(uvmMallocManaged((void **)&m, n, uvmMemAttachGlobal));
+	if (!m)
+		return;
+	CHECK(m == p); /* the same address, or this tests nothing */
+	long expect = 0;
+	for (size_t i = 0; i < n; i++) {
+		m[i] = pattern_byte(i);
+		expect += m[i];
+	}
+	*sum = -1;
+	struct byte_sum_params sp = {.src = m, .n = n, .dst = sum};
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, byte_sum_kernel, &sp, sizeof sp));
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK(*sum == expect);
+	if (*sum != expect)
+		fprintf(stderr, "device 0 summed %ld, want %ld\n", *sum, expect);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += m[i] != pattern_byte(i);
+	CHECK(bad == 0);
+	CHECK_OK(uvmFree(m));
+	CHECK_OK(uvmFreeHost(sum));
+}
+
 int main(void)
 {
 	/* The 64 MiB copies need devices larger than the test's 64 MiB; set
@@ -679,6 +719,7 @@ int main(void)
 	test_device_copies_large();
 	test_device_realloc();
 	test_pinned();
+	test_pinned_then_managed();
 	test_register();
 	test_pointer_attributes();
 	test_threads();
