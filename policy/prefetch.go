@@ -35,6 +35,12 @@ type PrefetchContext struct {
 	DestIsPreferred bool
 	// Thrashing holds pages the thrashing detector wants left alone.
 	Thrashing core.PageMask
+	// SourceLarge reports that every page of the block lives at one
+	// other location, in one 2 MiB folio: moving the whole block then
+	// costs one folio allocated and one freed, while moving part of it
+	// first rebuilds the rest of that folio in 4 KiB pages (512
+	// allocations), so the rest costs less to bring now than to leave.
+	SourceLarge bool
 }
 
 // PrefetchPolicy decides which pages of a block to bring to the faulting

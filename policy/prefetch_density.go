@@ -10,7 +10,10 @@ import "github.com/softuvm/softuvm/internal/core"
 // is brought in whole. Before that, every 64 KiB big page that holds a
 // fault counts as fully faulted, so the smallest migration is a big page.
 // On the first touch of a block by its preferred location the whole block
-// is populated.
+// is populated. Unlike NVIDIA's, a fault into a block that lives whole in
+// one 2 MiB folio elsewhere (PrefetchContext.SourceLarge) brings the whole
+// block, unless it thrashes: taking part of it would first cost the rest
+// 512 page allocations at its source.
 type DensityPrefetch struct{ Threshold int }
 
 func (d DensityPrefetch) Name() string {
@@ -18,7 +21,7 @@ func (d DensityPrefetch) Name() string {
 }
 
 func (d DensityPrefetch) Expand(c *PrefetchContext) (out PageMask) {
-	if !c.Populated && c.DestIsPreferred {
+	if (!c.Populated && c.DestIsPreferred) || (c.SourceLarge && c.Thrashing.Empty()) {
 		out.FillRange(0, c.Pages)
 		return out
 	}

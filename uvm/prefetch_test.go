@@ -93,6 +93,19 @@ func TestDensityRespectsThrashing(t *testing.T) {
 	assert.Equal(t, 0, got.CountRange(0, 16)-got.CountRange(3, 4), "a big page with a thrashing page is not grown")
 }
 
+func TestDensitySourceLargeBringsBlockUnlessThrashing(t *testing.T) {
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, SourceLarge: true}
+	c.Faulted.Set(37)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "a fault into a block in one large folio elsewhere brings all of it")
+	c.Thrashing.Set(300)
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, 16, got.Count(), "a thrashing block moves as NVIDIA's would: the big page")
+	c.Thrashing = core.PageMask{}
+	none := policy.NoPrefetch{}.Expand(&c)
+	assert.True(t, none.Empty(), "none still moves the faulted page alone")
+}
+
 func TestWindowAndNone(t *testing.T) {
 	assert.Len(t, touchSequentially(policy.NoPrefetch{}, 64), 64)
 	assert.Equal(t, []int{0, 9, 18, 27}, touchSequentially(policy.WindowPrefetch{Pages: 8}, 32))

@@ -291,7 +291,8 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	if o.h != nil {
 		ctx = &o.h.prefetchCtx
 	}
-	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated()}
+	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
+		SourceLarge: o.largeElsewhere(m)}
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p].Is(m)
