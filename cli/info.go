@@ -172,7 +172,7 @@ func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("                access counting: %s\n", in.AccessCounting)
 	fmt.Printf("                coherence for clients that do not choose: %s (the launch model finds written pages by %s; concurrent managed access %d)\n",
 		in.Coherence, in.DirtyTracking, concurrentManagedAccess(in.Coherence))
-	fmt.Printf("                large folios: %s; blocks rebuilt after a punch left one: %d\n", in.LargeFolios, in.FoliosRebuilt)
+	fmt.Printf("                large folios: %s; blocks broken into 4 KiB folios as part of one left: %d\n", in.LargeFolios, in.FoliosRebuilt)
 	c := in.CopyEngine
 	source := c.Source
 	switch {

@@ -19,8 +19,8 @@ type Info struct {
 	// LargeFolios says whether location files take 2 MiB folios, or
 	// why not ("off: ...").
 	LargeFolios string `json:"large_folios"`
-	// FoliosRebuilt counts blocks rebuilt in 4 KiB folios after a punch
-	// left a large folio whole (the kernel could not split it).
+	// FoliosRebuilt counts blocks a location held in a large folio and
+	// rebuilt in 4 KiB folios before part of them left it.
 	FoliosRebuilt uint64        `json:"folios_rebuilt"`
 	HandlerCPUs   []int         `json:"handler_cpus"`
 	Guard         bool          `json:"guard"`

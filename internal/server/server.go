@@ -52,7 +52,7 @@ type Server struct {
 	nextSessionID atomic.Uint64
 	strayFaults   atomic.Uint64 // faults on addresses no range owns
 	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
-	foliosRebuilt atomic.Uint64 // blocks rebuilt after a punch left a large folio (whole.go)
+	foliosRebuilt atomic.Uint64 // blocks rebuilt in 4 KiB folios before part of them left (whole.go: breakLarge)
 
 	guard   *guardLink
 	staging *stagingArea // the buffers migrations carry pages in (staging.go)
@@ -479,10 +479,8 @@ func (s *Server) nodeOf(l core.Device) int {
 
 // largeFoliosFor decides whether location files take large folios.
 func largeFoliosFor(cfg config.ServerConfig) error {
-	if cfg.LargeFolios != config.LargeFoliosAuto {
-		// Off by default until takeovers and libuvm's fork handling keep
-		// every byte with them (docs/architecture.md, "Large folios").
-		return errors.New("off (the default; --large-folios auto turns them on)")
+	if cfg.LargeFolios == config.LargeFoliosOff {
+		return errors.New("turned off (--large-folios off)")
 	}
 	return devmem.LargeFoliosAvailable()
 }
