@@ -5,6 +5,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 )
 
 // Whole-block moves. Where location files take large folios
@@ -78,6 +79,91 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 		o.wakeTarget(rn, t, addr, span)
 	}
 	return done, err
+}
+
+// touching reports whether the view run rn moves into is touching the
+// block now: a fault brings it, into the faulting view's mapping. Such
+// pages are installed (UFFDIO_COPY) rather than written into the file
+// as one folio: a page the file holds but the view does not map costs
+// the view a minor fault at its first touch, one per page, since the
+// kernel maps no neighbours (fault-around) in a range registered for
+// write-protect faults; on this kind of VM a fault costs 10-13 us, and
+// 512 of them cost more than the 512 page allocations the folio saves.
+func (o *mover) touching(rn run, t target) bool {
+	return o.cause == policy.CauseFault && rn.mapped && t.via != nil
+}
+
+// moveWholeInstalled moves run rn, a whole block that a fault brings
+// from a location that may hold it in a large folio, into the faulting
+// view: staged, its source punched whole (one folio freed, nothing to
+// rebuild), then installed 4 KiB page by page with UFFDIO_COPY, mapped.
+// Pages that fail to arrive go back to the source.
+func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
+	var done core.PageMask
+	srcFile, err := o.sess.file(rn.src)
+	if err != nil {
+		return done, err
+	}
+	off := o.fileOff(0)
+	addr, span := o.pageAddr(0), uintptr(core.BlockSize)
+	holders := o.holders(rn.src, 0, core.PagesPerBlock)
+	defer o.doneWithAll(holders)
+	for _, v := range holders {
+		if err := o.writeProtect(v, addr, span); err != nil {
+			return done, err
+		}
+	}
+	if rn.src == core.CPU {
+		o.auditLeaving(rn, fullBlock())
+	}
+	bufs, unstage, err := o.stageBlock(srcFile, off)
+	if err != nil {
+		o.release(holders, addr, span, true)
+		return done, err
+	}
+	defer unstage()
+	if err := srcFile.Punch(off, core.BlockSize); err != nil {
+		o.release(holders, addr, span, true)
+		return done, err
+	}
+	o.sess.srv.afterPunch()
+	o.b.large &^= 1 << rn.src.Slot()
+	const slotPages = stagingSlotBytes / core.PageSize
+	for i, b := range bufs {
+		got, _, ierr := o.install(t.via, installCopy, i*slotPages, (i+1)*slotPages, b, false)
+		done.Or(&got)
+		if ierr != nil {
+			err = ierr
+			break
+		}
+	}
+	if err != nil {
+		failed := fullBlock()
+		failed.AndNot(&done)
+		if werr := o.writeFromSlots(srcFile, bufs, failed); werr != nil {
+			o.sess.srv.logger.Printf("put back %#x after a failed migration: %v (the data is lost)", addr, werr)
+		}
+	}
+	o.released(rn.src, done)
+	o.release(holders, addr, span, done.Count() < core.PagesPerBlock)
+	return done, err
+}
+
+// writeFromSlots writes pages of the block from the staging slots that
+// stageBlock filled into f.
+func (o *mover) writeFromSlots(f *devmem.File, bufs [][]byte, pages core.PageMask) error {
+	const slotPages = stagingSlotBytes / core.PageSize
+	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
+		for x := p; x < q; {
+			slot, y := x/slotPages, min(q, (x/slotPages+1)*slotPages)
+			b := bufs[slot][(x-slot*slotPages)*core.PageSize : (y-slot*slotPages)*core.PageSize]
+			if _, err := f.WriteAt(b, o.fileOff(x)); err != nil {
+				return err
+			}
+			x = y
+		}
+	}
+	return nil
 }
 
 func fullBlock() core.PageMask {
@@ -278,17 +364,9 @@ func (o *mover) rebuildBlock(l core.Device, f *devmem.File, first, outer int) er
 	if err := f.Punch(o.fileOff(0), core.BlockSize); err != nil {
 		return fmt.Errorf("rebuild %#x in 4 KiB folios: %w", o.pageAddr(0), err)
 	}
-	const slotPages = stagingSlotBytes / core.PageSize
-	for p, q := keep.NextRun(0); p >= 0; p, q = keep.NextRun(q) {
-		for x := p; x < q; {
-			slot, y := x/slotPages, min(q, (x/slotPages+1)*slotPages)
-			b := bufs[slot][(x-slot*slotPages)*core.PageSize : (y-slot*slotPages)*core.PageSize]
-			if _, err := f.WriteAt(b, o.fileOff(x)); err != nil {
-				o.sess.srv.logger.Printf("rebuild %#x+%d in 4 KiB folios: %v (the data is lost)", o.pageAddr(x), (y-x)*core.PageSize, err)
-				return err
-			}
-			x = y
-		}
+	if err := o.writeFromSlots(f, bufs, keep); err != nil {
+		o.sess.srv.logger.Printf("rebuild %#x in 4 KiB folios: %v (the data is lost)", o.pageAddr(0), err)
+		return err
 	}
 	return nil
 }
