@@ -119,7 +119,7 @@ Environment (read by programs using softuvm and by private servers):
   %-18s auto (default: eBPF where it loads, else user space), ebpf, user or off
   %-18s on (default), off, or settings: %s
   %-18s when the server dies: new servers in a row the guard starts (on: 5), or off
-  %-18s auto (default: location files of 2 MiB folios where the server may make a tmpfs) or off
+  %-18s auto (location files of 2 MiB folios where the server may make a tmpfs) or off (default)
   %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
   %-18s 1: libuvm-preload.so reports its allocations at exit
   %-18s uvm run: the path of libuvm-preload.so
@@ -261,9 +261,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dirtyTracking, "dirty-tracking", dirty, "how the launch model finds the pages the CPU wrote: auto (wp-async where the kernel has it), wp-async or wp-fault")
 	large := base.LargeFolios
 	if large == "" {
-		large = config.LargeFoliosAuto
+		large = config.LargeFoliosOff
 	}
-	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto (the default: where the server may make a tmpfs, as root) or off (UVM_LARGE_FOLIOS)")
+	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto (where the server may make a tmpfs: as root) or off, the default while a stress test with devices full can still read zeros with them (UVM_LARGE_FOLIOS)")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 

@@ -195,12 +195,16 @@ func fnv1a(b []byte) uint64 {
 // advice, all checked byte for byte against a shadow copy.
 func TestDataIntegrityDevices(t *testing.T) { dataIntegrityDevices(t, "fault") }
 
-// TestDataIntegrityDevicesSmallFolios is TestDataIntegrityDevices with
-// location files of 4 KiB folios only (--large-folios off), the path a
-// server without root takes. TestDataIntegrityDevices runs with large
-// folios where the machine has them (the default): blocks that move
+// TestDataIntegrityDevicesLargeFolios is TestDataIntegrityDevices with
+// location files of 2 MiB folios (--large-folios auto): blocks that move
 // whole go as one folio, and single pages fault out of them and back.
-func TestDataIntegrityDevicesSmallFolios(t *testing.T) { dataIntegrityDevices(t, "fault/small") }
+// TestDataIntegrityDevices runs with the default, 4 KiB folios.
+func TestDataIntegrityDevicesLargeFolios(t *testing.T) {
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	dataIntegrityDevices(t, "fault/large")
+}
 
 // TestDataIntegrityDevicesLaunch is TestDataIntegrityDevices under the
 // launch coherence model: launches hand the memory to the devices and
@@ -213,8 +217,8 @@ func TestDataIntegrityDevicesLaunch(t *testing.T) { dataIntegrityDevices(t, "lau
 
 func dataIntegrityDevices(t *testing.T, coherence string) {
 	cfg := DefaultServerConfig()
-	if c, ok := strings.CutSuffix(coherence, "/small"); ok {
-		coherence, cfg.LargeFolios = c, config.LargeFoliosOff
+	if c, ok := strings.CutSuffix(coherence, "/large"); ok {
+		coherence, cfg.LargeFolios = c, config.LargeFoliosAuto
 	}
 	cfg.Coherence = coherence
 	cfg.Devices = config.DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)

@@ -335,7 +335,21 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 	var arena *devmem.Arena
 	if dst != core.CPU && charged {
 		arena = o.sess.srv.arenas[dst]
-		if err := o.reserve(dst, need); err != nil {
+		err := o.reserve(dst, need)
+		if err != nil && !speculative.Empty() {
+			// The prefetched pages do not fit (a whole block, say, on a
+			// full device whose other blocks are all in use): the
+			// demanded ones alone may, and a fault must not fail for
+			// want of room for pages nobody asked for.
+			speculative = core.PageMask{}
+			want = demand
+			want.AndNot(&b.resident[dst.Slot()])
+			if need = int64(want.Count()); need == 0 {
+				return 0, nil
+			}
+			err = o.reserve(dst, need)
+		}
+		if err != nil {
 			return 0, err
 		}
 	}

@@ -57,16 +57,11 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 	if err != nil {
 		return done, err
 	}
-	holders := o.holders(rn.src, 0, core.PagesPerBlock)
+	holders, err := o.holdWhole(rn)
+	if err != nil {
+		return done, err
+	}
 	defer o.doneWithAll(holders)
-	for _, v := range holders {
-		if err := o.writeProtect(v, addr, span); err != nil {
-			return done, err
-		}
-	}
-	if rn.src == core.CPU {
-		o.auditLeaving(rn, fullBlock())
-	}
 	err = o.copyWhole(srcFile, dstFile, off)
 	if err == nil {
 		done = fullBlock()
@@ -106,16 +101,11 @@ func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
 	}
 	off := o.fileOff(0)
 	addr, span := o.pageAddr(0), uintptr(core.BlockSize)
-	holders := o.holders(rn.src, 0, core.PagesPerBlock)
+	holders, err := o.holdWhole(rn)
+	if err != nil {
+		return done, err
+	}
 	defer o.doneWithAll(holders)
-	for _, v := range holders {
-		if err := o.writeProtect(v, addr, span); err != nil {
-			return done, err
-		}
-	}
-	if rn.src == core.CPU {
-		o.auditLeaving(rn, fullBlock())
-	}
 	bufs, unstage, err := o.stageBlock(srcFile, off)
 	if err != nil {
 		o.release(holders, addr, span, true)
@@ -164,6 +154,25 @@ func (o *mover) writeFromSlots(f *devmem.File, bufs [][]byte, pages core.PageMas
 		}
 	}
 	return nil
+}
+
+// holdWhole holds the writers of the whole block in every view that maps
+// run rn's source still, for a move of all of it; the caller releases
+// them (release) and is done with the views (doneWithAll).
+func (o *mover) holdWhole(rn run) ([]*view, error) {
+	addr, span := o.pageAddr(0), uintptr(core.BlockSize)
+	holders := o.holders(rn.src, 0, core.PagesPerBlock)
+	for _, v := range holders {
+		if err := o.writeProtect(v, addr, span); err != nil {
+			o.release(holders, addr, span, true)
+			o.doneWithAll(holders)
+			return nil, err
+		}
+	}
+	if rn.src == core.CPU {
+		o.auditLeaving(rn, fullBlock())
+	}
+	return holders, nil
 }
 
 func fullBlock() core.PageMask {
@@ -281,11 +290,15 @@ func (o *mover) breakLarge(l core.Device, f *devmem.File, first, outer int) erro
 }
 
 // largeElsewhere reports whether the whole block lives at one location
-// other than m that may hold it in a large folio, and m's file takes
-// large folios: a move of the whole block to m would be one folio.
+// other than m that may hold it in a large folio, m's file takes large
+// folios, and m has room for the block without evicting: a move of the
+// whole block to m would be one folio. Where m is full, the fault moves
+// what it would have without large folios (the rest of the folio is
+// rebuilt), since evicting a whole block for pages nobody asked for can
+// leave the fault itself without room.
 func (o *mover) largeElsewhere(m core.Device) bool {
 	b := o.b
-	if b.pages != core.PagesPerBlock || b.large == 0 {
+	if b.pages != core.PagesPerBlock || b.large == 0 || !o.sess.srv.roomFor(m, core.BlockSize) {
 		return false
 	}
 	if f, err := o.sess.file(m); err != nil || !f.Large() {
