@@ -377,12 +377,14 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 // bookkeeping.
 func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, error) {
 	var done core.PageMask
-	whole := rn.first == 0 && rn.outer == core.PagesPerBlock && o.b.pages == core.PagesPerBlock
-	switch {
-	case o.wholeBlock(rn, dstFile) && !o.touching(rn, t):
-		return o.moveWhole(rn, t, dstFile)
-	case whole && rn.populated && o.touching(rn, t) && o.mayBeLarge(rn.src):
-		return o.moveWholeInstalled(rn, t)
+	if o.wholeRun(rn) {
+		touching := o.touching(rn, t)
+		switch {
+		case !touching && dstFile.Large():
+			return o.moveWhole(rn, t, dstFile)
+		case touching && rn.populated && o.mayBeLarge(rn.src):
+			return o.moveWholeInstalled(rn, t)
+		}
 	}
 	off, length := o.fileOff(rn.first), int64(rn.outer-rn.first)*core.PageSize
 	if !rn.populated {

@@ -39,6 +39,7 @@ type stagingArea struct {
 const (
 	stagingSlots     = 4096 // 512 MiB of address space, used as needed
 	stagingSlotBytes = engine.ChunkBytes
+	stagingSlotPages = stagingSlotBytes / core.PageSize
 	intentBytes      = 32
 	stagingHeader    = stagingSlots * intentBytes
 	stagingFileBytes = stagingHeader + stagingSlots*stagingSlotBytes

@@ -29,11 +29,16 @@ import (
 // checked (punchPages), since the kernel zeroes and keeps what it cannot
 // split.
 
-// wholeBlock reports whether run rn is a whole block that can move as
-// one large folio.
-func (o *mover) wholeBlock(rn run, dst *devmem.File) bool {
-	return dst.Large() && rn.first == 0 && rn.outer == core.PagesPerBlock && o.b.pages == core.PagesPerBlock &&
-		o.fileOff(0)%devmem.LargeFolioSize == 0
+// folioBlock reports whether the block is a whole, aligned 2 MiB of the
+// location files: the only blocks a large folio can hold.
+func (o *mover) folioBlock() bool {
+	return o.b.pages == core.PagesPerBlock && o.fileOff(0)%devmem.LargeFolioSize == 0
+}
+
+// wholeRun reports whether run rn is all of a block that a large folio
+// can hold.
+func (o *mover) wholeRun(rn run) bool {
+	return rn.first == 0 && rn.outer == core.PagesPerBlock && o.folioBlock()
 }
 
 // moveWhole moves run rn, a whole block, to t.dst's file as one large
@@ -118,9 +123,8 @@ func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
 	}
 	o.sess.srv.afterPunch()
 	o.b.large &^= 1 << rn.src.Slot()
-	const slotPages = stagingSlotBytes / core.PageSize
 	for i, b := range bufs {
-		got, _, ierr := o.install(t.via, installCopy, i*slotPages, (i+1)*slotPages, b, false)
+		got, _, ierr := o.install(t.via, installCopy, i*stagingSlotPages, (i+1)*stagingSlotPages, b, false)
 		done.Or(&got)
 		if ierr != nil {
 			err = ierr
@@ -142,11 +146,10 @@ func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
 // writeFromSlots writes pages of the block from the staging slots that
 // stageBlock filled into f.
 func (o *mover) writeFromSlots(f *devmem.File, bufs [][]byte, pages core.PageMask) error {
-	const slotPages = stagingSlotBytes / core.PageSize
 	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
 		for x := p; x < q; {
-			slot, y := x/slotPages, min(q, (x/slotPages+1)*slotPages)
-			b := bufs[slot][(x-slot*slotPages)*core.PageSize : (y-slot*slotPages)*core.PageSize]
+			slot, y := x/stagingSlotPages, min(q, (x/stagingSlotPages+1)*stagingSlotPages)
+			b := bufs[slot][(x-slot*stagingSlotPages)*core.PageSize : (y-slot*stagingSlotPages)*core.PageSize]
 			if _, err := f.WriteAt(b, o.fileOff(x)); err != nil {
 				return err
 			}
@@ -298,7 +301,7 @@ func (o *mover) breakLarge(l core.Device, f *devmem.File, first, outer int) erro
 // leave the fault itself without room.
 func (o *mover) largeElsewhere(m core.Device) bool {
 	b := o.b
-	if b.pages != core.PagesPerBlock || b.large == 0 || !o.sess.srv.roomFor(m, core.BlockSize) {
+	if b.large == 0 || !o.folioBlock() || !o.sess.srv.roomFor(m, core.BlockSize) {
 		return false
 	}
 	if f, err := o.sess.file(m); err != nil || !f.Large() {
@@ -320,9 +323,9 @@ func (o *mover) largeElsewhere(m core.Device) bool {
 // mayBeLarge reports whether location l's file may hold the block in a
 // large folio: l took it whole (or adopted it), and the block is a whole,
 // aligned 2 MiB of the file, since a 2 MiB folio is made only by a
-// block that moves whole (wholeBlock).
+// block that moves whole (wholeRun).
 func (o *mover) mayBeLarge(l core.Device) bool {
-	return o.b.large&(1<<l.Slot()) != 0 && o.b.pages == core.PagesPerBlock && o.fileOff(0)%devmem.LargeFolioSize == 0
+	return o.b.large&(1<<l.Slot()) != 0 && o.folioBlock()
 }
 
 // rebuildBlock makes location l's copy of the block 4 KiB folios,

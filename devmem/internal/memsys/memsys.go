@@ -211,11 +211,7 @@ func Munmap(addr, length uintptr) error {
 
 // MadviseDontFork marks [addr, addr+length) MADV_DONTFORK.
 func MadviseDontFork(addr, length uintptr) error {
-	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_DONTFORK)
-	if e != 0 {
-		return e
-	}
-	return nil
+	return madvise(addr, length, unix.MADV_DONTFORK)
 }
 
 // MonotonicNanos reads CLOCK_MONOTONIC, the clock eBPF's
@@ -226,24 +222,24 @@ func MonotonicNanos() int64 {
 	return ts.Nano()
 }
 
-// MadviseDontNeed drops the page-table entries of [addr, addr+length);
-// for a shared file mapping the pages stay in the file.
-func MadviseDontNeed(addr, length uintptr) error {
-	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_DONTNEED)
-	if e != 0 {
+// madvise applies advice to [addr, addr+length).
+func madvise(addr, length uintptr, advice int) error {
+	if _, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, uintptr(advice)); e != 0 {
 		return e
 	}
 	return nil
 }
 
+// MadviseDontNeed drops the page-table entries of [addr, addr+length);
+// for a shared file mapping the pages stay in the file.
+func MadviseDontNeed(addr, length uintptr) error {
+	return madvise(addr, length, unix.MADV_DONTNEED)
+}
+
 // MadviseNormal sets MADV_NORMAL on [addr, addr+length): a no-op that
 // fails with ENOMEM where part of the range is not mapped.
 func MadviseNormal(addr, length uintptr) error {
-	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_NORMAL)
-	if e != 0 {
-		return e
-	}
-	return nil
+	return madvise(addr, length, unix.MADV_NORMAL)
 }
 
 // SchedSetaffinity restricts the calling thread to one CPU.
@@ -333,23 +329,13 @@ func Pwritev(fd int, iovs [][]byte, off int64) (int, error) {
 // MadviseNoHugepage marks [addr, addr+length) MADV_NOHUGEPAGE: faults
 // there allocate 4 KiB folios even in a huge=always tmpfs.
 func MadviseNoHugepage(addr, length uintptr) error {
-	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_NOHUGEPAGE)
-	if e != 0 {
-		return e
-	}
-	return nil
+	return madvise(addr, length, unix.MADV_NOHUGEPAGE)
 }
 
 // MadvisePopulateWrite faults [addr, addr+length) in for writing,
 // allocating what is missing.
 func MadvisePopulateWrite(addr, length uintptr) error {
-	return ignoringEINTR(func() error {
-		_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_POPULATE_WRITE)
-		if e != 0 {
-			return e
-		}
-		return nil
-	})
+	return ignoringEINTR(func() error { return madvise(addr, length, unix.MADV_POPULATE_WRITE) })
 }
 
 // OnTmpfs reports whether fd is a file of a tmpfs (memfds included).
