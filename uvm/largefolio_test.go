@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -131,4 +132,50 @@ func TestLargeFolioPageLeavesUnderReaders(t *testing.T) {
 	for i := range b {
 		require.Equal(t, byte(i/PageSize)|0x80, b[i], "byte %#x", i)
 	}
+}
+
+// A program sweeping more than its host budget, with large folios on:
+// eviction moves whole host blocks to the device as one folio each, and
+// a fault into such a block brings it back whole although the host is
+// at its budget (which is soft: overBudget pushes the oldest block out
+// after the move), so no block is ever rebuilt in 4 KiB folios. Before,
+// a full host took only pieces, and each piece rebuilt the rest of the
+// device's folio. Every byte is checked on every sweep, and the host
+// keeps within its budget plus the block in hand.
+func TestLargeFolioSweepOverHostBudget(t *testing.T) {
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	cfg := DefaultServerConfig()
+	cfg.LargeFolios = config.LargeFoliosAuto
+	cfg.Devices = config.DeviceSpecs(1, []int64{64 << 20}, cfg.Devices[0].Backend)
+	const budget, size = 4 << 20, 12 << 20
+	cfg.HostBudget = budget
+	s := newSession(t, cfg)
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	defer a.Free()
+	b := a.Bytes()
+	fill(b, 0)
+	for sweep := 1; sweep <= 3; sweep++ {
+		want := pattern(size, byte(sweep-1))
+		for blk := 0; blk < size; blk += BlockSize {
+			for i := blk; i < blk+BlockSize; i++ {
+				if b[i] != want[i] {
+					t.Fatalf("sweep %d: byte %#x (page %d) is %d, want %d", sweep, i, i/PageSize, b[i], want[i])
+				}
+			}
+			for i := blk; i < blk+BlockSize; i++ {
+				b[i] = byte(i>>12) ^ byte(i) ^ byte(sweep)
+			}
+		}
+	}
+	require.Equal(t, pattern(size, 3), b)
+	in, err := s.Info()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, in.Sessions[0].HostBytes, int64(budget+BlockSize), "the host keeps within its budget plus the block in hand")
+	st, err := a.Stats()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, st.EvictedPages(CPU), uint64(3*(size-budget-BlockSize)/PageSize), "every sweep pushed the blocks beyond the budget out")
+	assert.Zero(t, in.FoliosRebuilt, "blocks evicted whole came back whole")
 }

@@ -294,14 +294,12 @@ func (o *mover) breakLarge(l core.Device, f *devmem.File, first, outer int) erro
 
 // largeElsewhere reports whether the whole block lives at one location
 // other than m that may hold it in a large folio, m's file takes large
-// folios, and m has room for the block without evicting: a move of the
-// whole block to m would be one folio. Where m is full, the fault moves
-// what it would have without large folios (the rest of the folio is
-// rebuilt), since evicting a whole block for pages nobody asked for can
-// leave the fault itself without room.
+// folios, and m can take the block (wholeFits): a move of the whole block
+// to m would be one folio, where pieces of it would first rebuild the
+// rest of the folio in 4 KiB folios, which costs more than the move.
 func (o *mover) largeElsewhere(m core.Device) bool {
 	b := o.b
-	if b.large == 0 || !o.folioBlock() || !o.sess.srv.roomFor(m, core.BlockSize) {
+	if b.large == 0 || !o.folioBlock() || !o.wholeFits(m) {
 		return false
 	}
 	if f, err := o.sess.file(m); err != nil || !f.Large() {
@@ -318,6 +316,30 @@ func (o *mover) largeElsewhere(m core.Device) bool {
 		}
 	}
 	return holder >= 0 && core.DeviceAtSlot(holder) != m && o.mayBeLarge(core.DeviceAtSlot(holder))
+}
+
+// wholeFits reports whether location m can take a whole block that a
+// fault did not ask for all of. A device must have room without
+// evicting: its capacity is hard, and evicting a whole block for pages
+// nobody asked for can leave the fault itself without room; where it is
+// full, the fault moves what it would have without large folios. The
+// host's budget is soft: pages over it leave after the move (overBudget),
+// to the device with the most room, so the host takes the block while a
+// device can take what the budget then pushes out. Under
+// oversubscription the host is always at its budget, and refusing there
+// made every fault into a block that an eviction had moved whole rebuild
+// it in 4 KiB folios (a third of the server's time in `uvm bench
+// oversub`).
+func (o *mover) wholeFits(m core.Device) bool {
+	srv := o.sess.srv
+	if srv.roomFor(m, core.BlockSize) {
+		return true
+	}
+	if m != core.CPU {
+		return false
+	}
+	_, ok := srv.roomiestDevice(core.PagesPerBlock)
+	return ok
 }
 
 // mayBeLarge reports whether location l's file may hold the block in a
