@@ -277,8 +277,26 @@ func (f *File) fillPages(fd int, off int64, src []byte, present func(off int64) 
 	return nil
 }
 
-// zeroFolio is what Allocate writes into a whole 2 MiB.
+// zeroFolio is what Allocate writes into a whole 2 MiB. Its pages are
+// read once before each use (residentZeros): a pwrite whose source is not
+// mapped copies nothing at first, and shmem then zeroes the new folio,
+// marks it up to date and unlocks it before the retried copy, so a
+// program could map the page and write in that gap, and the retry would
+// overwrite its bytes with zeros.
 var zeroFolio [LargeFolioSize]byte
+
+// zeroSink keeps residentZeros' reads from being optimized away.
+var zeroSink byte
+
+// residentZeros maps every page of zeroFolio (the shared zero page).
+func residentZeros() []byte {
+	var x byte
+	for i := 0; i < len(zeroFolio); i += PageSize {
+		x |= zeroFolio[i]
+	}
+	zeroSink = x
+	return zeroFolio[:]
+}
 
 // allocateLarge is Allocate on a file of large folios.
 func (f *File) allocateLarge(fd int, off, length int64) error {
@@ -287,7 +305,7 @@ func (f *File) allocateLarge(fd int, off, length int64) error {
 			// Zeros written, not fallocate: a fallocated folio is not
 			// up to date, and mincore, which checks punches, cannot see
 			// one the kernel kept.
-			_, err := f.pwriteAll(fd, zeroFolio[:], o)
+			_, err := f.pwriteAll(fd, residentZeros(), o)
 			return err
 		}
 		return f.window("allocate", o, l, func(addr uintptr, _ []byte) error {
