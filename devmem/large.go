@@ -140,6 +140,7 @@ func (f *File) WriteBlock(bufs [][]byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	mapSource(bufs...)
 	n := 0
 	for len(bufs) > 0 {
 		c, err := memsys.Pwritev(fd, bufs, off+int64(n))
@@ -169,6 +170,7 @@ func (f *File) writeLarge(fd int, p []byte, off int64) (int, error) {
 	err := eachPiece(off, int64(len(p)), func(o, l int64, whole bool) error {
 		b := p[o-off : o-off+l]
 		if whole {
+			mapSource(b)
 			c, err := f.pwriteAll(fd, b, o)
 			n += c
 			return err
@@ -277,25 +279,27 @@ func (f *File) fillPages(fd int, off int64, src []byte, present func(off int64) 
 	return nil
 }
 
-// zeroFolio is what Allocate writes into a whole 2 MiB. Its pages are
-// read once before each use (residentZeros): a pwrite whose source is not
-// mapped copies nothing at first, and shmem then zeroes the new folio,
-// marks it up to date and unlocks it before the retried copy, so a
-// program could map the page and write in that gap, and the retry would
-// overwrite its bytes with zeros.
+// zeroFolio is what Allocate writes into a whole 2 MiB.
 var zeroFolio [LargeFolioSize]byte
 
-// zeroSink keeps residentZeros' reads from being optimized away.
-var zeroSink byte
+// sourceSink keeps mapSource's reads from being optimized away.
+var sourceSink byte
 
-// residentZeros maps every page of zeroFolio (the shared zero page).
-func residentZeros() []byte {
+// mapSource reads one byte of every page of bufs, so that every page of
+// the source of a write that makes a new large folio is mapped. Where a
+// page is not (zeroFolio, never read, is not), the kernel's first copy
+// stops short, and shmem then zeroes the rest of the new folio, marks it
+// up to date and unlocks it before the retried copy: a program could map
+// a page of it and write in that gap, and the retry would overwrite its
+// bytes.
+func mapSource(bufs ...[]byte) {
 	var x byte
-	for i := 0; i < len(zeroFolio); i += PageSize {
-		x |= zeroFolio[i]
+	for _, b := range bufs {
+		for i := 0; i < len(b); i += PageSize {
+			x |= b[i]
+		}
 	}
-	zeroSink = x
-	return zeroFolio[:]
+	sourceSink = x
 }
 
 // allocateLarge is Allocate on a file of large folios.
@@ -305,7 +309,8 @@ func (f *File) allocateLarge(fd int, off, length int64) error {
 			// Zeros written, not fallocate: a fallocated folio is not
 			// up to date, and mincore, which checks punches, cannot see
 			// one the kernel kept.
-			_, err := f.pwriteAll(fd, residentZeros(), o)
+			mapSource(zeroFolio[:])
+			_, err := f.pwriteAll(fd, zeroFolio[:], o)
 			return err
 		}
 		return f.window("allocate", o, l, func(addr uintptr, _ []byte) error {

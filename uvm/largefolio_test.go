@@ -73,12 +73,7 @@ func TestLargeFolioBlocksAndSinglePages(t *testing.T) {
 // the page's bytes. A partial punch of such a folio zeroes the punched
 // page and keeps it, and a reader would read the zeros without faulting.
 func TestLargeFolioPageLeavesUnderReaders(t *testing.T) {
-	if err := devmem.LargeFoliosAvailable(); err != nil {
-		t.Skipf("no large folios here: %v", err)
-	}
-	cfg := DefaultServerConfig()
-	cfg.LargeFolios = config.LargeFoliosAuto
-	cfg.Devices = config.DeviceSpecs(1, []int64{64 << 20}, cfg.Devices[0].Backend)
+	cfg := largeFolioConfig(t)
 	s := newSession(t, cfg)
 	a, err := s.MallocManaged(BlockSize, WithPrefetch(PrefetchSpec{Policy: "none"}))
 	require.NoError(t, err)
@@ -143,12 +138,7 @@ func TestLargeFolioPageLeavesUnderReaders(t *testing.T) {
 // device's folio. Every byte is checked on every sweep, and the host
 // keeps within its budget plus the block in hand.
 func TestLargeFolioSweepOverHostBudget(t *testing.T) {
-	if err := devmem.LargeFoliosAvailable(); err != nil {
-		t.Skipf("no large folios here: %v", err)
-	}
-	cfg := DefaultServerConfig()
-	cfg.LargeFolios = config.LargeFoliosAuto
-	cfg.Devices = config.DeviceSpecs(1, []int64{64 << 20}, cfg.Devices[0].Backend)
+	cfg := largeFolioConfig(t)
 	const budget, size = 4 << 20, 12 << 20
 	cfg.HostBudget = budget
 	s := newSession(t, cfg)
@@ -178,4 +168,17 @@ func TestLargeFolioSweepOverHostBudget(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, st.EvictedPages(CPU), uint64(3*(size-budget-BlockSize)/PageSize), "every sweep pushed the blocks beyond the budget out")
 	assert.Zero(t, in.FoliosRebuilt, "blocks evicted whole came back whole")
+}
+
+// largeFolioConfig is a server with large folios on and one device of
+// 64 MiB; the test is skipped where the machine has no large folios.
+func largeFolioConfig(t *testing.T) ServerConfig {
+	t.Helper()
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	cfg := DefaultServerConfig()
+	cfg.LargeFolios = config.LargeFoliosAuto
+	cfg.Devices = config.DeviceSpecs(1, []int64{64 << 20}, cfg.Devices[0].Backend)
+	return cfg
 }
