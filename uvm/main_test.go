@@ -92,7 +92,7 @@ func newSession(t testing.TB, cfg ServerConfig) *Session {
 
 // badLogLines are what a private server, its guard or a device process
 // writes when something went wrong that a client may never notice.
-var badLogLines = []string{"poisoned", "panic:", "fatal error:", "WARNING: DATA RACE"}
+var badLogLines = []string{"poisoned", "panic:", "fatal error:", "WARNING: DATA RACE", "stray page", "lost page"}
 
 // poisonExpected names the tests whose server poisons a page on purpose
 // (a fault on memory freed under it).

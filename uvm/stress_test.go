@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
 )
 
@@ -20,8 +21,23 @@ import (
 // kernels on both devices write the rest, checked after each
 // synchronize. The arenas hold a quarter of the allocation, so eviction
 // runs while other faults are in flight; every byte is checked at the end.
+// It runs with location files of 4 KiB folios and of large folios.
 func TestConcurrentFaultsPrefetchesEvictionsAndKernels(t *testing.T) {
+	for _, mode := range []string{config.LargeFoliosOff, config.LargeFoliosAuto} {
+		t.Run("large-folios="+mode, func(t *testing.T) {
+			if mode == config.LargeFoliosAuto {
+				if err := devmem.LargeFoliosAvailable(); err != nil {
+					t.Skipf("no large folios here: %v", err)
+				}
+			}
+			stressFaultsPrefetchesEvictionsAndKernels(t, mode)
+		})
+	}
+}
+
+func stressFaultsPrefetchesEvictionsAndKernels(t *testing.T, largeFolios string) {
 	cfg := DefaultServerConfig()
+	cfg.LargeFolios = largeFolios
 	cfg.Devices = config.DeviceSpecs(2, []int64{4 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2
 	s := newSession(t, cfg)

@@ -21,14 +21,22 @@ type Info struct {
 	LargeFolios string `json:"large_folios"`
 	// FoliosRebuilt counts blocks a location held in a large folio and
 	// rebuilt in 4 KiB folios before part of them left it.
-	FoliosRebuilt uint64        `json:"folios_rebuilt"`
-	HandlerCPUs   []int         `json:"handler_cpus"`
-	Guard         bool          `json:"guard"`
-	Sessions      []SessionInfo `json:"sessions"`
-	Devices       []ArenaInfo   `json:"devices"`
-	StrayFaults   uint64        `json:"stray_faults"`
-	PoisonedPage  uint64        `json:"poisoned_pages"`
-	GoMaxProcs    int           `json:"gomaxprocs"`
+	FoliosRebuilt uint64 `json:"folios_rebuilt"`
+	// StrayPresentPages counts pages a move found already in the file
+	// it installed them in, though the residency table had them
+	// elsewhere (a large folio's zeroed remainder, say), and wrote
+	// over. LostPages counts pages the table held resident whose file
+	// had lost them: they read as zeros. Both stay zero unless the
+	// server has a bug; the server log names each page.
+	StrayPresentPages uint64        `json:"stray_present_pages"`
+	LostPages         uint64        `json:"lost_pages"`
+	HandlerCPUs       []int         `json:"handler_cpus"`
+	Guard             bool          `json:"guard"`
+	Sessions          []SessionInfo `json:"sessions"`
+	Devices           []ArenaInfo   `json:"devices"`
+	StrayFaults       uint64        `json:"stray_faults"`
+	PoisonedPage      uint64        `json:"poisoned_pages"`
+	GoMaxProcs        int           `json:"gomaxprocs"`
 	// CopyEngine is the copy engine's calibration, with the
 	// configuration's overrides applied.
 	CopyEngine CopyCalibration `json:"copy_engine"`

@@ -86,8 +86,26 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 func (o *mover) blockIndex() int { return int((o.blockAddr - o.r.start) >> core.BlockShift) }
 
 // reserve reserves capacity on device location dst for need pages,
-// evicting other blocks' pages to the host if the arena is full.
+// evicting other blocks' pages to the host if the arena is full. Once
+// the pages are accounted (the eviction policy told) or the unused part
+// released, the caller calls settled(dst).
 func (o *mover) reserve(dst core.Device, need int64) error {
+	err := o.reserveOrEvict(dst, need)
+	if err == nil {
+		o.sess.srv.reserving[dst].Add(1)
+	}
+	return err
+}
+
+// settled ends what reserve(dst, ...) began: the reserved pages are
+// resident and listed, or released.
+func (o *mover) settled(dst core.Device) {
+	o.sess.srv.reserving[dst].Add(-1)
+}
+
+// reserveOrEvict is reserve without the bookkeeping of moves in flight:
+// device memory keeps what it reserves, unlisted, for its life.
+func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
 	arena := o.sess.srv.arenas[dst]
 	err := arena.Reserve(need)
 	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
@@ -99,7 +117,8 @@ func (o *mover) reserve(dst core.Device, need int64) error {
 	// another thread's reservation before this one's: while eviction
 	// found blocks locked or freed some pages, wait a little and try
 	// again rather than fail a fault that a moment later could have been
-	// served. Only then, or with nothing left to evict, it fails.
+	// served. Only then, or with nothing left to evict and no other
+	// reservation in flight, it fails.
 	started := time.Now()
 	for {
 		moved, busy := o.evict(dst, need)
@@ -107,7 +126,10 @@ func (o *mover) reserve(dst core.Device, need int64) error {
 		if err == nil {
 			return nil
 		}
-		if !busy && moved == 0 {
+		// With nothing evictable and no other move holding room it
+		// has not yet accounted (a block arriving for the first time,
+		// which no eviction list shows), the arena is full for good.
+		if !busy && moved == 0 && o.sess.srv.reserving[dst].Load() == 0 {
 			return fmt.Errorf("%w: %v (every other block on the device is in use)", core.ErrMemoryAllocation, err)
 		}
 		if time.Since(started) > evictWait {

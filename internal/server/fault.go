@@ -243,7 +243,10 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		m, _ := o.mapsAt(o.fv.loc, p)
 		return o.serveWP(p, m)
 	case planWake:
-		_, _, err := o.install(o.fv, installZero, p, p+1, nil, false)
+		done, found, err := o.install(o.fv, installZero, p, p+1, nil, false)
+		if err == nil && done.Test(p) && !found.Test(p) {
+			o.lostPage(p)
+		}
 		return err
 	}
 	l := o.fv.loc
@@ -365,11 +368,17 @@ func (o *mover) servePending(p int) error {
 		if err := o.reserve(c, 1); err != nil {
 			for _, x := range reserved {
 				o.sess.srv.arenas[x].Release(1)
+				o.settled(x)
 			}
 			return err
 		}
 		reserved = append(reserved, c)
 	}
+	defer func() {
+		for _, x := range reserved {
+			o.settled(x)
+		}
+	}()
 	landed, moved, err := o.installPending(p, src, populated, oldFile, newFile)
 	for _, x := range reserved {
 		if !moved || x != landed {
@@ -462,6 +471,16 @@ func (o *mover) installPending(p int, src core.Device, populated bool, oldFile, 
 		o.release(holders, addr, core.PageSize, false)
 	}
 	return landed, true, nil
+}
+
+// lostPage records that page p, resident in the file the faulting view
+// maps by the table, was missing from it, so a zero page took its place.
+// A process that punched its own page (fallocate, MADV_REMOVE) meant
+// that; anything else is a server bug, which this makes loud.
+func (o *mover) lostPage(p int) {
+	o.sess.srv.lostPages.Add(1)
+	m, _ := o.mapsAt(o.fv.loc, p)
+	o.sess.srv.logger.Printf("pid %d location %d: lost page %#x: resident in location %d's file by the table but missing from it, it reads as zeros (unless the program punched it)", o.sess.pid, o.fv.loc, o.pageAddr(p), m)
 }
 
 func (o *mover) wake(addr uintptr) {

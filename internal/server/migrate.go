@@ -148,9 +148,11 @@ func (o *mover) doneWith(v *view) {
 
 // install maps pages [first, outer) into view v: fresh zero pages, or
 // copies of src (PageSize bytes per page), write-protected with wp. They
-// land in whatever file v maps there. Pages already present (another
-// thread resolved them) are skipped and woken. It returns the pages now
-// present, installed or found, and those of them found.
+// land in whatever file v maps there. A zero page already present
+// (another thread resolved it) is left and woken. A copy finding its
+// page present writes over it (overwritePresent says why). It returns
+// the pages now present, installed or found, and those of them found
+// and left as they were.
 func (o *mover) install(v *view, kind installKind, first, outer int, src []byte, wp bool) (done, found core.PageMask, err error) {
 	u := v.uffd
 	started := time.Now()
@@ -177,11 +179,22 @@ func (o *mover) install(v *view, kind installKind, first, outer int, src []byte,
 				return done, found, fmt.Errorf("%w: %s %#x+%d made no progress", core.ErrInternal, kindName(kind), addr, length)
 			}
 		case errors.Is(err, uffd.ErrExist):
-			// A page is already present: leave it, and wake whoever
-			// faulted on it, since this ioctl did not.
+			// A page is already present. A zero page is left as it is;
+			// a copy's bytes go over it. Then wake whoever faulted on
+			// it, since this ioctl did not.
+			kept := true
+			if kind == installCopy {
+				page := src[(p-first)*core.PageSize : (p-first+1)*core.PageSize]
+				if werr := o.overwritePresent(v, p, page); werr != nil {
+					return done, found, werr
+				}
+				kept = !o.knownMapping(v, p)
+			}
 			_ = u.Wake(o.pageAddr(p), core.PageSize)
 			done.Set(p)
-			found.Set(p)
+			if kept {
+				found.Set(p)
+			}
 			p++
 		case errors.Is(err, uffd.ErrAgain) && got > 0:
 			// Partial progress: the kernel stopped at a page that
@@ -196,6 +209,39 @@ func (o *mover) install(v *view, kind installKind, first, outer int, src []byte,
 		}
 	}
 	return done, found, nil
+}
+
+// overwritePresent writes page p's bytes into the file view v maps over
+// p, where a copy into v found a page already present. Every install of
+// data runs under the block's lock, into a location the residency table
+// says lacks the page, so a page present there is stray, not newer data:
+// the zeroed remainder of a large folio that a partial punch could not
+// split, or a 4 KiB write into a hole of a huge-page file (the
+// cloud-hypervisor pitfall). Leaving it would show the faulting thread
+// zeros in place of the bytes the move carries, which are now nowhere
+// else: the source was punched first. Where the view's mapping of p is
+// not known (a remap in flight), nothing is written: the caller sees the
+// page as found and puts the source back.
+func (o *mover) overwritePresent(v *view, p int, page []byte) error {
+	m, known := o.mapsAt(v.loc, p)
+	if !known {
+		return nil
+	}
+	f, err := o.sess.file(m)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(page, o.fileOff(p)); err != nil {
+		return fmt.Errorf("write over the stray page at %#x in %s: %w", o.pageAddr(p), f.Name(), err)
+	}
+	o.sess.srv.strayPresent.Add(1)
+	o.sess.srv.logger.Printf("pid %d: stray page %#x: present in location %d's file, which the residency table says lacks it; the move wrote over it", o.sess.pid, o.pageAddr(p), m)
+	return nil
+}
+
+func (o *mover) knownMapping(v *view, p int) bool {
+	_, known := o.mapsAt(v.loc, p)
+	return known
 }
 
 // installFromFile copies pages [first, outer) from f (at the same file
@@ -352,6 +398,7 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 		if err != nil {
 			return 0, err
 		}
+		defer o.settled(dst) // after the runs are accounted, below
 	}
 	dstFile, err := o.sess.file(dst)
 	lazy := dst == core.CPU && o.r.trackPrefetch

@@ -21,6 +21,7 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 		if err := o.reserve(dst, need); err != nil {
 			return err
 		}
+		defer o.settled(dst)
 	}
 	var copied int64
 	err := o.duplicateRuns(t, pages, &copied)

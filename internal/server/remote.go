@@ -128,9 +128,17 @@ func (o *mover) mayMap(l, f core.Device, first, outer int) bool {
 // holders returns the views that may map location src's file over some
 // page of [first, outer): the ones whose writers must be held still while
 // those pages are copied away, and whose page tables lose them when the
-// file is punched. Release each with doneWith.
+// file is punched. Release each with doneWith. The slice is the mover's
+// scratch buffer, valid until the next call: a caller that may call
+// again while it holds one set (breakLarge under a move) uses
+// holdersInto.
 func (o *mover) holders(src core.Device, first, outer int) []*view {
-	out := o.holdBuf[:0]
+	o.holdBuf = o.holdersInto(o.holdBuf[:0], src, first, outer)
+	return o.holdBuf
+}
+
+// holdersInto appends holders' views to out.
+func (o *mover) holdersInto(out []*view, src core.Device, first, outer int) []*view {
 	for l := range o.b.resident {
 		loc := core.DeviceAtSlot(l)
 		if !o.mayMap(loc, src, first, outer) {
@@ -140,7 +148,6 @@ func (o *mover) holders(src core.Device, first, outer int) []*view {
 			out = append(out, v)
 		}
 	}
-	o.holdBuf = out
 	return out
 }
 

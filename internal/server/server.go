@@ -27,9 +27,14 @@ import (
 // location files and the residency of every page, and serves faults on
 // handler threads that never touch managed memory themselves.
 type Server struct {
-	cfg      config.ServerConfig
-	arenas   []*devmem.Arena
-	prefetch policy.PrefetchPolicy
+	cfg    config.ServerConfig
+	arenas []*devmem.Arena
+	// reserving[d] counts movers holding a reservation on device d's
+	// arena for pages the eviction policy does not list yet (evict.go:
+	// reserve), so that a full arena with nothing to evict is told from
+	// one whose room is in flight.
+	reserving []atomic.Int32
+	prefetch  policy.PrefetchPolicy
 	// retired holds the statistics of the sessions that ended. Every
 	// event is counted once, in its allocation's counters (retired into
 	// its session's when freed); the server's figures are sums of those,
@@ -53,6 +58,12 @@ type Server struct {
 	strayFaults   atomic.Uint64 // faults on addresses no range owns
 	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
 	foliosRebuilt atomic.Uint64 // blocks rebuilt in 4 KiB folios before part of them left (whole.go: breakLarge)
+	// Pages a move found already present where it installed them
+	// (migrate.go: install), which it overwrote, and pages the table
+	// held resident whose file had lost them, which read as zeros
+	// (fault.go: planWake). Both are zero unless something is wrong.
+	strayPresent atomic.Uint64
+	lostPages    atomic.Uint64
 
 	guard   *guardLink
 	staging *stagingArea // the buffers migrations carry pages in (staging.go)
@@ -152,6 +163,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		}
 		s.arenas = append(s.arenas, a)
 	}
+	s.reserving = make([]atomic.Int32, len(s.arenas))
 	engine.Calibration() // reads the kept one, or starts measuring in the background
 	s.retired = core.NewCounters(s.locations())
 	if s.eviction, err = policy.NewEviction(cfg.Eviction); err != nil {
@@ -379,8 +391,8 @@ func (s *Server) Info() config.Info {
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Handlers: s.cfg.Handlers,
 		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(), LargeFolios: s.largeFoliosName(),
-		FoliosRebuilt: s.foliosRebuilt.Load(),
-		Guard:         s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
+		FoliosRebuilt: s.foliosRebuilt.Load(), StrayPresentPages: s.strayPresent.Load(), LostPages: s.lostPages.Load(),
+		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
 		VMStat: vmstatSince(s.vmstatStart),
 		Restart: config.RestartInfo{

@@ -72,6 +72,10 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 		done = fullBlock()
 		o.b.large &^= 1 << rn.src.Slot()
 		o.b.large |= 1 << t.dst.Slot()
+	} else if srcFile.Large() {
+		// copyWhole put the block back in one folio: a later partial
+		// move must rebuild it first (punchPages).
+		o.b.large |= 1 << rn.src.Slot()
 	}
 	o.released(rn.src, done)
 	o.release(holders, addr, span, done.Empty())
@@ -370,7 +374,9 @@ func (o *mover) rebuildBlock(l core.Device, f *devmem.File, first, outer int) er
 		}
 		keep.And(&in)
 	}
-	holders := o.holders(l, 0, o.b.pages)
+	// Its own slice: the caller (a move's punch) still holds the
+	// mover's scratch set, which it releases after.
+	holders := o.holdersInto(nil, l, 0, o.b.pages)
 	defer o.doneWithAll(holders)
 	// Every page but [first, outer), which the caller holds; pages with
 	// several copies stay protected after (readdup.go).
