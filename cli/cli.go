@@ -261,9 +261,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dirtyTracking, "dirty-tracking", dirty, "how the launch model finds the pages the CPU wrote: auto (wp-async where the kernel has it), wp-async or wp-fault")
 	large := base.LargeFolios
 	if large == "" {
-		large = config.LargeFoliosOff
+		large = config.LargeFoliosAuto
 	}
-	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto (where the server may make a tmpfs: as root) or off, the default while a stress test with devices full can still read zeros with them (UVM_LARGE_FOLIOS)")
+	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto, the default (where the server may make a tmpfs: as root; uvm info says why not elsewhere), or off (UVM_LARGE_FOLIOS)")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 

@@ -52,10 +52,10 @@ func TestLibuvm(t *testing.T) {
 				envs = [][]string{nil, {"UVM_COHERENCE=launch"}, {"UVM_COHERENCE=launch", "UVM_DIRTY_TRACKING=wp-fault"}}
 			}
 			if name == "fork_stress_test" { // arenas of half its allocation: eviction with faults in flight
-				envs = [][]string{{"UVM_ARENA_SIZE=8MiB"}, {"UVM_ARENA_SIZE=8MiB", "UVM_LARGE_FOLIOS=auto"}}
+				envs = [][]string{{"UVM_ARENA_SIZE=8MiB"}, {"UVM_ARENA_SIZE=8MiB", "UVM_LARGE_FOLIOS=off"}}
 			}
-			if name == "memory_test" || name == "stream_test" { // with location files of large folios too
-				envs = [][]string{nil, {"UVM_LARGE_FOLIOS=auto"}}
+			if name == "memory_test" || name == "stream_test" { // with location files of 4 KiB folios too
+				envs = [][]string{nil, {"UVM_LARGE_FOLIOS=off"}}
 			}
 			for _, extra := range envs {
 				cmd := exec.Command(bin)

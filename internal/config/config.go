@@ -35,7 +35,7 @@ const (
 	EnvRestarts      = "UVM_RESTARTS"        // new servers in a row the guard starts when one dies (default 5), or off
 	EnvCoherence     = "UVM_COHERENCE"       // fault (default) or launch: how host and devices share managed memory
 	EnvDirtyTracking = "UVM_DIRTY_TRACKING"  // auto (default), wp-async or wp-fault: how the launch model finds written pages
-	EnvLargeFolios   = "UVM_LARGE_FOLIOS"    // auto or off (default): location files of 2 MiB folios
+	EnvLargeFolios   = "UVM_LARGE_FOLIOS"    // auto (default) or off: location files of 2 MiB folios
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"
@@ -92,10 +92,9 @@ type ServerConfig struct {
 	// wrote: wp-async where the kernel has it (the default), or wp-fault.
 	DirtyTracking string `json:"dirty_tracking,omitempty"`
 	// LargeFolios is whether location files take 2 MiB folios, so that
-	// a block moving whole costs one allocation and one free: auto (where
-	// a private huge=always tmpfs can be made, which needs root) or off
-	// (the default, and ""), while a stress test with full devices can
-	// still read zeros with them.
+	// a block moving whole costs one allocation and one free: auto (the
+	// default, and "": where a private huge=always tmpfs can be made,
+	// which needs root) or off.
 	LargeFolios string `json:"large_folios,omitempty"`
 	// TrackPrefetchUse makes allocations that do not choose track
 	// whether prefetched pages get used (see Stats.PrefetchedUsed).

@@ -491,10 +491,8 @@ func (s *Server) nodeOf(l core.Device) int {
 
 // largeFoliosFor decides whether location files take large folios.
 func largeFoliosFor(cfg config.ServerConfig) error {
-	if cfg.LargeFolios != config.LargeFoliosAuto {
-		// Off by default until a stress test with full devices keeps
-		// every byte with them (docs/architecture.md, "Large folios").
-		return errors.New("off (the default; --large-folios auto turns them on)")
+	if cfg.LargeFolios == config.LargeFoliosOff {
+		return errors.New("off, as asked (--large-folios off)")
 	}
 	return devmem.LargeFoliosAvailable()
 }
