@@ -2,6 +2,7 @@ package uvm
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -181,4 +182,83 @@ func largeFolioConfig(t *testing.T) ServerConfig {
 	cfg.LargeFolios = config.LargeFoliosAuto
 	cfg.Devices = config.DeviceSpecs(1, []int64{64 << 20}, cfg.Devices[0].Backend)
 	return cfg
+}
+
+// minorFaultsOfProcess is the kernel's count of this process's minor
+// faults (/proc/self/stat, field 10).
+func minorFaultsOfProcess(t *testing.T) uint64 {
+	t.Helper()
+	var ru unix.Rusage
+	require.NoError(t, unix.Getrusage(unix.RUSAGE_SELF, &ru))
+	return uint64(ru.Minflt)
+}
+
+// With large folios, the host view registers MINOR faults over its own
+// file: a block written into the host file whole is mapped with one
+// UFFDIO_CONTINUE, and pages the file holds but the view does not map
+// (a block rebuilt in 4 KiB folios as one of its pages left) fault to
+// the server once per run, not once per page to the kernel.
+func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
+	cfg := largeFolioConfig(t)
+	s := newSession(t, cfg)
+	in, err := s.Info()
+	require.NoError(t, err)
+	if !strings.HasPrefix(in.LargeFolios, "on") {
+		t.Skipf("large folios: %s", in.LargeFolios)
+	}
+	const blocks = 4
+	size := int64(blocks * BlockSize)
+	a, err := s.MallocManaged(size, WithPrefetch(PrefetchSpec{Policy: "none"}))
+	require.NoError(t, err)
+	defer a.Free()
+	b := a.Bytes()
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*13 + i/PageSize + 5)
+	}
+	copy(b, want)
+	check := func(step string) {
+		t.Helper()
+		for i := range want {
+			if b[i] != want[i] {
+				t.Fatalf("%s: byte %#x (page %d) is %d, want %d", step, i, i/PageSize, b[i], want[i])
+			}
+		}
+	}
+	require.NoError(t, s.Prefetch(a.Addr(), size, 0)) // whole blocks to device 0
+	require.NoError(t, s.Prefetch(a.Addr(), size, CPU))
+
+	// Back whole: mapped by the prefetch, so reading takes no fault.
+	before, err := a.Stats()
+	require.NoError(t, err)
+	minflt := minorFaultsOfProcess(t)
+	check("back from device 0 whole")
+	touched := minorFaultsOfProcess(t) - minflt
+	after, err := a.Stats()
+	require.NoError(t, err)
+	assert.Less(t, touched, uint64(blocks*BlockSize/PageSize/8), "the kernel's minor faults while reading %d pages mapped whole", blocks*BlockSize/PageSize)
+	assert.Equal(t, before.FaultsBy(CPU).Total(), after.FaultsBy(CPU).Total(), "faults served while reading blocks mapped whole")
+
+	// One page leaves each block: the host's folio is rebuilt in 4 KiB
+	// folios, which no page table maps; reading the rest faults MINOR
+	// to the server, which maps each run at once.
+	for blk := range blocks {
+		addr := a.Addr() + uintptr(blk*BlockSize+100*PageSize)
+		require.NoError(t, s.Prefetch(addr, PageSize, 0))
+	}
+	in, err = s.Info()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, in.FoliosRebuilt, uint64(blocks), "host blocks rebuilt as a page left each")
+	before, err = a.Stats()
+	require.NoError(t, err)
+	check("after one page of each block left for device 0")
+	after, err = a.Stats()
+	require.NoError(t, err)
+	minor := after.FaultsBy(CPU).Minor - before.FaultsBy(CPU).Minor
+	assert.Positive(t, minor, "the rebuilt blocks fault MINOR to the server")
+	// Each block: the run before its missing page, the run after it,
+	// the page itself (a missing fault); a few more where a read races
+	// a run being mapped.
+	assert.LessOrEqual(t, minor, uint64(4*blocks), "MINOR faults for %d rebuilt blocks", blocks)
+	assert.Equal(t, uint64(blocks), after.FaultsBy(CPU).Missing-before.FaultsBy(CPU).Missing, "the pages on device 0 came back by missing faults")
 }

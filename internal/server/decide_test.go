@@ -62,7 +62,13 @@ func TestDecideFault(t *testing.T) {
 		askThrashes bool
 	}{
 		{"host touches device memory", func(f *fakeFacts) { f.deviceMemoryOnHost = true; f.view, f.m = host, host }, planRefuse, false},
-		{"minor fault is a hint", func(f *fakeFacts) { f.faultKind = core.FaultMinor }, planHint, false},
+		{"minor fault on a remote mapping is a hint", func(f *fakeFacts) { f.faultKind, f.m = core.FaultMinor, host }, planHint, false},
+		{"minor fault while the mapping changes is a hint", func(f *fakeFacts) { f.faultKind, f.unknown = core.FaultMinor, true }, planHint, false},
+		{"minor fault on the own file, which holds the page: continue", func(f *fakeFacts) {
+			f.faultKind = core.FaultMinor
+			f.resident = map[core.Device]bool{dev0: true}
+		}, planContinue, false},
+		{"minor fault on a stray page of the own file: migrate", func(f *fakeFacts) { f.faultKind = core.FaultMinor }, planMigrate, true},
 		{"mapping changing to the file that holds the page: wait", func(f *fakeFacts) { f.unknown, f.ownHolds = true, true }, planWaitMapping, false},
 		{"mapping changing, waited enough: pending", func(f *fakeFacts) { f.unknown, f.ownHolds, f.lastWait = true, true, true }, planPending, false},
 		{"mapping changing elsewhere: pending", func(f *fakeFacts) { f.unknown = true }, planPending, false},

@@ -61,7 +61,8 @@ type faultPlan int
 const (
 	planRefuse        faultPlan = iota + 1 // the host touched device memory: an error
 	planLaunchRefuse                       // the launch coherence model forbids this touch: an error
-	planHint                               // a MINOR fault: the user-space counters' hint fault
+	planHint                               // a MINOR fault on a remote mapping: the user-space counters' hint fault
+	planContinue                           // a MINOR fault on the view's own file, which holds the page: map it
 	planWaitMapping                        // defer: the view is being pointed at a file that holds the page
 	planPending                            // the view's mapping is changing: install through it and look
 	planWP                                 // a write to a write-protected page
@@ -73,7 +74,7 @@ const (
 	planMigrate                            // migrate the page and what the prefetch policy adds
 )
 
-var planNames = [...]string{planRefuse: "refuse", planLaunchRefuse: "launch-refuse", planHint: "hint", planWaitMapping: "wait-mapping", planPending: "pending",
+var planNames = [...]string{planRefuse: "refuse", planLaunchRefuse: "launch-refuse", planHint: "hint", planContinue: "continue", planWaitMapping: "wait-mapping", planPending: "pending",
 	planWP: "write-protect", planWake: "wake", planDuplicate: "duplicate", planThrottle: "throttle",
 	planPinToHost: "pin-to-host", planMigrateAnyway: "migrate-anyway", planMigrate: "migrate"}
 
@@ -124,9 +125,20 @@ func decideFault(f faultFacts) faultPlan {
 		return planLaunchRefuse
 	}
 	if f.kind() == core.FaultMinor {
-		// Only device views' remote mappings register MINOR faults: the
-		// user-space fallback's hint faults.
-		return planHint
+		// Device views' remote mappings register MINOR faults for the
+		// user-space fallback's hint faults; the host view registers
+		// them over its own file of large folios, so that a block
+		// written there whole is mapped with one UFFDIO_CONTINUE.
+		m, known := f.mapping()
+		if !known || m != f.viewLocation() {
+			return planHint
+		}
+		if f.residentAt(m) {
+			return planContinue
+		}
+		// The view's own file has the page but the table has it
+		// elsewhere, or nowhere: a stray page. Serve it as a missing
+		// one; the install writes over it (install).
 	}
 	m, known := f.mapping()
 	if !known {
@@ -235,6 +247,8 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		return o.launchRefusal(p)
 	case planHint:
 		return o.serveHintFault(p)
+	case planContinue:
+		return o.serveContinue(p)
 	case planWaitMapping, planThrottle:
 		return errDeferred
 	case planPending:

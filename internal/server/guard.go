@@ -216,12 +216,19 @@ const quickDeath = 250 * time.Millisecond
 
 // poisonFault answers a fault no server will serve. A write to a page
 // held still by write protection (a move the dead server began) finds
-// the page's data in place: the protection is lifted. Any other fault is
+// the page's data in place: the protection is lifted. A MINOR fault is
+// on a page the process's file holds: it is mapped. Any other fault is
 // on a hole, a page that is not in this process's file: poison.
 func poisonFault(u *uffd.FD, m *uffd.Msg) {
 	addr := uintptr(m.Address) &^ core.PageOffsetMask
 	if m.Flags&uffd.PagefaultWP != 0 {
 		if err := u.WriteProtect(addr, core.PageSize, false, false); err == nil {
+			return
+		}
+	}
+	if m.Flags&uffd.PagefaultMinor != 0 {
+		if _, err := u.Continue(addr, core.PageSize, 0); err == nil || errors.Is(err, uffd.ErrExist) {
+			u.Wake(addr, core.PageSize)
 			return
 		}
 	}

@@ -429,6 +429,10 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 		switch {
 		case !touching && dstFile.Large():
 			return o.moveWhole(rn, t, dstFile)
+		case touching && dstFile.Large() && t.via.loc == t.dst && o.continuableView(t.via):
+			// One folio written, then mapped in one UFFDIO_CONTINUE
+			// (continue.go).
+			return o.moveWhole(rn, t, dstFile)
 		case touching && rn.populated && o.mayBeLarge(rn.src):
 			return o.moveWholeInstalled(rn, t)
 		}

@@ -365,7 +365,7 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 	// for a stray and poisoned.
 	sess.ranges.Store(sess.ranges.Load().with(mr))
 	sess.countRange(mr)
-	if _, err := sess.client().uffd.Register(start, length, core.HostViewMode); err != nil {
+	if _, err := sess.client().uffd.Register(start, length, sess.hostViewMode(mr.trackPrefetch)); err != nil {
 		sess.ranges.Store(sess.ranges.Load().without(mr))
 		sess.retireRange(mr)
 		mr.releaseReservation()

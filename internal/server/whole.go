@@ -191,9 +191,17 @@ func fullBlock() core.PageMask {
 // wakeTarget wakes the threads of the target's view that wait on the
 // block: UFFDIO_COPY would have, and a write into the file does not.
 func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
-	if rn.mapped && t.via != nil {
-		_ = t.via.uffd.Wake(addr, span)
+	if !rn.mapped || t.via == nil {
+		return
 	}
+	if t.via.loc == t.dst && o.continuableView(t.via) {
+		// Map the block now rather than let each page fault for it.
+		var pages core.PageMask
+		pages.FillRange(rn.first, rn.outer)
+		o.continuePages(t.via, pages, rn.first)
+		return
+	}
+	_ = t.via.uffd.Wake(addr, span)
 }
 
 // copyWhole carries the block at off from src to dst: read into staging
