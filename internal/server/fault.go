@@ -509,16 +509,20 @@ func (o *mover) failFault(addr uintptr, err error) {
 	}
 	v := o.fv
 	srv := o.sess.srv
-	_, perr := v.uffd.Poison(addr, core.PageSize, false)
+	// The thread is woken only after the log line is written: it dies
+	// of the SIGBUS at once, and whoever reads the log after its exit
+	// must find why.
+	_, perr := v.uffd.Poison(addr, core.PageSize, true)
 	if errors.Is(perr, uffd.ErrExist) {
 		// A write-protect marker left where a protected page was
 		// punched (a page that moved away): clear it, and poison.
 		_ = v.uffd.WriteProtect(addr, core.PageSize, false, true)
-		_, perr = v.uffd.Poison(addr, core.PageSize, false)
+		_, perr = v.uffd.Poison(addr, core.PageSize, true)
 	}
 	if perr == nil {
 		srv.poisoned.Add(1)
 		srv.logger.Printf("pid %d %v: fault at %#x could not be served (%v); page poisoned (SIGBUS)", v.pid, v.loc, addr, err)
+		o.wake(addr)
 		return
 	}
 	o.wake(addr)
