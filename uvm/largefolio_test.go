@@ -194,10 +194,11 @@ func minorFaultsOfProcess(t *testing.T) uint64 {
 }
 
 // With large folios, the host view registers MINOR faults over its own
-// file: a block written into the host file whole is mapped with one
-// UFFDIO_CONTINUE, and pages the file holds but the view does not map
-// (a block rebuilt in 4 KiB folios as one of its pages left) fault to
-// the server once per run, not once per page to the kernel.
+// file: a fault that brings a whole block writes it into the host file
+// as one folio and maps it with one UFFDIO_CONTINUE, and pages the file
+// holds but the view does not map (a block prefetched whole, a block
+// rebuilt in 4 KiB folios as one of its pages left) fault to the server
+// once per block, not once per page to the kernel.
 func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	cfg := largeFolioConfig(t)
 	s := newSession(t, cfg)
@@ -208,7 +209,9 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	}
 	const blocks = 4
 	size := int64(blocks * BlockSize)
-	a, err := s.MallocManaged(size, WithPrefetch(PrefetchSpec{Policy: "none"}))
+	// The default prefetch policy: a fault on a block held whole elsewhere
+	// brings the whole block (largeElsewhere).
+	a, err := s.MallocManaged(size)
 	require.NoError(t, err)
 	defer a.Free()
 	b := a.Bytes()
@@ -225,19 +228,50 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, s.Prefetch(a.Addr(), size, 0)) // whole blocks to device 0
-	require.NoError(t, s.Prefetch(a.Addr(), size, CPU))
+	pages := uint64(blocks * BlockSize / PageSize)
+	// read checks every byte and returns the faults it took: the
+	// server's, and the kernel's minor faults of this process.
+	read := func(step string) (served ProcessorFaults, kernel uint64) {
+		t.Helper()
+		before, err := a.Stats()
+		require.NoError(t, err)
+		minflt := minorFaultsOfProcess(t)
+		check(step)
+		kernel = minorFaultsOfProcess(t) - minflt
+		after, err := a.Stats()
+		require.NoError(t, err)
+		b, f := before.FaultsBy(CPU), after.FaultsBy(CPU)
+		return ProcessorFaults{Processor: CPU, Missing: f.Missing - b.Missing, Minor: f.Minor - b.Minor, WriteProtect: f.WriteProtect - b.WriteProtect}, kernel
+	}
 
-	// Back whole: mapped by the prefetch, so reading takes no fault.
-	before, err := a.Stats()
-	require.NoError(t, err)
-	minflt := minorFaultsOfProcess(t)
-	check("back from device 0 whole")
-	touched := minorFaultsOfProcess(t) - minflt
-	after, err := a.Stats()
-	require.NoError(t, err)
-	assert.Less(t, touched, uint64(blocks*BlockSize/PageSize/8), "the kernel's minor faults while reading %d pages mapped whole", blocks*BlockSize/PageSize)
-	assert.Equal(t, before.FaultsBy(CPU).Total(), after.FaultsBy(CPU).Total(), "faults served while reading blocks mapped whole")
+	// Whole blocks on device 0, brought back by faults: one missing
+	// fault each writes the block into the host file as one folio and
+	// maps it.
+	require.NoError(t, s.Prefetch(a.Addr(), size, 0))
+	served, kernel := read("brought back from device 0 by faults")
+	assert.Equal(t, uint64(blocks), served.Missing, "one missing fault per block")
+	assert.Zero(t, served.Minor, "MINOR faults after a fault brought whole blocks")
+	assert.Less(t, kernel, pages/8, "the kernel's minor faults while reading %d pages brought whole", pages)
+	// Each block is one folio on the host now: a page leaving breaks it.
+	rebuilt := func() uint64 {
+		in, err := s.Info()
+		require.NoError(t, err)
+		return in.FoliosRebuilt
+	}
+	was := rebuilt()
+	for blk := range blocks {
+		require.NoError(t, s.Prefetch(a.Addr()+uintptr(blk*BlockSize+7*PageSize), PageSize, 0))
+	}
+	assert.Equal(t, uint64(blocks), rebuilt()-was, "host blocks rebuilt as a page left each: the faults brought them as one folio")
+
+	// Prefetched back whole: written into the host file, left for the
+	// first touch, which faults MINOR once a block.
+	require.NoError(t, s.Prefetch(a.Addr(), size, 0))
+	require.NoError(t, s.Prefetch(a.Addr(), size, CPU))
+	served, kernel = read("prefetched back from device 0 whole")
+	assert.Zero(t, served.Missing, "missing faults after a prefetch")
+	assert.Equal(t, uint64(blocks), served.Minor, "one MINOR fault per block prefetched")
+	assert.Less(t, kernel, pages/8, "the kernel's minor faults while reading %d pages prefetched whole", pages)
 
 	// One page leaves each block: the host's folio is rebuilt in 4 KiB
 	// folios, which no page table maps; reading the rest faults MINOR
@@ -249,16 +283,10 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	in, err = s.Info()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, in.FoliosRebuilt, uint64(blocks), "host blocks rebuilt as a page left each")
-	before, err = a.Stats()
-	require.NoError(t, err)
-	check("after one page of each block left for device 0")
-	after, err = a.Stats()
-	require.NoError(t, err)
-	minor := after.FaultsBy(CPU).Minor - before.FaultsBy(CPU).Minor
-	assert.Positive(t, minor, "the rebuilt blocks fault MINOR to the server")
-	// Each block: the run before its missing page, the run after it,
-	// the page itself (a missing fault); a few more where a read races
-	// a run being mapped.
-	assert.LessOrEqual(t, minor, uint64(4*blocks), "MINOR faults for %d rebuilt blocks", blocks)
-	assert.Equal(t, uint64(blocks), after.FaultsBy(CPU).Missing-before.FaultsBy(CPU).Missing, "the pages on device 0 came back by missing faults")
+	served, kernel = read("after one page of each block left for device 0")
+	// Each block: one MINOR fault maps the pages on both sides of the
+	// one that left, which comes back by a missing fault.
+	assert.Equal(t, uint64(blocks), served.Minor, "MINOR faults for %d rebuilt blocks", blocks)
+	assert.Equal(t, uint64(blocks), served.Missing, "the pages on device 0 came back by missing faults")
+	assert.Less(t, kernel, pages/8, "the kernel's minor faults while reading %d rebuilt pages", pages)
 }

@@ -194,8 +194,10 @@ func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
 	if !rn.mapped || t.via == nil {
 		return
 	}
-	if t.via.loc == t.dst && o.continuableView(t.via) {
-		// Map the block now rather than let each page fault for it.
+	if o.cause == policy.CauseFault && t.via.loc == t.dst && o.continuableView(t.via) {
+		// The faulting threads touch the block now: map it rather than
+		// let each page fault for it. A prefetch leaves it to the first
+		// touch, which faults MINOR once (serveContinue).
 		var pages core.PageMask
 		pages.FillRange(rn.first, rn.outer)
 		o.continuePages(t.via, pages, rn.first)
