@@ -38,6 +38,24 @@ type Counters struct {
 	closed     bool
 	switchLink link.Link       // sched_switch, nil while off
 	resumes    *ringbuf.Reader // nil while off
+
+	// maps is held for reading by every use of the maps, for writing by
+	// Close while it frees them: a process detaching (Untrack) may race
+	// a server closing, and a closed map's descriptor number can belong
+	// to another file by then. Lock order: mu, then maps.
+	maps       sync.RWMutex
+	mapsClosed bool // guarded by maps
+}
+
+// useMaps holds the maps open until the returned function is called; ok
+// is false once Close has freed them.
+func (c *Counters) useMaps() (done func(), ok bool) {
+	c.maps.RLock()
+	if c.mapsClosed {
+		c.maps.RUnlock()
+		return func() {}, false
+	}
+	return c.maps.RUnlock, true
 }
 
 // countersLoaded is what Counters keeps of the collection: its programs
@@ -126,6 +144,9 @@ func (c *Counters) Close() error {
 	if c.switchLink != nil {
 		errs = append(errs, c.resumes.Close(), c.switchLink.Close())
 	}
+	c.maps.Lock()
+	defer c.maps.Unlock()
+	c.mapsClosed = true
 	errs = append(errs, c.ring.Close(), c.link.Close(), c.objs.Close())
 	return errors.Join(errs...)
 }
@@ -154,6 +175,11 @@ func (c *Counters) ProgramIDs() ([]ebpf.ProgramID, error) {
 // processor the process acts as (the server gives each view, client or
 // device process, its own, so counts of different clients never mix).
 func (c *Counters) Track(pid int, processor uint32) error {
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return fmt.Errorf("track pid %d: the access counters are closed", pid)
+	}
 	key := uint32(pid)
 	if err := c.objs.ProcessFaults.Put(key, uint64(0)); err != nil {
 		return fmt.Errorf("track pid %d: %w", pid, err)
@@ -166,6 +192,11 @@ func (c *Counters) Track(pid int, processor uint32) error {
 
 // Untrack stops counting pid's faults.
 func (c *Counters) Untrack(pid int) {
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return // nothing is counted any more
+	}
 	key := uint32(pid)
 	_ = c.objs.Processes.Delete(key)
 	_ = c.objs.ProcessFaults.Delete(key)
@@ -173,6 +204,11 @@ func (c *Counters) Untrack(pid int) {
 
 // ProcessFaults is the user faults of pid since Track.
 func (c *Counters) ProcessFaults(pid int) (uint64, error) {
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return 0, fmt.Errorf("faults of pid %d: the access counters are closed", pid)
+	}
 	var n uint64
 	if err := c.objs.ProcessFaults.Lookup(uint32(pid), &n); err != nil {
 		return 0, fmt.Errorf("faults of pid %d: %w", pid, err)
@@ -182,6 +218,11 @@ func (c *Counters) ProcessFaults(pid int) (uint64, error) {
 
 // Regions returns every counted region.
 func (c *Counters) Regions() ([]RegionCount, error) {
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return nil, errors.New("regions: the access counters are closed")
+	}
 	var out []RegionCount
 	var k countersRegionKey
 	var v uint64
@@ -197,6 +238,11 @@ func (c *Counters) Regions() ([]RegionCount, error) {
 // region is reported again only after as many new faults. A region not
 // counted (never, or dropped by Decay or the LRU) is already reset.
 func (c *Counters) Reset(processor uint32, region uint64) {
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return
+	}
 	_ = c.objs.Regions.Delete(countersRegionKey{Processor: processor, Region: region})
 }
 
@@ -206,6 +252,11 @@ func (c *Counters) Decay() error {
 	regions, err := c.Regions()
 	if err != nil {
 		return err
+	}
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return errors.New("decay: the access counters are closed")
 	}
 	for _, r := range regions {
 		k := countersRegionKey{Processor: r.Processor, Region: r.Region}
@@ -221,6 +272,11 @@ func (c *Counters) Decay() error {
 // FaultEntry returns when thread tid's last fault entered the kernel
 // (CLOCK_MONOTONIC) and at which address.
 func (c *Counters) FaultEntry(tid int) (time.Duration, uint64, bool) {
+	done, ok := c.useMaps()
+	defer done()
+	if !ok {
+		return 0, 0, false
+	}
 	var e countersFaultEntry
 	if err := c.objs.FaultEntries.Lookup(uint32(tid), &e); err != nil {
 		return 0, 0, false
@@ -293,7 +349,7 @@ func (c *Counters) EnableAnatomy() error {
 func (c *Counters) Sample(tid int) (entry time.Duration, addr uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.switchLink == nil {
+	if c.switchLink == nil || c.closed {
 		return 0, 0, false
 	}
 	var e countersFaultEntry

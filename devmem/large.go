@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,9 +283,6 @@ func (f *File) fillPages(fd int, off int64, src []byte, present func(off int64) 
 // zeroFolio is what Allocate writes into a whole 2 MiB.
 var zeroFolio [LargeFolioSize]byte
 
-// sourceSink keeps mapSource's reads from being optimized away.
-var sourceSink byte
-
 // mapSource reads one byte of every page of bufs, so that every page of
 // the source of a write that makes a new large folio is mapped. Where a
 // page is not (zeroFolio, never read, is not), the kernel's first copy
@@ -299,7 +297,7 @@ func mapSource(bufs ...[]byte) {
 			x |= b[i]
 		}
 	}
-	sourceSink = x
+	runtime.KeepAlive(x) // the reads are the point: keep them
 }
 
 // allocateLarge is Allocate on a file of large folios.
