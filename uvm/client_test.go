@@ -50,7 +50,10 @@ func TestFirstTouchReadsZerosAndCounts(t *testing.T) {
 	// counts that duplicate, so faults may exceed the pages demanded.
 	assert.GreaterOrEqual(t, st.PrefetchedPages+host.Missing, uint64(1024))
 	assert.Less(t, st.PrefetchedPages, uint64(1024))
-	assert.Equal(t, host.Missing, st.FaultService.Count)
+	// Every fault served is timed. With large folios a whole block is
+	// written into the host file and then mapped: a thread interrupted
+	// in between faults again, as MINOR.
+	assert.Equal(t, host.Missing+host.Minor, st.FaultService.Count)
 
 	in, err := s.rpc.Info()
 	require.NoError(t, err)
