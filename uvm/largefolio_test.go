@@ -248,9 +248,13 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	// fault each writes the block into the host file as one folio and
 	// maps it.
 	require.NoError(t, s.Prefetch(a.Addr(), size, 0))
+	// A thread interrupted while it waits in a fault faults again (the
+	// Go runtime preempts with signals): a few duplicates are allowed.
+	const duplicates = 2
 	served, kernel := read("brought back from device 0 by faults")
-	assert.Equal(t, uint64(blocks), served.Missing, "one missing fault per block")
-	assert.Zero(t, served.Minor, "MINOR faults after a fault brought whole blocks")
+	assert.GreaterOrEqual(t, served.Missing, uint64(blocks), "one missing fault per block")
+	assert.LessOrEqual(t, served.Missing, uint64(blocks+duplicates), "one missing fault per block")
+	assert.LessOrEqual(t, served.Minor, uint64(duplicates), "MINOR faults after a fault brought whole blocks")
 	assert.Less(t, kernel, pages/8, "the kernel's minor faults while reading %d pages brought whole", pages)
 	// Each block is one folio on the host now: a page leaving breaks it.
 	rebuilt := func() uint64 {
@@ -285,7 +289,9 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	served, kernel = read("after one page of each block left for device 0")
 	// Each block: one MINOR fault maps the pages on both sides of the
 	// one that left, which comes back by a missing fault.
-	assert.Equal(t, uint64(blocks), served.Minor, "MINOR faults for %d rebuilt blocks", blocks)
-	assert.Equal(t, uint64(blocks), served.Missing, "the pages on device 0 came back by missing faults")
+	assert.GreaterOrEqual(t, served.Minor, uint64(blocks), "MINOR faults for %d rebuilt blocks", blocks)
+	assert.LessOrEqual(t, served.Minor, uint64(blocks+duplicates), "MINOR faults for %d rebuilt blocks", blocks)
+	assert.GreaterOrEqual(t, served.Missing, uint64(blocks), "the pages on device 0 came back by missing faults")
+	assert.LessOrEqual(t, served.Missing, uint64(blocks+duplicates), "the pages on device 0 came back by missing faults")
 	assert.Less(t, kernel, pages/8, "the kernel's minor faults while reading %d rebuilt pages", pages)
 }
