@@ -42,11 +42,7 @@ func TestLargeFolioBlocksAndSinglePages(t *testing.T) {
 			copy(b, want)
 			check := func(step string) {
 				t.Helper()
-				for i := range want {
-					if b[i] != want[i] {
-						t.Fatalf("%s: byte %#x (page %d) is %d, want %d", step, i, i/PageSize, b[i], want[i])
-					}
-				}
+				sameBytes(t, want, b, step)
 			}
 			require.NoError(t, s.Prefetch(a.Addr(), size, 0)) // whole blocks to device 0
 			// One page back from each block, written: the block's device
@@ -222,11 +218,7 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	copy(b, want)
 	check := func(step string) {
 		t.Helper()
-		for i := range want {
-			if b[i] != want[i] {
-				t.Fatalf("%s: byte %#x (page %d) is %d, want %d", step, i, i/PageSize, b[i], want[i])
-			}
-		}
+		sameBytes(t, want, b, step)
 	}
 	pages := uint64(blocks * BlockSize / PageSize)
 	// read checks every byte and returns the faults it took: the

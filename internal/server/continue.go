@@ -19,11 +19,12 @@ import (
 // kernel does no fault-around there), and a move into it with
 // UFFDIO_COPY 512 page allocations.
 
-// continuableView reports whether view v maps its own file and registers
-// MINOR faults over it in the mover's range: pages written into that file
-// are mapped with UFFDIO_CONTINUE.
-func (o *mover) continuableView(v *view) bool {
-	return v != nil && v.loc == core.CPU && !o.r.trackPrefetch && v.sess.hostMinor()
+// continuesInto reports whether pages written into t's destination file
+// are mapped into its view with UFFDIO_CONTINUE: the view is the host's,
+// which maps its own file and registers MINOR faults over it in the
+// mover's range.
+func (o *mover) continuesInto(t target) bool {
+	return t.via != nil && t.dst == core.CPU && t.via.loc == core.CPU && !o.r.trackPrefetch && o.sess.hostMinor()
 }
 
 // hostMinor reports whether the host view registers MINOR faults: under
@@ -49,15 +50,13 @@ func (sess *session) hostViewMode(trackPrefetch bool) uffd.RegisterMode {
 
 // serveContinue answers a MINOR fault of view o.fv on page p, resident
 // in the view's own file: it maps p and every other page of the block
-// the file holds for the view, but those prefetched lazily, whose first
-// touch must show (pagemap.go).
+// the file holds for the view. (Pages prefetched lazily, whose first
+// touch must show, are only in ranges registered without MINOR faults.)
 func (o *mover) serveContinue(p int) error {
 	l := o.fv.loc
 	pages := o.b.resident[l.Slot()]
 	mapped := o.pagesMapping(l, l)
 	pages.And(&mapped)
-	pages.AndNot(&o.b.prefetchPending)
-	pages.Set(p)
 	o.continuePages(o.fv, pages, p)
 	return nil
 }
@@ -69,38 +68,19 @@ func (o *mover) serveContinue(p int) error {
 // lost) is left unmapped: its thread is woken, faults as missing and is
 // served that way.
 func (o *mover) continuePages(v *view, pages core.PageMask, lead int) {
-	dup := o.b.duplicated()
-	var protect core.PageMask
-	protect.Or(&pages)
-	protect.And(&dup)
+	protect := o.b.duplicated()
+	protect.And(&pages)
 	pages.AndNot(&protect)
-	first := func(set core.PageMask) (int, int) {
-		if set.Test(lead) {
-			p := lead
-			for p > 0 && set.Test(p-1) {
-				p--
-			}
-			q := lead + 1
-			for q < o.b.pages && set.Test(q) {
-				q++
-			}
-			return p, q
-		}
-		return -1, -1
-	}
-	for _, set := range []struct {
+	for _, set := range [...]struct {
 		pages core.PageMask
 		mode  uffd.ContinueMode
 	}{{pages, 0}, {protect, uffd.ContinueWP}} {
-		todo := set.pages
-		if p, q := first(todo); p >= 0 {
-			o.continueRun(v, p, q, set.mode)
-			var r core.PageMask
-			r.FillRange(p, q)
-			todo.AndNot(&r)
-		}
-		for p, q := todo.NextRun(0); p >= 0; p, q = todo.NextRun(q) {
-			o.continueRun(v, p, q, set.mode)
+		for _, leadRun := range [...]bool{true, false} {
+			for p, q := set.pages.NextRun(0); p >= 0; p, q = set.pages.NextRun(q) {
+				if (p <= lead && lead < q) == leadRun {
+					o.continueRun(v, p, q, set.mode)
+				}
+			}
 		}
 	}
 }

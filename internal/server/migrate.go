@@ -182,17 +182,17 @@ func (o *mover) install(v *view, kind installKind, first, outer int, src []byte,
 			// A page is already present. A zero page is left as it is;
 			// a copy's bytes go over it. Then wake whoever faulted on
 			// it, since this ioctl did not.
-			kept := true
+			written := false
 			if kind == installCopy {
 				page := src[(p-first)*core.PageSize : (p-first+1)*core.PageSize]
-				if werr := o.overwritePresent(v, p, page); werr != nil {
+				var werr error
+				if written, werr = o.overwritePresent(v, p, page); werr != nil {
 					return done, found, werr
 				}
-				kept = !o.knownMapping(v, p)
 			}
 			_ = u.Wake(o.pageAddr(p), core.PageSize)
 			done.Set(p)
-			if kept {
+			if !written {
 				found.Set(p)
 			}
 			p++
@@ -220,28 +220,23 @@ func (o *mover) install(v *view, kind installKind, first, outer int, src []byte,
 // cloud-hypervisor pitfall). Leaving it would show the faulting thread
 // zeros in place of the bytes the move carries, which are now nowhere
 // else: the source was punched first. Where the view's mapping of p is
-// not known (a remap in flight), nothing is written: the caller sees the
-// page as found and puts the source back.
-func (o *mover) overwritePresent(v *view, p int, page []byte) error {
+// not known (a remap in flight), nothing is written (written is false):
+// the caller sees the page as found and puts the source back.
+func (o *mover) overwritePresent(v *view, p int, page []byte) (written bool, err error) {
 	m, known := o.mapsAt(v.loc, p)
 	if !known {
-		return nil
+		return false, nil
 	}
 	f, err := o.sess.file(m)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if _, err := f.WriteAt(page, o.fileOff(p)); err != nil {
-		return fmt.Errorf("write over the stray page at %#x in %s: %w", o.pageAddr(p), f.Name(), err)
+		return false, fmt.Errorf("write over the stray page at %#x in %s: %w", o.pageAddr(p), f.Name(), err)
 	}
 	o.sess.srv.strayPresent.Add(1)
 	o.sess.srv.logger.Printf("pid %d: stray page %#x: present in location %d's file, which the residency table says lacks it; the move wrote over it", o.sess.pid, o.pageAddr(p), m)
-	return nil
-}
-
-func (o *mover) knownMapping(v *view, p int) bool {
-	_, known := o.mapsAt(v.loc, p)
-	return known
+	return true, nil
 }
 
 // installFromFile copies pages [first, outer) from f (at the same file
@@ -429,7 +424,7 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 		switch {
 		case !touching && dstFile.Large():
 			return o.moveWhole(rn, t, dstFile)
-		case touching && dstFile.Large() && t.via.loc == t.dst && o.continuableView(t.via):
+		case touching && dstFile.Large() && o.continuesInto(t):
 			// One folio written, then mapped in one UFFDIO_CONTINUE
 			// (continue.go).
 			return o.moveWhole(rn, t, dstFile)

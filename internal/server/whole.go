@@ -194,7 +194,7 @@ func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
 	if !rn.mapped || t.via == nil {
 		return
 	}
-	if t.via.loc == t.dst && o.continuableView(t.via) {
+	if o.continuesInto(t) {
 		// Map the block now rather than let each page fault for it: a
 		// fault's threads touch it at once, and after a prefetch to the
 		// CPU the host reads without faults, as CUDA's does. Mapping
