@@ -16,6 +16,13 @@ LIBUVM_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -fvisibility=hidden -pthread -Ilibuv
 LIBUVM_SRC := $(wildcard libuvm/src/*.c)
 LIBUVM_OBJ := $(patsubst libuvm/src/%.c,$(BIN)/obj/%.o,$(LIBUVM_SRC))
 PRELOAD_OBJ := $(BIN)/obj/preload.o
+# The preload library serves a program's small allocations from jemalloc
+# arenas over managed memory (its "managed heap"). It is built for that
+# where jemalloc's header is installed (Debian: libjemalloc-dev), and
+# loads libjemalloc.so.2 at run time; built without the header, or run
+# where the library is missing, those allocations stay in glibc's.
+HAVE_JEMALLOC := $(shell echo '\043include <jemalloc/jemalloc.h>' | $(CC) -fsyntax-only -x c - >/dev/null 2>&1 && echo yes)
+PRELOAD_CFLAGS := $(if $(HAVE_JEMALLOC),-DUVM_PRELOAD_JEMALLOC)
 LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a $(BIN)/libuvm-preload.so
 
 .PHONY: all build lib demo test fuzz bench lint generate help clean install
@@ -34,7 +41,7 @@ $(BIN)/obj/%.o: libuvm/src/%.c libuvm/src/internal.h libuvm/src/wire_gen.h libuv
 
 $(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h
 	@mkdir -p $(BIN)/obj
-	$(CC) $(LIBUVM_CFLAGS) -Ilibuvm/src -c -o $@ $<
+	$(CC) $(LIBUVM_CFLAGS) $(PRELOAD_CFLAGS) -Ilibuvm/src -c -o $@ $<
 
 $(BIN)/libuvm.so: $(LIBUVM_OBJ)
 	$(CC) -shared -pthread -Wl,-soname,libuvm.so -o $@ $^

@@ -19,6 +19,7 @@ import (
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/server"
+	"github.com/softuvm/softuvm/libuvm"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -35,7 +36,7 @@ const (
 	runStatusNotFound    = 127 // the program does not exist
 )
 
-const preloadName = "libuvm-preload.so"
+const preloadName = libuvm.PreloadName
 
 // runReport is what --stats-json writes: the program, how it ended, the
 // figures of the summary, and the server's full counters.
@@ -69,12 +70,15 @@ func runRun(args []string) error {
 			" preloaded, which makes each malloc, calloc, realloc, aligned allocation and anonymous private mmap of at least --min-size bytes managed memory "+
 			"(smaller ones, and everything the server cannot serve, go to the system allocator). At exit a summary of what the server did goes to standard error. "+
 			"The exit status is the program's (128+N if signal N killed it); 127 if the program is not found, 126 if it cannot be executed, 2 for bad flags, "+
-			"125 if uvm run itself failed")
+			"125 if uvm run itself failed. "+
+			"The library is --preload, else $UVM_PRELOAD, else "+preloadName+" next to the uvm binary, else in ../lib from it, else one this uvm builds from the C sources "+
+			"built into it with the C compiler ($CC, cc or gcc) into $XDG_CACHE_HOME/softuvm (~/.cache/softuvm) on first use, and reuses after")
 	var sf serverFlags
 	sf.register(flags)
-	minSize := flags.String("min-size", "1MiB", "the smallest allocation that becomes managed memory (smaller ones stay in the system allocator)")
+	minSize := flags.String("min-size", "1MiB", "the smallest allocation that becomes a managed allocation of its own; smaller ones come from the heap (--heap). Given alone, it also sets --heap system: only allocations of at least this size are managed")
+	heapKind := flags.String("heap", "managed", "where allocations below --min-size come from: managed (jemalloc arenas whose memory is managed, so the whole heap is) or system (glibc's allocator, unmanaged)")
 	statics := flags.Bool("statics", true, "also make the program's own static arrays managed where its writable data segment holds at least --min-size bytes (gzip's buffers, say, are static)")
-	preload := flags.String("preload", "", "path of "+preloadName+" (default: $UVM_PRELOAD, else next to the uvm binary, else ../lib from it)")
+	preload := flags.String("preload", "", "path of "+preloadName+" (default: $UVM_PRELOAD, else next to the uvm binary, else ../lib from it, else built from the sources in this uvm into the user's cache directory on first use, which needs a C compiler); a path given here or in UVM_PRELOAD must exist")
 	statsJSON := flags.String("stats-json", "", "also write the summary and the server's counters as JSON to this file")
 	quiet := flags.Bool("quiet", false, "print no summary on standard error")
 	if err := flags.Parse(args); err != nil {
@@ -98,6 +102,10 @@ func runRun(args []string) error {
 	}
 	if minBytes < 1 {
 		return usageErr("--min-size %q: want at least 1 byte", *minSize)
+	}
+	heap, err := runHeap(flags, *heapKind)
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	cfg, err := sf.config()
 	if err != nil {
@@ -153,7 +161,7 @@ func runRun(args []string) error {
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args = argv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = runEnv(os.Environ(), sock, minBytes, *statics, lib, self)
+	cmd.Env = runEnv(os.Environ(), sock, minBytes, heap, *statics, lib, self)
 	// Caught before the program starts, so that none is lost between
 	// its start and the forwarding.
 	sigs := make(chan os.Signal, 4)
@@ -247,7 +255,10 @@ func serverStats(proc *server.ServerProcess) (uvm.Stats, uint64, error) {
 }
 
 // findPreload finds libuvm-preload.so: the flag, $UVM_PRELOAD, next to
-// this executable, or in ../lib from it (an installed prefix).
+// this executable, or in ../lib from it (an installed prefix); else the
+// library built from the sources in this binary (package libuvm) in the
+// user's cache directory, building it there on first use. A flag or
+// variable that names a missing file is an error, not a reason to build.
 func findPreload(flagPath string) (string, error) {
 	check := func(p, from string) (string, error) {
 		abs, err := filepath.Abs(p)
@@ -282,7 +293,38 @@ func findPreload(flagPath string) (string, error) {
 			looked = append(looked, p)
 		}
 	}
-	return "", fmt.Errorf("cannot find %s: not at %s, and neither --preload nor UVM_PRELOAD names it (build it with `make lib`)", preloadName, strings.Join(looked, " or "))
+	lib, err := libuvm.Preload(libuvm.Options{Building: func(dir string) {
+		fmt.Fprintf(os.Stderr, "uvm run: building %s into %s (first use of this uvm build) ...\n", preloadName, dir)
+	}})
+	if err == nil {
+		return lib, nil
+	}
+	what := "building it from the sources in this uvm failed"
+	if errors.Is(err, libuvm.ErrNoCompiler) {
+		what = "it cannot be built from the sources in this uvm"
+	}
+	return "", fmt.Errorf("cannot find %s: not at %s, neither --preload nor UVM_PRELOAD names it, and %s: %v\n"+
+		"Install a C compiler (apt-get install gcc, or set CC), or build the library with `make lib` in a softuvm checkout "+
+		"and pass --preload PATH or set UVM_PRELOAD=PATH", preloadName, strings.Join(looked, " or "), what, err)
+}
+
+// staticTLSTunable is glibc's tunable for the static TLS it keeps for
+// libraries loaded with dlopen.
+const staticTLSTunable = "glibc.rtld.optional_static_tls"
+
+// runHeap is the heap --heap names: "managed" or "system". --min-size
+// given without --heap asks for large allocations only, as it did before
+// the heap was managed.
+func runHeap(flags *flag.FlagSet, heap string) (string, error) {
+	set := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case heap != "managed" && heap != "system":
+		return "", fmt.Errorf("--heap %q: want managed or system", heap)
+	case set["min-size"] && !set["heap"]:
+		return "system", nil
+	}
+	return heap, nil
 }
 
 // runEnv is the program's environment: the server's socket, the
@@ -291,9 +333,9 @@ func findPreload(flagPath string) (string, error) {
 // server; should it ever start a private server of its own (a child
 // that sets UVM_SERVER=private, say), that server must be this binary
 // too, with the policies linked into it, not whatever uvm is on PATH.
-func runEnv(env []string, sock string, minSize int64, statics bool, lib, self string) []string {
-	out := make([]string, 0, len(env)+4)
-	preload := lib
+func runEnv(env []string, sock string, minSize int64, heap string, statics bool, lib, self string) []string {
+	out := make([]string, 0, len(env)+8)
+	preload, tunables := lib, ""
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
@@ -302,16 +344,32 @@ func runEnv(env []string, sock string, minSize int64, statics bool, lib, self st
 				preload = lib + ":" + v
 			}
 			continue
-		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_STATICS", "UVM_BIN":
+		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_HEAP", "UVM_STATICS", "UVM_BIN":
+			continue
+		case "GLIBC_TUNABLES":
+			tunables = v
 			continue
 		}
 		out = append(out, kv)
+	}
+	if heap == "managed" && !strings.Contains(tunables, staticTLSTunable+"=") {
+		// The managed heap loads jemalloc with dlopen, and Debian's
+		// jemalloc keeps its thread state in static TLS (2.6 KiB), more
+		// than glibc leaves for libraries loaded late (512 bytes).
+		if tunables != "" {
+			tunables += ":"
+		}
+		tunables += staticTLSTunable + "=16384"
+	}
+	if tunables != "" {
+		out = append(out, "GLIBC_TUNABLES="+tunables)
 	}
 	return append(out,
 		uvm.EnvSocket+"="+sock,
 		uvm.EnvServer+"=daemon", // this server, never a private one of its own
 		"UVM_BIN="+self,
 		"UVM_MIN_SIZE="+strconv.FormatInt(minSize, 10),
+		"UVM_HEAP="+heap,
 		"UVM_STATICS="+map[bool]string{true: "1", false: "0"}[statics],
 		"LD_PRELOAD="+preload)
 }

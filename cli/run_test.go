@@ -15,13 +15,18 @@ import (
 )
 
 func TestRunEnv(t *testing.T) {
-	env := runEnv([]string{"PATH=/bin", "LD_PRELOAD=/a.so /b.so", "UVM_SOCKET=/old", "UVM_SERVER=private", "UVM_MIN_SIZE=7", "UVM_STATICS=1", "UVM_BIN=/usr/bin/uvm", "HOME=/root"},
-		"/tmp/x/uvm.sock", 65536, false, "/lib/libuvm-preload.so", "/opt/course/uvm-course")
-	assert.Equal(t, []string{"PATH=/bin", "HOME=/root", "UVM_SOCKET=/tmp/x/uvm.sock", "UVM_SERVER=daemon", "UVM_BIN=/opt/course/uvm-course", "UVM_MIN_SIZE=65536", "UVM_STATICS=0",
+	env := runEnv([]string{"PATH=/bin", "LD_PRELOAD=/a.so /b.so", "UVM_SOCKET=/old", "UVM_SERVER=private", "UVM_MIN_SIZE=7", "UVM_HEAP=system", "UVM_STATICS=1", "UVM_BIN=/usr/bin/uvm", "HOME=/root"},
+		"/tmp/x/uvm.sock", 65536, "managed", false, "/lib/libuvm-preload.so", "/opt/course/uvm-course")
+	assert.Equal(t, []string{"PATH=/bin", "HOME=/root", "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384", "UVM_SOCKET=/tmp/x/uvm.sock", "UVM_SERVER=daemon", "UVM_BIN=/opt/course/uvm-course", "UVM_MIN_SIZE=65536", "UVM_HEAP=managed", "UVM_STATICS=0",
 		"LD_PRELOAD=/lib/libuvm-preload.so:/a.so /b.so"}, env, "ours replace the caller's (UVM_BIN: the running binary, with its policies); the library goes ahead of the caller's preloads")
-	env = runEnv([]string{"LD_PRELOAD="}, "/s", 1, true, "/l.so", "/u")
+	env = runEnv([]string{"LD_PRELOAD="}, "/s", 1, "system", true, "/l.so", "/u")
 	assert.Contains(t, env, "UVM_STATICS=1")
 	assert.Contains(t, env, "LD_PRELOAD=/l.so", "an empty LD_PRELOAD leaves no stray colon")
+	assert.NotContains(t, strings.Join(env, " "), "GLIBC_TUNABLES", "the system heap loads no jemalloc")
+	env = runEnv([]string{"GLIBC_TUNABLES=glibc.malloc.check=3"}, "/s", 1, "managed", true, "/l.so", "/u")
+	assert.Contains(t, env, "GLIBC_TUNABLES=glibc.malloc.check=3:glibc.rtld.optional_static_tls=16384", "the caller's tunables are kept")
+	env = runEnv([]string{"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536"}, "/s", 1, "managed", true, "/l.so", "/u")
+	assert.Contains(t, env, "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536", "the caller's own static TLS size is kept")
 }
 
 func TestHumanSize(t *testing.T) {
@@ -51,12 +56,29 @@ func TestFindPreload(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, lib, got, "UVM_PRELOAD when there is no flag")
 	t.Setenv("UVM_PRELOAD", "")
-	// The test binary has no library beside it: both places are named.
+	// The test binary has no library beside it, and with no compiler none
+	// can be built: both places are named, and what to do.
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	path := os.Getenv("PATH")
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("CC", "")
 	_, err = findPreload("")
 	exe, _ := os.Executable()
 	exe, _ = filepath.EvalSymlinks(exe)
 	assert.ErrorContains(t, err, "cannot find "+preloadName+": not at "+filepath.Join(filepath.Dir(exe), preloadName)+" or "+
-		filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", preloadName))
+		filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", preloadName)+", neither --preload nor UVM_PRELOAD names it, "+
+		"and it cannot be built from the sources in this uvm: no C compiler: CC is not set, and neither cc nor gcc is in PATH\n"+
+		"Install a C compiler (apt-get install gcc, or set CC), or build the library with `make lib`")
+
+	// A flag or variable naming a missing file is an error even where a
+	// build would succeed.
+	t.Setenv("PATH", path)
+	t.Setenv("UVM_PRELOAD", filepath.Join(dir, "missing.so"))
+	_, err = findPreload("")
+	assert.ErrorContains(t, err, "UVM_PRELOAD "+filepath.Join(dir, "missing.so")+": ")
+	built, _ := os.ReadDir(cache)
+	assert.Empty(t, built, "nothing built")
 }
 
 func TestRunReportAndSummary(t *testing.T) {

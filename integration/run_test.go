@@ -338,11 +338,12 @@ func TestRunRealPrograms(t *testing.T) {
 // ---- (b) small C programs ----
 
 // TestRunCPrograms runs each C program of testdata/run directly (it must
-// pass there: the programs are correct), then under `uvm run`, where
-// RUN_EXPECT_MANAGED=1 makes each check that its large allocations are
-// managed memory. A 4 MiB host budget pushes their pages to the device
-// and back while threads, forks, signal handlers and system calls use
-// them.
+// pass there: the programs are correct), then under `uvm run` with each
+// heap, where RUN_EXPECT_MANAGED=1 makes each check that its large
+// allocations are managed memory, and RUN_EXPECT_HEAP=managed that its
+// small ones are too. A 4 MiB host budget pushes their pages to the
+// device and back while threads, forks, signal handlers and system calls
+// use them.
 func TestRunCPrograms(t *testing.T) {
 	requireRoot(t)
 	for _, tc := range []struct {
@@ -374,35 +375,44 @@ func TestRunCPrograms(t *testing.T) {
 			direct := runCommand(t, time.Minute, nil, nil, argv...)
 			require.Equal(t, 0, direct.code, "%s without uvm run:\n%s%s", tc.name, direct.stdout, direct.stderr)
 			require.Contains(t, direct.stdout, "checks passed")
-
-			r, rep := uvmRun(t, 2*time.Minute, []string{"RUN_EXPECT_MANAGED=1"}, nil, []string{"--host-budget", "4MiB", "--arena-size", "256MiB"}, argv...)
-			require.Equal(t, 0, r.code, "%s under uvm run:\n%s%s", tc.name, r.stdout, r.stderr)
-			assert.Contains(t, r.stdout, "checks passed")
-			assert.NotContains(t, r.stdout+r.stderr, "checks failed")
-			for _, want := range tc.stdout {
-				assert.Contains(t, r.stdout, want)
-			}
-			t.Logf("%s: %v; %v", tc.name, r.wall.Round(time.Millisecond), rep)
-			assert.GreaterOrEqual(t, rep.Allocations, tc.minAllocs, "managed allocations")
-			assert.Positive(t, rep.Stats.FaultsBy(uvm.CPU).Total())
-			if tc.migrates {
-				assert.Positive(t, rep.HostToDeviceBytes, "pages went to the device")
-				assert.Positive(t, rep.DeviceToHostBytes, "pages came back")
-			}
-			if tc.name == "mmap" {
-				// The one refusal the program provokes, explained.
-				assert.Contains(t, r.stderr, "unmapping the head or the middle of managed memory")
-			} else {
-				assert.NotContains(t, r.stderr, "libuvm-preload")
+			for _, heap := range []string{"managed", "system"} {
+				t.Run(heap, func(t *testing.T) { runCProgramUnderUVM(t, tc.name, heap, argv, tc.minAllocs, tc.migrates, tc.stdout) })
 			}
 		})
 	}
 }
 
+// runCProgramUnderUVM runs a program of testdata/run under `uvm run
+// --heap heap` and checks what it did: minAllocs managed allocations at
+// least, pages moved both ways if migrates, the lines of stdout.
+func runCProgramUnderUVM(t *testing.T, name, heap string, argv []string, minAllocs uint64, migrates bool, stdout []string) {
+	r, rep := uvmRun(t, 2*time.Minute, []string{"RUN_EXPECT_MANAGED=1", "RUN_EXPECT_HEAP=" + heap}, nil,
+		[]string{"--host-budget", "4MiB", "--arena-size", "256MiB", "--heap", heap}, argv...)
+	require.Equal(t, 0, r.code, "%s under uvm run --heap %s:\n%s%s", name, heap, r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, "checks passed")
+	assert.NotContains(t, r.stdout+r.stderr, "checks failed")
+	for _, want := range stdout {
+		assert.Contains(t, r.stdout, want)
+	}
+	t.Logf("%s, heap %s: %v; %v", name, heap, r.wall.Round(time.Millisecond), rep)
+	assert.GreaterOrEqual(t, rep.Allocations, minAllocs, "managed allocations")
+	assert.Positive(t, rep.Stats.FaultsBy(uvm.CPU).Total())
+	if migrates {
+		assert.Positive(t, rep.HostToDeviceBytes, "pages went to the device")
+		assert.Positive(t, rep.DeviceToHostBytes, "pages came back")
+	}
+	if name == "mmap" {
+		// The one refusal the program provokes, explained.
+		assert.Contains(t, r.stderr, "unmapping the head or the middle of managed memory")
+	} else {
+		assert.NotContains(t, r.stderr, "libuvm-preload")
+	}
+}
+
 // TestRunMisuse: a double free of managed memory, or a free of a pointer
 // inside it, aborts with a message naming the pointer, as glibc aborts on
-// a double free of its own memory; a double free of small memory is
-// glibc's business, with and without `uvm run` alike.
+// a double free of its own memory; so does a double free of small memory,
+// from the managed heap, or glibc's own with the system heap.
 func TestRunMisuse(t *testing.T) {
 	requireRoot(t)
 	bin := runProgram(t, "misuse")
@@ -425,12 +435,20 @@ func TestRunMisuse(t *testing.T) {
 	assert.Equal(t, "SIGABRT", rep.Signal)
 	assert.Contains(t, r.stderr, "free(0x600000001000): "+clear+": it lies 4096 bytes into the managed allocation at 0x600000000000 of 8388608 bytes")
 
-	r, rep = uvmRun(t, time.Minute, nil, nil, nil, bin, "double-small")
 	direct = runCommand(t, time.Minute, nil, nil, bin, "double-small")
 	assert.Equal(t, syscall.SIGABRT, direct.signal, "glibc aborts on a double free: %+v", direct)
+	assert.Contains(t, direct.stderr, "free(): double free detected")
+	// The managed heap's jemalloc would not notice: the preload library
+	// does, and aborts as glibc does.
+	r, rep = uvmRun(t, time.Minute, nil, nil, nil, bin, "double-small")
 	assert.Equal(t, unixName(direct.signal), rep.Signal, "a double free of small memory ends the same way under uvm run")
 	assert.Equal(t, direct.code, r.code)
-	assert.Contains(t, direct.stderr, "free(): double free detected")
+	assert.Regexp(t, `free\(0x6[0-9a-f]{11}\): double free, or a pointer that malloc did not return \(in the managed heap\)`, r.stderr)
+	assert.NotContains(t, r.stdout, "survived")
+	// With the system heap, small memory is glibc's business.
+	r, rep = uvmRun(t, time.Minute, nil, nil, []string{"--heap", "system"}, bin, "double-small")
+	assert.Equal(t, unixName(direct.signal), rep.Signal)
+	assert.Equal(t, direct.code, r.code)
 	assert.Contains(t, r.stderr, "free(): double free detected", "glibc's own message, untouched")
 	assert.NotContains(t, r.stderr, clear)
 }
@@ -454,6 +472,7 @@ func TestRunCommandErrors(t *testing.T) {
 		{[]string{"run", "--frobnicate", "true"}, nil, 2, "flag provided but not defined: -frobnicate"},
 		{[]string{"run", "--min-size", "lots", "true"}, nil, 2, `--min-size: invalid value: size "lots"`},
 		{[]string{"run", "--min-size", "0", "true"}, nil, 2, `--min-size "0": want at least 1 byte`},
+		{[]string{"run", "--heap", "glibc", "true"}, nil, 2, `--heap "glibc": want managed or system`},
 		{[]string{"run", "--host-budget", "some", "true"}, nil, 2, `--host-budget: invalid value: size "some"`},
 		{[]string{"run", "--", "no-such-program-anywhere"}, nil, 127, "uvm run: no-such-program-anywhere: command not found"},
 		{[]string{"run", "--", "./no/such/program"}, nil, 127, "uvm run: ./no/such/program: no such file or directory"},
@@ -476,10 +495,12 @@ func TestRunCommandErrors(t *testing.T) {
 	b, err := os.ReadFile(uvmBin)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(lonely, b, 0o755))
-	cmd := exec.Command(lonely, "run", "true")
-	cmd.Env = os.Environ()
+	// No C compiler either, so it cannot build one from its own sources.
+	cmd := exec.Command(lonely, "run", "/bin/true")
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir(), "CC=", "XDG_CACHE_HOME="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	assert.Equal(t, 125, exitCode(err), "%s", out)
+	assert.Contains(t, string(out), "no C compiler: CC is not set, and neither cc nor gcc is in PATH")
 	assert.Contains(t, string(out), "cannot find libuvm-preload.so: not at "+filepath.Join(filepath.Dir(lonely), "libuvm-preload.so")+" or "+
 		filepath.Join(filepath.Dir(filepath.Dir(lonely)), "lib", "libuvm-preload.so"))
 
@@ -488,7 +509,7 @@ func TestRunCommandErrors(t *testing.T) {
 	assert.Contains(t, out2, "  run ")
 	_, help, err := uvmCmd(t, nil, "help", "run")
 	require.NoError(t, err)
-	for _, f := range []string{"-min-size", "-preload", "-stats-json", "-quiet", "-host-budget", "-arena-size"} {
+	for _, f := range []string{"-min-size", "-heap", "-preload", "-stats-json", "-quiet", "-host-budget", "-arena-size"} {
 		assert.Contains(t, help, f)
 	}
 }
@@ -515,8 +536,10 @@ func TestRunCommand(t *testing.T) {
 	t.Run("summary and report", func(t *testing.T) {
 		bin := runProgram(t, "touch")
 		statsFile := filepath.Join(t.TempDir(), "stats.json")
+		// The system heap: the one malloc is then the one managed
+		// allocation (the managed heap adds its chunks).
 		r := runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1"}, nil, uvmBin, "run", "--host-budget", "4MiB", "--arena-size", "128MiB",
-			"--stats-json", statsFile, "--", bin, "16")
+			"--heap", "system", "--stats-json", statsFile, "--", bin, "16")
 		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
 		assert.Contains(t, r.stdout, "touch: 4 checks passed")
 		for _, want := range []string{
@@ -563,10 +586,15 @@ func TestRunCommand(t *testing.T) {
 
 	t.Run("environment", func(t *testing.T) {
 		r := runCommand(t, time.Minute, []string{"LD_PRELOAD=/opt/other.so", "UVM_MIN_SIZE=5"}, nil,
-			uvmBin, "run", "--quiet", "--min-size", "64KiB", "sh", "-c", `echo "$LD_PRELOAD|$UVM_MIN_SIZE|$UVM_SERVER|$UVM_SOCKET"`)
+			uvmBin, "run", "--quiet", "--min-size", "64KiB", "sh", "-c", `echo "$LD_PRELOAD|$UVM_MIN_SIZE|$UVM_SERVER|$UVM_SOCKET|$UVM_HEAP"`)
 		require.Equal(t, 0, r.code, r.stderr)
 		parts := strings.Split(strings.TrimSpace(r.stdout), "|")
-		require.Len(t, parts, 4, r.stdout)
+		require.Len(t, parts, 5, r.stdout)
+		assert.Equal(t, "system", parts[4], "--min-size alone: only large allocations are managed")
+		r2 := runCommand(t, time.Minute, nil, nil, uvmBin, "run", "--quiet", "--min-size", "64KiB", "--heap", "managed", "sh", "-c", `echo "$UVM_HEAP"`)
+		assert.Equal(t, "managed\n", r2.stdout, r2.stderr)
+		r2 = runCommand(t, time.Minute, nil, nil, uvmBin, "run", "--quiet", "sh", "-c", `echo "$UVM_HEAP"`)
+		assert.Equal(t, "managed\n", r2.stdout, "the default: the whole heap %s", r2.stderr)
 		assert.Equal(t, filepath.Join(binDir, "libuvm-preload.so")+":/opt/other.so", parts[0], "the library goes first, the caller's stay")
 		assert.Equal(t, "65536", parts[1], "--min-size in bytes, over the caller's UVM_MIN_SIZE")
 		assert.Equal(t, "daemon", parts[2], "the run's server, never a private one")
@@ -579,14 +607,17 @@ func TestRunCommand(t *testing.T) {
 		bin := runProgram(t, "touch")
 		r := runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1", "UVM_PRELOAD_STATS=1"}, nil, uvmBin, "run", "--quiet", bin, "3")
 		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
-		assert.Regexp(t, `libuvm-preload\[\d+\]: 1 managed allocations \(3145728 bytes\), 1 freed, 0 served by the system allocator instead, threshold 1048576 bytes`, r.stderr)
+		assert.Regexp(t, `libuvm-preload\[\d+\]: 1 managed allocations \(3145728 bytes\), 1 freed, 0 served by the system allocator instead, threshold 1048576 bytes; heap managed, [1-9]\d* chunks \(\d+ bytes\)`, r.stderr)
+		r = runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1", "UVM_PRELOAD_STATS=1"}, nil, uvmBin, "run", "--quiet", "--heap", "system", bin, "3")
+		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+		assert.Regexp(t, `; heap system, 0 chunks \(0 bytes\)`, r.stderr)
 	})
 
 	t.Run("bad UVM_MIN_SIZE", func(t *testing.T) {
 		// env(1) overrides what uvm run set: the library says what is
 		// wrong once and uses the default, 1 MiB, which alloc expects.
 		bin := runProgram(t, "alloc")
-		r := runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1"}, nil, uvmBin, "run", "--quiet", "env", "UVM_MIN_SIZE=lots", bin)
+		r := runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1", "RUN_EXPECT_HEAP=managed"}, nil, uvmBin, "run", "--quiet", "env", "UVM_MIN_SIZE=lots", bin)
 		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
 		assert.Contains(t, r.stdout, "checks passed")
 		assert.Equal(t, 1, strings.Count(r.stderr, `UVM_MIN_SIZE="lots": want a positive number of bytes`), r.stderr)
@@ -614,7 +645,7 @@ func TestRunCommand(t *testing.T) {
 		// managed allocations and be counted too.
 		stat := "env -u LD_PRELOAD " + uvmBin + ` stat --pid "$PPID" --count 1`
 		script := fmt.Sprintf(`%s 4 >/dev/null && %s && %s --json`, touch, stat, stat)
-		r := runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1"}, nil, uvmBin, "run", "--quiet", "sh", "-c", script)
+		r := runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1"}, nil, uvmBin, "run", "--quiet", "--heap", "system", "sh", "-c", script)
 		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
 		text, js, ok := strings.Cut(r.stdout, "\n{")
 		require.True(t, ok, "want uvm stat's text, then its JSON: %s", r.stdout)

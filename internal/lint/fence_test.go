@@ -67,7 +67,7 @@ func layerOrder() string {
 // foundation are the packages below every layer, which own the kernel
 // boundary (userfaultfd, memory files, eBPF) or help tests: they import
 // no package of the layers.
-var foundation = []string{"uffd", "devmem", "bpf", "internal/fdleak", "internal/proctest"}
+var foundation = []string{"uffd", "devmem", "bpf", "libuvm", "internal/fdleak", "internal/proctest"}
 
 // outside are the packages that check the others from outside, and may
 // import any of them.

@@ -4,10 +4,14 @@
  *
  * It replaces the C allocator (malloc and its family) and anonymous
  * mmap: requests of at least a threshold (UVM_MIN_SIZE bytes, default
- * 1 MiB) become managed memory, 2 MiB aligned, whose pages the fault
- * server moves between host memory and the devices; smaller ones go to
- * glibc's own allocator through its __libc_ names (dlsym(RTLD_NEXT,
- * "malloc") would recurse: dlsym itself allocates).
+ * 1 MiB) become managed allocations of their own, 2 MiB aligned, whose
+ * pages the fault server moves between host memory and the devices.
+ * Smaller ones go to the heap (UVM_HEAP): "managed", the default where
+ * the library was built with jemalloc, serves them from jemalloc arenas
+ * whose every extent is carved from managed memory (see "the managed
+ * heap" below); "system" sends them to glibc's own allocator through its
+ * __libc_ names (dlsym(RTLD_NEXT, "malloc") would recurse: dlsym itself
+ * allocates).
  *
  * The library is inert until the first large request: nothing connects
  * in a constructor, so a program that never allocates much never talks
@@ -42,6 +46,10 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#ifdef UVM_PRELOAD_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 #define DEFAULT_MIN_SIZE (1ul << 20)
@@ -175,12 +183,32 @@ static void turn_off(int why, uvmError_t err)
 		    uvmGetLastErrorMessage());
 }
 
+static void *managed_memory(size_t n, bool count);
+
 /* managed returns n bytes of managed memory, or NULL (counted) when the
  * request should go to the system allocator instead. */
 static void *managed(size_t n)
 {
 	if (in_core)
 		return NULL;
+	return managed_memory(n, true);
+}
+
+/* managed_chunk returns a chunk of n bytes of managed memory for the
+ * managed heap, or NULL. It runs in jemalloc's hooks, where in_core may
+ * be set by nobody but this file. */
+static __attribute__((unused)) void *managed_chunk(size_t n)
+{
+	bool was = in_core;
+	void *p = managed_memory(n, false);
+	in_core = was;
+	return p;
+}
+
+/* managed_memory makes a managed allocation of n bytes; count says
+ * whether it is one of the program's (counted) or a heap chunk. */
+static void *managed_memory(size_t n, bool count)
+{
 	int m = atomic_load_explicit(&mode, memory_order_relaxed);
 	if (m != MODE_ON) {
 		atomic_fetch_add_explicit(&n_fallback, 1, memory_order_relaxed);
@@ -195,11 +223,14 @@ static void *managed(size_t n)
 	in_core = false;
 	if (err == uvmSuccess) {
 		errno = saved;
-		atomic_fetch_add_explicit(&n_managed, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&managed_bytes, n, memory_order_relaxed);
+		if (count) {
+			atomic_fetch_add_explicit(&n_managed, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&managed_bytes, n, memory_order_relaxed);
+		}
 		return p;
 	}
-	atomic_fetch_add_explicit(&n_fallback, 1, memory_order_relaxed);
+	if (count)
+		atomic_fetch_add_explicit(&n_fallback, 1, memory_order_relaxed);
 	if (err == uvmErrorInitializationError || err == uvmErrorServerGone || err == uvmErrorNotSupported)
 		turn_off(MODE_OFF_NO_SERVER, err);
 	errno = saved;
@@ -263,16 +294,426 @@ static void release(const char *call, void *p)
 	atomic_fetch_add_explicit(&n_managed_freed, 1, memory_order_relaxed);
 }
 
+/* ---- the managed heap ----
+ *
+ * Programs allocate mostly in small pieces (an awk's cells, a database's
+ * pages, an interpreter's objects): a managed allocation of its own for
+ * each would cost 2 MiB of address space and a server round trip apiece.
+ * Instead the requests below the threshold go to jemalloc, a real
+ * allocator (size classes, thread caches, arenas per CPU), whose extent
+ * hooks hand it every extent it asks for: carved, in address order, from
+ * chunks of managed memory that grow geometrically (64 MiB, doubling to
+ * 1 GiB). So the whole heap is managed, each chunk one managed range.
+ *
+ * jemalloc was chosen over mimalloc (2.0 in Debian 12) because its hooks
+ * are called for every extent of every arena as the heap grows: mimalloc
+ * takes a fixed region up front (mi_manage_os_memory) and maps from the
+ * system once that is full. memkind's fixed kinds are jemalloc with a
+ * fixed region too.
+ *
+ * Chunks are never returned: jemalloc keeps what it frees (dalloc opts
+ * out) and reuses it. It cannot purge either (the purge hooks are absent):
+ * a page it frees keeps its bytes and its place until reused or evicted.
+ * Fresh chunk memory reads as zeros, so extents are handed out zeroed.
+ *
+ * free() tells the three kinds of pointer apart by address: outside the
+ * managed window they are glibc's; inside, a chunk's are jemalloc's, the
+ * rest are managed allocations of their own. The chunk table only grows,
+ * and is read without a lock: an entry is written before the count that
+ * publishes it.
+ *
+ * Lock order: jemalloc's own locks, then heap_mu (the hooks run under
+ * jemalloc's arena locks), then the core's (a chunk is a managed
+ * allocation). The core allocates from glibc (in_core) while serving. */
+
+enum { HEAP_SYSTEM, HEAP_MANAGED };
+static _Atomic int heap_kind = -1; /* -1: UVM_HEAP not read yet */
+
+/* heap says where requests below the threshold go, reading UVM_HEAP
+ * once the environment exists. */
+static int heap(void)
+{
+	int k = atomic_load_explicit(&heap_kind, memory_order_acquire);
+	if (k >= 0)
+		return k;
+	if (!environ)
+		return HEAP_SYSTEM;
+#ifdef UVM_PRELOAD_JEMALLOC
+	k = HEAP_MANAGED;
+#else
+	k = HEAP_SYSTEM;
+#endif
+	const char *env = getenv("UVM_HEAP");
+	bool bad = env && *env && strcmp(env, "managed") != 0 && strcmp(env, "system") != 0;
+	if (env && strcmp(env, "system") == 0)
+		k = HEAP_SYSTEM;
+	int expect = -1;
+	if (atomic_compare_exchange_strong(&heap_kind, &expect, k)) {
+		if (bad)
+			say("UVM_HEAP=\"%s\": want \"managed\" or \"system\"; using \"%s\"", env, k == HEAP_MANAGED ? "managed" : "system");
+#ifndef UVM_PRELOAD_JEMALLOC
+		if (env && strcmp(env, "managed") == 0)
+			say("UVM_HEAP=managed: this libuvm-preload.so was built without jemalloc, so allocations below the threshold use the system allocator (install jemalloc's headers, libjemalloc-dev, and rebuild it)");
+#endif
+	}
+	return atomic_load(&heap_kind);
+}
+
+/* jemalloc's, once it is loaded (before the program has threads): its
+ * own mappings (metadata, and anything outside the managed heap's hooks)
+ * stay ordinary memory too. */
+static uintptr_t je_text_start, je_text_end;
+
+static void text_of(const void *fn, uintptr_t *start, uintptr_t *end);
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+
+#define MAX_CHUNKS 256
+#define FIRST_CHUNK (64ul << 20)
+#define LARGEST_CHUNK (1ul << 30)
+
+/* used: how much of the chunk was ever handed out (guarded by heap_mu).
+ * A fork copies only that much for the child; the rest reads as zeros.
+ * live: a bit per 8 bytes (jemalloc's smallest alignment), set for each
+ * address malloc returned and not yet freed. jemalloc as Debian builds
+ * it does not notice a double free (it would hand the object out twice),
+ * where glibc aborts: the bits make a double free, or a free of a pointer
+ * malloc never returned, abort here too. Ordinary memory, reserved with
+ * the chunk (1/64 of its size) and touched only where the heap is. */
+static struct {
+	uintptr_t start, end, used;
+	_Atomic uint64_t *live;
+} chunks[MAX_CHUNKS];
+static _Atomic int nchunks;
+/* Counters, reported with the others. */
+static _Atomic uint64_t chunk_bytes;
+
+/* chunk_of returns the index of the chunk holding p, -1 if none. */
+static inline int chunk_of(uintptr_t p)
+{
+	int n = atomic_load_explicit(&nchunks, memory_order_acquire);
+	for (int i = n - 1; i >= 0; i--) /* the newest is the largest */
+		if (p >= chunks[i].start && p < chunks[i].end)
+			return i;
+	return -1;
+}
+
+/* heap_owns says whether p lies in a chunk of the managed heap. */
+static inline bool heap_owns(uintptr_t p) { return chunk_of(p) >= 0; }
+
+/* heap_mark records that malloc returned p, which lies in a chunk. */
+static __attribute__((unused)) void heap_mark(uintptr_t p)
+{
+	int i = chunk_of(p);
+	size_t g = (p - chunks[i].start) / 8;
+	atomic_fetch_or_explicit(&chunks[i].live[g / 64], 1ull << (g % 64), memory_order_relaxed);
+}
+
+/* heap_unmark records that p is freed, and says whether it was live. */
+static bool heap_unmark(uintptr_t p)
+{
+	int i = chunk_of(p);
+	if (i < 0 || p % 8 != 0)
+		return false;
+	size_t g = (p - chunks[i].start) / 8;
+	uint64_t bit = 1ull << (g % 64);
+	return atomic_fetch_and_explicit(&chunks[i].live[g / 64], ~bit, memory_order_relaxed) & bit;
+}
+
+/* heap_misuse reports a free of heap memory that is not live, and aborts
+ * as glibc does on a double free. */
+__attribute__((noreturn)) static void heap_misuse(const char *call, const void *p)
+{
+	say("%s(%p): double free, or a pointer that malloc did not return (in the managed heap)", call, p);
+	abort();
+}
+
+#ifdef UVM_PRELOAD_JEMALLOC
+
+static pthread_mutex_t heap_mu = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t bump, bump_start, bump_end; /* the last chunk's; guarded by heap_mu */
+static size_t next_chunk = FIRST_CHUNK; /* guarded by heap_mu */
+
+static uintptr_t align_up(uintptr_t p, size_t a) { return (p + a - 1) & ~(uintptr_t)(a - 1); }
+
+static void *heap_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit, unsigned arena)
+{
+	(void)h, (void)arena;
+	if (alignment < UVM_PAGE_SIZE)
+		alignment = UVM_PAGE_SIZE;
+	pthread_mutex_lock(&heap_mu);
+	uintptr_t p = align_up(bump, alignment);
+	if (new_addr && (uintptr_t)new_addr != p)
+		goto fail; /* growing an extent in place: only at the bump pointer */
+	if (!bump || p + size > bump_end || p + size < p) {
+		if (new_addr)
+			goto fail;
+		size_t n = next_chunk;
+		if (size > SIZE_MAX - alignment - UVM_BLOCK_SIZE)
+			goto fail;
+		size_t want = (size + alignment + UVM_BLOCK_SIZE - 1) & ~(UVM_BLOCK_SIZE - 1);
+		if (want > n)
+			n = want;
+		if (atomic_load_explicit(&nchunks, memory_order_relaxed) == MAX_CHUNKS)
+			goto fail;
+		void *live = sys_mmap(NULL, n / 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (live == MAP_FAILED)
+			goto fail;
+		void *c = managed_chunk(n);
+		if (!c) {
+			syscall(SYS_munmap, live, n / 64);
+			goto fail;
+		}
+		int i = atomic_load_explicit(&nchunks, memory_order_relaxed);
+		chunks[i].live = live;
+		chunks[i].start = (uintptr_t)c;
+		chunks[i].end = (uintptr_t)c + n;
+		atomic_store_explicit(&nchunks, i + 1, memory_order_release);
+		atomic_fetch_add_explicit(&chunk_bytes, n, memory_order_relaxed);
+		/* What is left of the old chunk stays unused: address space,
+		 * never touched, costs nothing. */
+		bump = bump_start = (uintptr_t)c;
+		bump_end = bump + n;
+		if (next_chunk < LARGEST_CHUNK)
+			next_chunk *= 2;
+		p = align_up(bump, alignment);
+	}
+	bump = p + size;
+	chunks[atomic_load_explicit(&nchunks, memory_order_relaxed) - 1].used = bump - bump_start;
+	pthread_mutex_unlock(&heap_mu);
+	*zero = true; /* never handed out before: fresh managed memory */
+	*commit = true;
+	return (void *)p;
+fail:
+	pthread_mutex_unlock(&heap_mu);
+	return NULL;
+}
+
+/* Returning true opts out: jemalloc keeps the extent and reuses it. */
+static bool heap_extent_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
+{
+	(void)h, (void)addr, (void)size, (void)committed, (void)arena;
+	return true;
+}
+
+static void heap_extent_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
+{
+	(void)h, (void)addr, (void)size, (void)committed, (void)arena;
+}
+
+/* Managed memory is always committed: committing succeeds, decommitting
+ * is refused (true), and jemalloc keeps the pages as they are. */
+static bool heap_extent_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
+{
+	(void)h, (void)addr, (void)size, (void)off, (void)len, (void)arena;
+	return false;
+}
+
+static bool heap_extent_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
+{
+	(void)h, (void)addr, (void)size, (void)off, (void)len, (void)arena;
+	return true;
+}
+
+static bool heap_extent_split(extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b, bool committed, unsigned arena)
+{
+	(void)h, (void)addr, (void)size, (void)a, (void)b, (void)committed, (void)arena;
+	return false;
+}
+
+/* Extents merge only within a chunk: two chunks may be neighbours in the
+ * window, but each is a managed allocation of its own. */
+static bool heap_extent_merge(extent_hooks_t *h, void *a, size_t na, void *b, size_t nb, bool committed, unsigned arena)
+{
+	(void)h, (void)na, (void)nb, (void)committed, (void)arena;
+	int i = chunk_of((uintptr_t)a);
+	return i < 0 || i != chunk_of((uintptr_t)b);
+}
+
+static extent_hooks_t heap_hooks = {
+	.alloc = heap_extent_alloc,
+	.dalloc = heap_extent_dalloc,
+	.destroy = heap_extent_destroy,
+	.commit = heap_extent_commit,
+	.decommit = heap_extent_decommit,
+	.split = heap_extent_split,
+	.merge = heap_extent_merge,
+};
+
+static void heap_before_fork(void) { pthread_mutex_lock(&heap_mu); }
+static void heap_after_fork(void) { pthread_mutex_unlock(&heap_mu); }
+
+/* heap_fork_used is the core's uvm__fork_used: how much of the managed
+ * allocation at addr a fork must copy. Called with heap_mu held (the
+ * core's prepare handler runs after heap_before_fork). */
+static size_t heap_fork_used(uintptr_t addr, size_t length)
+{
+	int n = atomic_load_explicit(&nchunks, memory_order_relaxed);
+	for (int i = 0; i < n; i++)
+		if (chunks[i].start == addr)
+			return (chunks[i].used + UVM_PAGE_SIZE - 1) & ~(size_t)(UVM_PAGE_SIZE - 1);
+	return length;
+}
+
+/* jemalloc, loaded by je_load. */
+static void *(*jem_mallocx)(size_t, int);
+static void *(*jem_rallocx)(void *, size_t, int);
+static void (*jem_dallocx)(void *, int);
+static size_t (*jem_sallocx)(const void *, int);
+static int (*jem_mallctl)(const char *, void *, size_t *, void *, size_t);
+
+enum { JE_UNLOADED, JE_UNSET, JE_STARTING, JE_READY, JE_FAILED };
+static _Atomic int je_state = JE_UNLOADED;
+
+/* je_load loads jemalloc, from the constructor, when the heap is
+ * managed. Loaded with dlopen, not linked: its constructor and fork
+ * handlers must come after the core's, so that a fork takes jemalloc's
+ * locks before the core copies managed memory for the child (prepare
+ * handlers run last registered first), and a program that never asks for
+ * the managed heap never has it in its address space. */
+static void je_load(void)
+{
+	if (heap() != HEAP_MANAGED)
+		return;
+	pthread_atfork(heap_before_fork, heap_after_fork, heap_after_fork);
+	in_core = true; /* what jemalloc allocates and maps as it starts is the system's */
+	void *h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
+	const char *why = h ? NULL : dlerror();
+	if (h) {
+		jem_mallocx = (void *(*)(size_t, int))dlsym(h, "mallocx");
+		jem_rallocx = (void *(*)(void *, size_t, int))dlsym(h, "rallocx");
+		jem_dallocx = (void (*)(void *, int))dlsym(h, "dallocx");
+		jem_sallocx = (size_t (*)(const void *, int))dlsym(h, "sallocx");
+		jem_mallctl = (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(h, "mallctl");
+		if (!jem_mallocx || !jem_rallocx || !jem_dallocx || !jem_sallocx || !jem_mallctl)
+			why = "it lacks mallocx, rallocx, dallocx, sallocx or mallctl";
+	}
+	in_core = false;
+	if (why) {
+		if (strstr(why, "static TLS"))
+			say("UVM_HEAP=managed: cannot load libjemalloc.so.2 (%s): allocations below the threshold use the system allocator "
+			    "(uvm run sets GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384, which makes room)",
+			    why);
+		else
+			say("UVM_HEAP=managed: cannot load libjemalloc.so.2 (%s): allocations below the threshold use the system allocator "
+			    "(install jemalloc: apt-get install libjemalloc2)",
+			    why);
+		atomic_store(&heap_kind, HEAP_SYSTEM);
+		return;
+	}
+	text_of((void *)jem_mallocx, &je_text_start, &je_text_end);
+	uvm__fork_used = heap_fork_used;
+	atomic_store_explicit(&je_state, JE_UNSET, memory_order_release);
+}
+
+/* The heap's arenas: jemalloc's own (automatic) arenas may hold memory
+ * from before the hooks could be set (jemalloc starts when it is loaded),
+ * so the heap makes arenas of its own, one per CPU, whose every extent
+ * comes from the hooks, and names one in each request. Threads take them
+ * in turn. */
+#define MAX_HEAP_ARENAS 64
+static unsigned heap_arenas[MAX_HEAP_ARENAS];
+static unsigned nheap_arenas;
+static _Atomic unsigned next_heap_arena;
+static __thread int thread_heap_arena __attribute__((tls_model("initial-exec"))) = -1;
+
+/* je_start makes the heap's arenas. Until it is done (and if it fails)
+ * small requests go to glibc: jemalloc hands out nothing that did not
+ * come from a chunk. */
+static bool je_start(void)
+{
+	int s = atomic_load_explicit(&je_state, memory_order_acquire);
+	if (s == JE_READY)
+		return true;
+	if (s != JE_UNSET)
+		return false; /* not loaded, failed, or being started */
+	int expect = JE_UNSET;
+	if (!atomic_compare_exchange_strong(&je_state, &expect, JE_STARTING))
+		return false; /* another thread is starting it: glibc meanwhile */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = cpus < 1 ? 1 : cpus > MAX_HEAP_ARENAS ? MAX_HEAP_ARENAS : (unsigned)cpus;
+	extent_hooks_t *hooks = &heap_hooks;
+	int err = 0;
+	while (nheap_arenas < want) {
+		unsigned ind;
+		size_t sz = sizeof ind;
+		if ((err = jem_mallctl("arenas.create", &ind, &sz, &hooks, sizeof hooks)) != 0)
+			break;
+		heap_arenas[nheap_arenas++] = ind;
+	}
+	if (nheap_arenas == 0) {
+		say("jemalloc cannot make the managed heap's arenas (%s): allocations below the threshold use the system allocator", strerror(err));
+		atomic_store(&je_state, JE_FAILED);
+		return false;
+	}
+	atomic_store_explicit(&je_state, JE_READY, memory_order_release);
+	return true;
+}
+
+/* heap_flags are mallocx's flags for this thread's arena. */
+static int heap_flags(void)
+{
+	if (thread_heap_arena < 0)
+		thread_heap_arena = (int)heap_arenas[atomic_fetch_add_explicit(&next_heap_arena, 1, memory_order_relaxed) % nheap_arenas];
+	return MALLOCX_ARENA((unsigned)thread_heap_arena);
+}
+
+/* small_alloc serves a request below the threshold from the managed heap,
+ * or returns NULL for the system allocator to serve it. */
+static void *small_alloc(size_t n, size_t align, bool zero)
+{
+	if (in_core || atomic_load_explicit(&mode, memory_order_relaxed) != MODE_ON || heap() != HEAP_MANAGED || !je_start())
+		return NULL;
+	int flags = heap_flags() | (zero ? MALLOCX_ZERO : 0) | (align > 16 ? MALLOCX_ALIGN(align) : 0);
+	int saved = errno;
+	void *p = jem_mallocx(n ? n : 1, flags);
+	errno = saved;
+	if (p && !heap_owns((uintptr_t)p)) {
+		/* Never expected: every extent of the heap's arenas is a
+		 * chunk's. Given back rather than have free() misroute it. */
+		jem_dallocx(p, 0);
+		return NULL;
+	}
+	if (p)
+		heap_mark((uintptr_t)p);
+	return p;
+}
+
+/* small_free frees heap memory that heap_unmark found live. */
+static void small_free(void *p) { jem_dallocx(p, 0); }
+static size_t small_size(void *p) { return jem_sallocx(p, 0); }
+/* A resize within the heap stays there: jemalloc's new extents, if it
+ * needs any, come from the chunks too. */
+static void *heap_rallocx(void *p, size_t n) { return jem_rallocx(p, n, heap_flags()); }
+
+#else /* !UVM_PRELOAD_JEMALLOC: no managed heap */
+
+static void *small_alloc(size_t n, size_t align, bool zero)
+{
+	(void)n, (void)align, (void)zero;
+	(void)heap();
+	return NULL;
+}
+static void je_load(void) {}
+static void small_free(void *p) { (void)p; }
+static size_t small_size(void *p)
+{
+	(void)p;
+	return 0;
+}
+static void *heap_rallocx(void *p, size_t n)
+{
+	(void)p, (void)n;
+	return NULL;
+}
+
+#endif
+
 /* ---- the C allocator ---- */
 
 EXPORT void *malloc(size_t n)
 {
-	if (wants_managed(n, 1)) {
-		void *p = managed(n);
-		if (p)
-			return p;
-	}
-	return __libc_malloc(n);
+	void *p = wants_managed(n, 1) ? managed(n) : small_alloc(n, 1, false);
+	return p ? p : __libc_malloc(n);
 }
 
 EXPORT void *calloc(size_t k, size_t n)
@@ -282,12 +723,9 @@ EXPORT void *calloc(size_t k, size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (wants_managed(total, 1)) {
-		void *p = managed(total); /* fresh managed memory reads as zeros */
-		if (p)
-			return p;
-	}
-	return __libc_calloc(k, n);
+	/* Fresh managed memory reads as zeros. */
+	void *p = wants_managed(total, 1) ? managed(total) : small_alloc(total, 1, true);
+	return p ? p : __libc_calloc(k, n);
 }
 
 EXPORT void free(void *p)
@@ -296,6 +734,12 @@ EXPORT void free(void *p)
 		return;
 	if (!uvm__in_window((uintptr_t)p)) {
 		__libc_free(p);
+		return;
+	}
+	if (heap_owns((uintptr_t)p)) {
+		if (!heap_unmark((uintptr_t)p))
+			heap_misuse("free", p);
+		small_free(p);
 		return;
 	}
 	if (live_size(p) == 0)
@@ -324,9 +768,44 @@ EXPORT size_t malloc_usable_size(void *p)
 {
 	if (!p)
 		return 0;
+	if (heap_owns((uintptr_t)p))
+		return small_size(p);
 	if (uvm__in_window((uintptr_t)p))
 		return live_size(p);
 	return system_usable_size(p);
+}
+
+/* heap_realloc resizes p, from the managed heap: within the heap while
+ * the size stays below the threshold, else to a managed allocation of its
+ * own (or wherever memory can be had). */
+static void *heap_realloc(void *p, size_t n)
+{
+	if (!heap_unmark((uintptr_t)p))
+		heap_misuse("realloc", p);
+	if (n == 0) {
+		small_free(p); /* as glibc: realloc(p, 0) frees p and returns NULL */
+		return NULL;
+	}
+	size_t old = small_size(p);
+	if (!wants_managed(n, 1)) {
+		int saved = errno;
+		void *q = in_core ? NULL : heap_rallocx(p, n);
+		errno = saved;
+		if (q) {
+			heap_mark((uintptr_t)q);
+			return q;
+		}
+	}
+	void *q = wants_managed(n, 1) ? managed(n) : NULL;
+	if (!q)
+		q = __libc_malloc(n);
+	if (!q) {
+		heap_mark((uintptr_t)p);
+		return NULL; /* p is left as it was, as realloc leaves it */
+	}
+	memcpy(q, p, old < n ? old : n);
+	small_free(p);
+	return q;
 }
 
 EXPORT void *realloc(void *p, size_t n)
@@ -345,6 +824,8 @@ EXPORT void *realloc(void *p, size_t n)
 		__libc_free(p);
 		return q;
 	}
+	if (heap_owns((uintptr_t)p))
+		return heap_realloc(p, n);
 	size_t old = live_size(p);
 	if (old == 0)
 		misuse("realloc", p);
@@ -355,7 +836,7 @@ EXPORT void *realloc(void *p, size_t n)
 	}
 	if (n <= old && n >= threshold())
 		return p; /* shrinking, or growing within the last page: in place */
-	void *q = n >= threshold() ? managed(n) : NULL;
+	void *q = n >= threshold() ? managed(n) : small_alloc(n, 1, false);
 	if (!q)
 		q = __libc_malloc(n);
 	if (!q)
@@ -380,12 +861,8 @@ static bool power_of_two(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 /* aligned returns n bytes aligned to align (a power of two). */
 static void *aligned(size_t align, size_t n)
 {
-	if (wants_managed(n, align)) {
-		void *p = managed(n);
-		if (p)
-			return p;
-	}
-	return __libc_memalign(align, n);
+	void *p = wants_managed(n, align) ? managed(n) : small_alloc(n, align, false);
+	return p ? p : __libc_memalign(align, n);
 }
 
 EXPORT int posix_memalign(void **out, size_t align, size_t n)
@@ -454,10 +931,11 @@ EXPORT void *pvalloc(size_t n)
 static uintptr_t text_start, text_end;
 static pthread_once_t text_once = PTHREAD_ONCE_INIT;
 
-static void find_text(void)
+/* text_of finds the executable part of the object holding fn. */
+static void text_of(const void *fn, uintptr_t *start, uintptr_t *end)
 {
 	Dl_info info;
-	if (!dladdr((void *)&find_text, &info) || !info.dli_fbase)
+	if (!dladdr(fn, &info) || !info.dli_fbase)
 		return;
 	const ElfW(Ehdr) *eh = info.dli_fbase;
 	const ElfW(Phdr) *ph = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff);
@@ -471,13 +949,16 @@ static void find_text(void)
 		}
 	}
 	if (lo < hi)
-		text_start = lo, text_end = hi;
+		*start = lo, *end = hi;
 }
+
+static void find_text(void) { text_of((void *)&find_text, &text_start, &text_end); }
 
 static bool from_library(const void *caller)
 {
 	pthread_once(&text_once, find_text);
-	return (uintptr_t)caller >= text_start && (uintptr_t)caller < text_end;
+	uintptr_t c = (uintptr_t)caller;
+	return (c >= text_start && c < text_end) || (c >= je_text_start && c < je_text_end);
 }
 
 static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
@@ -738,6 +1219,7 @@ static void adopt_statics(void)
 __attribute__((constructor)) static void preload_init(void)
 {
 	pthread_atfork(before_fork, parent_after_fork, child_after_fork);
+	je_load();
 	/* Otherwise no connection here: the library stays inert until a
 	 * large allocation (or a large static array). */
 	adopt_statics();
@@ -748,7 +1230,8 @@ __attribute__((destructor)) static void preload_report(void)
 	const char *env = getenv("UVM_PRELOAD_STATS");
 	if (!env || strcmp(env, "1") != 0)
 		return;
-	say("%llu managed allocations (%llu bytes), %llu freed, %llu served by the system allocator instead, threshold %zu bytes",
+	say("%llu managed allocations (%llu bytes), %llu freed, %llu served by the system allocator instead, threshold %zu bytes; "
+	    "heap %s, %d chunks (%llu bytes)",
 	    (unsigned long long)n_managed, (unsigned long long)managed_bytes, (unsigned long long)n_managed_freed, (unsigned long long)n_fallback,
-	    threshold());
+	    threshold(), heap() == HEAP_MANAGED ? "managed" : "system", atomic_load(&nchunks), (unsigned long long)chunk_bytes);
 }

@@ -295,6 +295,11 @@ UVM_HIDDEN uvmError_t uvm__managed_alloc(void **p, size_t size);
  * the allocation of any kind that starts at p in the managed window, 0 if
  * there is none; uvm__alloc_lookup tells the kinds apart. */
 UVM_HIDDEN size_t uvm__managed_size(const void *p);
+/* uvm__fork_used, where set (by the preload library's managed heap),
+ * says how much of the managed allocation at addr (length bytes) holds
+ * anything: a fork copies that much for the child, which finds the rest
+ * zeros. Called in the fork's prepare handler. */
+UVM_HIDDEN extern size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
 /* uvm__adopt makes the program's own memory at [addr, addr+length)
  * (page-aligned, below the managed window) managed, contents kept: the
  * host file is mapped over it. Nothing else may touch the range

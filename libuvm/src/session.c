@@ -830,8 +830,11 @@ uvmError_t uvm__release(uintptr_t addr, unsigned kinds_mask, const char *what)
 struct fork_copy {
 	uintptr_t addr, alias;
 	size_t length, reserved;
-	off_t offset; /* in the snapshot; -1: not readable by the host */
+	size_t copied; /* bytes of it in the snapshot; the rest reads as zeros */
+	off_t offset;  /* in the snapshot; -1: not readable by the host */
 };
+
+size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
 
 static int snapshot_fd = -1;
 static struct fork_copy *fork_copies;
@@ -878,13 +881,18 @@ static void atfork_prepare(void)
 		*c = (struct fork_copy){.addr = a->addr, .alias = a->host_alias, .length = a->length, .reserved = a->reserved, .offset = -1};
 		if (a->pending || a->kind == UVM_KIND_DEVICE)
 			continue;
-		if (!write_all(snapshot_fd, (const void *)a->addr, a->length, off)) {
+		c->copied = a->length;
+		if (uvm__fork_used && !a->host_alias && a->kind == UVM_KIND_MANAGED) {
+			size_t used = uvm__fork_used(a->addr, a->length);
+			c->copied = used < a->length ? used : a->length;
+		}
+		if (!write_all(snapshot_fd, (const void *)a->addr, c->copied, off)) {
 			fprintf(stderr, "softuvm: fork: copy %zu bytes of managed memory at %p for the child: %s; the child will find it unmapped\n",
 				a->length, (void *)a->addr, strerror(errno));
 			continue;
 		}
 		c->offset = off;
-		off += (off_t)a->length;
+		off += (off_t)c->copied;
 	}
 }
 
@@ -923,9 +931,15 @@ static void atfork_child(void)
 				mremap(tmp, c->length, c->length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)c->alias);
 			continue;
 		}
-		void *at = c->offset < 0 ? mmap((void *)c->addr, c->reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0)
-				  : mmap((void *)c->addr, c->length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, snapshot_fd, c->offset);
-		(void)at;
+		if (c->offset < 0) {
+			mmap((void *)c->addr, c->reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			continue;
+		}
+		if (c->copied > 0)
+			mmap((void *)c->addr, c->copied, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, snapshot_fd, c->offset);
+		if (c->copied < c->length)
+			mmap((void *)(c->addr + c->copied), c->length - c->copied, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+			     0);
 	}
 	/* What is left in the table are the child's copies: freeing one
 	 * unmaps it. Registrations are ordinary memory again. */

@@ -23,7 +23,7 @@ int main(void)
 	/* realloc: small -> managed -> bigger managed -> shrink in place -> small. */
 	unsigned char *p = malloc(1000);
 	CHECK(p != NULL);
-	NOT_MANAGED(p);
+	HEAP(p);
 	fill(p, 1000, 1);
 	p = realloc(p, 4 * MiB);
 	CHECK(p != NULL);
@@ -44,7 +44,7 @@ int main(void)
 	CHECK(malloc_usable_size(p) >= 2 * MiB + 5);
 	p = realloc(p, 3000);
 	CHECK(p != NULL);
-	NOT_MANAGED(p);
+	HEAP(p);
 	CHECK(verify(p, 3000, 3) == 0);
 	free(p);
 
@@ -78,7 +78,7 @@ int main(void)
 	free(exact);
 	unsigned char *below = malloc(MiB - 1);
 	CHECK(below != NULL);
-	NOT_MANAGED(below);
+	HEAP(below);
 	free(below);
 	errno = 0;
 	CHECK(calloc(huge, huge) == NULL && errno == ENOMEM);
@@ -93,7 +93,7 @@ int main(void)
 	MANAGED(a);
 	free(a);
 	CHECK(posix_memalign(&a, 8 * MiB, 4 * MiB) == 0 && aligned_to(a, 8 * MiB));
-	NOT_MANAGED(a);
+	HEAP(a); /* the heap aligns it where a managed allocation cannot */
 	free(a);
 	void *untouched = (void *)0x1234;
 	a = untouched;
@@ -131,15 +131,51 @@ int main(void)
 	CHECK(malloc_usable_size(a) >= 4 * MiB + 4096);
 	free(a);
 
-	/* Small allocations are glibc's, untouched. */
+	/* Small allocations: glibc's, or the managed heap's. */
 	void *z = malloc(0);
 	CHECK(z != NULL);
-	NOT_MANAGED(z);
+	HEAP(z);
 	free(z);
 	free(NULL);
 	char *s = strdup("unmodified");
 	CHECK(s && strcmp(s, "unmodified") == 0);
 	free(s);
+
+	/* The heap's sizes, calloc's zeros, realloc within the heap, and
+	 * malloc_usable_size, over many small objects. */
+	enum { NSMALL = 20000 };
+	unsigned char **obj = malloc(NSMALL * sizeof *obj);
+	CHECK(obj != NULL);
+	HEAP(obj);
+	for (int i = 0; i < NSMALL; i++) {
+		size_t n = 1 + (size_t)(i * 37) % 3000;
+		obj[i] = i % 3 == 0 ? calloc(1, n) : malloc(n);
+		CHECK(obj[i] != NULL);
+		HEAP(obj[i]);
+		CHECK(malloc_usable_size(obj[i]) >= n);
+		if (i % 3 == 0) {
+			size_t nonzero = 0;
+			for (size_t k = 0; k < n; k++)
+				nonzero += obj[i][k] != 0;
+			CHECK(nonzero == 0);
+		}
+		fill(obj[i], n, (unsigned)i);
+	}
+	for (int i = 0; i < NSMALL; i += 2) {
+		size_t n = 1 + (size_t)(i * 37) % 3000, m = n * 3 + 100;
+		unsigned char *q = realloc(obj[i], m);
+		CHECK(q != NULL);
+		HEAP(q);
+		CHECK(verify(q, n, (unsigned)i) == 0);
+		obj[i] = q;
+		fill(q, m, (unsigned)i + 1);
+	}
+	for (int i = 0; i < NSMALL; i++) {
+		size_t n = 1 + (size_t)(i * 37) % 3000;
+		CHECK(verify(obj[i], i % 2 == 0 ? n * 3 + 100 : n, (unsigned)i + (i % 2 == 0)) == 0);
+		free(obj[i]);
+	}
+	free(obj);
 
 	/* Many at once, freed out of order. */
 	unsigned char *many[40];

@@ -7,7 +7,8 @@
  * With RUN_EXPECT_MANAGED=1 (set by the test under `uvm run`), MANAGED(p)
  * checks that p lies in softuvm's managed window: the allocation really
  * became managed memory. Without it (the same program run directly) it
- * checks that p does not.
+ * checks that p does not. RUN_EXPECT_HEAP=managed adds the small
+ * allocations to what must be managed (HEAP(p)).
  */
 #ifndef RUN_H
 #define RUN_H
@@ -44,10 +45,22 @@ static inline int expect_managed(void)
 	return e && strcmp(e, "1") == 0;
 }
 
+/* expect_heap: RUN_EXPECT_HEAP=managed (set by the test under `uvm run`
+ * with its default --heap managed) says allocations below the threshold
+ * come from the managed heap too. */
+static inline int expect_heap(void)
+{
+	const char *e = getenv("RUN_EXPECT_HEAP");
+	return expect_managed() && e && strcmp(e, "managed") == 0;
+}
+
 /* MANAGED(p): p is managed memory under `uvm run`, ordinary memory
- * otherwise. NOT_MANAGED(p): p is ordinary memory either way. */
+ * otherwise. NOT_MANAGED(p): p is ordinary memory either way. HEAP(p): p
+ * came from the heap below the threshold: managed memory under `uvm run`
+ * with the managed heap, ordinary memory otherwise. */
 #define MANAGED(p) CHECK(in_window(p) == expect_managed())
 #define NOT_MANAGED(p) CHECK(!in_window(p))
+#define HEAP(p) CHECK(in_window(p) == expect_heap())
 
 /* fill and verify write and check a pattern that depends on the offset
  * and a seed, so that a page in the wrong place or a stale copy shows. */

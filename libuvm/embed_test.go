@@ -1,0 +1,221 @@
+package libuvm
+
+import (
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func requireCC(t *testing.T) {
+	t.Helper()
+	t.Setenv("CC", "")
+	if _, err := compiler(); err != nil {
+		t.Skipf("no C compiler: %v", err)
+	}
+}
+
+// TestSourcesAreTheMakefiles: the embedded files are those in the tree
+// that the Makefile builds the library from.
+func TestSourcesAreTheMakefiles(t *testing.T) {
+	var want []string
+	for _, pat := range []string{"include/uvm.h", "preload/preload.c", "src/*.c", "src/*.h"} {
+		m, err := filepath.Glob(pat)
+		require.NoError(t, err)
+		want = append(want, m...)
+	}
+	assert.ElementsMatch(t, want, sourceNames())
+	assert.Contains(t, sourceNames(), "src/wire_gen.h")
+}
+
+func TestBuildKey(t *testing.T) {
+	k := buildKey(nil, false)
+	assert.Len(t, k, 24)
+	assert.Equal(t, k, buildKey(nil, false), "the same sources and flags: the same build")
+	assert.NotEqual(t, k, buildKey(nil, true), "jemalloc or not: another build")
+	assert.NotEqual(t, k, buildKey([]string{"-m32"}, false), "flags in $CC: another build")
+}
+
+// TestPreloadBuildsOnceConcurrently: two builds at once into an empty
+// cache both return the one path, holding a whole library that exports
+// the allocator and the API; a later call reuses it without building.
+func TestPreloadBuildsOnceConcurrently(t *testing.T) {
+	requireCC(t)
+	cache := t.TempDir()
+	// A temporary directory of a killed build, and one of a build going on.
+	stale, fresh := filepath.Join(cache, ".build-killed"), filepath.Join(cache, ".build-running")
+	require.NoError(t, os.Mkdir(stale, 0o755))
+	require.NoError(t, os.Mkdir(fresh, 0o755))
+	twoHoursAgo := time.Now().Add(-2 * time.Hour)
+	require.NoError(t, os.Chtimes(stale, twoHoursAgo, twoHoursAgo))
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	paths := make([]string, 2)
+	errs := make([]error, 2)
+	dirs := make([]string, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			paths[i], errs[i] = Preload(Options{CacheDir: cache, Building: func(dir string) { dirs[i] = dir }})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	assert.Equal(t, paths[0], paths[1])
+	dir := filepath.Dir(paths[0])
+	assert.Equal(t, cache, filepath.Dir(dir), "a subdirectory of the cache per build")
+	assert.Equal(t, PreloadName, filepath.Base(paths[0]))
+	for i, d := range dirs {
+		// Both may have built (neither saw the other's library), or one
+		// may have found the other's: either way, into the same place.
+		if d != "" {
+			assert.Equal(t, dir, d, "build %d", i)
+		}
+	}
+	assert.NotEqual(t, []string{"", ""}, dirs, "at least one built")
+
+	f, err := elf.Open(paths[0])
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, elf.ET_DYN, f.Type)
+	soname, err := f.DynString(elf.DT_SONAME)
+	require.NoError(t, err)
+	assert.Equal(t, []string{PreloadName}, soname)
+	syms, err := f.DynamicSymbols()
+	require.NoError(t, err)
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_VISIBILITY(s.Other) == elf.STV_DEFAULT {
+			exported[s.Name] = true
+		}
+	}
+	for _, name := range []string{"malloc", "free", "mmap", "uvmMallocManaged"} {
+		assert.True(t, exported[name], "%s exports %s", PreloadName, name)
+	}
+	assert.False(t, exported["uvm__fail"], "internal names stay hidden (-fvisibility=hidden)")
+
+	left, _ := filepath.Glob(filepath.Join(cache, ".build-*"))
+	assert.Equal(t, []string{fresh}, left, "the builds' own temporary directories are gone, and the stale one; a running build's is left alone")
+
+	fi, err := os.Stat(paths[0])
+	require.NoError(t, err)
+	again, err := Preload(Options{CacheDir: cache, Building: func(dir string) { t.Errorf("built again into %s", dir) }})
+	require.NoError(t, err)
+	assert.Equal(t, paths[0], again)
+	fi2, err := os.Stat(again)
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(fi, fi2), "the same file, not a new one")
+}
+
+func TestPreloadNoCompiler(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("CC", "")
+	cache := t.TempDir()
+	_, err := Preload(Options{CacheDir: cache, Building: func(string) { t.Error("no compiler, yet a build began") }})
+	require.ErrorIs(t, err, ErrNoCompiler)
+	assert.EqualError(t, err, "no C compiler: CC is not set, and neither cc nor gcc is in PATH")
+
+	t.Setenv("CC", "no-such-cc -O1")
+	_, err = Preload(Options{CacheDir: cache})
+	require.ErrorIs(t, err, ErrNoCompiler)
+	assert.ErrorContains(t, err, "no C compiler: CC=no-such-cc -O1: exec: \"no-such-cc\": executable file not found in $PATH")
+	left, _ := os.ReadDir(cache)
+	assert.Empty(t, left)
+}
+
+// TestPreloadBuildFails: a compiler that fails gives its command and
+// output, and leaves nothing in the cache.
+func TestPreloadBuildFails(t *testing.T) {
+	dir := t.TempDir()
+	cc := filepath.Join(dir, "failing-cc")
+	require.NoError(t, os.WriteFile(cc, []byte("#!/bin/sh\necho \"failing-cc: cannot compile $*\" >&2\nexit 3\n"), 0o755))
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	t.Setenv("CC", cc)
+	cache := t.TempDir()
+	var built string
+	_, err := Preload(Options{CacheDir: cache, Building: func(d string) { built = d }})
+	var be *BuildError
+	require.True(t, errors.As(err, &be), "%v", err)
+	// The first file in name order; no jemalloc, since the probe failed too.
+	assert.Equal(t, cc+" -O2 -std=gnu11 -fPIC -fvisibility=hidden -pthread -Iinclude -Isrc -c -o obj/preload_preload.o preload/preload.c", be.Command)
+	assert.Contains(t, be.Output, "failing-cc: cannot compile -O2")
+	assert.EqualError(t, be.Err, "exit status 3")
+	assert.Contains(t, err.Error(), "failing-cc: cannot compile")
+	assert.Equal(t, cache, filepath.Dir(built))
+	left, _ := os.ReadDir(cache)
+	assert.Empty(t, left, "no library, no temporary directory")
+}
+
+// TestPreloadJemalloc: where the probe compiles, preload.c gets
+// -DUVM_PRELOAD_JEMALLOC (and the link never -ljemalloc); where it does
+// not, it does not; and the two are different builds. The compiler is cc behind a
+// script that logs its arguments and, with NO_JEMALLOC=1, fails the probe.
+func TestPreloadJemalloc(t *testing.T) {
+	requireCC(t)
+	cc, _ := compiler()
+	if ok, err := haveJemalloc(cc); err != nil || !ok {
+		t.Skipf("jemalloc's header or library is not installed (%v)", err)
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	wrapper := filepath.Join(dir, "logging-cc")
+	require.NoError(t, os.WriteFile(wrapper, []byte(`#!/bin/sh
+echo "$*" >> `+log+`
+case "$NO_JEMALLOC $*" in "1 "*probe.c*) exit 1 ;; esac
+exec `+cc[0]+` "$@"
+`), 0o755))
+	t.Setenv("CC", wrapper)
+	cache := t.TempDir()
+	lines := func() []string {
+		b, err := os.ReadFile(log)
+		require.NoError(t, err)
+		os.Remove(log)
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	find := func(lines []string, part string) string {
+		for _, l := range lines {
+			if strings.Contains(l, part) {
+				return l
+			}
+		}
+		t.Fatalf("no command with %q in %q", part, lines)
+		return ""
+	}
+
+	with, err := Preload(Options{CacheDir: cache})
+	require.NoError(t, err)
+	l := lines()
+	assert.Equal(t, "-fsyntax-only probe.c", l[0], "the probe comes first")
+	assert.Contains(t, find(l, "preload/preload.c"), " -DUVM_PRELOAD_JEMALLOC")
+	assert.NotContains(t, find(l, "src/session.c"), "JEMALLOC", "the define is preload.c's alone")
+	assert.NotContains(t, find(l, "-shared"), "jemalloc", "loaded with dlopen, never linked")
+
+	t.Setenv("NO_JEMALLOC", "1")
+	without, err := Preload(Options{CacheDir: cache})
+	require.NoError(t, err)
+	assert.NotEqual(t, filepath.Dir(with), filepath.Dir(without), "with and without jemalloc: two builds")
+	l = lines()
+	assert.NotContains(t, find(l, "preload/preload.c"), "JEMALLOC")
+	assert.NotContains(t, find(l, "-shared"), "jemalloc")
+
+	t.Setenv("NO_JEMALLOC", "")
+	again, err := Preload(Options{CacheDir: cache, Building: func(string) { t.Error("rebuilt the jemalloc build") }})
+	require.NoError(t, err)
+	assert.Equal(t, with, again)
+	assert.Equal(t, []string{"-fsyntax-only probe.c"}, lines(), "only the probe ran")
+}
