@@ -39,9 +39,38 @@ type Eviction interface {
 	Victims(p Processor, n int, out []*Block) []*Block
 }
 
-var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru")
+// PageEviction is an Eviction that chooses pages rather than whole
+// blocks. The server tells it which pages arrive and leave (instead of
+// Arrived; Left still says that a processor holds none of a block), and,
+// when it needs room, asks VictimPages instead of Victims, and moves the
+// victims' pages away (those still resident there).
+//
+// Concurrency is Eviction's.
+type PageEviction interface {
+	Eviction
+	// ArrivedPages notes that pages of b now live on processor p, moved
+	// there for cause (or populated by a first touch, with CauseFault).
+	ArrivedPages(b *Block, p Processor, pages PageMask, cause Cause)
+	// LeftPages notes that pages of b are no longer on processor p.
+	LeftPages(b *Block, p Processor, pages PageMask)
+	// VictimPages appends to out victims on processor p, best first,
+	// whose pages add up to want or more where the processor holds that
+	// many, and returns it.
+	VictimPages(p Processor, want int, out []Victim) []Victim
+}
 
-// DefaultEviction is the policy used when none is chosen.
+// Victim is pages of a block that PageEviction would have leave.
+type Victim struct {
+	Block *Block
+	Pages PageMask
+}
+
+var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru", "2q")
+
+// DefaultEviction is the policy used when none is chosen: NVIDIA's least
+// recently migrated blocks. "2q" (TwoQ) evicts 64 KiB regions and resists
+// loops, but splits the 2 MiB folios that whole-block moves rely on:
+// docs/benchmarks.md has the figures.
 const DefaultEviction = "lru"
 
 func init() {

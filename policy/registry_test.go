@@ -24,7 +24,7 @@ func TestRegistered(t *testing.T) {
 	}
 	for _, r := range []Ref{
 		{KindPrefetch, "density"}, {KindPrefetch, "window"}, {KindPrefetch, "none"},
-		{KindEviction, "lru"}, {KindThrashing, "nvidia"}, {KindAccessMigration, "threshold"},
+		{KindEviction, "lru"}, {KindEviction, "2q"}, {KindThrashing, "nvidia"}, {KindAccessMigration, "threshold"},
 	} {
 		assert.True(t, has(r), "%v", r)
 	}
@@ -51,8 +51,8 @@ func TestUnknownError(t *testing.T) {
 	}{
 		{prefetchParse, KindPrefetch, "psychic:3", `invalid value: prefetch policy "psychic:3": want one of density[:PERCENT], window:PAGES, none`},
 		{prefetchNew, KindPrefetch, "psychic", `prefetch policy "psychic": want one of density[:PERCENT]`},
-		{eviction, KindEviction, "psychic", `invalid value: eviction policy "psychic": want one of lru`},
-		{ValidateEviction("psychic"), KindEviction, "psychic", `eviction policy "psychic": want one of lru`},
+		{eviction, KindEviction, "psychic", `invalid value: eviction policy "psychic": want one of lru, 2q`},
+		{ValidateEviction("psychic"), KindEviction, "psychic", `eviction policy "psychic": want one of lru, 2q`},
 		{thrashing, KindThrashing, "psychic", `thrashing setting "policy=psychic": invalid value: thrashing policy "psychic": want one of nvidia`},
 		{access, KindAccessMigration, "psychic", `access policy setting "migration=psychic": invalid value: access migration policy "psychic": want one of threshold`},
 	} {

@@ -297,7 +297,9 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 				b.large = ^uint64(0) // the dead server's folios are not known
 				b.mu.Unlock()
 				if mr.kind == core.KindManaged {
-					srv.eviction.Arrived(b.ref, core.DeviceAtSlot(l), 1, policy.CauseFault)
+					var one core.PageMask
+					one.Set(page % core.PagesPerBlock)
+					srv.arrived(b, core.DeviceAtSlot(l), one, policy.CauseFault)
 				}
 				n++
 			}

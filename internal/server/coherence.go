@@ -406,6 +406,7 @@ func (o *mover) handOff(dst core.Device, written core.PageMask) error {
 	if n := clean.Count(); n > 0 {
 		o.drop(core.CPU, clean)
 		b.resident[core.CPU.Slot()].AndNot(&clean)
+		srv.leftPages(b, core.CPU, clean)
 		srv.hostPages.Add(-int64(n))
 		o.r.stats.LaunchClean.Add(uint64(n))
 		if b.resident[core.CPU.Slot()].Empty() {

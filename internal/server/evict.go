@@ -21,6 +21,24 @@ type blockRef struct {
 // free to evict.
 const evictWait = time.Second
 
+// arrived tells the eviction policy that pages of managed block b now
+// live on p: by page where it chooses pages, else by count.
+func (s *Server) arrived(b *block, p core.Device, pages core.PageMask, cause policy.Cause) {
+	if s.pageEviction != nil {
+		s.pageEviction.ArrivedPages(b.ref, p, pages, cause)
+		return
+	}
+	s.eviction.Arrived(b.ref, p, pages.Count(), cause)
+}
+
+// leftPages tells a policy that chooses pages that pages of b left p
+// (Left says when none of b is left there).
+func (s *Server) leftPages(b *block, p core.Device, pages core.PageMask) {
+	if s.pageEviction != nil && !pages.Empty() {
+		s.pageEviction.LeftPages(b.ref, p, pages)
+	}
+}
+
 // evictBlock moves every page of the block resident at from to its
 // eviction destination. The block's lock is held.
 func evictBlock(v blockRef, from core.Device) int64 {
@@ -147,6 +165,9 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
 // could deadlock.
 func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 	srv := o.sess.srv
+	if srv.pageEviction != nil {
+		return o.evictPages(from, want)
+	}
 	var refs [16]*policy.Block
 	for round := 0; moved < want && round < 64; round++ {
 		victims := srv.eviction.Victims(from, len(refs), refs[:0])
@@ -177,6 +198,60 @@ func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 			}
 		}
 		if !progress {
+			break
+		}
+	}
+	return moved, busy
+}
+
+// evictPages is evict for a policy that chooses pages.
+func (o *mover) evictPages(from core.Device, want int64) (moved int64, busy bool) {
+	srv := o.sess.srv
+	var buf [32]policy.Victim
+	for round := 0; moved < want && round < 64; round++ {
+		victims := srv.pageEviction.VictimPages(from, int(want-moved), buf[:0])
+		if len(victims) == 0 {
+			break
+		}
+		// The mover's own block is never evicted for itself: its
+		// regions, offered first, go to the back of the policy's
+		// queues, and the next round offers others.
+		progress, own := false, false
+		for _, vic := range victims {
+			v, ok := vic.Block.Owner().(blockRef)
+			if !ok || v.b.ref != vic.Block {
+				continue // not one of this server's blocks: a policy's mistake
+			}
+			if moved >= want {
+				break
+			}
+			if v.b == o.b {
+				own = true
+				continue
+			}
+			if !v.b.mu.TryLock() {
+				busy = true
+				continue
+			}
+			pages := vic.Pages
+			pages.And(&v.b.resident[from.Slot()])
+			var n int64
+			if pages.Empty() || v.r.freed.Load() {
+				// Gone since the policy last heard: it forgets them.
+				srv.pageEviction.LeftPages(vic.Block, from, vic.Pages)
+			} else {
+				n = evictPages(v, from, pages)
+			}
+			if v.b.resident[from.Slot()].Empty() {
+				srv.eviction.Left(vic.Block, from)
+			}
+			v.b.mu.Unlock()
+			if n > 0 {
+				progress = true
+				moved += n
+			}
+		}
+		if !progress && !own {
 			break
 		}
 	}

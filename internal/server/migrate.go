@@ -629,15 +629,18 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 		b.resident[l].AndNot(&done)
 	}
 	b.resident[dst.Slot()].Or(&done)
-	if rn.populated && b.resident[rn.src.Slot()].Empty() {
-		srv.eviction.Left(b.ref, rn.src)
+	if rn.populated {
+		srv.leftPages(b, rn.src, done)
+		if b.resident[rn.src.Slot()].Empty() {
+			srv.eviction.Left(b.ref, rn.src)
+		}
 	}
 	if o.r.kind == core.KindManaged { // pinned and device memory are never evicted
 		cause := o.cause
 		if cause == 0 {
 			cause = policy.CauseAdvice
 		}
-		srv.eviction.Arrived(b.ref, dst, n, cause)
+		srv.arrived(b, dst, done, cause)
 	}
 	if dst == core.CPU {
 		srv.hostPages.Add(int64(n))

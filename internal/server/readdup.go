@@ -32,7 +32,9 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 		srv.hostPages.Add(copied)
 	}
 	if copied > 0 {
-		srv.eviction.Arrived(b.ref, dst, int(copied), policy.CauseAdvice)
+		got := pages
+		got.And(&b.resident[dst.Slot()])
+		srv.arrived(b, dst, got, policy.CauseAdvice)
 		o.r.stats.ReadDuplicated[dst.Slot()].Add(uint64(copied))
 		o.residencyChanged()
 	}
@@ -106,6 +108,7 @@ func (o *mover) collapseTo(keep core.Device, pages core.PageMask) {
 		}
 		o.drop(core.DeviceAtSlot(l), x)
 		b.resident[l].AndNot(&x)
+		srv.leftPages(b, core.DeviceAtSlot(l), x)
 		dropped = true
 		if core.DeviceAtSlot(l) == core.CPU {
 			srv.hostPages.Add(-int64(x.Count()))

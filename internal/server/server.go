@@ -46,8 +46,10 @@ type Server struct {
 
 	cpus []int // where each session's handler threads go; -1 unpinned
 
-	eviction  policy.Eviction  // which blocks leave a full location
-	thrashing policy.Thrashing // nil: thrashing detection is off
+	eviction policy.Eviction // which blocks leave a full location
+	// pageEviction is eviction, where it chooses pages (evict.go).
+	pageEviction policy.PageEviction
+	thrashing    policy.Thrashing // nil: thrashing detection is off
 	// accessMigration decides which counted pages migrate.
 	accessMigration policy.AccessMigration
 	hostPages       atomic.Int64 // pages resident on the host, all sessions
@@ -166,7 +168,10 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	s.reserving = make([]atomic.Int32, len(s.arenas))
 	engine.Calibration() // reads the kept one, or starts measuring in the background
 	s.retired = core.NewCounters(s.locations())
-	if s.eviction, err = policy.NewEviction(cfg.Eviction); err != nil {
+	if s.eviction, err = policy.NewEviction(cfg.Eviction); err == nil {
+		s.pageEviction, _ = s.eviction.(policy.PageEviction)
+	}
+	if err != nil {
 		s.closeArenas()
 		return nil, err
 	}
