@@ -22,7 +22,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub.")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub|run [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub, run.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -41,8 +41,10 @@ func runBench(args []string) error {
 		return benchRestart(args[1:])
 	case "oversub":
 		return benchOversub(args[1:])
+	case "run":
+		return benchRun(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart or oversub", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart, oversub or run", args[0])
 }
 
 // faultsReport is the JSON `uvm bench faults --json` prints. Each figure

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/cli/workloads"
+)
+
+func TestBenchRunFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--programs", "gawk,nosuch"}, "--programs: unknown program(s) nosuch"},
+		{[]string{"--budget-fraction", "0"}, "--budget-fraction 0: want more than 0 and at most 1"},
+		{[]string{"--budget-fraction", "1.5"}, "--budget-fraction 1.5"},
+		{[]string{"--runs", "0"}, "--runs 0: want at least 1"},
+		{[]string{"--eviction", " , "}, "want at least one policy"},
+		{[]string{"--eviction", "lru,nosuch"}, "--eviction nosuch"},
+		{[]string{"--size", "gawk"}, `--size "gawk": want NAME=SIZE`},
+		{[]string{"--size", "nosuch=1MiB"}, `--size "nosuch=1MiB": want NAME=SIZE`},
+		{[]string{"--size", "gawk=lots"}, "--size gawk=lots: want a size above 0"},
+		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
+	} {
+		err := benchRun(c.args)
+		assert.ErrorContains(t, err, c.want, "%v", c.args)
+	}
+}
+
+// A tiny `uvm bench run`: sort of 4 MiB with a budget of its whole peak
+// (nothing here is timed or meant to thrash), every variant run and
+// checked, the figures read from `uvm run --stats-json`, and the cgroup
+// and swap device gone after.
+func TestBenchRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds uvm and libuvm")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("uvm run needs userfaultfd, which is root-only here")
+	}
+	for _, tool := range []string{"go", "make", "cc", "sort"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"go", "build", "-o", filepath.Join(dir, "uvm"), "github.com/softuvm/softuvm/cmd/uvm"},
+		{"make", "-s", "-C", "..", "lib", "BIN=" + dir},
+	} {
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
+	}
+	swapsBefore, _ := os.ReadFile("/proc/swaps")
+	progs, err := workloads.Select("sort")
+	require.NoError(t, err)
+	rep, err := runBenchAll(context.Background(), runBenchOptions{programs: progs, fraction: 1, evictions: []string{"lru"}, runs: 1,
+		size: map[string]int64{"sort": 4 << 20}, uvmBin: filepath.Join(dir, "uvm"), timeout: time.Minute, progress: t.Logf})
+	require.NoError(t, err)
+	require.Len(t, rep.Programs, 1)
+	p := rep.Programs[0]
+	require.Empty(t, p.Skipped)
+	assert.Positive(t, p.PeakRSSBytes)
+	assert.Equal(t, workloads.Budget(p.PeakRSSBytes, 1, 4<<20), p.BudgetBytes)
+	assert.Empty(t, p.Plain.Failed)
+	assert.Len(t, p.Plain.Runs, 1)
+	require.Len(t, p.Managed, 1)
+	m := p.Managed[0]
+	assert.Empty(t, m.Failed, "the run under uvm run")
+	assert.Len(t, m.Runs, 1)
+	assert.Equal(t, "lru", m.Eviction)
+	assert.Positive(t, m.AllocatedBytes, "figures from --stats-json")
+	assert.Positive(t, m.Faults)
+	assert.Contains(t, p.ManagedToPlain, "lru")
+	assert.Contains(t, p.GoalPlainMet, "lru")
+	if p.Cgroup == nil {
+		assert.NotEmpty(t, p.CgroupSkipped)
+		t.Logf("cgroup variant skipped: %s", p.CgroupSkipped)
+	} else {
+		assert.Empty(t, p.Cgroup.Failed)
+		assert.Len(t, p.Cgroup.Runs, 1)
+		assert.Contains(t, p.GoalCgroupMet, "lru")
+		mount, err := memoryCgroupV1()
+		require.NoError(t, err)
+		if mount != "" {
+			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
+		}
+	}
+	swapsAfter, _ := os.ReadFile("/proc/swaps")
+	assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
+}
