@@ -29,7 +29,7 @@ func init() {
 		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
-		{"bench", "faults|launch|oversub [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub)", runBench},
+		{"bench", "faults|launch|oversub|run [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run)", runBench},
 		{"help", "[COMMAND]", "show help", nil},
 	}
 }
