@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softuvm/softuvm/cli/workloads"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/server"
 	"github.com/softuvm/softuvm/libuvm"
@@ -420,7 +421,7 @@ func makeRunReport(argv []string, ws syscall.WaitStatus, wall time.Duration, min
 	switch {
 	case ws.Signaled():
 		rep.ExitStatus = 128 + int(ws.Signal())
-		rep.Signal = unixSignalName(ws.Signal())
+		rep.Signal = workloads.SignalName(ws.Signal())
 	default:
 		rep.ExitStatus = ws.ExitStatus()
 	}
@@ -436,22 +437,6 @@ func makeRunReport(argv []string, ws syscall.WaitStatus, wall time.Duration, min
 		rep.EvictedPages += e.Pages
 	}
 	return rep
-}
-
-// unixSignalName is a signal's name as kill -l gives it, SIG prefix
-// included.
-func unixSignalName(s syscall.Signal) string {
-	names := map[syscall.Signal]string{
-		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
-		syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
-		syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
-		syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
-	}
-	if n, ok := names[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("signal %d", int(s))
 }
 
 // renderRunSummary writes the summary uvm run prints at exit.

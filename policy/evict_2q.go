@@ -142,19 +142,14 @@ func (q *TwoQ) LeftPages(b *Block, p Processor, pages PageMask) {
 	}
 }
 
-func (q *TwoQ) Left(b *Block, p Processor) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	s := q.procs[p]
-	if s == nil {
-		return
-	}
-	for r := 0; r < regionsPerBlock; r++ {
-		if reg := s.regions[regionKey{b, r}]; reg != nil {
-			s.remove(reg)
-		}
-	}
-}
+// Left forgets every region of b on p.
+func (q *TwoQ) Left(b *Block, p Processor) { q.LeftPages(b, p, wholeBlock) }
+
+// wholeBlock is every page of a block.
+var wholeBlock = func() (m PageMask) {
+	m.FillRange(0, core.PagesPerBlock)
+	return m
+}()
 
 func (s *twoQProc) remove(reg *twoQRegion) {
 	if reg.protected {

@@ -215,7 +215,7 @@ func (w *Workload) RunWrapped(ctx context.Context, dir string, prefix []string) 
 			r.MaxRSS = ru.Maxrss << 10 // kilobytes on Linux
 		}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			r.ExitStatus, r.Signal = 128+int(ws.Signal()), signalName(ws.Signal())
+			r.ExitStatus, r.Signal = 128+int(ws.Signal()), SignalName(ws.Signal())
 		} else {
 			r.ExitStatus = cmd.ProcessState.ExitCode()
 		}
@@ -229,10 +229,15 @@ func (w *Workload) RunWrapped(ctx context.Context, dir string, prefix []string) 
 	return r, nil
 }
 
-// signalName is a signal's name as kill -l gives it, SIG included.
-func signalName(s syscall.Signal) string {
-	names := map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGSEGV: "SIGSEGV",
-		syscall.SIGBUS: "SIGBUS", syscall.SIGABRT: "SIGABRT", syscall.SIGILL: "SIGILL", syscall.SIGFPE: "SIGFPE", syscall.SIGHUP: "SIGHUP", syscall.SIGPIPE: "SIGPIPE"}
+// SignalName is a signal's name as kill -l gives it, SIG prefix included.
+func SignalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+		syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+		syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+	}
 	if n, ok := names[s]; ok {
 		return n
 	}

@@ -39,16 +39,6 @@ func (s *Server) leftPages(b *block, p core.Device, pages core.PageMask) {
 	}
 }
 
-// evictBlock moves every page of the block resident at from to its
-// eviction destination. The block's lock is held.
-func evictBlock(v blockRef, from core.Device) int64 {
-	if v.r.freed.Load() || v.b.resident[from.Slot()].Empty() {
-		v.r.sess.srv.eviction.Left(v.b.ref, from)
-		return 0
-	}
-	return evictPages(v, from, v.b.resident[from.Slot()])
-}
-
 // evictPages moves the block's pages of pages, resident at from, to their
 // eviction destination. The block's lock is held.
 func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
@@ -157,65 +147,40 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
 	}
 }
 
-// evict moves the least recently migrated blocks off location from
-// (to the host for a device, to a device for the host) until want pages
-// are free there, and returns the pages it moved and whether it skipped
+// wholeBlock is every page of a block: the victim pages of a policy that
+// chooses blocks.
+var wholeBlock = func() (m core.PageMask) {
+	m.FillRange(0, core.PagesPerBlock)
+	return m
+}()
+
+// victims asks the eviction policy for victims on from worth want pages:
+// pages where it chooses pages, else whole blocks.
+func (s *Server) victims(from core.Device, want int64, out []policy.Victim) []policy.Victim {
+	if s.pageEviction != nil {
+		return s.pageEviction.VictimPages(from, int(want), out)
+	}
+	var refs [16]*policy.Block
+	for _, b := range s.eviction.Victims(from, len(refs), refs[:0]) {
+		out = append(out, policy.Victim{Block: b, Pages: wholeBlock})
+	}
+	return out
+}
+
+// evict moves the pages the eviction policy names off location from (to
+// the host for a device, to a device for the host) until want pages are
+// free there, and returns the pages it moved and whether it skipped
 // blocks other threads hold. Blocks whose lock is held (the mover's own,
 // blocks other threads are serving) are skipped: waiting for them here
 // could deadlock.
 func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 	srv := o.sess.srv
-	if srv.pageEviction != nil {
-		return o.evictPages(from, want)
-	}
-	var refs [16]*policy.Block
-	for round := 0; moved < want && round < 64; round++ {
-		victims := srv.eviction.Victims(from, len(refs), refs[:0])
-		if len(victims) == 0 {
-			break
-		}
-		progress := false
-		for _, ref := range victims {
-			v, ok := ref.Owner().(blockRef)
-			if !ok || v.b.ref != ref {
-				continue // not one of this server's blocks: a policy's mistake
-			}
-			if moved >= want {
-				break
-			}
-			if v.b == o.b {
-				continue
-			}
-			if !v.b.mu.TryLock() {
-				busy = true
-				continue
-			}
-			n := evictBlock(v, from)
-			v.b.mu.Unlock()
-			if n > 0 {
-				progress = true
-				moved += n
-			}
-		}
-		if !progress {
-			break
-		}
-	}
-	return moved, busy
-}
-
-// evictPages is evict for a policy that chooses pages.
-func (o *mover) evictPages(from core.Device, want int64) (moved int64, busy bool) {
-	srv := o.sess.srv
 	var buf [32]policy.Victim
 	for round := 0; moved < want && round < 64; round++ {
-		victims := srv.pageEviction.VictimPages(from, int(want-moved), buf[:0])
+		victims := srv.victims(from, want-moved, buf[:0])
 		if len(victims) == 0 {
 			break
 		}
-		// The mover's own block is never evicted for itself: its
-		// regions, offered first, go to the back of the policy's
-		// queues, and the next round offers others.
 		progress, own := false, false
 		for _, vic := range victims {
 			v, ok := vic.Block.Owner().(blockRef)
@@ -236,14 +201,14 @@ func (o *mover) evictPages(from core.Device, want int64) (moved int64, busy bool
 			pages := vic.Pages
 			pages.And(&v.b.resident[from.Slot()])
 			var n int64
-			if pages.Empty() || v.r.freed.Load() {
+			if freed := v.r.freed.Load(); freed || pages.Empty() {
 				// Gone since the policy last heard: it forgets them.
-				srv.pageEviction.LeftPages(vic.Block, from, vic.Pages)
+				srv.leftPages(v.b, from, vic.Pages)
+				if freed || v.b.resident[from.Slot()].Empty() {
+					srv.eviction.Left(vic.Block, from)
+				}
 			} else {
 				n = evictPages(v, from, pages)
-			}
-			if v.b.resident[from.Slot()].Empty() {
-				srv.eviction.Left(vic.Block, from)
 			}
 			v.b.mu.Unlock()
 			if n > 0 {
@@ -251,7 +216,10 @@ func (o *mover) evictPages(from core.Device, want int64) (moved int64, busy bool
 				moved += n
 			}
 		}
-		if !progress && !own {
+		// A policy that chooses pages sends the mover's own regions,
+		// offered first, to the back of its queues: the next round
+		// offers others. One that chooses blocks offers the same again.
+		if !progress && (!own || srv.pageEviction == nil) {
 			break
 		}
 	}

@@ -400,19 +400,18 @@ static inline int chunk_of(uintptr_t p)
 /* heap_owns says whether p lies in a chunk of the managed heap. */
 static inline bool heap_owns(uintptr_t p) { return chunk_of(p) >= 0; }
 
-/* heap_mark records that malloc returned p, which lies in a chunk. */
-static __attribute__((unused)) void heap_mark(uintptr_t p)
+/* heap_mark records that malloc returned p, which lies in chunk i. */
+static __attribute__((unused)) void heap_mark(int i, uintptr_t p)
 {
-	int i = chunk_of(p);
 	size_t g = (p - chunks[i].start) / 8;
 	atomic_fetch_or_explicit(&chunks[i].live[g / 64], 1ull << (g % 64), memory_order_relaxed);
 }
 
-/* heap_unmark records that p is freed, and says whether it was live. */
-static bool heap_unmark(uintptr_t p)
+/* heap_unmark records that p, in chunk i, is freed, and says whether it
+ * was live. */
+static bool heap_unmark(int i, uintptr_t p)
 {
-	int i = chunk_of(p);
-	if (i < 0 || p % 8 != 0)
+	if (p % 8 != 0)
 		return false;
 	size_t g = (p - chunks[i].start) / 8;
 	uint64_t bit = 1ull << (g % 64);
@@ -667,14 +666,16 @@ static void *small_alloc(size_t n, size_t align, bool zero)
 	int saved = errno;
 	void *p = jem_mallocx(n ? n : 1, flags);
 	errno = saved;
-	if (p && !heap_owns((uintptr_t)p)) {
+	if (!p)
+		return NULL;
+	int i = chunk_of((uintptr_t)p);
+	if (i < 0) {
 		/* Never expected: every extent of the heap's arenas is a
 		 * chunk's. Given back rather than have free() misroute it. */
 		jem_dallocx(p, 0);
 		return NULL;
 	}
-	if (p)
-		heap_mark((uintptr_t)p);
+	heap_mark(i, (uintptr_t)p);
 	return p;
 }
 
@@ -736,8 +737,9 @@ EXPORT void free(void *p)
 		__libc_free(p);
 		return;
 	}
-	if (heap_owns((uintptr_t)p)) {
-		if (!heap_unmark((uintptr_t)p))
+	int i = chunk_of((uintptr_t)p);
+	if (i >= 0) {
+		if (!heap_unmark(i, (uintptr_t)p))
 			heap_misuse("free", p);
 		small_free(p);
 		return;
@@ -775,12 +777,12 @@ EXPORT size_t malloc_usable_size(void *p)
 	return system_usable_size(p);
 }
 
-/* heap_realloc resizes p, from the managed heap: within the heap while
- * the size stays below the threshold, else to a managed allocation of its
- * own (or wherever memory can be had). */
-static void *heap_realloc(void *p, size_t n)
+/* heap_realloc resizes p, from chunk i of the managed heap: within the
+ * heap while the size stays below the threshold, else to a managed
+ * allocation of its own (or wherever memory can be had). */
+static void *heap_realloc(int i, void *p, size_t n)
 {
-	if (!heap_unmark((uintptr_t)p))
+	if (!heap_unmark(i, (uintptr_t)p))
 		heap_misuse("realloc", p);
 	if (n == 0) {
 		small_free(p); /* as glibc: realloc(p, 0) frees p and returns NULL */
@@ -792,7 +794,7 @@ static void *heap_realloc(void *p, size_t n)
 		void *q = in_core ? NULL : heap_rallocx(p, n);
 		errno = saved;
 		if (q) {
-			heap_mark((uintptr_t)q);
+			heap_mark(chunk_of((uintptr_t)q), (uintptr_t)q);
 			return q;
 		}
 	}
@@ -800,7 +802,7 @@ static void *heap_realloc(void *p, size_t n)
 	if (!q)
 		q = __libc_malloc(n);
 	if (!q) {
-		heap_mark((uintptr_t)p);
+		heap_mark(i, (uintptr_t)p);
 		return NULL; /* p is left as it was, as realloc leaves it */
 	}
 	memcpy(q, p, old < n ? old : n);
@@ -824,8 +826,9 @@ EXPORT void *realloc(void *p, size_t n)
 		__libc_free(p);
 		return q;
 	}
-	if (heap_owns((uintptr_t)p))
-		return heap_realloc(p, n);
+	int i = chunk_of((uintptr_t)p);
+	if (i >= 0)
+		return heap_realloc(i, p, n);
 	size_t old = live_size(p);
 	if (old == 0)
 		misuse("realloc", p);
