@@ -182,17 +182,18 @@ func (o *mover) launchRefused() bool {
 }
 
 // launchStale reports whether a refused fault is a stale message rather
-// than a touch to refuse: a host fault read before the launch that locked
-// the range, or a device's fault while no kernel of the device runs (a
-// second message for a page another thread's fault brought in, served
-// after the kernel ended). Its thread, if it still waits, is woken and
-// faults again; poisoning the page would fail a later, lawful touch.
+// than a touch to refuse: a host fault whose read began before the
+// launch that locked the range, or a device's fault while no kernel of
+// the device runs (a second message for a page another thread's fault
+// brought in, served after the kernel ended). Its thread, if it still
+// waits, is woken and faults again; poisoning the page would fail a
+// later, lawful touch.
 func (o *mover) launchStale(fr *faultRequest) bool {
 	ls := o.sess.launch
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if o.fv.loc == core.CPU {
-		return fr.started.Before(o.r.launch.since)
+		return fr.readFrom.Before(o.r.launch.since)
 	}
 	for k := range ls.busy {
 		if k.dev == o.fv.loc {

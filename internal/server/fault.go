@@ -30,11 +30,21 @@ type faultRequest struct {
 	write bool
 	waits int  // naps already taken
 	noNap bool // served once throttled: do not throttle again
-	// started is when the server read the message. Messages are read in
-	// batches, so it may be well before this one is served: a message
-	// read before its range was freed, or before the range now at its
-	// address was made, is stale.
+	// started is when the read that returned the message returned: the
+	// fault's service time counts from it. Messages are read in batches,
+	// so it may be well before this one is served: a message read before
+	// the range now at its address was made is stale.
 	started time.Time
+	// readFrom is when that read began. A message is copied out of the
+	// kernel between readFrom and started, and the thread that raised it
+	// cannot go on before it is copied (an unread message of a thread
+	// that goes on is withdrawn). So a message whose read began before a
+	// range was freed or launched may be stale: its thread may have gone
+	// on and freed or launched. started cannot say so: the reader may be
+	// preempted between the copy and the clock (seen on 2 CPUs: 450 us).
+	// Treating such a message as stale only wakes its thread; if it still
+	// waits it faults again, and the next read begins after the event.
+	readFrom time.Time
 }
 
 func one(p int) core.PageMask {
@@ -44,8 +54,9 @@ func one(p int) core.PageMask {
 }
 
 // faultRequestOf classifies a fault message.
-func faultRequestOf(m *uffd.Msg, started time.Time) faultRequest {
-	fr := faultRequest{msg: *m, kind: core.FaultMissing, write: m.Flags&uffd.PagefaultWrite != 0, started: started}
+// The read that returned it began at readFrom and returned at started.
+func faultRequestOf(m *uffd.Msg, readFrom, started time.Time) faultRequest {
+	fr := faultRequest{msg: *m, kind: core.FaultMissing, write: m.Flags&uffd.PagefaultWrite != 0, readFrom: readFrom, started: started}
 	switch {
 	case m.Flags&uffd.PagefaultWP != 0:
 		fr.kind = core.FaultWP
@@ -540,7 +551,7 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 	}
 	r := sess.ranges.Load().lookup(addr)
 	if r == nil {
-		sess.stray(v, addr, fr.started)
+		sess.stray(v, addr, fr.readFrom)
 		return
 	}
 	if fr.started.Before(r.born) {
@@ -630,6 +641,7 @@ func (sess *session) stray(v *view, addr uintptr, read time.Time) {
 func (sess *session) drainEvents(v *view) {
 	var msgs [8]uffd.Msg
 	for {
+		from := time.Now()
 		n, _ := v.uffd.ReadMessagesNoWait(msgs[:])
 		if n == 0 {
 			return
@@ -638,7 +650,7 @@ func (sess *session) drainEvents(v *view) {
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			if m.Event == uffd.EventPagefault {
-				fr := faultRequestOf(m, now)
+				fr := faultRequestOf(m, from, now)
 				go sess.serveFaultMsg(v, nil, &fr)
 				continue
 			}

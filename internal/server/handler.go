@@ -129,6 +129,7 @@ func (h *handler) run(ready chan<- error) {
 	ready <- nil
 	h.lastLocal.Store(time.Now().UnixNano())
 	for {
+		readFrom := time.Now()
 		n, err := h.reader.Read(h.msgs[:])
 		if errors.Is(err, uffd.ErrStopped) {
 			return
@@ -141,7 +142,7 @@ func (h *handler) run(ready chan<- error) {
 		faults := false
 		read := time.Now()
 		for i := 0; i < n; i++ {
-			h.serve(&h.msgs[i], read)
+			h.serve(&h.msgs[i], readFrom, read)
 			if h.place != nil && h.msgs[i].Event == uffd.EventPagefault {
 				h.place.served(h, h.view.pid, h.msgs[i].TID, time.Now())
 				faults = true
@@ -157,12 +158,12 @@ func (h *handler) run(ready chan<- error) {
 	}
 }
 
-func (h *handler) serve(m *uffd.Msg, read time.Time) {
+func (h *handler) serve(m *uffd.Msg, readFrom, read time.Time) {
 	if m.Event != uffd.EventPagefault {
 		h.sess.event(h.view, m)
 		return
 	}
-	h.fr = faultRequestOf(m, read)
+	h.fr = faultRequestOf(m, readFrom, read)
 	if an := h.srv.Access.anatomy; an != nil && an.take(h) {
 		h.serveSampled(an, m, read)
 		return
