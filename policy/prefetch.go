@@ -39,8 +39,18 @@ type PrefetchContext struct {
 	// other location, in one 2 MiB folio: moving the whole block then
 	// costs one folio allocated and one freed, while moving part of it
 	// first rebuilds the rest of that folio in 4 KiB pages (512
-	// allocations), so the rest costs less to bring now than to leave.
+	// allocations).
 	SourceLarge bool
+	// Sweep reports that the processor's last three faults on the range
+	// each landed just past (within four big pages of) what the one
+	// before brought, on the same side: it is walking the memory, and
+	// will likely want the rest of the block.
+	Sweep bool
+	// Full reports that the destination is full or nearly (less room
+	// than an eighth of it): every page brought beyond those the
+	// processor uses pushes out another that may be in use (the host at
+	// its budget, a full device).
+	Full bool
 }
 
 // PrefetchPolicy decides which pages of a block to bring to the faulting

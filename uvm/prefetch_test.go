@@ -93,17 +93,44 @@ func TestDensityRespectsThrashing(t *testing.T) {
 	assert.Equal(t, 0, got.CountRange(0, 16)-got.CountRange(3, 4), "a big page with a thrashing page is not grown")
 }
 
-func TestDensitySourceLargeBringsBlockUnlessThrashing(t *testing.T) {
-	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, SourceLarge: true}
+func TestDensitySourceLargeBringsBlockInASweepUnlessThrashing(t *testing.T) {
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, SourceLarge: true, Sweep: true}
 	c.Faulted.Set(37)
 	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
-	assert.Equal(t, core.PagesPerBlock, got.Count(), "a fault into a block in one large folio elsewhere brings all of it")
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "a sweep's fault into a block in one large folio elsewhere brings all of it")
 	c.Thrashing.Set(300)
 	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
 	assert.Equal(t, 16, got.Count(), "a thrashing block moves as NVIDIA's would: the big page")
 	c.Thrashing = core.PageMask{}
 	none := policy.NoPrefetch{}.Expand(&c)
 	assert.True(t, none.Empty(), "none still moves the faulted page alone")
+	c.Sweep = false
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, 16, got.Count(), "out of a sweep, a block in one large folio elsewhere gives its big page")
+}
+
+// TestDensityFullDestination: where the destination is (nearly) full,
+// a fault out of a sweep brings the faulted pages alone, however dense
+// the tree; in a sweep the tree grows as it would with room.
+func TestDensityFullDestination(t *testing.T) {
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, Full: true}
+	c.ResidentOnDest.FillRange(0, 400)
+	c.Faulted.Set(450)
+	c.Faulted.Set(451)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, c.Faulted, got, "random faults into a full destination bring what faulted")
+	c.Sweep = true
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, core.PagesPerBlock, got.CountRange(0, core.PagesPerBlock), "a sweep grows the tree: 400 + 16 of 512 resident or faulted")
+	c.Sweep, c.Full = false, false
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "with room the tree grows too")
+	c.Full = true
+	c.Thrashing.Set(451)
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	var want core.PageMask
+	want.Set(450)
+	assert.Equal(t, want, got, "a thrashing page stays where it is")
 }
 
 func TestWindowAndNone(t *testing.T) {

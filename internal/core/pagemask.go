@@ -129,6 +129,16 @@ func (m *PageMask) NextSet(i int) int {
 	return -1
 }
 
+// LastSet returns the last page in the set, or -1.
+func (m *PageMask) LastSet() int {
+	for w := len(m) - 1; w >= 0; w-- {
+		if m[w] != 0 {
+			return w*64 + 63 - bits.LeadingZeros64(m[w])
+		}
+	}
+	return -1
+}
+
 // NextRun returns the first run [first, outer) of consecutive pages in the
 // set starting at or after i; first is -1 when there is none. Migration
 // works on runs so that each kernel operation covers as many pages as it

@@ -18,6 +18,11 @@ func TestPageMaskAgainstModel(t *testing.T) {
 		for i := range m {
 			m[i] = rng.IntN(4) == 0
 		}
+		if iter%5 == 0 { // sparse, or empty: a few pages in a few words
+			for i := range m {
+				m[i] = rng.IntN(300) == 0
+			}
+		}
 		if iter%7 == 0 { // long runs, across word boundaries
 			lo := rng.IntN(PagesPerBlock)
 			hi := lo + rng.IntN(PagesPerBlock-lo+1)
@@ -45,6 +50,15 @@ func TestPageMaskAgainstModel(t *testing.T) {
 			}
 		}
 		require.Equal(t, next, pm.NextSet(lo), "NextSet(%d)", lo)
+
+		last := -1
+		for i := PagesPerBlock - 1; i >= 0; i-- {
+			if m[i] {
+				last = i
+				break
+			}
+		}
+		require.Equal(t, last, pm.LastSet(), "LastSet")
 
 		first, outer := pm.NextRun(lo)
 		if next < 0 {

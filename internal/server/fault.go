@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -311,6 +312,65 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	return o.moveTo(t, faulted, extra, p)
 }
 
+// sweepWindow is how far, in pages, past either end of what its
+// processor's last fault on the range brought a fault must land to
+// continue a sweep: four big pages. sweepRun is how many faults in a row,
+// each so landing on the same side, make a sweep.
+const (
+	sweepWindow = 4 * core.BigPagePages
+	sweepRun    = 3
+)
+
+// sweepState is what a range keeps per location to tell sweeps: the
+// pages (of the range, plus one; zero: none) the location's last fault
+// brought, first and last, and the run of faults that landed just past
+// them: counted up while they ascend, down while they descend. Without a
+// lock: two faults at once may miss each other's note, which only delays
+// a sweep by a fault.
+type sweepState struct {
+	lo, hi atomic.Int64
+	run    atomic.Int32
+}
+
+// sweep reports whether location m's fault at page p of the mover's block
+// continues a sweep: its last sweepRun faults on the range each landed
+// within sweepWindow pages past what the one before brought, on the same
+// side (PrefetchContext.Sweep). Under random access one fault in twenty
+// lands near the one before (gawk at a quarter of its peak), and each
+// taken for a sweep brought a whole block; three in a row, one way, are
+// rare.
+func (o *mover) sweep(m core.Device, p int) bool {
+	l := m.Slot()
+	if l >= len(o.r.sweeps) {
+		return false
+	}
+	st := &o.r.sweeps[l]
+	page := int64((o.blockAddr-o.r.start)>>core.PageShift) + int64(p)
+	lo, hi := st.lo.Load()-1, st.hi.Load()-1
+	n := st.run.Load()
+	switch {
+	case lo >= 0 && page > hi && page-hi <= sweepWindow:
+		n = max(n, 0) + 1
+	case lo >= 0 && page < lo && lo-page <= sweepWindow:
+		n = min(n, 0) - 1
+	default:
+		n = 0
+	}
+	st.run.Store(n)
+	return n >= sweepRun || n <= -sweepRun
+}
+
+// noteFetch records the pages of the block that location m's fault
+// brings, faulted and prefetched, for the next fault's sweep.
+func (o *mover) noteFetch(m core.Device, pages core.PageMask) {
+	first, last := pages.NextSet(0), pages.LastSet()
+	if l := m.Slot(); l < len(o.r.sweeps) && first >= 0 {
+		base := int64((o.blockAddr - o.r.start) >> core.PageShift)
+		o.r.sweeps[l].lo.Store(base + int64(first) + 1)
+		o.r.sweeps[l].hi.Store(base + int64(last) + 1)
+	}
+}
+
 // expand asks the range's prefetch policy which other pages to bring to
 // file m with the faulted ones, keeping those the view maps from m.
 func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.PageMask {
@@ -320,7 +380,7 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 		ctx = &o.h.prefetchCtx
 	}
 	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
-		SourceLarge: o.largeElsewhere(m)}
+		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0)), Full: o.sess.srv.nearlyFull(m)}
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p].Is(m)
@@ -330,6 +390,9 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	}
 	extra := o.r.prefetch.Expand(ctx)
 	extra.TrimTo(b.pages)
+	brought := extra
+	brought.Or(&faulted)
+	o.noteFetch(m, brought)
 	extra.AndNot(&b.resident[m.Slot()])
 	extra.AndNot(&faulted)
 	extra.And(&t.mapped)

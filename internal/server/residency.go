@@ -37,6 +37,9 @@ type managedRange struct {
 	prefetch      policy.PrefetchPolicy
 	trackPrefetch bool
 	stats         *core.Counters
+	// sweeps tells, per location, whether its faults sweep the range
+	// (mover.sweep).
+	sweeps []sweepState
 
 	// freed is set once, under sess.mu and then each block's lock; a
 	// fault that finds it set after taking a block lock must not touch

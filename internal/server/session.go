@@ -423,6 +423,7 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 		kind: r.Kind, owner: owner, launch: rangeLaunch{attach: attachOf(r.Flags)},
 		prefetch: prefetch, trackPrefetch: r.TrackPrefetch || sess.srv.cfg.TrackPrefetchUse,
 		stats:  core.NewCounters(sess.srv.locations()),
+		sweeps: make([]sweepState, sess.srv.locations()),
 		blocks: make([]atomic.Pointer[block], (length+core.BlockSize-1)/core.BlockSize),
 		born:   time.Now(),
 	}, nil
