@@ -46,11 +46,6 @@ type PrefetchContext struct {
 	// before brought, on the same side: it is walking the memory, and
 	// will likely want the rest of the block.
 	Sweep bool
-	// Full reports that the destination is full or nearly (less room
-	// than an eighth of it): every page brought beyond those the
-	// processor uses pushes out another that may be in use (the host at
-	// its budget, a full device).
-	Full bool
 }
 
 // PrefetchPolicy decides which pages of a block to bring to the faulting

@@ -11,15 +11,13 @@ import "github.com/softuvm/softuvm/internal/core"
 // fault counts as fully faulted, so the smallest migration is a big page.
 // On the first touch of a block by its preferred location the whole block
 // is populated. Unlike NVIDIA's, a fault into a block that lives whole in
-// one 2 MiB folio elsewhere (PrefetchContext.SourceLarge) in a sweep
-// brings the whole block, unless it thrashes: taking part of it would
-// first cost the rest 512 page allocations at its source. And where the
-// destination is full and the faults do not sweep (random access to more
-// memory than fits), a fault brings its big page and no more: every page
-// more would push out one that may be in use, and under random access
-// the tree is dense only because most of memory fits, not because the
-// rest of the block is wanted (gawk at a quarter of its peak moved 145
-// KiB each way per fault, and 15 GiB in 25 s, until this).
+// one 2 MiB folio elsewhere (PrefetchContext.SourceLarge) in a sweep, or
+// on the block's first or last page, where a sweep enters it, brings the
+// whole block, unless it thrashes: taking part of it would first cost
+// the rest 512 page allocations at its source. Out of a sweep (random
+// access to more memory than the host's budget) every fault brought 2
+// MiB and pushed a 2 MiB victim out (gawk at a quarter of its peak: 77
+// GiB each way in 20 s, unfinished).
 type DensityPrefetch struct{ Threshold int }
 
 func (d DensityPrefetch) Name() string {
@@ -27,11 +25,13 @@ func (d DensityPrefetch) Name() string {
 }
 
 func (d DensityPrefetch) Expand(c *PrefetchContext) (out PageMask) {
-	if (!c.Populated && c.DestIsPreferred) || (c.SourceLarge && c.Sweep && c.Thrashing.Empty()) {
+	// A sweep enters a block at its first page (or, descending, its
+	// last); a random fault lands there one time in 512.
+	sweeping := c.Sweep || c.Faulted.Test(0) || c.Faulted.Test(c.Pages-1)
+	if (!c.Populated && c.DestIsPreferred) || (c.SourceLarge && sweeping && c.Thrashing.Empty()) {
 		out.FillRange(0, c.Pages)
 		return out
 	}
-	faultedOnly := c.Full && !c.Sweep
 	tree := c.ResidentOnDest
 	tree.Or(&c.Faulted)
 	// Grow the fault granularity to big pages unless they thrash.
@@ -43,9 +43,6 @@ func (d DensityPrefetch) Expand(c *PrefetchContext) (out PageMask) {
 	}
 	migrate := c.Faulted
 	migrate.AndNot(&c.Thrashing)
-	if faultedOnly {
-		return migrate
-	}
 	for p := migrate.NextSet(0); p >= 0 && p < c.Pages; p = migrate.NextSet(p + 1) {
 		first, outer := d.region(&tree, p, c.Pages)
 		out.FillRange(first, outer)

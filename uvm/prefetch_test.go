@@ -107,30 +107,10 @@ func TestDensitySourceLargeBringsBlockInASweepUnlessThrashing(t *testing.T) {
 	c.Sweep = false
 	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
 	assert.Equal(t, 16, got.Count(), "out of a sweep, a block in one large folio elsewhere gives its big page")
-}
-
-// TestDensityFullDestination: where the destination is (nearly) full,
-// a fault out of a sweep brings the faulted pages alone, however dense
-// the tree; in a sweep the tree grows as it would with room.
-func TestDensityFullDestination(t *testing.T) {
-	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, Full: true}
-	c.ResidentOnDest.FillRange(0, 400)
-	c.Faulted.Set(450)
-	c.Faulted.Set(451)
-	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
-	assert.Equal(t, c.Faulted, got, "random faults into a full destination bring what faulted")
-	c.Sweep = true
+	c.Faulted = core.PageMask{}
+	c.Faulted.Set(0)
 	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
-	assert.Equal(t, core.PagesPerBlock, got.CountRange(0, core.PagesPerBlock), "a sweep grows the tree: 400 + 16 of 512 resident or faulted")
-	c.Sweep, c.Full = false, false
-	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
-	assert.Equal(t, core.PagesPerBlock, got.Count(), "with room the tree grows too")
-	c.Full = true
-	c.Thrashing.Set(451)
-	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
-	var want core.PageMask
-	want.Set(450)
-	assert.Equal(t, want, got, "a thrashing page stays where it is")
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "a fault on the block's first page, where a sweep enters it, brings all of it")
 }
 
 func TestWindowAndNone(t *testing.T) {

@@ -380,7 +380,7 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 		ctx = &o.h.prefetchCtx
 	}
 	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
-		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0)), Full: o.sess.srv.nearlyFull(m)}
+		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0))}
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p].Is(m)

@@ -753,20 +753,6 @@ func (s *Server) roomFor(l core.Device, n int64) bool {
 	return s.arenas[l].FreeBytes() >= n
 }
 
-// nearlyFull reports whether location l has less room than an eighth of
-// its capacity (at least two blocks): a location that evicts to take
-// what arrives. Eviction frees whole victims at once, so a location under
-// pressure has some room most of the time; roomFor would say it is not
-// full.
-func (s *Server) nearlyFull(l core.Device) bool {
-	if l == core.CPU {
-		budget := s.cfg.HostBudget
-		return budget > 0 && s.hostPages.Load()*core.PageSize+max(budget/8, 2*core.BlockSize) > budget
-	}
-	a := s.arenas[l]
-	return a.FreeBytes() < max(a.Capacity()/8, 2*core.BlockSize)
-}
-
 // checkDevice accepts CPU and the configured devices.
 func (s *Server) checkDevice(d core.Device, what string) error {
 	if d == core.CPU || (d >= 0 && int(d) < len(s.arenas)) {
