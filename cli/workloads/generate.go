@@ -56,6 +56,21 @@ func (s *wordSource) next() int {
 	return s.rng.IntN(s.vocab)
 }
 
+// writeLines writes the lines next makes, each appended to the empty
+// slice it is given (an empty line writes nothing), until size bytes.
+func writeLines(path string, size int64, next func(line []byte) []byte) error {
+	return writeFile(path, func(w *bufio.Writer) error {
+		var line []byte
+		for n := int64(0); n < size; n += int64(len(line)) {
+			line = next(line[:0])
+			if _, err := w.Write(line); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // writeFile creates path and calls fill with a buffered writer to it.
 func writeFile(path string, fill func(w *bufio.Writer) error) error {
 	f, err := os.Create(path)
@@ -82,20 +97,13 @@ func writeFile(path string, fill func(w *bufio.Writer) error) error {
 // vocabDivisor/14 times, half its appearances being the common words).
 func writeText(path string, size int64, seed uint64, vocabDivisor int64) error {
 	src := newWordSource(seed, int(size/vocabDivisor))
-	return writeFile(path, func(w *bufio.Writer) error {
-		var line []byte
-		for n := int64(0); n < size; n += int64(len(line)) {
-			line = line[:0]
-			for k := 4 + src.rng.IntN(9); k > 0; k-- {
-				line = appendWord(line, src.next())
-				line = append(line, ' ')
-			}
-			line[len(line)-1] = '\n'
-			if _, err := w.Write(line); err != nil {
-				return err
-			}
+	return writeLines(path, size, func(line []byte) []byte {
+		for k := 4 + src.rng.IntN(9); k > 0; k-- {
+			line = appendWord(line, src.next())
+			line = append(line, ' ')
 		}
-		return nil
+		line[len(line)-1] = '\n'
+		return line
 	})
 }
 
@@ -108,26 +116,18 @@ func writeDAG(path string, size int64, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, seed+7))
 	nodes := int(max(size/20, 100))
 	perm := rng.Perm(nodes)
-	return writeFile(path, func(w *bufio.Writer) error {
-		var line []byte
-		for n := int64(0); n < size; n += int64(len(line)) {
-			a, b := rng.IntN(nodes), rng.IntN(nodes)
-			if a == b {
-				line = line[:0]
-				continue
-			}
-			if a > b {
-				a, b = b, a
-			}
-			line = appendWord(line[:0], perm[a])
-			line = append(line, ' ')
-			line = appendWord(line, perm[b])
-			line = append(line, '\n')
-			if _, err := w.Write(line); err != nil {
-				return err
-			}
+	return writeLines(path, size, func(line []byte) []byte {
+		a, b := rng.IntN(nodes), rng.IntN(nodes)
+		if a == b {
+			return line
 		}
-		return nil
+		if a > b {
+			a, b = b, a
+		}
+		line = appendWord(line, perm[a])
+		line = append(line, ' ')
+		line = appendWord(line, perm[b])
+		return append(line, '\n')
 	})
 }
 
@@ -135,24 +135,19 @@ func writeDAG(path string, size int64, seed uint64) error {
 // sqlite3 imports. Names repeat (a vocabulary of a tenth of the rows).
 func writeRowsCSV(path string, size int64, seed uint64) error {
 	src := newWordSource(seed, int(size/300))
-	return writeFile(path, func(w *bufio.Writer) error {
-		var line []byte
-		for id, n := 1, int64(0); n < size; id, n = id+1, n+int64(len(line)) {
-			line = strconv.AppendInt(line[:0], int64(id), 10)
-			line = append(line, ',')
-			line = strconv.AppendInt(line, int64(src.rng.IntN(1000)), 10)
-			line = append(line, ',')
-			line = appendWord(line, src.next())
-			line = append(line, '-')
-			line = appendWord(line, src.next())
-			line = append(line, ',')
-			line = strconv.AppendInt(line, int64(src.rng.IntN(1_000_000)), 10)
-			line = append(line, '\n')
-			if _, err := w.Write(line); err != nil {
-				return err
-			}
-		}
-		return nil
+	id := 0
+	return writeLines(path, size, func(line []byte) []byte {
+		id++
+		line = strconv.AppendInt(line, int64(id), 10)
+		line = append(line, ',')
+		line = strconv.AppendInt(line, int64(src.rng.IntN(1000)), 10)
+		line = append(line, ',')
+		line = appendWord(line, src.next())
+		line = append(line, '-')
+		line = appendWord(line, src.next())
+		line = append(line, ',')
+		line = strconv.AppendInt(line, int64(src.rng.IntN(1_000_000)), 10)
+		return append(line, '\n')
 	})
 }
 
