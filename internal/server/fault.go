@@ -345,7 +345,7 @@ func (o *mover) sweep(m core.Device, p int) bool {
 		return false
 	}
 	st := &o.r.sweeps[l]
-	page := int64((o.blockAddr-o.r.start)>>core.PageShift) + int64(p)
+	page := int64(o.pageAddr(p)-o.r.start) >> core.PageShift
 	lo, hi := st.lo.Load()-1, st.hi.Load()-1
 	n := st.run.Load()
 	switch {
@@ -365,9 +365,8 @@ func (o *mover) sweep(m core.Device, p int) bool {
 func (o *mover) noteFetch(m core.Device, pages core.PageMask) {
 	first, last := pages.NextSet(0), pages.LastSet()
 	if l := m.Slot(); l < len(o.r.sweeps) && first >= 0 {
-		base := int64((o.blockAddr - o.r.start) >> core.PageShift)
-		o.r.sweeps[l].lo.Store(base + int64(first) + 1)
-		o.r.sweeps[l].hi.Store(base + int64(last) + 1)
+		o.r.sweeps[l].lo.Store(int64(o.pageAddr(first)-o.r.start)>>core.PageShift + 1)
+		o.r.sweeps[l].hi.Store(int64(o.pageAddr(last)-o.r.start)>>core.PageShift + 1)
 	}
 }
 
