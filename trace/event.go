@@ -1,0 +1,196 @@
+package trace
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind says what an Event records.
+type Kind uint8
+
+// The kinds of event. Their numbers are the format's: never renumber one.
+const (
+	// KindFault is a fault the server served: Processor (the view that
+	// faulted), PID, Thread, Range, Addr (the faulting page), FaultKind,
+	// Write, Duration (service time, from reading the fault to the ioctl
+	// that resolved it returning) and Prefetched (pages brought with it
+	// beyond the faulted one). Time is when it was read.
+	KindFault Kind = 1
+	// KindMigration is pages copied from one location to another and
+	// gone from the first: From, To, Cause, Range, Addr (the run's first
+	// page), Pages (a run of a block: the pages between Addr and the
+	// last moved may include some that did not move), Duration (the
+	// copy, from its start to its accounting). Time is when it began.
+	KindMigration Kind = 2
+	// KindEviction is pages a full location gave up: From (the
+	// location), Range, Addr, Pages. The pages that moved are also
+	// migrations with CauseEviction, and read-duplicated copies that
+	// were dropped are not.
+	KindEviction Kind = 3
+	// KindPopulate is pages created zero-filled at To (first touch, or
+	// a prefetch of never-touched memory): Range, Addr, Pages.
+	KindPopulate Kind = 4
+	// KindRemoteMap is pages a processor's view came to map where they
+	// lie, in another location's memory: Processor, Range, Addr, Pages.
+	KindRemoteMap Kind = 5
+	// KindDuplicate is pages copied to To by read duplication, the
+	// other copies kept: Range, Addr, Pages.
+	KindDuplicate Kind = 6
+	// KindLaunch is a kernel launched on device Processor: PID, Stream,
+	// Name (the kernel's name, where the client gave one). Launches go
+	// from the client to the device's process without the server, which
+	// hears of them only under the launch coherence model (the launch
+	// hands the kernel's memory over): only those are recorded.
+	KindLaunch Kind = 7
+	// KindSync is the client saying that a stream of device Processor
+	// (Stream, or every stream of it: 4294967295) went idle: a
+	// synchronization done. Like launches, recorded under the launch
+	// coherence model only; Duration is 0 (the server does not see the
+	// wait).
+	KindSync Kind = 8
+	// KindAlloc is a managed allocation: PID, Range (its number in this
+	// trace), Addr (its start), Bytes (its length).
+	KindAlloc Kind = 9
+	// KindFree is an allocation freed: PID, Range, Addr.
+	KindFree Kind = 10
+	// KindSession is a client that connected: PID, Name (its command).
+	KindSession Kind = 11
+	// KindSessionEnd is a client that went away: PID.
+	KindSessionEnd Kind = 12
+	kindEnd        Kind = 0xff // the writer's last record: Dropped
+)
+
+var kindNames = map[Kind]string{
+	KindFault: "fault", KindMigration: "migration", KindEviction: "eviction", KindPopulate: "populate",
+	KindRemoteMap: "remote_map", KindDuplicate: "duplicate", KindLaunch: "launch", KindSync: "sync",
+	KindAlloc: "alloc", KindFree: "free", KindSession: "session", KindSessionEnd: "session_end",
+}
+
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Kinds lists every kind of event, in number order.
+func Kinds() []Kind {
+	return []Kind{KindFault, KindMigration, KindEviction, KindPopulate, KindRemoteMap, KindDuplicate,
+		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd}
+}
+
+// CPU is the host processor's number in Processor, From and To; devices
+// are numbered from 0.
+const CPU = -1
+
+// FaultKind is the kind of a fault, as userfaultfd reports it.
+type FaultKind uint8
+
+const (
+	FaultMissing FaultKind = 0 // no page where the processor looks: first touch, or resident elsewhere
+	FaultMinor   FaultKind = 1 // the page is in the processor's file but not mapped
+	FaultWP      FaultKind = 2 // a write to a write-protected page
+)
+
+func (k FaultKind) String() string {
+	switch k {
+	case FaultMissing:
+		return "missing"
+	case FaultMinor:
+		return "minor"
+	case FaultWP:
+		return "write_protect"
+	}
+	return fmt.Sprintf("fault_kind(%d)", uint8(k))
+}
+
+// Cause says why pages moved. The numbers are policy.Cause's.
+type Cause uint8
+
+const (
+	CauseFault    Cause = 1 // a fault on one of them (and the prefetch that came with it)
+	CausePrefetch Cause = 2 // an explicit prefetch (cudaMemPrefetchAsync)
+	CauseEviction Cause = 3 // room was made where they were
+	CauseCounters Cause = 4 // the access counters crossed their threshold
+	CauseAdvice   Cause = 5 // advice: read duplication collapsing, a preferred location, a pin of thrashing pages
+	CauseLaunch   Cause = 6 // a launch under the launch coherence model handed them to its device
+)
+
+func (c Cause) String() string {
+	switch c {
+	case CauseFault:
+		return "fault"
+	case CausePrefetch:
+		return "prefetch"
+	case CauseEviction:
+		return "eviction"
+	case CauseCounters:
+		return "counters"
+	case CauseAdvice:
+		return "advice"
+	case CauseLaunch:
+		return "launch"
+	}
+	return fmt.Sprintf("cause(%d)", uint8(c))
+}
+
+// PageSize is the size of the pages that Pages counts.
+const PageSize = 4096
+
+// Event is one record of a trace. Which fields mean something depends on
+// Kind (see each kind); the others are zero.
+type Event struct {
+	Kind Kind
+	// Time is when it happened, since the trace began (a monotonic
+	// clock). Events are written in the order they are handed to the
+	// writer, which is not quite time order: threads race to it.
+	Time time.Duration
+	// PID is the client process the event belongs to (0 where none:
+	// evictions a server makes for itself).
+	PID int32
+	// Thread is the faulting thread's id, where the kernel gave it.
+	Thread int32
+	// Processor is the processor that faulted, launched, synchronized or
+	// came to map pages remotely: CPU or a device number.
+	Processor int32
+	// From and To are a move's source and destination locations.
+	From, To int32
+	// Range numbers the allocation within the trace (KindAlloc gives it
+	// its number); 0 where none.
+	Range uint64
+	// Addr is a page address (a fault's page, a run's first page) or an
+	// allocation's start.
+	Addr uint64
+	// Pages counts 4 KiB pages.
+	Pages uint32
+	// Bytes is an allocation's length.
+	Bytes uint64
+	// FaultKind and Write describe a fault.
+	FaultKind FaultKind
+	Write     bool
+	// Prefetched counts the pages a fault brought beyond the faulted one.
+	Prefetched uint32
+	// Cause is why a migration moved its pages.
+	Cause Cause
+	// Duration is a fault's service time, a migration's copy time, or a
+	// synchronization's wait.
+	Duration time.Duration
+	// Stream is a launch's or synchronization's stream (0: the default
+	// stream, or all of them for a whole-context synchronization).
+	Stream uint64
+	// Name is a kernel's name, or a session's command.
+	Name string
+}
+
+// MovedBytes is the bytes a migration, eviction, population, remote
+// mapping or duplication covers.
+func (e *Event) MovedBytes() uint64 { return uint64(e.Pages) * PageSize }
+
+// ProcessorName names a processor as `uvm stat` does: "cpu" or
+// "device N".
+func ProcessorName(p int32) string {
+	if p == CPU {
+		return "cpu"
+	}
+	return fmt.Sprintf("device %d", p)
+}
