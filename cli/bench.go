@@ -74,6 +74,16 @@ type faultsReport struct {
 	CFloorSingleHandlerP50US  *float64 `json:"c_floor_single_handler_p50_us"`
 	CFloorNote                string   `json:"c_floor_note,omitempty"`
 
+	// Recording: the same faults on two servers at once, one recording
+	// every event to a trace file (--trace), one not, alternating run by
+	// run. TraceOverhead is recording's p50 over the other's.
+	UntracedFaultP50US         float64 `json:"untraced_fault_p50_us"`
+	TracedFaultP50US           float64 `json:"traced_fault_p50_us"`
+	TraceOverhead              float64 `json:"trace_overhead_ratio"`
+	TraceBytesPerMillionFaults float64 `json:"trace_bytes_per_million_faults"`
+	TraceEventsPerFault        float64 `json:"trace_events_per_fault"`
+	TraceDropped               uint64  `json:"trace_dropped_events"`
+
 	// Sequential first touch (one write per page) of managed memory with
 	// the default prefetch, against plain anonymous memory in 4 KiB pages
 	// (MADV_NOHUGEPAGE), as managed memory is mapped. The machine's
@@ -161,6 +171,10 @@ func benchFaults(args []string) error {
 			return err
 		}
 	}
+	progress("recording: %d runs each of %d one-page faults on a server recording a trace and on one not, alternating", *runs, *pages)
+	if err := traceOverhead(cfg, *pages, *runs, &rep); err != nil {
+		return err
+	}
 	if path, err := findCFloor(*cfloor); err != nil {
 		rep.CFloorNote = err.Error()
 	} else {
@@ -213,6 +227,66 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// traceOverhead measures what recording a trace adds to a fault: the
+// same fault-latency runs on two private servers, one with --trace, one
+// without, alternating, so that both see the same machine.
+func traceOverhead(cfg uvm.ServerConfig, pages, runs int, rep *faultsReport) error {
+	dir, err := os.MkdirTemp("", "uvm-bench-trace-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "faults.uvmtrace")
+	traced := cfg
+	traced.Trace = path
+	plain, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	if err != nil {
+		return err
+	}
+	defer plain.Close()
+	rec, err := uvm.Connect(uvm.Config{Server: "private", Private: traced})
+	if err != nil {
+		return err
+	}
+	var on, off []float64
+	for r := 0; r < runs; r++ {
+		p, _, err := faultLatency(plain, pages, 1)
+		if err != nil {
+			rec.Close()
+			return err
+		}
+		q, _, err := faultLatency(rec, pages, 1)
+		if err != nil {
+			rec.Close()
+			return err
+		}
+		off, on = append(off, p), append(on, q)
+	}
+	if err := rec.Close(); err != nil {
+		return err
+	}
+	rep.UntracedFaultP50US, rep.TracedFaultP50US = median(off), median(on)
+	rep.TraceOverhead = rep.TracedFaultP50US / rep.UntracedFaultP50US
+	// The private server closes its trace as it exits, after its client.
+	var s *traceSummary
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if s, err = summarizeTrace(path); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("the recording server's trace: %w", err)
+	}
+	if n := s.totalFaults(); n > 0 {
+		rep.TraceBytesPerMillionFaults = s.BytesPerMillionFaults
+		rep.TraceEventsPerFault = float64(s.Events) / float64(n)
+	}
+	rep.TraceDropped = s.Dropped
+	return nil
 }
 
 // faultLatency times single-page write faults on fresh managed memory
@@ -520,6 +594,9 @@ func printFaultsReport(r faultsReport) {
 	fmt.Printf("    follow (default)   %6.2f      -\n", r.FaultP50US)
 	fmt.Printf("    a handler per CPU  %6.2f %s\n", r.FaultPerCPUHandlersP50US, optUS(r.CFloorPerCPUHandlersP50US))
 	fmt.Printf("    one unpinned       %6.2f %s\n", r.FaultSingleHandlerP50US, optUS(r.CFloorSingleHandlerP50US))
+	fmt.Printf("  recording a trace, p50: %6.2f us against %6.2f us without (alternating): ratio %.3f\n", r.TracedFaultP50US, r.UntracedFaultP50US, r.TraceOverhead)
+	fmt.Printf("    %.1f events and %.1f bytes of trace per fault (%s per million faults), %d dropped\n", r.TraceEventsPerFault,
+		r.TraceBytesPerMillionFaults/1e6, uvm.FormatSize(int64(r.TraceBytesPerMillionFaults)), r.TraceDropped)
 	fmt.Printf("\nfirst touch of %s, one write per page\n", uvm.FormatSize(r.SizeBytes))
 	fmt.Printf("  managed, default prefetch  %7.0f ns/page  (%d faults)\n", r.FirstTouchManagedNS, r.FirstTouchFaults)
 	fmt.Printf("  anonymous memory, 4 KiB    %7.0f ns/page  (transparent huge pages: anonymous %s, shmem %s)\n", r.FirstTouchAnonNS, r.THPAnon, r.THPShmem)

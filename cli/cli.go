@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -30,6 +31,7 @@ func init() {
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
 		{"bench", "faults|launch|oversub|run [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run)", runBench},
+		{"trace", "record|export|plot|summary [flags]", "record every fault and migration of a program (or of a server's clients) to a file; export it for Perfetto or as CSV, draw it, or sum it up", runTrace},
 		{"help", "[COMMAND]", "show help", nil},
 	}
 }
@@ -212,6 +214,7 @@ type serverFlags struct {
 	coherence     string
 	dirtyTracking string
 	largeFolios   string
+	trace         string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -264,6 +267,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 		large = config.LargeFoliosAuto
 	}
 	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto, the default (where the server may make a tmpfs: as root; uvm info says why not elsewhere), or off (UVM_LARGE_FOLIOS)")
+	fs.StringVar(&f.trace, "trace", base.Trace, "record every fault, migration, eviction, allocation and free the server sees to this file (uvm trace export, plot and summary read it; UVM_TRACE=FILE in a client's environment records that client alone)")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 
@@ -316,6 +320,13 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 		cfg.DirtyTracking = f.dirtyTracking
 	}
 	cfg.LargeFolios = f.largeFolios
+	if f.trace != "" {
+		// The server may run in another process, with another working
+		// directory.
+		if cfg.Trace, err = filepath.Abs(f.trace); err != nil {
+			return cfg, fmt.Errorf("--trace %s: %w", f.trace, err)
+		}
+	}
 	return cfg, cfg.Validate()
 }
 

@@ -50,35 +50,18 @@ func (b *Block) Owner() any { return b.owner }
 
 func (b *Block) String() string { return fmt.Sprintf("session %d block %#x", b.Session, b.Addr) }
 
-// Cause says why pages moved.
-type Cause int
+// Cause says why pages moved (core.Cause: the statistics count
+// migrations by it too).
+type Cause = core.Cause
 
 const (
-	CauseFault    Cause = iota + 1 // a fault on one of them
-	CausePrefetch                  // a prefetch (cudaMemPrefetchAsync)
-	CauseEviction                  // room was made on their location
-	CauseCounters                  // access counters crossed the threshold
-	CauseAdvice                    // advice (read duplication, a pin)
-	CauseLaunch                    // a launch under the launch coherence model handed them to its device
+	CauseFault    = core.CauseFault    // a fault on one of them
+	CausePrefetch = core.CausePrefetch // a prefetch (cudaMemPrefetchAsync)
+	CauseEviction = core.CauseEviction // room was made on their location
+	CauseCounters = core.CauseCounters // access counters crossed the threshold
+	CauseAdvice   = core.CauseAdvice   // advice (read duplication, a pin)
+	CauseLaunch   = core.CauseLaunch   // a launch under the launch coherence model handed them to its device
 )
-
-func (c Cause) String() string {
-	switch c {
-	case CauseFault:
-		return "fault"
-	case CausePrefetch:
-		return "prefetch"
-	case CauseEviction:
-		return "eviction"
-	case CauseCounters:
-		return "counters"
-	case CauseAdvice:
-		return "advice"
-	case CauseLaunch:
-		return "launch"
-	}
-	return fmt.Sprintf("cause(%d)", int(c))
-}
 
 // Clock is the server's clock as policies see it: time since the server
 // started, never 0.

@@ -134,6 +134,11 @@ type ServerConfig struct {
 	// FaultDelay stalls every fault this long before serving it. Tests
 	// use it to hold a thread inside a fault.
 	FaultDelay core.Duration `json:"fault_delay,omitempty"`
+	// Trace is a file the server records every session's faults,
+	// migrations and other events into (package trace), "" for none.
+	// TraceCommand is the program recorded, for the trace's header.
+	Trace        string   `json:"trace,omitempty"`
+	TraceCommand []string `json:"trace_command,omitempty"`
 }
 
 // ParseRestarts reads a restart setting: "off", "on" (the default) or a

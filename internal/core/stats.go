@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"sync/atomic"
@@ -17,6 +18,28 @@ const (
 	numFaultKinds
 )
 
+// Cause says why pages moved.
+type Cause int
+
+const (
+	CauseFault    Cause = iota + 1 // a fault on one of them
+	CausePrefetch                  // a prefetch (cudaMemPrefetchAsync)
+	CauseEviction                  // room was made on their location
+	CauseCounters                  // access counters crossed the threshold
+	CauseAdvice                    // advice (read duplication, a pin)
+	CauseLaunch                    // a launch under the launch coherence model handed them to its device
+	numCauses
+)
+
+var causeNames = [numCauses]string{"", "fault", "prefetch", "eviction", "counters", "advice", "launch"}
+
+func (c Cause) String() string {
+	if c > 0 && c < numCauses {
+		return causeNames[c]
+	}
+	return fmt.Sprintf("cause(%d)", int(c))
+}
+
 // counters are the statistics of one scope (the server, or one
 // allocation). Every field is updated with atomics from the fault path,
 // so readers never stop it. The per-processor slices are indexed by
@@ -24,7 +47,7 @@ const (
 type Counters struct {
 	processors int
 	Faults     [][numFaultKinds]atomic.Uint64 // by faulting processor
-	migrated   []atomic.Uint64                // pages, index from.Slot()*processors+to.Slot()
+	migrated   []atomic.Uint64                // pages, index (cause*processors+from.Slot())*processors+to.Slot()
 	Populated  []atomic.Uint64                // zero-filled pages, by processor
 	Evicted    []atomic.Uint64                // pages evicted from each location
 	// By processor: pages a device's view came to map in another
@@ -64,7 +87,7 @@ func NewCounters(processors int) *Counters {
 	return &Counters{
 		processors: processors,
 		Faults:     make([][numFaultKinds]atomic.Uint64, processors),
-		migrated:   make([]atomic.Uint64, processors*processors),
+		migrated:   make([]atomic.Uint64, int(numCauses)*processors*processors),
 		Populated:  make([]atomic.Uint64, processors),
 		Evicted:    make([]atomic.Uint64, processors),
 
@@ -93,6 +116,9 @@ type Stats struct {
 	// Migrations counts pages moved between processors, one entry per
 	// direction that saw traffic.
 	Migrations []Migration `json:"migrations"`
+	// MigrationsByCause splits Migrations by why the pages moved (the
+	// Cause of each entry).
+	MigrationsByCause []Migration `json:"migrations_by_cause,omitempty"`
 	// Populated counts pages created zero-filled (first touch, or a
 	// prefetch of never-touched memory), by processor.
 	Populated []ProcessorPages `json:"populated"`
@@ -151,10 +177,12 @@ type ProcessorFaults struct {
 	WriteProtect uint64 `json:"write_protect"`
 }
 
-// Migration counts pages moved in one direction.
+// Migration counts pages moved in one direction (for one cause, in
+// MigrationsByCause).
 type Migration struct {
 	From  Device `json:"from"`
 	To    Device `json:"to"`
+	Cause string `json:"cause,omitempty"`
 	Pages uint64 `json:"pages"`
 	Bytes uint64 `json:"bytes"`
 }
@@ -279,9 +307,13 @@ func (c *Counters) AddFrom(o *Counters) {
 	}
 }
 
-// AddMigrated counts pages moved from one processor to another.
-func (c *Counters) AddMigrated(from, to Device, pages int) {
-	c.migrated[from.Slot()*c.processors+to.Slot()].Add(uint64(pages))
+// AddMigrated counts pages moved from one processor to another, for
+// cause (0 where none is known).
+func (c *Counters) AddMigrated(from, to Device, cause Cause, pages int) {
+	if cause < 0 || cause >= numCauses {
+		cause = 0
+	}
+	c.migrated[(int(cause)*c.processors+from.Slot())*c.processors+to.Slot()].Add(uint64(pages))
 }
 
 // Total is the processor's fault count.
@@ -382,7 +414,15 @@ func (c *Counters) Snapshot() Stats {
 			s.CounterMigrated = append(s.CounterMigrated, ProcessorPages{Processor: d, Pages: n})
 		}
 		for to := 0; to < locations; to++ {
-			if n := c.migrated[l*locations+to].Load(); n > 0 {
+			var n uint64
+			for cause := range numCauses {
+				k := c.migrated[(int(cause)*locations+l)*locations+to].Load()
+				if k > 0 && cause > 0 {
+					s.MigrationsByCause = append(s.MigrationsByCause, Migration{From: DeviceAtSlot(l), To: DeviceAtSlot(to), Cause: cause.String(), Pages: k, Bytes: k * PageSize})
+				}
+				n += k
+			}
+			if n > 0 {
 				s.Migrations = append(s.Migrations, Migration{From: DeviceAtSlot(l), To: DeviceAtSlot(to), Pages: n, Bytes: n * PageSize})
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/softuvm/softuvm/internal/device"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -267,6 +268,7 @@ func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
 		sess.stats.Allocations.Add(1)
 		sess.stats.AllocatedBytes.Add(r.Size)
 	}
+	sess.traceAlloc(mr)
 	return mr, nil
 }
 
@@ -345,6 +347,14 @@ func (sess *session) resume(restarts int) {
 		}
 		sess.protectCopies(v)
 		srv.track(v)
+		sess.openSessionTrace(true)
+		if sess.tracer != nil {
+			for _, r := range sess.ranges.Load().ranges {
+				if r.kind == core.KindManaged {
+					sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+				}
+			}
+		}
 	}
 	srv.sessionsMu.Lock()
 	srv.sessions[sess.id] = sess
@@ -462,7 +472,7 @@ func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 	for i, rn := range runs {
 		b.settle(v.loc, rn.first, rn.outer, i < done)
 		if i < done && rn.to != v.loc {
-			r.countRemote(v.loc, rn.outer-rn.first)
+			r.countRemote(v.loc, o.pageAddr(rn.first), rn.outer-rn.first)
 		}
 	}
 	b.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
 )
 
 // blockRef names a block of a range.
@@ -48,6 +49,7 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 	if n == 0 || v.r.freed.Load() {
 		return 0
 	}
+	first := pages.NextSet(0)
 	if from == core.CPU && v.r.sess.launch != nil {
 		if locked, _ := v.r.sess.launch.launchLocked(v.r); !locked {
 			// Under the launch model the CPU's writes to its copies are
@@ -87,6 +89,9 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 	}
 	evicted := int64(before - v.b.resident[from.Slot()].Count())
 	v.r.stats.Evicted[from.Slot()].Add(uint64(evicted))
+	if evicted > 0 && v.r.sess.tracing() {
+		v.r.sess.tracePages(trace.KindEviction, v.r, op.pageAddr(first), int(evicted), from)
+	}
 	return evicted
 }
 

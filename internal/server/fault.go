@@ -10,6 +10,7 @@ import (
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -466,6 +467,9 @@ func (o *mover) servePending(p int) error {
 			o.settled(x)
 		}
 	}()
+	if o.sess.tracing() {
+		o.runStarted = time.Now()
+	}
 	landed, moved, err := o.installPending(p, src, populated, oldFile, newFile)
 	for _, x := range reserved {
 		if !moved || x != landed {
@@ -669,6 +673,11 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 	r.stats.Faults[v.loc.Slot()][fr.kind].Add(1)
 	r.stats.Service.Record(elapsed)
 	b.mu.Unlock()
+	if sess.tracing() {
+		e := trace.Event{Kind: trace.KindFault, PID: int32(v.pid), Thread: int32(fr.msg.TID), Processor: int32(v.loc), Range: r.id,
+			Addr: uint64(addr), FaultKind: trace.FaultKind(fr.kind), Write: fr.write, Duration: elapsed, Prefetched: uint32(op.prefetched)}
+		sess.emitAt(&e, fr.started)
+	}
 }
 
 // stray handles a fault on an address no range owns. A stale message (the

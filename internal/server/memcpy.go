@@ -7,6 +7,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/trace"
 )
 
 // deviceFileReply answers msgDeviceFile: the session's file of device d,
@@ -69,6 +70,10 @@ func (sess *session) noteDeviceWritten(addr, n uintptr) error {
 		if k := fresh.Count(); k > 0 {
 			o.b.resident[r.owner.Slot()].Or(&fresh)
 			r.stats.Populated[r.owner.Slot()].Add(uint64(k))
+			if sess.tracing() {
+				e := trace.Event{Kind: trace.KindPopulate, To: int32(r.owner), Range: r.id, Addr: uint64(o.pageAddr(fresh.NextSet(0))), Pages: uint32(k)}
+				sess.emit(&e)
+			}
 		}
 		return nil
 	})

@@ -46,6 +46,12 @@ type mover struct {
 	// counts only moves a fault causes, and the eviction policy is told.
 	// Zero for movers that move nothing of their own (remaps, audits).
 	cause policy.Cause
+	// runStarted is when the run being moved began, while tracing; the
+	// trace's migration events take their time and duration from it.
+	runStarted time.Time
+	// prefetched counts the pages this mover brought speculatively, for
+	// its fault's trace event.
+	prefetched int
 }
 
 // retryAgain is how long an ioctl refused with EAGAIN (an mremap in
@@ -401,6 +407,9 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 	if err == nil {
 		for _, rn := range o.runs(want, speculative, t, lazy, lead) {
 			var done core.PageMask
+			if o.sess.tracing() {
+				o.runStarted = time.Now()
+			}
 			done, err = o.moveRun(rn, t, dstFile)
 			o.account(rn, done, dst, speculative)
 			moved += int64(done.Count())
@@ -635,11 +644,11 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 			srv.eviction.Left(b.ref, rn.src)
 		}
 	}
+	cause := o.cause
+	if cause == 0 {
+		cause = policy.CauseAdvice
+	}
 	if o.r.kind == core.KindManaged { // pinned and device memory are never evicted
-		cause := o.cause
-		if cause == 0 {
-			cause = policy.CauseAdvice
-		}
 		srv.arrived(b, dst, done, cause)
 	}
 	if dst == core.CPU {
@@ -647,10 +656,13 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 	} else if rn.populated && rn.src == core.CPU {
 		srv.hostPages.Add(-int64(n))
 	}
+	if o.sess.tracing() {
+		o.traceRun(rn, done, dst, cause)
+	}
 	if !rn.populated {
 		o.r.stats.Populated[dst.Slot()].Add(uint64(n))
 	} else {
-		o.r.stats.AddMigrated(rn.src, dst, n)
+		o.r.stats.AddMigrated(rn.src, dst, cause, n)
 		if o.cause == policy.CauseFault {
 			o.recordMigration(done, srv.nowMicros())
 		}
@@ -659,6 +671,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 	spec.And(&speculative)
 	if k := spec.Count(); k > 0 {
 		o.r.stats.Prefetched.Add(uint64(k))
+		o.prefetched += k
 		if rn.speculative && dst == core.CPU {
 			b.prefetchPending.Or(&spec)
 		}

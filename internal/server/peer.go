@@ -129,7 +129,7 @@ func (sess *session) mapPeerMemory(d, peer core.Device, on bool) error {
 		if on {
 			err = v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), File: peer}), wire.MsgDeviceMap)
 			if err == nil {
-				r.countRemote(d, int(r.length/core.PageSize))
+				r.countRemote(d, r.start, int(r.length/core.PageSize))
 			}
 		} else {
 			err = v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap)

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
 )
 
 // duplicate copies pages (populated somewhere, not at t.dst) to t.dst,
@@ -36,6 +37,9 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 		got.And(&b.resident[dst.Slot()])
 		srv.arrived(b, dst, got, policy.CauseAdvice)
 		o.r.stats.ReadDuplicated[dst.Slot()].Add(uint64(copied))
+		if o.sess.tracing() {
+			o.sess.tracePages(trace.KindDuplicate, o.r, o.pageAddr(got.NextSet(0)), int(copied), dst)
+		}
 		o.residencyChanged()
 	}
 	return err

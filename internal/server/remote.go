@@ -7,6 +7,7 @@ import (
 
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/trace"
 )
 
 // viewMap records which file one device view maps over each page of one
@@ -368,7 +369,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
 		b.mu.Lock()
 		b.settle(l, first, outer, err == nil)
 		if err == nil && to != l {
-			r.countRemote(l, outer-first)
+			r.countRemote(l, o.pageAddr(first), outer-first)
 		}
 		b.mu.Unlock()
 		if err != nil {
@@ -448,7 +449,11 @@ func (sess *session) scheduleRemap(r *managedRange, bi int, d time.Duration) {
 	})
 }
 
-// countRemote counts pages device view l came to map remotely.
-func (r *managedRange) countRemote(l core.Device, pages int) {
+// countRemote counts pages device view l came to map remotely, from
+// addr on.
+func (r *managedRange) countRemote(l core.Device, addr uintptr, pages int) {
 	r.stats.RemoteMapped[l.Slot()].Add(uint64(pages))
+	if r.sess.tracing() {
+		r.sess.tracePages(trace.KindRemoteMap, r, addr, pages, l)
+	}
 }

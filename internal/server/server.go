@@ -20,6 +20,7 @@ import (
 	"github.com/softuvm/softuvm/internal/engine"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -27,7 +28,11 @@ import (
 // location files and the residency of every page, and serves faults on
 // handler threads that never touch managed memory themselves.
 type Server struct {
-	cfg    config.ServerConfig
+	cfg config.ServerConfig
+	// tracer records every session's events (trace.go), nil when not
+	// tracing. Set before the server serves, closed after the last
+	// session ended.
+	tracer *trace.Recorder
 	arenas []*devmem.Arena
 	// reserving[d] counts movers holding a reservation on device d's
 	// arena for pages the eviction policy does not list yet (evict.go:
@@ -196,6 +201,10 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		runtime.GOMAXPROCS(n)
 	}
 
+	if err := s.openTrace(start.guard != nil); err != nil {
+		s.closeArenas()
+		return nil, err
+	}
 	switch {
 	case start.guard != nil:
 		s.guard = start.guard
@@ -367,6 +376,7 @@ func (s *Server) Close() error {
 		s.guard.quit()
 		s.staging.close()
 		s.closeArenas()
+		s.closeTrace()
 	})
 	return nil
 }

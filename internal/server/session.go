@@ -16,6 +16,7 @@ import (
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -43,6 +44,10 @@ type session struct {
 	// control operations both create device files on first use.
 	filesMu  sync.Mutex
 	devFiles []*devmem.File // one per device, created on first use
+
+	// tracer records this client's own events (UVM_TRACE), nil when it
+	// asked for none; set before the session serves, closed at its end.
+	tracer *trace.Recorder
 
 	ranges atomic.Pointer[rangeTable]
 	// recentFrees remembers the last ranges freed and when, guarded by
@@ -165,6 +170,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	}
 	if hello.Role == wire.RoleClient {
 		s.track(sess.client())
+		sess.openSessionTrace(false)
 	}
 	s.sessionsMu.Lock()
 	s.sessions[sess.id] = sess
@@ -324,8 +330,14 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 	case wire.StreamAttachRequest:
 		return wire.EncodeEmptyReply(h), nil, sess.streamAttach(r)
 	case wire.LaunchBeginRequest:
+		if sess.tracing() {
+			sess.emit(&trace.Event{Kind: trace.KindLaunch, Processor: r.Device, Stream: uint64(r.Stream), Name: r.Kernel})
+		}
 		return wire.EncodeEmptyReply(h), nil, sess.launchBegin(r)
 	case wire.StreamsIdleRequest:
+		if sess.tracing() {
+			sess.emit(&trace.Event{Kind: trace.KindSync, Processor: r.Device, Stream: uint64(r.Stream)})
+		}
 		return wire.EncodeEmptyReply(h), nil, sess.streamsIdle(r)
 	case wire.PeerAccessRequest:
 		was, err := sess.peerAccess(r)
@@ -382,6 +394,7 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 		sess.stats.Allocations.Add(1)
 		sess.stats.AllocatedBytes.Add(r.Size)
 	}
+	sess.traceAlloc(mr)
 	return mr.id, nil
 }
 
@@ -481,6 +494,9 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	}
 	sess.noteFreed(r.start, r.end())
 	sess.ranges.Store(sess.ranges.Load().without(r))
+	if sess.tracing() && r.kind == core.KindManaged {
+		sess.emit(&trace.Event{Kind: trace.KindFree, Range: r.id, Addr: uint64(r.start)})
+	}
 	resident := make([]int64, sess.srv.locations())
 	for i := range r.blocks {
 		b := r.blocks[i].Load()
@@ -624,6 +640,12 @@ func (s *Server) endSession(sess *session) {
 	sess.filesMu.Unlock()
 	if sess.role == wire.RoleClient {
 		s.guard.send(GuardIDMsg(GuardEnd, sess.id))
+		// Before the session leaves the list: a closing server waits
+		// for the list to empty, then closes its trace.
+		if sess.tracing() {
+			sess.emit(&trace.Event{Kind: trace.KindSessionEnd})
+		}
+		sess.closeSessionTrace()
 	}
 	s.sessionsMu.Lock()
 	// Its ranges are freed, so its own counters hold everything it

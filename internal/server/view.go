@@ -282,7 +282,7 @@ func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 		out = append(out, wire.Mapping{Addr: uint64(r.start), Length: uint64(r.length), File: base})
 		if r.kind != core.KindManaged {
 			if base != l {
-				r.countRemote(l, int(r.length/core.PageSize))
+				r.countRemote(l, r.start, int(r.length/core.PageSize))
 			}
 			continue
 		}
@@ -302,7 +302,7 @@ func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 				b.setMapping(l, first, outer, to, false, sess.srv.locations())
 				out = append(out, wire.Mapping{Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to})
 				if to != l {
-					r.countRemote(l, outer-first)
+					r.countRemote(l, o.pageAddr(first), outer-first)
 				}
 				from = outer
 			}
@@ -386,7 +386,7 @@ func (sess *session) mapInDevices(r *managedRange) error {
 		err := v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), File: loc}), wire.MsgDeviceMap)
 		v.release()
 		if err == nil && loc != core.DeviceAtSlot(l) {
-			r.countRemote(core.DeviceAtSlot(l), int(r.length/core.PageSize))
+			r.countRemote(core.DeviceAtSlot(l), r.start, int(r.length/core.PageSize))
 		}
 		if err != nil {
 			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)

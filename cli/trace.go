@@ -1,0 +1,355 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/softuvm/softuvm/trace"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+const traceUsage = `Usage: uvm trace record|export|plot|summary [flags]
+
+  record [--out FILE] [RUN FLAGS] -- PROGRAM [ARGS...]
+                 run a program as uvm run does, recording every fault,
+                 migration, eviction, allocation and free to FILE
+                 (default PROGRAM.uvmtrace)
+  record [--out FILE] [SERVE FLAGS]
+                 run a fault server daemon as uvm serve does, recording
+                 every client's events until it is stopped
+                 (default uvm-serve.uvmtrace)
+  export [--format perfetto|csv] [--out FILE] TRACE
+                 Chrome trace-event JSON that ui.perfetto.dev opens, or CSV
+  plot [--out DIR] [--format png|svg|both] TRACE
+                 a heatmap of faults over address and time, migration
+                 bandwidth over time, and the fault service times
+  summary [--json] TRACE
+                 what a trace holds: events by kind, faults by processor,
+                 pages moved by direction and cause
+
+A client started with UVM_TRACE=FILE in its environment has its own events
+recorded there by whichever server serves it. docs/traces.md describes the
+format.`
+
+func runTrace(args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(os.Stderr, traceUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			return nil
+		}
+		return errUsage
+	}
+	switch args[0] {
+	case "record":
+		return runTraceRecord(args[1:])
+	case "export":
+		return runTraceExport(args[1:])
+	case "plot":
+		return runTracePlot(args[1:])
+	case "summary":
+		return runTraceSummary(args[1:])
+	}
+	fmt.Fprintf(os.Stderr, "uvm trace: unknown subcommand %q: want record, export, plot or summary\n", args[0])
+	return errUsage
+}
+
+// runTraceRecord is uvm run (with a program after "--") or uvm serve
+// (without) with --trace set to --out.
+func runTraceRecord(args []string) error {
+	out, rest, err := cutOutFlag(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm trace record: %v\n", err)
+		return errUsage
+	}
+	dash := slices.Index(rest, "--")
+	if slices.ContainsFunc(rest, func(a string) bool {
+		return a == "-trace" || a == "--trace" || strings.HasPrefix(a, "--trace=") || strings.HasPrefix(a, "-trace=")
+	}) &&
+		(dash < 0 || slices.ContainsFunc(rest[:dash], func(a string) bool { return strings.Contains(a, "trace") })) {
+		fmt.Fprintln(os.Stderr, "uvm trace record: --trace is what --out sets: give --out FILE")
+		return errUsage
+	}
+	if dash < 0 {
+		if out == "" {
+			out = "uvm-serve.uvmtrace"
+		}
+		fmt.Fprintf(os.Stderr, "uvm trace record: no program after --: serving as uvm serve does, recording every client to %s until stopped\n", out)
+		return runServe(append([]string{"--trace", out}, rest...))
+	}
+	if dash == len(rest)-1 {
+		fmt.Fprintln(os.Stderr, "uvm trace record: no program after --: want uvm trace record [--out FILE] [RUN FLAGS] -- PROGRAM [ARGS...]")
+		return errUsage
+	}
+	if out == "" {
+		out = filepath.Base(rest[dash+1]) + ".uvmtrace"
+	}
+	runErr := runRun(append([]string{"--trace", out}, rest...))
+	if errors.Is(runErr, errUsage) || errors.Is(runErr, flag.ErrHelp) {
+		return runErr
+	}
+	if s, err := summarizeTrace(out); err == nil {
+		fi, _ := os.Stat(out)
+		size := int64(0)
+		if fi != nil {
+			size = fi.Size()
+		}
+		fmt.Fprintf(os.Stderr, "uvm trace record: %d events (%d faults, %d migrations) in %s, %s\n", s.Events, s.totalFaults(), s.totalMigrations(), out, uvm.FormatSize(size))
+	} else if !os.IsNotExist(errors.Unwrap(err)) {
+		fmt.Fprintf(os.Stderr, "uvm trace record: %v\n", err)
+	}
+	return runErr
+}
+
+// cutOutFlag takes --out FILE (or --out=FILE, -out) out of the arguments
+// before "--".
+func cutOutFlag(args []string) (out string, rest []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "out" {
+			if !hasVal {
+				if i+1 >= len(args) {
+					return "", nil, fmt.Errorf("--out wants a file name")
+				}
+				i++
+				val = args[i]
+			}
+			if val == "" {
+				return "", nil, fmt.Errorf("--out wants a file name, not an empty one")
+			}
+			out = val
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return out, rest, nil
+}
+
+// traceSummary is what `uvm trace summary --json` prints.
+type traceSummary struct {
+	File     string         `json:"file"`
+	Header   trace.Header   `json:"header"`
+	Events   uint64         `json:"events"`
+	Dropped  uint64         `json:"dropped"`
+	Bytes    int64          `json:"bytes"`
+	Span     time.Duration  `json:"span_ns"`
+	ByKind   map[string]int `json:"by_kind"`
+	Faults   []traceFaults  `json:"faults"`
+	Moves    []traceMoves   `json:"migrations"`
+	Evicted  map[string]int `json:"evicted_pages,omitempty"`
+	Populate map[string]int `json:"populated_pages,omitempty"`
+	Sessions int            `json:"sessions"`
+	Allocs   int            `json:"allocations"`
+	// BytesPerMillionFaults is the trace's size per million faults.
+	BytesPerMillionFaults float64 `json:"bytes_per_million_faults,omitempty"`
+}
+
+type traceFaults struct {
+	Processor    string  `json:"processor"`
+	Missing      int     `json:"missing"`
+	Minor        int     `json:"minor"`
+	WriteProtect int     `json:"write_protect"`
+	P50US        float64 `json:"service_p50_us"`
+	P99US        float64 `json:"service_p99_us"`
+}
+
+type traceMoves struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Cause string `json:"cause"`
+	Runs  int    `json:"runs"`
+	Pages uint64 `json:"pages"`
+	Bytes uint64 `json:"bytes"`
+	// GBps is the bytes over the runs' summed copy time.
+	GBps float64 `json:"gb_per_s"`
+}
+
+func (s *traceSummary) totalFaults() int {
+	n := 0
+	for _, f := range s.Faults {
+		n += f.Missing + f.Minor + f.WriteProtect
+	}
+	return n
+}
+
+func (s *traceSummary) totalMigrations() int { return s.ByKind[trace.KindMigration.String()] }
+
+// summarizeTrace reads a trace through once.
+func summarizeTrace(path string) (*traceSummary, error) {
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	s := &traceSummary{File: path, Header: r.Header(), ByKind: map[string]int{}, Evicted: map[string]int{}, Populate: map[string]int{}}
+	faults := map[int32]*traceFaults{}
+	service := map[int32][]time.Duration{}
+	type moveKey struct {
+		from, to int32
+		cause    trace.Cause
+	}
+	moves := map[moveKey]*traceMoves{}
+	took := map[moveKey]time.Duration{}
+	var first, last time.Duration
+	var e trace.Event
+	for {
+		err := r.Next(&e)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return s, err
+		}
+		if s.Events == 0 || e.Time < first {
+			first = e.Time
+		}
+		last = max(last, e.Time+max(e.Duration, 0))
+		s.Events++
+		s.ByKind[e.Kind.String()]++
+		switch e.Kind {
+		case trace.KindFault:
+			f := faults[e.Processor]
+			if f == nil {
+				f = &traceFaults{Processor: trace.ProcessorName(e.Processor)}
+				faults[e.Processor] = f
+			}
+			switch e.FaultKind {
+			case trace.FaultMinor:
+				f.Minor++
+			case trace.FaultWP:
+				f.WriteProtect++
+			default:
+				f.Missing++
+			}
+			service[e.Processor] = append(service[e.Processor], e.Duration)
+		case trace.KindMigration:
+			k := moveKey{e.From, e.To, e.Cause}
+			m := moves[k]
+			if m == nil {
+				m = &traceMoves{From: trace.ProcessorName(e.From), To: trace.ProcessorName(e.To), Cause: e.Cause.String()}
+				moves[k] = m
+			}
+			m.Runs++
+			m.Pages += uint64(e.Pages)
+			m.Bytes += e.MovedBytes()
+			took[k] += e.Duration
+		case trace.KindEviction:
+			s.Evicted[trace.ProcessorName(e.From)] += int(e.Pages)
+		case trace.KindPopulate:
+			s.Populate[trace.ProcessorName(e.To)] += int(e.Pages)
+		case trace.KindSession:
+			s.Sessions++
+		case trace.KindAlloc:
+			s.Allocs++
+		}
+	}
+	s.Dropped = r.Dropped()
+	s.Span = last - first
+	for p, f := range faults {
+		d := service[p]
+		slices.Sort(d)
+		f.P50US = float64(d[len(d)/2]) / 1e3
+		f.P99US = float64(d[min(len(d)-1, len(d)*99/100)]) / 1e3
+		s.Faults = append(s.Faults, *f)
+	}
+	sort.Slice(s.Faults, func(i, j int) bool { return s.Faults[i].Processor < s.Faults[j].Processor })
+	for k, m := range moves {
+		if t := took[k]; t > 0 {
+			m.GBps = float64(m.Bytes) / t.Seconds() / 1e9
+		}
+		s.Moves = append(s.Moves, *m)
+	}
+	sort.Slice(s.Moves, func(i, j int) bool {
+		a, b := s.Moves[i], s.Moves[j]
+		if a.From != b.From {
+			return a.From < b.From
+		}
+		if a.To != b.To {
+			return a.To < b.To
+		}
+		return a.Cause < b.Cause
+	})
+	if fi, err := os.Stat(path); err == nil {
+		s.Bytes = fi.Size()
+	}
+	if n := s.totalFaults(); n > 0 {
+		s.BytesPerMillionFaults = float64(s.Bytes) / float64(n) * 1e6
+	}
+	return s, nil
+}
+
+func runTraceSummary(args []string) error {
+	fs := newFlagSet("trace summary", "[--json] TRACE", "Sum up what a trace holds: its header, events by kind, faults by processor with their service times, pages moved by direction and cause with the copies' rate, evictions")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(fs.Output(), "uvm trace summary: want one TRACE file, got %d arguments\n", fs.NArg())
+		return errUsage
+	}
+	s, err := summarizeTrace(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
+	h := s.Header
+	fmt.Fprintf(w, "trace\t%s (%s, started %s)\n", s.File, uvm.FormatSize(s.Bytes), h.Started.Format(time.RFC3339))
+	if len(h.Command) > 0 {
+		fmt.Fprintf(w, "command\t%s\n", strings.Join(h.Command, " "))
+	}
+	fmt.Fprintf(w, "scope\t%s, %d devices, host budget %s, policies %v\n", h.Scope, h.Devices, budgetText(h.HostBudget), h.Policies)
+	fmt.Fprintf(w, "events\t%d over %v (dropped: %d)\n", s.Events, s.Span.Round(time.Microsecond), s.Dropped)
+	kinds := make([]string, 0, len(s.ByKind))
+	for _, k := range trace.Kinds() {
+		if n := s.ByKind[k.String()]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	fmt.Fprintf(w, "by kind\t%s\n", strings.Join(kinds, ", "))
+	for _, f := range s.Faults {
+		fmt.Fprintf(w, "faults on %s\t%d missing, %d minor, %d write-protect; service p50 %.1f us, p99 %.1f us\n", f.Processor, f.Missing, f.Minor, f.WriteProtect, f.P50US, f.P99US)
+	}
+	for _, m := range s.Moves {
+		fmt.Fprintf(w, "%s -> %s (%s)\t%d pages, %s in %d runs, %.2f GB/s while copying\n", m.From, m.To, m.Cause, m.Pages, uvm.FormatSize(int64(m.Bytes)), m.Runs, m.GBps)
+	}
+	for p, n := range s.Evicted {
+		fmt.Fprintf(w, "evicted from %s\t%d pages\n", p, n)
+	}
+	for p, n := range s.Populate {
+		fmt.Fprintf(w, "populated on %s\t%d pages\n", p, n)
+	}
+	if s.BytesPerMillionFaults > 0 {
+		fmt.Fprintf(w, "size\t%s per million faults\n", uvm.FormatSize(int64(s.BytesPerMillionFaults)))
+	}
+	return w.Flush()
+}
+
+func budgetText(b int64) string {
+	if b <= 0 {
+		return "none"
+	}
+	return uvm.FormatSize(b)
+}

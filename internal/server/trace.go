@@ -1,0 +1,315 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
+)
+
+// TraceEnv names the trace file of one client: a client whose process
+// starts with UVM_TRACE=FILE in its environment has its own events
+// recorded there (relative names are the client's working directory's).
+const TraceEnv = "UVM_TRACE"
+
+// Recording: a server with ServerConfig.Trace records every session's
+// events into s.tracer; a client started with UVM_TRACE records its own
+// into sess.tracer. Emitting encodes the event into memory under the
+// recorder's own short lock (a leaf: nothing is taken under it), so the
+// fault path holds block locks only a few hundred nanoseconds longer;
+// the recorder's goroutine writes the file.
+
+// openTrace starts the server's recording, if configured. A server that
+// takes over from a dead one records to a file of its own (FILE.pidN),
+// so that the dead one's trace stays readable up to where it stopped.
+func (s *Server) openTrace(takeover bool) error {
+	if s.cfg.Trace == "" {
+		return nil
+	}
+	path := s.cfg.Trace
+	if takeover {
+		path = fmt.Sprintf("%s.pid%d", path, os.Getpid())
+	}
+	h := s.traceHeader("server")
+	rec, err := trace.Create(path, h)
+	if err != nil {
+		return fmt.Errorf("%w: --trace: %v", core.ErrInitialization, err)
+	}
+	s.tracer = rec
+	if takeover {
+		s.logger.Printf("taking over: recording this server's events to %s", path)
+	}
+	return nil
+}
+
+// traceHeader describes this server in a trace's header.
+func (s *Server) traceHeader(scope string) trace.Header {
+	h := trace.Header{Devices: len(s.arenas), Scope: scope, HostBudget: s.cfg.HostBudget,
+		Policies: map[string]string{"prefetch": s.prefetch.Name(), "eviction": s.eviction.Name(),
+			"thrashing": s.cfg.Thrashing.String(), "access": s.cfg.ParsedAccessPolicy().String()},
+		Command: s.cfg.TraceCommand}
+	if len(s.arenas) > 0 {
+		h.DeviceBytes = s.arenas[0].Capacity()
+	}
+	h.Host, _ = os.Hostname()
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		h.Kernel = utsString(u.Release[:])
+	}
+	return h
+}
+
+func utsString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+// closeTrace ends the server's recording.
+func (s *Server) closeTrace() {
+	if s.tracer == nil {
+		return
+	}
+	if err := s.tracer.Close(); err != nil {
+		s.logger.Printf("trace: %v", err)
+	}
+	if _, dropped := s.tracer.Counts(); dropped > 0 {
+		s.logger.Printf("trace %s: %d events dropped: the disk did not keep pace", s.cfg.Trace, dropped)
+	}
+}
+
+// clientTracePath reads UVM_TRACE from the environment client pid
+// started with, made absolute against its working directory; "" if
+// unset.
+func clientTracePath(pid int) (string, error) {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", nil // gone already
+		}
+		return "", err
+	}
+	var path string
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if v, ok := strings.CutPrefix(kv, TraceEnv+"="); ok {
+			path = v
+		}
+	}
+	if path == "" || filepath.IsAbs(path) {
+		return path, nil
+	}
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	if err != nil {
+		return "", fmt.Errorf("%s=%s is relative, and the client's working directory cannot be read: %v", TraceEnv, path, err)
+	}
+	return filepath.Join(cwd, path), nil
+}
+
+// openSessionTrace starts recording a client's own events where it asks
+// for it (UVM_TRACE), and records the session's start. A failure is
+// logged, not fatal: the client runs untraced.
+func (sess *session) openSessionTrace(takeover bool) {
+	path, err := clientTracePath(sess.pid)
+	if err == nil && path != "" {
+		if takeover {
+			path = fmt.Sprintf("%s.pid%d", path, os.Getpid())
+		} else {
+			path = sessionTraceFile(path, sess.pid)
+		}
+		h := sess.srv.traceHeader("session")
+		if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
+			h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		}
+		sess.tracer, err = trace.Create(path, h)
+	}
+	if err != nil {
+		sess.srv.logger.Printf("pid %d: %s: %v (its events are not recorded)", sess.pid, TraceEnv, err)
+	}
+	if sess.tracing() {
+		sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})
+	}
+}
+
+// command is the client's command name, for a session event.
+func (sess *session) command() string {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", sess.pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(comm))
+}
+
+// closeSessionTrace ends a client's own recording.
+func (sess *session) closeSessionTrace() {
+	if sess.tracer == nil {
+		return
+	}
+	if err := sess.tracer.Close(); err != nil {
+		sess.srv.logger.Printf("pid %d: %s: %v", sess.pid, TraceEnv, err)
+	}
+}
+
+// tracing reports whether anything records this session's events: the
+// one check on paths that would otherwise build events for nobody.
+func (sess *session) tracing() bool { return sess.srv.tracer != nil || sess.tracer != nil }
+
+// emit records e in the server's trace and the session's own. A zero
+// Time means now.
+func (sess *session) emit(e *trace.Event) {
+	if e.PID == 0 {
+		e.PID = int32(sess.pid)
+	}
+	if t := sess.srv.tracer; t != nil {
+		t.Emit(e)
+	}
+	if t := sess.tracer; t != nil {
+		if sess.srv.tracer != nil {
+			e.Time = 0 // each trace's own clock
+		}
+		t.Emit(e)
+	}
+}
+
+// emitAt records e as of t.
+func (sess *session) emitAt(e *trace.Event, t time.Time) {
+	if r := sess.srv.tracer; r != nil {
+		e.Time = r.Since(t)
+		if e.PID == 0 {
+			e.PID = int32(sess.pid)
+		}
+		r.Emit(e)
+	}
+	if r := sess.tracer; r != nil {
+		e.Time = r.Since(t)
+		if e.PID == 0 {
+			e.PID = int32(sess.pid)
+		}
+		r.Emit(e)
+	}
+}
+
+// traceRun records a run of pages of the mover's block that arrived at
+// dst: populated (zero-filled) or migrated from rn.src.
+func (o *mover) traceRun(rn run, done core.PageMask, dst core.Device, cause policy.Cause) {
+	first := done.NextSet(0)
+	e := trace.Event{Range: o.r.id, Addr: uint64(o.pageAddr(first)), Pages: uint32(done.Count()), To: int32(dst)}
+	if !rn.populated {
+		e.Kind = trace.KindPopulate
+		o.sess.emit(&e)
+		return
+	}
+	e.Kind, e.From, e.Cause = trace.KindMigration, int32(rn.src), trace.Cause(cause)
+	if !o.runStarted.IsZero() {
+		e.Duration = time.Since(o.runStarted)
+		o.sess.emitAt(&e, o.runStarted)
+		return
+	}
+	o.sess.emit(&e)
+}
+
+// tracePages records pages of a range's block at an event of kind k (an
+// eviction from p, a remote mapping by p, a duplication to p).
+func (sess *session) tracePages(k trace.Kind, r *managedRange, addr uintptr, pages int, p core.Device) {
+	e := trace.Event{Kind: k, Range: r.id, Addr: uint64(addr), Pages: uint32(pages)}
+	switch k {
+	case trace.KindEviction:
+		e.From = int32(p)
+	case trace.KindRemoteMap:
+		e.Processor = int32(p)
+	default:
+		e.To = int32(p)
+	}
+	sess.emit(&e)
+}
+
+// traceAlloc records an allocation the session made, or one a takeover
+// restored. Only managed memory is recorded: device and pinned memory
+// never move, and their pages raise no events.
+func (sess *session) traceAlloc(r *managedRange) {
+	if sess.tracing() && r.kind == core.KindManaged {
+		sess.emit(&trace.Event{Kind: trace.KindAlloc, Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+	}
+}
+
+// sessionTraceFile is where a client's session records: path, unless an
+// earlier session of the same process wrote it (a program that opens
+// several sessions, each perhaps with a private server of its own); then
+// path.2, path.3, ..., the first not written since the process started
+// (to within a second: the boot time is kept in whole seconds).
+// A file older than the process is an earlier run's, and is replaced.
+func sessionTraceFile(path string, pid int) string {
+	started, ok := processStart(pid)
+	if !ok {
+		return path
+	}
+	for n := 1; ; n++ {
+		p := path
+		if n > 1 {
+			p = fmt.Sprintf("%s.%d", path, n)
+		}
+		fi, err := os.Stat(p)
+		if err != nil || fi.ModTime().Before(started) {
+			return p
+		}
+	}
+}
+
+// processStart is when process pid started, from its start time in
+// clock ticks since boot and the boot time.
+func processStart(pid int) (time.Time, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return time.Time{}, false
+	}
+	// The command (field 2) may hold spaces and parentheses: fields
+	// are counted from the last ')'.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	const startField = 22 - 3 // field 22, counted from field 3
+	if len(f) <= startField {
+		return time.Time{}, false
+	}
+	ticks, err := strconv.ParseInt(f[startField], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	boot, ok := bootTime()
+	if !ok {
+		return time.Time{}, false
+	}
+	const hz = 100 // USER_HZ, fixed at 100 for /proc on Linux
+	return boot.Add(time.Duration(ticks) * time.Second / hz), true
+}
+
+func bootTime() (time.Time, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.Unix(sec, 0), true
+		}
+	}
+	return time.Time{}, false
+}
