@@ -45,7 +45,7 @@ var layers = [][]string{
 	{"internal/wire"},
 	{"internal/engine"},
 	{"internal/device"},
-	{"internal/server"},
+	{"internal/server", "internal/metrics"},
 	{"uvm"},
 	{"cli", "cmd", "policy/coursework/cmd"},
 }
