@@ -73,6 +73,8 @@
 //	                      block lock)
 //	session.statsMu       the ranges whose statistics a sum reads, and the
 //	                      session's retired statistics (a leaf)
+//	trace.Recorder.mu     encoding one event into a trace's buffer (a leaf;
+//	                      faults and moves emit under a block lock)
 //
 // Fault handlers take block.mu (and what follows it), never session.mu or
 // view.reqMu, and never wait for another process. Nobody holds view.use
