@@ -72,10 +72,14 @@ func runTraceRecord(args []string) error {
 		return errUsage
 	}
 	dash := slices.Index(rest, "--")
-	if slices.ContainsFunc(rest, func(a string) bool {
-		return a == "-trace" || a == "--trace" || strings.HasPrefix(a, "--trace=") || strings.HasPrefix(a, "-trace=")
-	}) &&
-		(dash < 0 || slices.ContainsFunc(rest[:dash], func(a string) bool { return strings.Contains(a, "trace") })) {
+	flags := rest
+	if dash >= 0 {
+		flags = rest[:dash]
+	}
+	if slices.ContainsFunc(flags, func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name == "trace"
+	}) {
 		fmt.Fprintln(os.Stderr, "uvm trace record: --trace is what --out sets: give --out FILE")
 		return errUsage
 	}

@@ -166,37 +166,21 @@ func (sess *session) closeSessionTrace() {
 // one check on paths that would otherwise build events for nobody.
 func (sess *session) tracing() bool { return sess.srv.tracer != nil || sess.tracer != nil }
 
-// emit records e in the server's trace and the session's own. A zero
-// Time means now.
-func (sess *session) emit(e *trace.Event) {
+// emit records e, as of now, in the server's trace and the session's
+// own.
+func (sess *session) emit(e *trace.Event) { sess.emitAt(e, time.Now()) }
+
+// emitAt records e as of t, each trace on its own clock.
+func (sess *session) emitAt(e *trace.Event, t time.Time) {
 	if e.PID == 0 {
 		e.PID = int32(sess.pid)
 	}
-	if t := sess.srv.tracer; t != nil {
-		t.Emit(e)
-	}
-	if t := sess.tracer; t != nil {
-		if sess.srv.tracer != nil {
-			e.Time = 0 // each trace's own clock
-		}
-		t.Emit(e)
-	}
-}
-
-// emitAt records e as of t.
-func (sess *session) emitAt(e *trace.Event, t time.Time) {
 	if r := sess.srv.tracer; r != nil {
 		e.Time = r.Since(t)
-		if e.PID == 0 {
-			e.PID = int32(sess.pid)
-		}
 		r.Emit(e)
 	}
 	if r := sess.tracer; r != nil {
 		e.Time = r.Since(t)
-		if e.PID == 0 {
-			e.PID = int32(sess.pid)
-		}
 		r.Emit(e)
 	}
 }
@@ -212,12 +196,12 @@ func (o *mover) traceRun(rn run, done core.PageMask, dst core.Device, cause poli
 		return
 	}
 	e.Kind, e.From, e.Cause = trace.KindMigration, int32(rn.src), trace.Cause(cause)
-	if !o.runStarted.IsZero() {
-		e.Duration = time.Since(o.runStarted)
-		o.sess.emitAt(&e, o.runStarted)
+	if o.runStarted.IsZero() {
+		o.sess.emit(&e)
 		return
 	}
-	o.sess.emit(&e)
+	e.Duration = time.Since(o.runStarted)
+	o.sess.emitAt(&e, o.runStarted)
 }
 
 // tracePages records pages of a range's block at an event of kind k (an
