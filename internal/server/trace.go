@@ -41,7 +41,7 @@ func (s *Server) openTrace(takeover bool) error {
 	h := s.traceHeader("server")
 	rec, err := trace.Create(path, h)
 	if err != nil {
-		return fmt.Errorf("%w: --trace: %v", core.ErrInitialization, err)
+		return fmt.Errorf("recording the server's events (--trace): %w", err)
 	}
 	s.tracer = rec
 	if takeover {
