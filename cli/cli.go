@@ -215,6 +215,7 @@ type serverFlags struct {
 	dirtyTracking string
 	largeFolios   string
 	trace         string
+	traceAccess   string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -268,6 +269,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto, the default (where the server may make a tmpfs: as root; uvm info says why not elsewhere), or off (UVM_LARGE_FOLIOS)")
 	fs.StringVar(&f.trace, "trace", base.Trace, "record every fault, migration, eviction, allocation and free the server sees to this file (uvm trace export, plot and summary read it; UVM_TRACE=FILE in a client's environment records that client alone)")
+	fs.StringVar(&f.traceAccess, "trace-access", base.TraceAccess.String(), "the trace's access mode: off, or PERIOD[,SAMPLE] (e.g. 100ms,64MiB; on: 100ms): every PERIOD, unmap up to SAMPLE of each processor's managed pages, leaving them where they are, and record which it touched again, faulting or not (UVM_TRACE_ACCESS for a client recording its own trace)")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
 }
 
@@ -326,6 +328,12 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 		if cfg.Trace, err = filepath.Abs(f.trace); err != nil {
 			return cfg, fmt.Errorf("--trace %s: %w", f.trace, err)
 		}
+	}
+	if cfg.TraceAccess, err = config.ParseTraceAccess(f.traceAccess); err != nil {
+		return cfg, fmt.Errorf("--trace-access: %w", err)
+	}
+	if cfg.TraceAccess.On() && cfg.Trace == "" {
+		return cfg, fmt.Errorf("--trace-access %s records into the server's trace: give --trace FILE too (a client recording its own trace with UVM_TRACE takes UVM_TRACE_ACCESS)", f.traceAccess)
 	}
 	return cfg, cfg.Validate()
 }

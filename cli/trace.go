@@ -158,6 +158,11 @@ type traceSummary struct {
 	Populate map[string]int `json:"populated_pages,omitempty"`
 	Sessions int            `json:"sessions"`
 	Allocs   int            `json:"allocations"`
+	// CutShort says why the trace ends early, where its recorder did not
+	// close it: the summary is of the events before that.
+	CutShort string `json:"cut_short,omitempty"`
+	// Access is the access mode's record by processor, where it was on.
+	Access []traceAccess `json:"access,omitempty"`
 	// BytesPerMillionFaults is the trace's size per million faults.
 	BytesPerMillionFaults float64 `json:"bytes_per_million_faults,omitempty"`
 }
@@ -169,6 +174,17 @@ type traceFaults struct {
 	WriteProtect int     `json:"write_protect"`
 	P50US        float64 `json:"service_p50_us"`
 	P99US        float64 `json:"service_p99_us"`
+}
+
+// traceAccess sums up what the access mode saw of one processor: the
+// rounds that armed it, the pages armed in all, and those of them found
+// touched by the round after (Touched is their fraction).
+type traceAccess struct {
+	Processor string  `json:"processor"`
+	Rounds    int     `json:"rounds"`
+	Armed     uint64  `json:"armed_pages"`
+	Accessed  uint64  `json:"accessed_pages"`
+	Touched   float64 `json:"touched_fraction"`
 }
 
 type traceMoves struct {
@@ -208,11 +224,28 @@ func summarizeTrace(path string) (*traceSummary, error) {
 	}
 	moves := map[moveKey]*traceMoves{}
 	took := map[moveKey]time.Duration{}
+	access := map[int32]*traceAccess{}
+	lastArm := map[int32]time.Duration{}
+	accessOf := func(p int32) *traceAccess {
+		a := access[p]
+		if a == nil {
+			a = &traceAccess{Processor: trace.ProcessorName(p)}
+			access[p] = a
+			lastArm[p] = -1
+		}
+		return a
+	}
 	var first, last time.Duration
 	var e trace.Event
 	for {
 		err := r.Next(&e)
 		if errors.Is(err, io.EOF) {
+			break
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) && s.Events > 0 {
+			// Its recorder was killed: what it wrote is still worth
+			// summing up.
+			s.CutShort = err.Error()
 			break
 		}
 		if err != nil {
@@ -221,7 +254,11 @@ func summarizeTrace(path string) (*traceSummary, error) {
 		if s.Events == 0 || e.Time < first {
 			first = e.Time
 		}
-		last = max(last, e.Time+max(e.Duration, 0))
+		if e.Kind == trace.KindAccess {
+			last = max(last, e.Time) // its Duration is the window before
+		} else {
+			last = max(last, e.Time+max(e.Duration, 0))
+		}
 		s.Events++
 		s.ByKind[e.Kind.String()]++
 		switch e.Kind {
@@ -259,8 +296,24 @@ func summarizeTrace(path string) (*traceSummary, error) {
 			s.Sessions++
 		case trace.KindAlloc:
 			s.Allocs++
+		case trace.KindArm:
+			a := accessOf(e.Processor)
+			if lastArm[e.Processor] != e.Time { // a round's runs share its time
+				a.Rounds++
+				lastArm[e.Processor] = e.Time
+			}
+			a.Armed += uint64(e.Pages)
+		case trace.KindAccess:
+			accessOf(e.Processor).Accessed += uint64(e.Pages)
 		}
 	}
+	for _, a := range access {
+		if a.Armed > 0 {
+			a.Touched = float64(a.Accessed) / float64(a.Armed)
+		}
+		s.Access = append(s.Access, *a)
+	}
+	sort.Slice(s.Access, func(i, j int) bool { return s.Access[i].Processor < s.Access[j].Processor })
 	s.Dropped = r.Dropped()
 	s.Span = last - first
 	for p, f := range faults {
@@ -326,6 +379,9 @@ func runTraceSummary(args []string) error {
 	}
 	fmt.Fprintf(w, "scope\t%s, %d devices, host budget %s, policies %v\n", h.Scope, h.Devices, budgetText(h.HostBudget), h.Policies)
 	fmt.Fprintf(w, "events\t%d over %v (dropped: %d)\n", s.Events, s.Span.Round(time.Microsecond), s.Dropped)
+	if s.CutShort != "" {
+		fmt.Fprintf(w, "cut short\t%s; these are the events before it\n", s.CutShort)
+	}
 	kinds := make([]string, 0, len(s.ByKind))
 	for _, k := range trace.Kinds() {
 		if n := s.ByKind[k.String()]; n > 0 {
@@ -344,6 +400,12 @@ func runTraceSummary(args []string) error {
 	}
 	for p, n := range s.Populate {
 		fmt.Fprintf(w, "populated on %s\t%d pages\n", p, n)
+	}
+	if h.AccessPeriod > 0 {
+		fmt.Fprintf(w, "access mode\tevery %v, up to %s a processor\n", h.AccessPeriod, uvm.FormatSize(h.AccessSample))
+	}
+	for _, a := range s.Access {
+		fmt.Fprintf(w, "accesses on %s\t%d rounds armed %d pages; %d of them touched by the next round (%.1f%%)\n", a.Processor, a.Rounds, a.Armed, a.Accessed, 100*a.Touched)
 	}
 	if s.BytesPerMillionFaults > 0 {
 		fmt.Fprintf(w, "size\t%s per million faults\n", uvm.FormatSize(int64(s.BytesPerMillionFaults)))

@@ -57,13 +57,26 @@ const (
 	KindSession Kind = 11
 	// KindSessionEnd is a client that went away: PID.
 	KindSessionEnd Kind = 12
-	kindEnd        Kind = 0xff // the writer's last record: Dropped
+	// KindArm is pages of Processor's view that the access mode
+	// (ServerConfig.TraceAccess) has just left unmapped there: Range,
+	// Addr, Pages (a run). The next touch of each by that processor
+	// maps it again, which the next round sees (KindAccess). Pages the
+	// view mapped from another location's file are not armed.
+	KindArm Kind = 13
+	// KindAccess is pages armed by the round before that Processor
+	// touched since (whether or not the touch faulted): Range, Addr,
+	// Pages (a run), Duration (the window: from their arming to this
+	// round, which is Time). A page touched several times in a window
+	// shows once.
+	KindAccess Kind = 14
+	kindEnd    Kind = 0xff // the writer's last record: Dropped
 )
 
 var kindNames = map[Kind]string{
 	KindFault: "fault", KindMigration: "migration", KindEviction: "eviction", KindPopulate: "populate",
 	KindRemoteMap: "remote_map", KindDuplicate: "duplicate", KindLaunch: "launch", KindSync: "sync",
 	KindAlloc: "alloc", KindFree: "free", KindSession: "session", KindSessionEnd: "session_end",
+	KindArm: "arm", KindAccess: "access",
 }
 
 func (k Kind) String() string {
@@ -76,7 +89,7 @@ func (k Kind) String() string {
 // Kinds lists every kind of event, in number order.
 func Kinds() []Kind {
 	return []Kind{KindFault, KindMigration, KindEviction, KindPopulate, KindRemoteMap, KindDuplicate,
-		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd}
+		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd, KindArm, KindAccess}
 }
 
 // CPU is the host processor's number in Processor, From and To; devices
@@ -150,8 +163,9 @@ type Event struct {
 	PID int32
 	// Thread is the faulting thread's id, where the kernel gave it.
 	Thread int32
-	// Processor is the processor that faulted, launched, synchronized or
-	// came to map pages remotely: CPU or a device number.
+	// Processor is the processor that faulted, launched, synchronized,
+	// came to map pages remotely, or was armed or touched pages (access
+	// mode): CPU or a device number.
 	Processor int32
 	// From and To are a move's source and destination locations.
 	From, To int32
@@ -172,8 +186,8 @@ type Event struct {
 	Prefetched uint32
 	// Cause is why a migration moved its pages.
 	Cause Cause
-	// Duration is a fault's service time, a migration's copy time, or a
-	// synchronization's wait.
+	// Duration is a fault's service time, a migration's copy time, a
+	// synchronization's wait, or an access's window.
 	Duration time.Duration
 	// Stream is a launch's or synchronization's stream (0: the default
 	// stream, or all of them for a whole-context synchronization).
@@ -183,7 +197,7 @@ type Event struct {
 }
 
 // MovedBytes is the bytes a migration, eviction, population, remote
-// mapping or duplication covers.
+// mapping or duplication covers (and an arming's or access's pages).
 func (e *Event) MovedBytes() uint64 { return uint64(e.Pages) * PageSize }
 
 // ProcessorName names a processor as `uvm stat` does: "cpu" or

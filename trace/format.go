@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// The file format, version 1 (docs/traces.md describes it for readers in
+// The file format, version 2 (docs/traces.md describes it for readers in
 // other languages):
 //
 //	file    = magic version header record* end
 //	magic   = "SOFTUVMT" (8 bytes)
-//	version = uvarint (1)
+//	version = uvarint (2; version 1 lacks kinds 13 and 14, arm and
+//	          access, and is read the same way)
 //	header  = uvarint length, then that many bytes of JSON (Header)
 //	record  = kind (1 byte), dt (varint: nanoseconds since the previous
 //	          record's Time, zigzag, since threads race to the writer),
@@ -28,7 +29,7 @@ import (
 // or a new field makes a new version.
 const (
 	magic   = "SOFTUVMT"
-	Version = 1
+	Version = 2
 )
 
 // field is one field of a record.
@@ -67,6 +68,8 @@ var fields = map[Kind][]field{
 	KindFree:       {fPID, fRange, fAddr},
 	KindSession:    {fPID, fName},
 	KindSessionEnd: {fPID},
+	KindArm:        {fPID, fProcessor, fRange, fAddr, fPages},
+	KindAccess:     {fPID, fProcessor, fRange, fAddr, fPages, fDuration},
 	kindEnd:        {fDropped},
 }
 

@@ -47,8 +47,8 @@ func NewReader(src io.Reader) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v != Version {
-		return nil, fmt.Errorf("a trace of format version %d; this reader reads version %d", v, Version)
+	if v < 1 || v > Version {
+		return nil, fmt.Errorf("a trace of format version %d; this reader reads versions 1 to %d", v, Version)
 	}
 	n, err := r.d.uvarint()
 	if err != nil {

@@ -32,6 +32,10 @@ type Header struct {
 	// Scope is "server" (every client of the server) or "session" (one
 	// client, UVM_TRACE).
 	Scope string `json:"scope,omitempty"`
+	// AccessPeriod is the access mode's round (0: off), and AccessSample
+	// the bytes of each view it arms a round (KindArm, KindAccess).
+	AccessPeriod time.Duration `json:"access_period_ns,omitempty"`
+	AccessSample int64         `json:"access_sample_bytes,omitempty"`
 	// Host is the machine's name, and Kernel its release.
 	Host   string `json:"host,omitempty"`
 	Kernel string `json:"kernel,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
@@ -139,6 +140,71 @@ type ServerConfig struct {
 	// TraceCommand is the program recorded, for the trace's header.
 	Trace        string   `json:"trace,omitempty"`
 	TraceCommand []string `json:"trace_command,omitempty"`
+	// TraceAccess turns on the traces' access mode (a zero Period: off),
+	// for the server's trace and for clients recording their own.
+	TraceAccess TraceAccess `json:"trace_access,omitzero"`
+}
+
+// TraceAccess configures a trace's access mode: every Period, in each
+// processor's view of a traced client, up to Sample bytes of managed
+// memory are unmapped while staying where they are, and the next round
+// records which of them the processor mapped again by touching them.
+type TraceAccess struct {
+	Period core.Duration `json:"period,omitempty"`
+	Sample int64         `json:"sample,omitempty"`
+}
+
+// DefaultTraceAccessSample is the bytes a round arms in each view when a
+// setting names only the period, and DefaultTraceAccessPeriod the period
+// of "on".
+const (
+	DefaultTraceAccessSample = 64 << 20
+	DefaultTraceAccessPeriod = 100 * time.Millisecond
+)
+
+// Access-mode periods: shorter rounds would spend a CPU re-arming, and a
+// longer one sees too little to be worth it.
+const (
+	minTraceAccessPeriod = 10 * time.Millisecond
+	maxTraceAccessPeriod = time.Minute
+)
+
+// ParseTraceAccess reads an access mode setting: "off" (or empty), "on",
+// or PERIOD[,SAMPLE] such as "100ms" or "100ms,16MiB".
+func ParseTraceAccess(s string) (TraceAccess, error) {
+	v := strings.TrimSpace(s)
+	switch v {
+	case "", "off":
+		return TraceAccess{}, nil
+	case "on":
+		return TraceAccess{Period: core.Duration(DefaultTraceAccessPeriod), Sample: DefaultTraceAccessSample}, nil
+	}
+	want := "want off, on (100ms,64MiB), or PERIOD[,SAMPLE] such as 100ms or 100ms,16MiB, with a period from 10ms to 1m"
+	periodText, sampleText, hasSample := strings.Cut(v, ",")
+	period, err := time.ParseDuration(strings.TrimSpace(periodText))
+	if err != nil || period < minTraceAccessPeriod || period > maxTraceAccessPeriod {
+		return TraceAccess{}, fmt.Errorf("%w: access mode %q: period %q: %s", core.ErrInvalidValue, s, periodText, want)
+	}
+	a := TraceAccess{Period: core.Duration(period), Sample: DefaultTraceAccessSample}
+	if hasSample {
+		n, err := core.ParseSize(sampleText)
+		if err != nil || n < core.PageSize {
+			return TraceAccess{}, fmt.Errorf("%w: access mode %q: sample %q: want a size of at least 4KiB", core.ErrInvalidValue, s, sampleText)
+		}
+		a.Sample = n
+	}
+	return a, nil
+}
+
+// On reports whether the access mode is on.
+func (a TraceAccess) On() bool { return a.Period > 0 }
+
+// String is the inverse of ParseTraceAccess.
+func (a TraceAccess) String() string {
+	if !a.On() {
+		return "off"
+	}
+	return fmt.Sprintf("%v,%s", time.Duration(a.Period), strings.ReplaceAll(core.FormatSize(a.Sample), " ", ""))
 }
 
 // ParseRestarts reads a restart setting: "off", "on" (the default) or a

@@ -65,3 +65,28 @@ func TestServerConfigEnv(t *testing.T) {
 		assert.Contains(t, err.Error(), v, "the error for %s names the value", k)
 	}
 }
+
+func TestParseTraceAccess(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want TraceAccess
+	}{
+		{"", TraceAccess{}},
+		{"off", TraceAccess{}},
+		{"on", TraceAccess{Period: core.Duration(100 * time.Millisecond), Sample: 64 << 20}},
+		{"250ms", TraceAccess{Period: core.Duration(250 * time.Millisecond), Sample: 64 << 20}},
+		{" 1s , 16MiB ", TraceAccess{Period: core.Duration(time.Second), Sample: 16 << 20}},
+	} {
+		got, err := ParseTraceAccess(c.in)
+		require.NoError(t, err, "%q", c.in)
+		require.Equal(t, c.want, got, "%q", c.in)
+		back, err := ParseTraceAccess(got.String())
+		require.NoError(t, err, "%q", got.String())
+		require.Equal(t, got, back, "String of %q", c.in)
+	}
+	for _, in := range []string{"5ms", "2m", "fast", "100ms,", "100ms,1KiB", "100ms,lots"} {
+		_, err := ParseTraceAccess(in)
+		require.ErrorIs(t, err, core.ErrInvalidValue, "%q", in)
+		require.ErrorContains(t, err, in, "the error names the setting")
+	}
+}

@@ -347,15 +347,17 @@ func (sess *session) resume(restarts int) {
 		}
 		sess.protectCopies(v)
 		srv.track(v)
-		sess.openSessionTrace(true)
-		if sess.tracer != nil {
-			for _, r := range sess.ranges.Load().ranges {
-				if r.kind == core.KindManaged {
-					sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
-				}
+	}
+	// Once per session, not per view.
+	sess.openSessionTrace(true)
+	if sess.tracer != nil {
+		for _, r := range sess.ranges.Load().ranges {
+			if r.kind == core.KindManaged {
+				sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
 			}
 		}
 	}
+	sess.startAccessSampler()
 	srv.sessionsMu.Lock()
 	srv.sessions[sess.id] = sess
 	srv.sessionsMu.Unlock()

@@ -48,6 +48,9 @@ type session struct {
 	// tracer records this client's own events (UVM_TRACE), nil when it
 	// asked for none; set before the session serves, closed at its end.
 	tracer *trace.Recorder
+	// sampler runs the trace's access mode (accesstrace.go), nil when
+	// off; set before the session is in the server's table.
+	sampler *accessSampler
 
 	ranges atomic.Pointer[rangeTable]
 	// recentFrees remembers the last ranges freed and when, guarded by
@@ -171,6 +174,7 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 	if hello.Role == wire.RoleClient {
 		s.track(sess.client())
 		sess.openSessionTrace(false)
+		sess.startAccessSampler()
 	}
 	s.sessionsMu.Lock()
 	s.sessions[sess.id] = sess
@@ -615,6 +619,7 @@ func (sess *session) deviceFileBytes() []int64 {
 // that a session that is gone from the table holds nothing any more.
 func (s *Server) endSession(sess *session) {
 	close(sess.remaps.quit)
+	sess.stopAccessSampler()
 	// Device processes first: they map the client's ranges.
 	for l := len(sess.views) - 1; l >= 0; l-- {
 		if v := sess.views[l].Load(); v != nil {

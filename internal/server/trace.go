@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -56,6 +57,9 @@ func (s *Server) traceHeader(scope string) trace.Header {
 		Policies: map[string]string{"prefetch": s.prefetch.Name(), "eviction": s.eviction.Name(),
 			"thrashing": s.cfg.Thrashing.String(), "access": s.cfg.ParsedAccessPolicy().String()},
 		Command: s.cfg.TraceCommand}
+	if scope == "server" && s.cfg.TraceAccess.On() {
+		h.AccessPeriod, h.AccessSample = time.Duration(s.cfg.TraceAccess.Period), s.cfg.TraceAccess.Sample
+	}
 	if len(s.arenas) > 0 {
 		h.DeviceBytes = s.arenas[0].Capacity()
 	}
@@ -95,18 +99,9 @@ func (s *Server) closeTrace() {
 // started with, made absolute against its working directory; "" if
 // unset.
 func clientTracePath(pid int) (string, error) {
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	path, err := clientEnv(pid, TraceEnv)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", nil // gone already
-		}
 		return "", err
-	}
-	var path string
-	for _, kv := range strings.Split(string(env), "\x00") {
-		if v, ok := strings.CutPrefix(kv, TraceEnv+"="); ok {
-			path = v
-		}
 	}
 	if path == "" || filepath.IsAbs(path) {
 		return path, nil
@@ -116,6 +111,25 @@ func clientTracePath(pid int) (string, error) {
 		return "", fmt.Errorf("%s=%s is relative, and the client's working directory cannot be read: %v", TraceEnv, path, err)
 	}
 	return filepath.Join(cwd, path), nil
+}
+
+// clientEnv reads variable name from the environment client pid started
+// with; "" if unset, or if the process is gone.
+func clientEnv(pid int, name string) (string, error) {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", nil
+		}
+		return "", err
+	}
+	var value string
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			value = v
+		}
+	}
+	return value, nil
 }
 
 // openSessionTrace starts recording a client's own events where it asks
@@ -132,6 +146,11 @@ func (sess *session) openSessionTrace(takeover bool) {
 		h := sess.srv.traceHeader("session")
 		if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
 			h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		}
+		if text, _ := clientEnv(sess.pid, TraceAccessEnv); text != "" {
+			if a, perr := config.ParseTraceAccess(text); perr == nil && a.On() {
+				h.AccessPeriod, h.AccessSample = time.Duration(a.Period), a.Sample
+			}
 		}
 		sess.tracer, err = trace.Create(path, h)
 	}

@@ -55,6 +55,8 @@ var kindColumns = map[trace.Kind][]int{
 	trace.KindFree:       {cPID, cRange, cAddr},
 	trace.KindSession:    {cPID, cName},
 	trace.KindSessionEnd: {cPID},
+	trace.KindArm:        {cPID, cProcessor, cRange, cAddr, cPages, cBytes},
+	trace.KindAccess:     {cPID, cProcessor, cRange, cAddr, cPages, cBytes, cDuration},
 }
 
 // CSV writes a header row naming Columns, then a row per event.

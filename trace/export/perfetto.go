@@ -84,13 +84,15 @@ const (
 	trackDuplicates
 	trackLaunches
 	trackSyncs
+	trackArms
+	trackAccesses
 	trackSessions
 )
 
 var trackNames = [...]string{
 	trackFaults: "faults", trackMigrations: "migrations in", trackEvictions: "evictions", trackPopulate: "populate",
 	trackRemoteMaps: "remote maps", trackDuplicates: "duplicates in", trackLaunches: "launches", trackSyncs: "syncs",
-	trackSessions: "sessions",
+	trackArms: "armed (access mode)", trackAccesses: "accesses (access mode)", trackSessions: "sessions",
 }
 
 // trackKey names a track: a kind of row of one JSON process, and for
@@ -271,6 +273,9 @@ func trackName(k trackKey) string {
 func (p *perfetto) add(e *trace.Event) {
 	p.events++
 	at, took := int64(e.Time), int64(max(e.Duration, 0))
+	if e.Kind == trace.KindAccess {
+		took = 0 // its Duration is the window before Time
+	}
 	if !p.seen || at+took > p.end {
 		p.end, p.seen = at+took, true
 	}
@@ -326,6 +331,23 @@ func (p *perfetto) add(e *trace.Event) {
 		p.pages(e, e.Processor, trackRemoteMaps, "remote map")
 	case trace.KindDuplicate:
 		p.pages(e, e.To, trackDuplicates, "duplicate")
+	case trace.KindArm:
+		p.pages(e, e.Processor, trackArms, "armed")
+	case trace.KindAccess:
+		// A slice over the window in which the pages were touched.
+		pid := p.pid(e.Processor)
+		window := int64(max(e.Duration, 0))
+		start := at - window
+		tid := p.lane(trackKey{pid: pid, kind: trackAccesses}, start, at, false)
+		p.begin("X", "accessed", "access", pid, tid, start)
+		p.dur(window)
+		p.args()
+		p.argInt("pages", int64(e.Pages))
+		p.argInt("bytes", int64(e.MovedBytes()))
+		p.argHex("address", e.Addr)
+		p.argInt("pid", int64(e.PID))
+		p.argInt("range", int64(e.Range))
+		p.close()
 	case trace.KindLaunch:
 		pid := p.pid(e.Processor)
 		tid := p.lane(trackKey{pid: pid, kind: trackLaunches}, at, at, true)

@@ -35,7 +35,8 @@ const minTint = 0.3
 // HeatmapColumns x HeatmapRows cells. A fault counts one for the
 // processor that faulted, in the cell of its time and page; a migration
 // counts one a page for the processor the pages went to (To), in the
-// cell of its start and of each page. A cell with any is filled with
+// cell of its start and of each page; so does an access the access mode
+// saw (KindAccess), for the processor that touched them. A cell with any is filled with
 // the colour (see Color) of the processor with the most there (on a
 // tie, the cpu, then the lowest device), its intensity the log of the
 // cell's count of all processors against the fullest cell's: from the
@@ -65,6 +66,7 @@ func Heatmap(h trace.Header, events []trace.Event) *gplot.Plot {
 		}
 		c[row*HeatmapColumns+col] += n
 	}
+	accesses := false
 	for i := range events {
 		e := &events[i]
 		var proc int32
@@ -74,6 +76,9 @@ func Heatmap(h trace.Header, events []trace.Event) *gplot.Plot {
 			proc, pages = e.Processor, 1
 		case trace.KindMigration:
 			proc, pages = e.To, uint64(max(e.Pages, 1))
+		case trace.KindAccess:
+			proc, pages = e.Processor, uint64(max(e.Pages, 1))
+			accesses = true
 		default:
 			continue
 		}
@@ -84,10 +89,15 @@ func Heatmap(h trace.Header, events []trace.Event) *gplot.Plot {
 	}
 
 	title := "Faults and migrated pages by time and address"
+	if accesses {
+		title = "Faults, accesses and migrated pages by time and address"
+	}
 	if len(counts) == 0 {
 		title += "\n(no faults or migrations in this trace)"
-	} else {
+	} else if accesses {
 		// Short lines: a title does not wrap, and figures may be narrow.
+		title += "\ncolour: processor with most faults + accesses + pages moved to it\ndarker: more of them (log scale)"
+	} else {
 		title += "\ncolour: processor with most faults + pages moved to it\ndarker: more of them (log scale)"
 	}
 	p := newPlot(title, timeLabel(unitName), "offset in managed memory (MiB)")
@@ -198,7 +208,7 @@ func newAddressMap(events []trace.Event, pageSize uint64) addressMap {
 		switch e.Kind {
 		case trace.KindFault:
 			pages = 1
-		case trace.KindMigration:
+		case trace.KindMigration, trace.KindAccess:
 			pages = uint64(max(e.Pages, 1))
 		default:
 			continue
