@@ -140,7 +140,7 @@ func parseSchedules(list string) ([]scheduleRow, error) {
 }
 
 func benchLaunch(args []string) error {
-	fs := newFlagSet("bench launch", "[--json] [--max-kb N] [--seconds S] [--schedule auto,spin,yield,blocking]",
+	fs := newFlagSet("bench launch", "[--json] [--max-kb N] [--seconds S] [--schedule auto,spin,yield,blocking] [--plot DIR]",
 		"Reproduce the launch-and-touch experiment (a kernel touches a managed buffer, the host touches it back), and time a null launch under each schedule flag against a pipe round trip")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	schedule := fs.String("schedule", "auto,spin,yield,blocking", "schedule flags (SetDeviceFlags) to time the null launch under, a row each: a list of auto, spin, yield and blocking; the launch-and-touch rows run under auto, the default")
@@ -152,6 +152,7 @@ func benchLaunch(args []string) error {
 	oversubArena := fs.String("oversub-arena", "64MiB", "arena of the oversubscription run, which streams through twice as much")
 	runs := fs.Int("runs", 5, "runs of the oversubscription stream (median)")
 	thrashing := fs.String("thrashing", "off", "thrashing detection of the server (on, off, or settings); off measures migration every iteration, as the experiment means to")
+	plotDir := fs.String("plot", "", "also draw the tables into `DIR` (created if missing), as PNG and SVG: launch-touch (us per iteration against the size touched, log-log, each coherence model run beside the H200 and the seed's GM200 and GP100 at the sizes run) and launch-null (the null launch under each schedule against the pipe round trip and the reference GPUs)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -177,6 +178,9 @@ func benchLaunch(args []string) error {
 	dirtyBytes, err := uvm.ParseSize(*dirtySize)
 	if err != nil || dirtyBytes < uvm.PageSize {
 		return fmt.Errorf("--dirty-size %q: want a size of at least a page", *dirtySize)
+	}
+	if err := checkPlotDir(*plotDir); err != nil {
+		return err
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 	s, err := oneDeviceSession(max(config.DefaultArenaSize, 2*int64(*maxKB)<<10), thrash)
@@ -250,6 +254,9 @@ func benchLaunch(args []string) error {
 	}
 	progress("oversubscription: a kernel streams once through %s of managed memory on a %s arena, %d runs", uvm.FormatSize(2*arena), uvm.FormatSize(arena), *runs)
 	if err := oversubStream(arena, *runs, thrash, &rep); err != nil {
+		return err
+	}
+	if _, err := plotLaunch(*plotDir, rep); err != nil {
 		return err
 	}
 	if *asJSON {

@@ -63,6 +63,13 @@ type memcpyReport struct {
 	// Sizes: the engine's transfer time normalized to a single-thread
 	// copy of the same bytes, as the paper's figures 9 and 10.
 	Sizes []sizeRow `json:"sizes"`
+	// SizesOneThread and SizesEngineForced are the same sweep with
+	// Memcpy's engine forced off (one thread at every size) and forced
+	// on (from 1 byte, with SizesEngineProducers, a producer per CPU),
+	// measured with --plot only, to draw beside the calibration's choice.
+	SizesOneThread       []sizeRow `json:"sizes_one_thread,omitempty"`
+	SizesEngineForced    []sizeRow `json:"sizes_engine_forced,omitempty"`
+	SizesEngineProducers int       `json:"sizes_engine_forced_producers,omitempty"`
 }
 
 type producerRow struct {
@@ -81,12 +88,13 @@ type sizeRow struct {
 }
 
 func benchMemcpy(args []string) error {
-	fs := newFlagSet("bench memcpy", "[--json] [--size SIZE] [--runs N] [--producers LIST]",
+	fs := newFlagSet("bench memcpy", "[--json] [--size SIZE] [--runs N] [--producers LIST] [--plot DIR]",
 		"Measure the copy engine: Memcpy to device memory and back and Prefetch both ways against plain memcpy, how the copy scales with producer threads, and from which size the engine wins")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	sizeText := fs.String("size", "1GiB", "bytes per transfer")
 	runs := fs.Int("runs", 5, "measured runs of each transfer (median)")
 	producersText := fs.String("producers", "", "comma list of producer counts to time (default: 1, 2, 4, ... up to the CPUs)")
+	plotDir := fs.String("plot", "", "also draw the sizes sweep (a single-thread copy between host buffers and Memcpy each way, each timed at 64 KiB, 256 KiB, ... up to --size) into `DIR` (created if missing) as copy-sizes.png and copy-sizes.svg, GB/s against the copy's size; it also sweeps Memcpy with the engine forced off (one thread) and forced on (from 1 byte, a producer per CPU), drawn beside the calibration's choice and given in --json as sizes_one_thread and sizes_engine_forced")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -99,6 +107,9 @@ func benchMemcpy(args []string) error {
 	}
 	producers, err := parseProducers(*producersText)
 	if err != nil {
+		return err
+	}
+	if err := checkPlotDir(*plotDir); err != nil {
 		return err
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
@@ -183,7 +194,20 @@ func benchMemcpy(args []string) error {
 	}
 
 	progress("sizes: engine against one thread, 64 KiB to %s", uvm.FormatSize(size))
-	if rep.Sizes, err = sizeSweep(size, src, dst, *runs); err != nil {
+	if rep.Sizes, err = sizeSweep(size, src, dst, *runs, 0, 0); err != nil {
+		return err
+	}
+	if *plotDir != "" {
+		rep.SizesEngineProducers = cpus()
+		progress("sizes, for --plot: Memcpy with the engine forced off, then forced on with %d producers", rep.SizesEngineProducers)
+		if rep.SizesOneThread, err = sizeSweep(size, src, dst, *runs, 0, math.MaxInt64); err != nil {
+			return err
+		}
+		if rep.SizesEngineForced, err = sizeSweep(size, src, dst, *runs, rep.SizesEngineProducers, 1); err != nil {
+			return err
+		}
+	}
+	if _, err := plotMemcpy(*plotDir, rep); err != nil {
 		return err
 	}
 
@@ -419,9 +443,10 @@ func prefetchRates(size int64, src []byte, runs, producers int, directBelow int6
 // sizeSweep times Memcpy to device memory and back at sizes from 64 KiB
 // up, against a single-thread copy of the same bytes between host
 // buffers, each the median of enough repetitions to take a few
-// milliseconds.
-func sizeSweep(size int64, src, dst []byte, runs int) ([]sizeRow, error) {
-	s, err := memcpySession(size, 0, 0)
+// milliseconds; producers and directBelow override the engine's
+// calibration where nonzero (as memcpySession's).
+func sizeSweep(size int64, src, dst []byte, runs, producers int, directBelow int64) ([]sizeRow, error) {
+	s, err := memcpySession(size, producers, directBelow)
 	if err != nil {
 		return nil, err
 	}
@@ -490,6 +515,15 @@ func printMemcpyReport(r memcpyReport) {
 	fmt.Printf("\n%10s %14s %10s %10s %10s %10s\n", "size", "1 thread us", "h2d us", "d2h us", "h2d norm", "d2h norm")
 	for _, s := range r.Sizes {
 		fmt.Printf("%10s %14.1f %10.1f %10.1f %10.2f %10.2f\n", uvm.FormatSize(s.Bytes), s.SingleThreadUS, s.H2DUS, s.D2HUS, s.H2DNormalized, s.D2HNormalized)
+	}
+	if len(r.SizesOneThread) > 0 {
+		fmt.Printf("\nMemcpy us, engine forced off (one thread) and forced on (from 1 byte, %d producers):\n%10s %10s %10s %10s %10s\n", r.SizesEngineProducers, "size", "off h2d", "off d2h", "on h2d", "on d2h")
+		for i, s := range r.SizesOneThread {
+			if i < len(r.SizesEngineForced) {
+				e := r.SizesEngineForced[i]
+				fmt.Printf("%10s %10.1f %10.1f %10.1f %10.1f\n", uvm.FormatSize(s.Bytes), s.H2DUS, s.D2HUS, e.H2DUS, e.D2HUS)
+			}
+		}
 	}
 }
 

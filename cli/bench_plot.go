@@ -1,0 +1,257 @@
+package cli
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	gplot "gonum.org/v1/plot"
+
+	traceplot "github.com/softuvm/softuvm/trace/plot"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+// The figures of `uvm bench ... --plot DIR`, each written as NAME.png and
+// NAME.svg, of benchPlotWidth x benchPlotHeight pixels.
+const (
+	benchPlotWidth  = 1200
+	benchPlotHeight = 800
+)
+
+// h200LaunchUS is NVIDIA's UVM on an H200 in the launch-and-touch
+// experiment, us per iteration against the KiB touched, as
+// docs/benchmarks.md gives it (`uvm bench launch`, measured with
+// NVIDIA's driver on the 16-core machine, 2026-11-21). It measured these
+// sizes only.
+var h200LaunchUS = []struct {
+	KB int
+	US float64
+}{
+	{0, 8.18}, {4, 242}, {8, 363}, {16, 495}, {32, 480}, {64, 467}, {128, 588},
+	{256, 677}, {512, 876}, {1024, 1265}, {4096, 1794}, {65536, 16757},
+}
+
+// The colours of the series, the same in each figure: this run's fault
+// model blue, launch model orange; the H200 green, the seed's GM200 red
+// and GP100 purple; the pipe round trip grey.
+var (
+	colorFault  = traceplot.SeriesColor(0)
+	colorLaunch = traceplot.SeriesColor(1)
+	colorH200   = traceplot.SeriesColor(2)
+	colorGM200  = traceplot.SeriesColor(3)
+	colorGP100  = traceplot.SeriesColor(4)
+	colorPipe   = color.RGBA{R: 127, G: 127, B: 127, A: 255}
+)
+
+// checkPlotDir makes sure the figures of --plot can be written into dir,
+// before a benchmark runs: it creates dir if missing and writes (and
+// removes) a file in it. An empty dir (no --plot) is fine.
+func checkPlotDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("--plot %s: not a directory", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--plot %s: cannot create the directory: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".uvm-bench-plot-*")
+	if err != nil {
+		return fmt.Errorf("--plot %s: cannot write there: %w", dir, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return fmt.Errorf("--plot %s: %w", dir, err)
+	}
+	return nil
+}
+
+// saveBenchFigures writes each figure into dir as NAME.png and NAME.svg,
+// prints the paths on standard error, and returns them.
+func saveBenchFigures(dir string, figures []benchFigure) ([]string, error) {
+	var paths []string
+	for _, f := range figures {
+		got, err := traceplot.SaveBoth(f.plot, filepath.Join(dir, f.name), benchPlotWidth, benchPlotHeight)
+		paths = append(paths, got...)
+		for _, p := range got {
+			fmt.Fprintf(os.Stderr, "uvm bench: wrote %s\n", p)
+		}
+		if err != nil {
+			return paths, fmt.Errorf("--plot: %w", err)
+		}
+	}
+	return paths, nil
+}
+
+// benchFigure is a figure and the name of its files.
+type benchFigure struct {
+	name string
+	plot *gplot.Plot
+}
+
+// plotLaunch draws `uvm bench launch`'s tables into dir (nothing without
+// one): launch-touch, us per iteration against the size touched for each
+// coherence model run, beside the H200's and the seed's GM200 and GP100
+// figures at the sizes of this run; and launch-null, the null launch
+// under each schedule flag against the pipe round trip, the 0 KiB rows
+// and the reference GPUs' 0 KiB figures.
+func plotLaunch(dir string, rep launchReport) ([]string, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	lo, hi := 0, 0
+	var series []traceplot.Series
+	for _, m := range []struct {
+		name string
+		rows []launchRow
+		c    color.Color
+	}{
+		{"softuvm, fault model (this run)", rep.Rows, colorFault},
+		{"softuvm, launch model (this run)", rep.LaunchRows, colorLaunch},
+	} {
+		if len(m.rows) == 0 {
+			continue
+		}
+		s := traceplot.Series{Name: m.name, Color: m.c}
+		for _, r := range m.rows {
+			if r.KB <= 0 {
+				continue // 0 KiB is in the null-launch figure: a log axis has no zero
+			}
+			s.X, s.Y = append(s.X, kbBytes(r.KB)), append(s.Y, r.USPerIter)
+			if lo == 0 || r.KB < lo {
+				lo = r.KB
+			}
+			hi = max(hi, r.KB)
+		}
+		series = append(series, s)
+	}
+	// The reference figures at the sizes this run measured, so that a
+	// short run (--max-kb 64) is not drawn on the references' axis.
+	within := func(kb int) bool { return kb > 0 && kb >= lo && kb <= hi }
+	h200 := traceplot.Series{Name: "NVIDIA H200 (docs/benchmarks.md)", Color: colorH200, Dashed: true}
+	for _, r := range h200LaunchUS {
+		if within(r.KB) {
+			h200.X, h200.Y = append(h200.X, kbBytes(r.KB)), append(h200.Y, r.US)
+		}
+	}
+	gm := traceplot.Series{Name: "GM200, the seed's (Windows 7)", Color: colorGM200, Dashed: true}
+	gp := traceplot.Series{Name: "GP100, the seed's (Windows 7)", Color: colorGP100, Dashed: true}
+	for _, r := range seedLaunchUS {
+		if within(r.KB) {
+			gm.X, gm.Y = append(gm.X, kbBytes(r.KB)), append(gm.Y, r.GM200)
+			gp.X, gp.Y = append(gp.X, kbBytes(r.KB)), append(gp.Y, r.GP100)
+		}
+	}
+	series = append(series, h200, gm, gp)
+	touch := traceplot.Lines(
+		fmt.Sprintf("Launch and touch: a kernel on device 0 writes a byte of each 4 KiB page, synchronize, then the host does\n"+
+			"this run: %d CPUs, Linux %s, device 0 with %d workers, thrashing detection %s",
+			rep.Machine.CPUs, rep.Machine.Kernel, rep.Workers, rep.Thrashing),
+		traceplot.Axis{Label: "managed buffer touched each iteration (log scale)", Log: true, Bytes: true},
+		traceplot.Axis{Label: "µs per iteration (log scale)", Log: true},
+		series)
+
+	var bars []traceplot.Bar
+	for _, sc := range rep.Schedules {
+		bars = append(bars, traceplot.Bar{Name: sc.Schedule, Value: sc.NullLaunchUS, Color: colorFault})
+	}
+	if rep.PipeRTTUS > 0 {
+		bars = append(bars, traceplot.Bar{Name: "pipe RTT", Value: rep.PipeRTTUS, Color: colorPipe})
+	}
+	for _, m := range []struct {
+		name string
+		rows []launchRow
+		c    color.Color
+	}{{"fault 0 KiB", rep.Rows, colorFault}, {"launch 0 KiB", rep.LaunchRows, colorLaunch}} {
+		for _, r := range m.rows {
+			if r.KB == 0 {
+				bars = append(bars, traceplot.Bar{Name: m.name, Value: r.USPerIter, Color: m.c})
+			}
+		}
+	}
+	bars = append(bars, traceplot.Bar{Name: "H200", Value: h200LaunchUS[0].US, Color: colorH200})
+	if gm200, gp100, ok := seedRow(0); ok {
+		bars = append(bars, traceplot.Bar{Name: "GM200", Value: gm200, Color: colorGM200},
+			traceplot.Bar{Name: "GP100", Value: gp100, Color: colorGP100})
+	}
+	null := traceplot.Bars(
+		fmt.Sprintf("Null launch + synchronize, µs: this run under each schedule flag (blue), a pipe round trip from CPU %d (grey),\n"+
+			"the launch-and-touch 0 KiB rows, and the H200's and the seed's 0 KiB figures", rep.MeasureCPU),
+		"µs", bars)
+	return saveBenchFigures(dir, []benchFigure{{"launch-touch", touch}, {"launch-null", null}})
+}
+
+// plotMemcpy draws `uvm bench memcpy`'s sizes sweeps into dir (nothing
+// without one) as copy-sizes: GB/s against the copy's size, for the
+// single-thread copy between host buffers and for Memcpy each way
+// (host -> device solid, device -> host dashed) as calibrated and, where
+// the report has them, with the engine forced off and forced on, each
+// point the rate of a median time a sweep measured.
+func plotMemcpy(dir string, rep memcpyReport) ([]string, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	gbps := func(bytes int64, us float64) float64 {
+		if us <= 0 {
+			return 0 // too fast to time: no rate
+		}
+		return float64(bytes) / us / 1e3
+	}
+	add := func(s *traceplot.Series, bytes int64, us float64) {
+		if v := gbps(bytes, us); v > 0 {
+			s.X, s.Y = append(s.X, float64(bytes)), append(s.Y, v)
+		}
+	}
+	host := traceplot.Series{Name: "copy between host buffers, one thread", Color: colorPipe}
+	for _, r := range rep.Sizes {
+		add(&host, r.Bytes, r.SingleThreadUS)
+	}
+	series := []traceplot.Series{host}
+	for _, way := range []struct {
+		name string
+		rows []sizeRow
+		c    color.Color
+	}{
+		{"as calibrated", rep.Sizes, colorLaunch},
+		{"engine off (one thread)", rep.SizesOneThread, colorH200},
+		{fmt.Sprintf("engine forced on (%d producers)", rep.SizesEngineProducers), rep.SizesEngineForced, colorGP100},
+	} {
+		if len(way.rows) == 0 {
+			continue
+		}
+		h2d := traceplot.Series{Name: "Memcpy " + way.name + ", host -> device", Color: way.c}
+		d2h := traceplot.Series{Name: "Memcpy " + way.name + ", device -> host", Color: way.c, Dashed: true}
+		for _, r := range way.rows {
+			add(&h2d, r.Bytes, r.H2DUS)
+			add(&d2h, r.Bytes, r.D2HUS)
+		}
+		series = append(series, h2d, d2h)
+	}
+	e := rep.Engine
+	calib := e.Source
+	switch {
+	case calib == "":
+		calib = "calibration"
+	case strings.HasPrefix(calib, "kept "):
+		calib = "kept calibration"
+	}
+	from := "the engine from " + uvm.FormatSize(e.CopyDirectBelow)
+	if e.CopyDirectBelow == math.MaxInt64 {
+		from = "one thread at every size"
+	}
+	sizes := traceplot.Lines(
+		fmt.Sprintf("Copy engine: rate against copy size (medians of %d runs)\n"+
+			"%d CPUs, Linux %s; %s: copy producers %d, Memcpy on %s",
+			rep.Runs, rep.Machine.CPUs, rep.Machine.Kernel, calib, e.CopyProducers, from),
+		traceplot.Axis{Label: "bytes per copy (log scale)", Log: true, Bytes: true},
+		traceplot.Axis{Label: "GB/s (10^9 bytes a second)"},
+		series)
+	return saveBenchFigures(dir, []benchFigure{{"copy-sizes", sizes}})
+}
+
+// kbBytes is kb KiB in bytes, for a size axis.
+func kbBytes(kb int) float64 { return float64(kb) * 1024 }
