@@ -37,16 +37,18 @@ const (
 	// other copies kept: Range, Addr, Pages.
 	KindDuplicate Kind = 6
 	// KindLaunch is a kernel launched on device Processor: PID, Stream,
-	// Name (the kernel's name, where the client gave one). Launches go
-	// from the client to the device's process without the server, which
-	// hears of them only under the launch coherence model (the launch
-	// hands the kernel's memory over): only those are recorded.
+	// Name (the kernel's name; a C kernel's is "c:0x" and its address).
+	// Under the fault coherence model the device's process reports each
+	// kernel it ran, and Time is when it started (Duration, its length,
+	// is not written by format versions 1 and 2); under the launch model
+	// the client tells the server, and Time is when it did.
 	KindLaunch Kind = 7
-	// KindSync is the client saying that a stream of device Processor
-	// (Stream, or every stream of it: 4294967295) went idle: a
-	// synchronization done. Like launches, recorded under the launch
-	// coherence model only; Duration is 0 (the server does not see the
-	// wait).
+	// KindSync is a synchronization of stream Stream of device Processor
+	// (4294967295: every stream of it, launch model only): under the
+	// fault model one the device's process answered, Time when it took
+	// it up (every kernel before it on the stream had ended) and
+	// Duration until it answered; under the launch model the client
+	// saying that the stream went idle, Duration 0.
 	KindSync Kind = 8
 	// KindAlloc is a managed allocation: PID, Range (its number in this
 	// trace), Addr (its start), Bytes (its length).

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
@@ -41,13 +42,17 @@ func RunDevice() int {
 	if err != nil {
 		return fail("default stream connection: %v", err)
 	}
-	dev, err := attachToServer(server, d)
+	dev, report, err := attachToServer(server, d)
 	if err != nil {
 		return fail("%v", err)
 	}
 	rt := newDeviceRuntime(d, workers)
+	rt.report = report
 	go func() {
 		err := dev.ServeServer(server)
+		if rt.report != nil {
+			rt.report.flush() // what the session's end waits for
+		}
 		// The fault server is gone and no guard kept the connection:
 		// the device's memory is gone, and so is the process.
 		fmt.Fprintf(os.Stderr, "softuvm device %d process %d: the fault server went away (%v); exiting\n", d, os.Getpid(), err)
@@ -58,6 +63,9 @@ func RunDevice() int {
 	}
 	go rt.serveStream(0, defaultStream)
 	rt.serveControl(control)
+	if rt.report != nil {
+		rt.report.flush() // the client is gone, and the process ends with it
+	}
 	return 0
 }
 
@@ -94,21 +102,53 @@ type DeviceMapping struct {
 }
 
 // attachToServer hands the server this process's userfaultfd, maps every
-// managed range of the client from the device's file, and says so.
-func attachToServer(c *net.UnixConn, d int) (*DeviceMapping, error) {
+// managed range of the client from the device's file, and says so. When
+// the client's session is traced, the server's first message is a
+// device-trace notice, with the socket to report launches on: the
+// reporter is returned, nil otherwise.
+func attachToServer(c *net.UnixConn, d int) (*DeviceMapping, *reporter, error) {
 	u, err := uffd.Open(uffd.CloseOnExec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h := wire.Header{Typ: wire.MsgDeviceHello, Seq: 1}
 	if err := wire.WriteMessage(c, wire.EncodeDeviceHello(h.Seq, wire.DeviceHelloRequest{Device: uint32(d), Pid: uint32(os.Getpid())}), []int{u.Fd()}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	buf := make([]byte, wire.MaxMessageSize)
 	b, fds, err := wire.ReadMessage(c, buf)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var report *reporter
+	if th, _, _ := wire.ParseHeader(b); th.Typ == wire.MsgDeviceTrace {
+		_, req, err := wire.ParseRequest(b)
+		n, ok := req.(wire.DeviceTraceNotice)
+		if err != nil || !ok || len(fds) != 1 {
+			wire.CloseFDs(fds)
+			return nil, nil, fmt.Errorf("device-trace notice: %v (with %d descriptors, want the report socket)", err, len(fds))
+		}
+		if n.Flags&wire.TraceLaunches != 0 {
+			report = newReporter(fds[0])
+		} else {
+			wire.CloseFDs(fds)
+		}
+		if b, fds, err = wire.ReadMessage(c, buf); err != nil {
+			return nil, nil, err
+		}
+	}
+	dev, err := mapLayout(c, d, u, buf, b, fds)
+	if err != nil && report != nil {
+		syscall.Close(report.fd)
+		report = nil
+	}
+	return dev, report, err
+}
+
+// mapLayout reads the device hello's reply b (with its descriptors), maps
+// and registers the layout it gives, and says the device is ready.
+func mapLayout(c *net.UnixConn, d int, u *uffd.FD, buf, b []byte, fds []int) (*DeviceMapping, error) {
+	h := wire.Header{Typ: wire.MsgDeviceHello, Seq: 1}
 	r, err := wire.ParseReply(b, h)
 	if err != nil || len(fds) < d+2 {
 		wire.CloseFDs(fds)
@@ -166,6 +206,10 @@ func checkInWindow(addr uintptr, length int64) error {
 type deviceRuntime struct {
 	index   int
 	workers []chan *kernelChunk
+	// report is where a traced session's launches and synchronizations
+	// go (report.go); nil when the session is not traced. Set before any
+	// stream is served.
+	report *reporter
 	// cpus are the CPUs the process may run on, where a stream's thread
 	// goes when its client polls (follow).
 	cpus []int
@@ -327,6 +371,10 @@ func (dev *DeviceMapping) ServeServer(c *net.UnixConn) error {
 				err = dev.mapFile(uintptr(r.Addr), int64(r.Length), r.File, r.Wp)
 			case wire.HintsRequest:
 				err = dev.dropMappings(r.Runs)
+			case wire.DeviceTraceNotice:
+				// Read at attach only (attachToServer); a later one,
+				// which no server sends, asks for no reply.
+				continue
 			case wire.RangeRequest:
 				if h.Typ != wire.MsgDeviceUnmap {
 					err = fmt.Errorf("%w: %s is not a request the server sends a device", core.ErrInvalidValue, h.Typ)
@@ -387,6 +435,10 @@ func (rt *deviceRuntime) serveControl(control *wire.DirectConn) {
 // synchronizations with the errors of the kernels since the last one.
 func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 	defer conn.Close()
+	rp := rt.report
+	if rp != nil {
+		defer rp.flush() // the stream's kernels since its last synchronize
+	}
 	// The stream's thread follows the thread that launches on it: the
 	// synchronize that follows waits there, and a wake-up on the same CPU
 	// is several times cheaper than one across CPUs. A client that polls
@@ -403,6 +455,10 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 		if err != nil {
 			return
 		}
+		var took int64 // when a traced stream took the message up
+		if rp != nil {
+			took = rp.now()
+		}
 		h, req, err := wire.ParseRequest(b)
 		switch r := req.(type) {
 		case wire.LaunchRequest:
@@ -411,8 +467,18 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 					pinned, asked, polling = cpu, poll, p
 				}
 			}
+			var start int64
+			if rp != nil {
+				start = rp.now()
+			}
 			if err := rt.launch(&r); err != nil {
 				errs = append(errs, err)
+			}
+			if rp != nil && r.Name != EventTimeKernel {
+				end := rp.now()
+				if _, ran := LookupKernel(r.Name); ran { // not a kernel the registry lacks
+					rp.launch(id, r.Name, r.Nthreads, start, end)
+				}
 			}
 			continue
 		case wire.StreamRequest:
@@ -434,6 +500,9 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 		reply := wire.EncodeEmptyReply(h)
 		if err != nil {
 			reply = wire.EncodeError(h, err)
+		}
+		if rp != nil && h.Typ == wire.MsgSync {
+			rp.sync(id, took, rp.now())
 		}
 		if send(conn, reply) != nil {
 			return

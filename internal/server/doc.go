@@ -73,6 +73,11 @@
 //	                      block lock)
 //	session.statsMu       the ranges whose statistics a sum reads, and the
 //	                      session's retired statistics (a leaf)
+//	deviceTrace.mu        one device process's report socket: read and
+//	                      emitted under it, so that a session's end records
+//	                      every report before its session_end (a leaf but
+//	                      for trace.Recorder.mu)
+//	deviceTraces.mu       a session's list of report sockets (a leaf)
 //	trace.Recorder.mu     encoding one event into a trace's buffer (a leaf;
 //	                      faults and moves emit under a block lock)
 //

@@ -48,6 +48,10 @@ type session struct {
 	// tracer records this client's own events (UVM_TRACE), nil when it
 	// asked for none; set before the session serves, closed at its end.
 	tracer *trace.Recorder
+	// devTraces are the report sockets of its device processes, which
+	// report their launches and synchronizations while the session is
+	// traced under the fault model (devicetrace.go).
+	devTraces deviceTraces
 	// sampler runs the trace's access mode (accesstrace.go), nil when
 	// off; set before the session is in the server's table.
 	sampler *accessSampler
@@ -350,7 +354,11 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 		if h.Typ == wire.MsgDeviceFile {
 			return sess.deviceFileReply(h, core.Device(r.Device))
 		}
-		fd, err := sess.deviceConnect(core.Device(r.Device))
+		connect := sess.deviceConnect
+		if sess.tracesDevices() {
+			connect = sess.deviceConnectTraced
+		}
+		fd, err := connect(core.Device(r.Device))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -647,6 +655,7 @@ func (s *Server) endSession(sess *session) {
 		s.guard.send(GuardIDMsg(GuardEnd, sess.id))
 		// Before the session leaves the list: a closing server waits
 		// for the list to empty, then closes its trace.
+		sess.endDeviceTraces()
 		if sess.tracing() {
 			sess.emit(&trace.Event{Kind: trace.KindSessionEnd})
 		}

@@ -142,6 +142,13 @@ func cConstants() []cGroup {
 			c("UVM_", "AllStreams", "", int64(AllStreams), cUnsigned),
 			c("UVM_", "core.MaxKernelParams", "", core.MaxKernelParams, cInt),
 		}},
+		{doc: "Device trace reports: the device-trace notice's flags, the kinds of a device report's records, a report's bounds.", consts: []cConst{
+			c("UVM_", "TraceLaunches", "", TraceLaunches, cUnsigned),
+			c("UVM_", "ReportLaunch", "", int64(ReportLaunch), cInt),
+			c("UVM_", "ReportSync", "", int64(ReportSync), cInt),
+			c("UVM_", "MaxReportRecords", "", MaxReportRecords, cInt),
+			c("UVM_", "MaxReportName", "", MaxReportName, cInt),
+		}},
 		{doc: "The layout of memory: pages, blocks, the managed window, the processors' files.", consts: []cConst{
 			{"UVM_PAGE_SIZE", "core.PageSize", core.PageSize, cUnsignedLong},
 			{"UVM_BLOCK_SIZE", "core.BlockSize", core.BlockSize, cUnsignedLong},

@@ -81,12 +81,13 @@ func TestCConstantsComplete(t *testing.T) {
 		{"UVM_ADVISE_", span(int64(core.AdviseSetReadMostly), int64(core.AdviseUnsetAccessedBy))},
 		{"UVM_ATTACH_", []int64{int64(core.AttachGlobal), int64(core.AttachHost), int64(core.AttachSingle)}},
 		{"UVM_COHERENCE_", span(int64(core.CoherenceDefault), int64(core.CoherenceLaunch))},
+		{"UVM_REPORT_", []int64{int64(ReportLaunch), int64(ReportSync)}},
 	} {
 		assert.Equal(t, c.want, values(c.prefix), "values of the C constants %s", c.prefix)
 	}
 	// Each enumeration above ends where the Go code ends it: the next
 	// value has no name.
-	assert.Equal(t, "message-type-28", msgTypeEnd.String())
+	assert.Equal(t, "message-type-30", msgTypeEnd.String())
 	assert.Equal(t, "memory kind 3", (core.KindDevice + 1).String())
 	assert.Equal(t, "advice(7)", (core.AdviseUnsetAccessedBy + 1).String())
 }

@@ -117,6 +117,10 @@ func goldens() []golden {
 	mapErr := goldenError(core.ErrInvalidValue, "map device 3: this session has 2 devices")
 	syncErr := goldenError(core.ErrLaunchFailure, "device 1: kernel c:0x401000 is not a C kernel (want c:0x<address>)")
 	upErr := goldenError(core.ErrInitialization, "userfaultfd: Operation not permitted")
+	report := DeviceReport{Lost: 3, Records: []DeviceRecord{
+		{Kind: ReportLaunch, Stream: 2, Threads: 64, Start: 5_000_000_000, End: 5_000_250_000, Name: "c:0x401000"},
+		{Kind: ReportSync, Stream: 2, Start: 5_000_300_000, End: 5_000_301_500},
+	}}
 
 	return []golden{
 		{name: "hello-request", about: "a client (or a monitor) to the server, first: its role and pid; a client's carries its userfaultfd and host file",
@@ -294,6 +298,17 @@ func goldens() []golden {
 		{name: "replace-request", about: "a new daemon to the running one: retire, and let me take over; it carries the new daemon's guard link",
 			c: goOnly, h: hdr(MsgReplace, 23), enc: NewMessage(hdr(MsgReplace, 23)).B, decode: request, want: struct{}{}},
 		empty("replace-reply", "the running daemon to the new one: retired", goOnly, hdr(MsgReplace, 23)),
+		{name: "device-trace", about: "the server to a device process of a traced session, unsolicited and first on its connection (before the device hello's reply): report launches and synchronizations; it carries the report socket",
+			c: "devproc.c attach reads it", h: hdr(MsgDeviceTrace, 0), fields: []field{{"flags", uint32(TraceLaunches), "launches and synchronizations"}},
+			enc: EncodeDeviceTrace(DeviceTraceNotice{Flags: TraceLaunches}), decode: request, want: DeviceTraceNotice{Flags: TraceLaunches}},
+		{name: "device-report", about: "a device process to the server, on the report socket: the kernels it ran and the synchronizations it answered since its last report (CLOCK_MONOTONIC nanoseconds); no reply",
+			c: "devproc.c report_flush sends it (uvm__report_add, uvm__report_message)", h: hdr(MsgDeviceReport, 0),
+			fields: []field{{"lost records", uint32(3), "dropped since the last report: the socket was full"}, {"record count", uint32(2), ""},
+				{"record 0 kind", uint8(ReportLaunch), "a launch"}, {"record 0 stream", uint32(2), ""}, {"record 0 threads", uint32(64), ""},
+				{"record 0 start", uint64(5_000_000_000), ""}, {"record 0 end", uint64(5_000_250_000), ""}, {"record 0 kernel", "c:0x401000", ""},
+				{"record 1 kind", uint8(ReportSync), "a synchronization"}, {"record 1 stream", uint32(2), ""}, {"record 1 threads", uint32(0), "none"},
+				{"record 1 start", uint64(5_000_300_000), ""}, {"record 1 end", uint64(5_000_301_500), ""}, {"record 1 kernel", "", "none"}},
+			enc: EncodeDeviceReport(report), decode: request, want: report},
 		{name: "peer-access-request", about: "a client to the server: enable or disable a device's access to a peer's device memory (cudaDeviceEnablePeerAccess, cudaDeviceDisablePeerAccess)",
 			c: "props.c peer_access sends it (uvm__encode_peer_access)", h: hdr(MsgPeerAccess, 33),
 			fields: []field{{"device", int32(1), "the device that gains access"}, {"peer", int32(0), "the device whose memory it reaches"}, {"enable", uint8(1), "enable"}, {"flags", uint32(0), ""}},

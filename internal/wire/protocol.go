@@ -60,6 +60,8 @@ const (
 	MsgLaunchBegin   // client -> server: a kernel is about to start (launch coherence)
 	MsgStreamsIdle   // client -> server: a device's streams have finished (launch coherence)
 	MsgPeerAccess    // client -> server: enable or disable a device's access to a peer's memory
+	MsgDeviceTrace   // server -> device process, first and unsolicited: report launches (devicetrace.go)
+	MsgDeviceReport  // device process -> server, on the report socket: launches and synchronizations (no reply)
 	msgTypeEnd       // one past the last message type
 )
 
@@ -72,7 +74,7 @@ var msgTypeNames = [...]string{
 	MsgDeviceCopy: "device-copy", MsgStreamOpen: "stream-open", MsgDeviceFile: "device-file",
 	MsgDeviceHints: "device-hints", msgRestarted: "restarted", MsgReplace: "replace",
 	MsgStreamAttach: "stream-attach", MsgLaunchBegin: "launch-begin", MsgStreamsIdle: "streams-idle",
-	MsgPeerAccess: "peer-access",
+	MsgPeerAccess: "peer-access", MsgDeviceTrace: "device-trace", MsgDeviceReport: "device-report",
 }
 
 type Header struct {

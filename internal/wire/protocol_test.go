@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -119,6 +120,8 @@ func FuzzParseRequest(f *testing.F) {
 		EncodeStreamAttach(23, StreamAttachRequest{Addr: 1 << 30, Mode: core.AttachSingle, Device: 1, Stream: 2}),
 		EncodeLaunchBegin(24, LaunchBeginRequest{Device: 0, Stream: 3, Kernel: "k"}),
 		EncodeStreamsIdle(25, StreamsIdleRequest{Device: 1, Stream: AllStreams}),
+		EncodeDeviceTrace(DeviceTraceNotice{Flags: TraceLaunches}),
+		EncodeDeviceReport(DeviceReport{Lost: 1, Records: []DeviceRecord{{Kind: ReportLaunch, Stream: 1, Threads: 4, Start: 10, End: 20, Name: "k"}, {Kind: ReportSync, Stream: 1, Start: 30, End: 30}}}),
 	} {
 		f.Add(b)
 	}
@@ -178,6 +181,12 @@ func FuzzParseRequest(f *testing.F) {
 			again = EncodeLaunchBegin(h.Seq, r)
 		case StreamsIdleRequest:
 			again = EncodeStreamsIdle(h.Seq, r)
+		case DeviceTraceNotice:
+			again = EncodeDeviceTrace(r)
+			binary.LittleEndian.PutUint32(again[8:], h.Seq) // a notice is sent with sequence 0, any decodes
+		case DeviceReport:
+			again = EncodeDeviceReport(r)
+			binary.LittleEndian.PutUint32(again[8:], h.Seq)
 		default:
 			t.Fatalf("unexpected request %T", req)
 		}
@@ -241,4 +250,57 @@ func FuzzParseReply(f *testing.F) {
 		pid, n, err := decodeRestarted(&WireReader{B: payload})
 		check("restarted", EncodeRestarted(pid, n), err)
 	})
+}
+
+// TestDeviceReport: a batch built a record at a time decodes to its
+// records, a long kernel name cut to MaxReportName bytes on a rune
+// boundary; Reset reuses the buffer; bad records are refused, naming the
+// value.
+func TestDeviceReport(t *testing.T) {
+	long := strings.Repeat("é", MaxReportName) // two bytes a rune
+	var b ReportBatch
+	recs := []DeviceRecord{
+		{Kind: ReportLaunch, Stream: 3, Threads: 7, Start: 100, End: 250, Name: "k"},
+		{Kind: ReportLaunch, Stream: 0, Threads: 1, Start: 300, End: 300, Name: long},
+		{Kind: ReportSync, Stream: 3, Start: 400, End: 410},
+	}
+	for _, r := range recs {
+		b.Add(r)
+	}
+	require.Equal(t, 3, b.Len())
+	h, req, err := ParseRequest(b.Message(5))
+	require.NoError(t, err)
+	assert.Equal(t, MsgDeviceReport, h.Typ)
+	want := append([]DeviceRecord(nil), recs...)
+	want[1].Name = long[:MaxReportName]
+	assert.Equal(t, DeviceReport{Lost: 5, Records: want}, req)
+	odd := strings.Repeat("a", MaxReportName-1) + "é" // the rune straddles the limit
+	b.Reset()
+	b.Add(DeviceRecord{Kind: ReportLaunch, Threads: 1, Name: odd})
+	_, req, err = ParseRequest(b.Message(0))
+	require.NoError(t, err)
+	assert.Equal(t, odd[:MaxReportName-1], req.(DeviceReport).Records[0].Name)
+	assert.Equal(t, EncodeDeviceReport(DeviceReport{Records: []DeviceRecord{{Kind: ReportLaunch, Threads: 1, Name: odd[:MaxReportName-1]}}}), b.Message(0))
+
+	var full ReportBatch
+	for range MaxReportRecords + 1 {
+		full.Add(DeviceRecord{Kind: ReportSync})
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"kind", EncodeDeviceReport(DeviceReport{Records: []DeviceRecord{{Kind: 9}}}), "of kind 9"},
+		{"backwards", EncodeDeviceReport(DeviceReport{Records: []DeviceRecord{{Kind: ReportSync, Start: 2, End: 1}}}), "ends at 1, before its start 2"},
+		{"threads", EncodeDeviceReport(DeviceReport{Records: []DeviceRecord{{Kind: ReportLaunch, Name: "k"}}}), "a launch of 0 threads"},
+		{"sync name", EncodeDeviceReport(DeviceReport{Records: []DeviceRecord{{Kind: ReportSync, Name: "k"}}}), "a synchronization with threads or a name"},
+		{"records", full.Message(0), "of 65 records"},
+		{"flags", EncodeDeviceTrace(DeviceTraceNotice{Flags: 6}), "device-trace flags 0x6"},
+	} {
+		_, _, err := ParseRequest(tc.b)
+		require.Error(t, err, tc.name)
+		assert.ErrorIs(t, err, core.ErrInvalidValue, tc.name)
+		assert.Contains(t, err.Error(), tc.want, tc.name)
+	}
 }

@@ -20,7 +20,11 @@
  *    == address), registered MISSING|WP, as the Go device does;
  *  - it serves the server's map and unmap requests on one thread, each
  *    stream (one SOCK_SEQPACKET socket from the client) on a thread of
- *    its own, and spreads wide launches over pinned worker threads.
+ *    its own, and spreads wide launches over pinned worker threads;
+ *  - when its client's session is traced, the server's first message is
+ *    a device-trace notice with a socket of its own, on which the process
+ *    reports the kernels it runs and the synchronizations it answers
+ *    (internal/wire/devicetrace.go, as the Go device's report.go).
  *
  * A kernel that crashes kills the process, as it would kill the program.
  * Before it dies, the signal handler tells the client which kernel,
@@ -52,6 +56,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 int uvm__device_process = -1;
@@ -73,6 +78,99 @@ static int uffd = -1;
 static int files[UVM_MAX_DEVICES + 1]; /* files[d + 1]: processor d's file (the CPU is -1) */
 static int nfiles;
 static uint8_t *server_buf; /* UVM_MAX_MESSAGE bytes, mmap'ed */
+
+/* ---- reports of a traced session ---- */
+
+/* The report socket, when the session is traced (set by attach before
+ * any other thread exists); -1 otherwise, and every launch and
+ * synchronization then pays one test. Records are batched: a batch goes
+ * when it holds UVM_MAX_REPORT_RECORDS, REPORT_DELAY_NS after its first
+ * record (report_main), when a stream ends and when the process ends
+ * (the server waits for that at the session's end), so that a loop of
+ * short launches and synchronizes pays a send per 32 of them. A send
+ * never waits: a full socket drops the batch and the next report counts
+ * it lost; a server gone ends the reports. */
+#define REPORT_DELAY_NS 5000000l
+static int report_sock = -1;
+static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t report_cv = PTHREAD_COND_INITIALIZER; /* a batch was started */
+static uint8_t report_buf[UVM_REPORT_MESSAGE_MAX];
+static struct uvm_msg report_msg = {.buf = report_buf, .cap = sizeof report_buf};
+static uint32_t report_n, report_lost; /* guarded by report_mu, with report_msg */
+static bool report_dead;
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* report_send_locked sends the batch without waiting and empties it.
+ * report_mu is held. */
+static void report_send_locked(void)
+{
+	uvm__report_finish(&report_msg, report_lost, report_n);
+	ssize_t k;
+	do
+		k = send(report_sock, report_msg.buf, report_msg.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (k < 0 && errno == EINTR);
+	if (k >= 0)
+		report_lost = 0;
+	else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+		report_lost += report_n;
+	else
+		report_dead = true; /* the server is gone: no one reads the socket */
+	report_n = 0;
+	uvm__report_start(&report_msg);
+}
+
+static void report_add(uint8_t kind, uint32_t stream, uint32_t threads, uint64_t start, uint64_t end, const uint8_t *name, uint32_t name_len)
+{
+	pthread_mutex_lock(&report_mu);
+	if (!report_dead) {
+		if (report_msg.len == 0)
+			uvm__report_start(&report_msg);
+		uvm__report_add(&report_msg, kind, stream, threads, start, end, name, name_len);
+		if (++report_n >= UVM_MAX_REPORT_RECORDS)
+			report_send_locked();
+		else if (report_n == 1)
+			pthread_cond_signal(&report_cv);
+	}
+	pthread_mutex_unlock(&report_mu);
+}
+
+/* report_main sends each batch that does not fill REPORT_DELAY_NS after
+ * it started. */
+static void *report_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&report_mu);
+	while (!report_dead) {
+		if (report_n == 0) {
+			pthread_cond_wait(&report_cv, &report_mu);
+			continue;
+		}
+		pthread_mutex_unlock(&report_mu);
+		nanosleep(&(struct timespec){.tv_nsec = REPORT_DELAY_NS}, NULL);
+		pthread_mutex_lock(&report_mu);
+		if (!report_dead && report_n > 0)
+			report_send_locked();
+	}
+	pthread_mutex_unlock(&report_mu);
+	return NULL;
+}
+
+/* report_flush sends what the batch holds. */
+static void report_flush(void)
+{
+	if (report_sock < 0)
+		return;
+	pthread_mutex_lock(&report_mu);
+	if (!report_dead && report_n > 0)
+		report_send_locked();
+	pthread_mutex_unlock(&report_mu);
+}
 
 /* ---- messages ---- */
 
@@ -328,12 +426,24 @@ static void attach(void)
 
 	int nfds = 0;
 	ssize_t n = uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, files, UVM_MAX_DEVICES + 1, &nfds);
+	struct uvm_header h;
+	struct uvm_reader r;
+	if (n > 0 && uvm__parse_header(server_buf, (size_t)n, &h, &r) && h.type == UVM_MSG_DEVICE_TRACE) {
+		/* The session is traced: the notice comes first, with the
+		 * socket to report on; the hello's reply follows. */
+		uint32_t flags = uvm__get_u32(&r);
+		if (r.err || r.n != 0 || nfds != 1 || (flags & ~UVM_TRACE_LAUNCHES))
+			setup_fail(UVM_WIRE_INTERNAL, "the fault server's device-trace notice is malformed (%d descriptors)", nfds);
+		if (flags & UVM_TRACE_LAUNCHES)
+			report_sock = files[0];
+		else
+			close(files[0]);
+		n = uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, files, UVM_MAX_DEVICES + 1, &nfds);
+	}
 	nfiles = nfds;
 	if (n <= 0)
 		setup_fail(UVM_WIRE_INITIALIZATION, "the fault server did not answer the device hello (%s)",
 			   n == 0 ? "it closed the connection" : strerror((int)-n));
-	struct uvm_header h;
-	struct uvm_reader r;
 	if (!uvm__parse_header(server_buf, (size_t)n, &h, &r) || h.type != UVM_MSG_DEVICE_HELLO || h.seq != 1)
 		setup_fail(UVM_WIRE_INTERNAL, "the fault server's answer to the device hello is malformed");
 	if (h.status != UVM_WIRE_OK) {
@@ -400,6 +510,7 @@ static void *serve_server(void *arg)
 			if (!(poll(&p, 1, 100) == 1 && (p.revents & (POLLHUP | POLLRDHUP))))
 				fprintf(stderr, "softuvm device %d process %d: the fault server went away (%s); exiting\n", dev_index, (int)getpid(),
 					n == 0 ? "end of file" : strerror((int)-n));
+			report_flush(); /* a session's end hangs up, then waits for this */
 			fflush(stdout);
 			_exit(1);
 		}
@@ -436,6 +547,8 @@ static void *serve_server(void *arg)
 				status = UVM_WIRE_INTERNAL;
 		} else if (h.type == UVM_MSG_DEVICE_HINTS) {
 			err = drop_mappings(&r, msg, sizeof msg, &status);
+		} else if (h.type == UVM_MSG_DEVICE_TRACE) {
+			continue; /* read at attach only; a later one, which no server sends, asks for no reply */
 		} else {
 			snprintf(msg, sizeof msg, "message type %u is not a request the server sends a device", h.type);
 			err = msg;
@@ -737,8 +850,11 @@ static void launch(struct stream *st, struct uvm_reader *r)
 	const void *kparams = params_len ? st->params : NULL;
 	uvmKernel_t fn = (uvmKernel_t)kernel;
 	unsigned parts = n < nworkers ? n : nworkers;
+	uint64_t started = report_sock >= 0 ? monotonic_ns() : 0;
 	if (parts <= 1) {
 		run_threads(fn, kernel, stream, 0, n, n, kparams);
+		if (report_sock >= 0)
+			report_add(UVM_REPORT_LAUNCH, st->id, n, started, monotonic_ns(), name, name_len);
 		return;
 	}
 	struct launch_wait lw = {.remaining = parts};
@@ -764,6 +880,8 @@ static void launch(struct stream *st, struct uvm_reader *r)
 	pthread_mutex_unlock(&lw.mu);
 	pthread_cond_destroy(&lw.cv);
 	pthread_mutex_destroy(&lw.mu);
+	if (report_sock >= 0)
+		report_add(UVM_REPORT_LAUNCH, st->id, n, started, monotonic_ns(), name, name_len);
 }
 
 /* serve_stream runs one stream: its launches in order, and answers its
@@ -776,6 +894,7 @@ static void *serve_stream(void *arg)
 		ssize_t n = uvm__recv(st->sock, st->buf, STREAM_BUF_SIZE, NULL, 0, NULL);
 		if (n == 0 || (n < 0 && n != -EMSGSIZE))
 			break; /* the client closed the stream, or went away */
+		uint64_t took = report_sock >= 0 ? monotonic_ns() : 0; /* when a traced stream took the message up */
 		struct uvm_header h;
 		struct uvm_reader r;
 		if (n < 0 || !uvm__parse_header(st->buf, (size_t)n, &h, &r)) {
@@ -797,10 +916,13 @@ static void *serve_stream(void *arg)
 		 * returns, as CUDA's device printf does. */
 		fflush(stdout);
 		st->errs[st->errs_len] = '\0';
+		if (report_sock >= 0)
+			report_add(UVM_REPORT_SYNC, st->id, 0, took, monotonic_ns(), (const uint8_t *)"", 0);
 		send_reply(st->sock, h.type, h.seq, st->err_status, st->errs);
 		st->err_status = UVM_WIRE_OK;
 		st->errs_len = 0;
 	}
+	report_flush(); /* the stream's kernels since its last synchronize */
 	close(st->sock);
 	kernel_thread_end(altstack);
 	munmap(st->buf, STREAM_BUF_SIZE);
@@ -845,6 +967,7 @@ static void serve_control(void)
 		int fd = -1, nfds = 0;
 		ssize_t n = uvm__recv(control_sock, buf, sizeof buf, &fd, 1, &nfds);
 		if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+			report_flush(); /* the client is gone, and the process ends with it */
 			fflush(stdout);
 			_exit(0);
 		}
@@ -913,6 +1036,11 @@ void uvm__device_main(int device, int nwork, int server, int control, int stream
 	if (e)
 		setup_fail(UVM_WIRE_INITIALIZATION, "start the thread that serves the fault server: %s", strerror(e));
 	pthread_detach(t);
+	if (report_sock >= 0) {
+		if ((e = pthread_create(&t, NULL, report_main, NULL)))
+			setup_fail(UVM_WIRE_INITIALIZATION, "start the thread that sends launch reports: %s", strerror(e));
+		pthread_detach(t);
+	}
 	if (!start_stream(0, stream0))
 		setup_fail(UVM_WIRE_INITIALIZATION, "start the default stream's thread");
 	send_reply(control_sock, UVM_MSG_DEVICE_UP, 0, UVM_WIRE_OK, NULL);

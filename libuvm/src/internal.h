@@ -175,6 +175,20 @@ UVM_HIDDEN void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c);
  * truncated or has trailing bytes. */
 UVM_HIDDEN bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c);
 
+/* A device report (internal/wire/devicetrace.go): what a device process
+ * of a traced session ran and answered, sent to the server on the socket
+ * its device-trace notice carried. uvm__report_start begins one in m,
+ * uvm__report_add appends a record (the name cut to UVM_MAX_REPORT_NAME
+ * bytes; times are CLOCK_MONOTONIC nanoseconds), and uvm__report_finish
+ * writes the lost and record counts. A report of UVM_MAX_REPORT_RECORDS
+ * records takes at most UVM_REPORT_MESSAGE_MAX bytes. */
+#define UVM_REPORT_RECORD_MAX (1 + 4 + 4 + 8 + 8 + 4 + UVM_MAX_REPORT_NAME)
+#define UVM_REPORT_MESSAGE_MAX (UVM_WIRE_HEADER + 8 + UVM_MAX_REPORT_RECORDS * UVM_REPORT_RECORD_MAX)
+UVM_HIDDEN void uvm__report_start(struct uvm_msg *m);
+UVM_HIDDEN void uvm__report_add(struct uvm_msg *m, uint8_t kind, uint32_t stream, uint32_t threads, uint64_t start, uint64_t end,
+				const uint8_t *name, uint32_t name_len);
+UVM_HIDDEN void uvm__report_finish(struct uvm_msg *m, uint32_t lost, uint32_t count);
+
 /* uvm__send sends one datagram with up to 8 descriptors. Returns 0 or an
  * errno value. Retries EINTR. */
 UVM_HIDDEN int uvm__send(int sock, const void *b, size_t n, const int *fds, int nfds);

@@ -258,6 +258,35 @@ bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c)
 	return !r->err && r->n == 0;
 }
 
+void uvm__report_start(struct uvm_msg *m)
+{
+	uvm__msg_start(m, UVM_MSG_DEVICE_REPORT, 0, 0);
+	uvm__put_u32(m, 0); /* lost and */
+	uvm__put_u32(m, 0); /* record counts: uvm__report_finish */
+}
+
+void uvm__report_add(struct uvm_msg *m, uint8_t kind, uint32_t stream, uint32_t threads, uint64_t start, uint64_t end, const uint8_t *name,
+		     uint32_t name_len)
+{
+	if (name_len > UVM_MAX_REPORT_NAME) /* C kernels' names are short; cut on a UTF-8 boundary anyway */
+		for (name_len = UVM_MAX_REPORT_NAME; name_len > 0 && (name[name_len] & 0xc0) == 0x80; name_len--)
+			;
+	uvm__put_u8(m, kind);
+	uvm__put_u32(m, stream);
+	uvm__put_u32(m, threads);
+	uvm__put_u64(m, start);
+	uvm__put_u64(m, end);
+	uvm__put_bytes(m, name, name_len);
+}
+
+void uvm__report_finish(struct uvm_msg *m, uint32_t lost, uint32_t count)
+{
+	if (m->overflow || m->len < UVM_WIRE_HEADER + 8)
+		return;
+	memcpy(m->buf + UVM_WIRE_HEADER, &lost, 4);
+	memcpy(m->buf + UVM_WIRE_HEADER + 4, &count, 4);
+}
+
 int uvm__send(int sock, const void *b, size_t n, const int *fds, int nfds)
 {
 	struct iovec iov = {.iov_base = (void *)b, .iov_len = n};

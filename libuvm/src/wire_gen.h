@@ -44,6 +44,8 @@ enum uvm_msg_type {
 	UVM_MSG_LAUNCH_BEGIN     = 25, /* "launch-begin" */
 	UVM_MSG_STREAMS_IDLE     = 26, /* "streams-idle" */
 	UVM_MSG_PEER_ACCESS      = 27, /* "peer-access" */
+	UVM_MSG_DEVICE_TRACE     = 28, /* "device-trace" */
+	UVM_MSG_DEVICE_REPORT    = 29, /* "device-report" */
 };
 
 /* Reply status codes (wire.errorCode). */
@@ -104,6 +106,13 @@ enum uvm_kind {
 #define UVM_MAX_LAUNCH_THREADS 0x40000000u /* wire.MaxLaunchThreads */
 #define UVM_ALL_STREAMS        0xffffffffu /* wire.AllStreams */
 #define UVM_MAX_KERNEL_PARAMS  4096        /* core.MaxKernelParams */
+
+/* Device trace reports: the device-trace notice's flags, the kinds of a device report's records, a report's bounds. */
+#define UVM_TRACE_LAUNCHES     1u  /* wire.TraceLaunches */
+#define UVM_REPORT_LAUNCH      1   /* wire.ReportLaunch */
+#define UVM_REPORT_SYNC        2   /* wire.ReportSync */
+#define UVM_MAX_REPORT_RECORDS 64  /* wire.MaxReportRecords */
+#define UVM_MAX_REPORT_NAME    256 /* wire.MaxReportName */
 
 /* The layout of memory: pages, blocks, the managed window, the processors' files. */
 #define UVM_PAGE_SIZE       4096ul           /* core.PageSize */

@@ -189,6 +189,15 @@ static void test_sent(void)
 	expect_sent("device-hints-reply", m);
 	uvm__encode_peer_access(m = out_start(&o), 33, 1, 0, true, 0); /* props.c */
 	expect_sent("peer-access-request", m);
+	/* devproc.c report_add, report_send_locked: a launch and a
+	 * synchronization, three records lost before them. */
+	static uint8_t report[UVM_REPORT_MESSAGE_MAX];
+	struct uvm_msg rm = {.buf = report, .cap = sizeof report};
+	uvm__report_start(&rm);
+	uvm__report_add(&rm, UVM_REPORT_LAUNCH, 2, 64, 5000000000ull, 5000250000ull, (const uint8_t *)"c:0x401000", 10);
+	uvm__report_add(&rm, UVM_REPORT_SYNC, 2, 0, 5000300000ull, 5000301500ull, (const uint8_t *)"", 0);
+	uvm__report_finish(&rm, 3, 2);
+	expect_sent("device-report", &rm);
 
 	/* A reply's message is cut to its buffer, never past it. */
 	uint8_t small[UVM_WIRE_HEADER + 4 + 5];
@@ -399,6 +408,10 @@ static void test_read(void)
 	if (open_msg("restarted", &f, &r, UVM_MSG_RESTARTED, 0, 0)) {
 		EXPECT(&f, "the server pid", uvm__get_u32(&r), 4245);
 		EXPECT(&f, "the restarts", uvm__get_u32(&r), 2);
+		expect_end(&f, &r);
+	}
+	if (open_msg("device-trace", &f, &r, UVM_MSG_DEVICE_TRACE, 0, 0)) { /* devproc.c attach */
+		EXPECT(&f, "the flags", uvm__get_u32(&r), UVM_TRACE_LAUNCHES);
 		expect_end(&f, &r);
 	}
 	if (open_msg("peer-access-reply", &f, &r, UVM_MSG_PEER_ACCESS, 33, UVM_WIRE_OK)) { /* props.c peer_access */
