@@ -178,10 +178,7 @@ func TestTraceAccessMode(t *testing.T) {
 	st, err := s.Stats()
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
-	require.Eventually(t, func() bool {
-		_, _, err := trace.ReadFile(path)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the server did not close its trace")
+	waitTraceClosed(t, path)
 
 	h, c := readTraceCounts(t, path)
 	assert.Equal(t, 20*time.Millisecond, h.AccessPeriod)

@@ -179,10 +179,7 @@ func TestTraceRecordsLaunchesUnderFaultModel(t *testing.T) {
 		}
 	}
 	require.NoError(t, s.Close())
-	require.Eventually(t, func() bool {
-		_, _, err := trace.ReadFile(path)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the server did not close its trace")
+	waitTraceClosed(t, path)
 	// CLOCK_MONOTONIC at the trace's time 0 (its header's wall-clock
 	// start), from a pair of readings of both clocks.
 	h, events, err := trace.ReadFile(path)
@@ -260,10 +257,7 @@ func TestTraceLaunchesOnceUnderLaunchModel(t *testing.T) {
 	require.NoError(t, s.Launch(0, st, "nothing", 1, nil))
 	require.NoError(t, s.StreamSynchronize(st))
 	require.NoError(t, s.Close())
-	require.Eventually(t, func() bool {
-		_, _, err := trace.ReadFile(path)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the server did not close its trace")
+	waitTraceClosed(t, path)
 	_, events, err := trace.ReadFile(path)
 	require.NoError(t, err)
 	byStream, launches, syncs := launchEvents(t, events, int32(os.Getpid()))

@@ -54,6 +54,16 @@ func readTraceCounts(t *testing.T, path string) (trace.Header, traceCounts) {
 	return h, c
 }
 
+// waitTraceClosed waits for a private server, ended with its last
+// client, to write the end of its trace at path.
+func waitTraceClosed(t *testing.T, path string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, _, err := trace.ReadFile(path)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the server did not close its trace")
+}
+
 // requireTraceMatchesStats checks a trace against the statistics of the
 // same events: every fault, migration (by direction and cause),
 // population and eviction the counters count is in the trace, and no
@@ -126,10 +136,7 @@ func TestTraceHoldsWhatTheStatisticsCount(t *testing.T) {
 	require.NoError(t, s.Close())
 	// The private server ends with its last client; it writes the
 	// trace's end when it closes.
-	require.Eventually(t, func() bool {
-		_, _, err := trace.ReadFile(path)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the server did not close its trace")
+	waitTraceClosed(t, path)
 
 	h, c := readTraceCounts(t, path)
 	assert.Equal(t, "server", h.Scope)
