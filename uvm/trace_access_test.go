@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -85,14 +84,8 @@ func freeTime(events []trace.Event, addr uintptr) (time.Duration, bool) {
 func TestTraceAccessMode(t *testing.T) {
 	requireRoot(t)
 	cfg := testServerConfig()
-	path := filepath.Join(t.TempDir(), "access.uvmtrace")
-	cfg.Trace = path
 	cfg.TraceAccess = config.TraceAccess{Period: core.Duration(20 * time.Millisecond), Sample: 64 << 20}
-	log, err := os.CreateTemp(t.TempDir(), "server-*.log")
-	require.NoError(t, err)
-	defer log.Close()
-	s, err := Connect(Config{Server: "private", Private: cfg, Log: log})
-	require.NoError(t, err)
+	s, path, log := recordingSession(t, cfg, "access.uvmtrace")
 
 	const size = 1 << 20
 	alloc := func() (*Allocation, []byte) {

@@ -154,13 +154,7 @@ func launchEvents(t *testing.T, events []trace.Event, pid int32) (map[uint64][]t
 func TestTraceRecordsLaunchesUnderFaultModel(t *testing.T) {
 	requireRoot(t)
 	cfg := testServerConfig()
-	path := filepath.Join(t.TempDir(), "launches.uvmtrace")
-	cfg.Trace = path
-	log, err := os.CreateTemp(t.TempDir(), "server-*.log")
-	require.NoError(t, err)
-	defer log.Close()
-	s, err := Connect(Config{Server: "private", Private: cfg, Log: log})
-	require.NoError(t, err)
+	s, path, log := recordingSession(t, cfg, "launches.uvmtrace")
 	require.Equal(t, "fault", s.Coherence())
 	p, err := runLaunchPlan(s)
 	if err != nil {
@@ -239,13 +233,7 @@ func TestTraceRecordsLaunchesUnderFaultModel(t *testing.T) {
 func TestTraceLaunchesOnceUnderLaunchModel(t *testing.T) {
 	requireRoot(t)
 	cfg := launchConfig("wp-async")
-	path := filepath.Join(t.TempDir(), "launch-model.uvmtrace")
-	cfg.Trace = path
-	log, err := os.CreateTemp(t.TempDir(), "server-*.log")
-	require.NoError(t, err)
-	defer log.Close()
-	s, err := Connect(Config{Server: "private", Private: cfg, Log: log})
-	require.NoError(t, err)
+	s, path, log := recordingSession(t, cfg, "launch-model.uvmtrace")
 	require.Equal(t, "launch", s.Coherence())
 	st, err := s.StreamCreate(0)
 	require.NoError(t, err)

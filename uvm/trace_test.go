@@ -54,6 +54,22 @@ func readTraceCounts(t *testing.T, path string) (trace.Header, traceCounts) {
 	return h, c
 }
 
+// recordingSession connects to a private server with cfg that records
+// every session's events into a trace in a temporary directory (name),
+// logging to the returned file. It returns the session and the trace's
+// path.
+func recordingSession(t *testing.T, cfg ServerConfig, name string) (*Session, string, *os.File) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	cfg.Trace = path
+	log, err := os.CreateTemp(t.TempDir(), "server-*.log")
+	require.NoError(t, err)
+	t.Cleanup(func() { log.Close() })
+	s, err := Connect(Config{Server: "private", Private: cfg, Log: log})
+	require.NoError(t, err)
+	return s, path, log
+}
+
 // waitTraceClosed waits for a private server, ended with its last
 // client, to write the end of its trace at path.
 func waitTraceClosed(t *testing.T, path string) {
@@ -109,13 +125,7 @@ func requireTraceMatchesStats(t *testing.T, c traceCounts, st Stats) {
 func TestTraceHoldsWhatTheStatisticsCount(t *testing.T) {
 	requireRoot(t)
 	cfg := testServerConfig()
-	path := filepath.Join(t.TempDir(), "run.uvmtrace")
-	cfg.Trace = path
-	log, err := os.CreateTemp(t.TempDir(), "server-*.log")
-	require.NoError(t, err)
-	defer log.Close()
-	s, err := Connect(Config{Server: "private", Private: cfg, Log: log})
-	require.NoError(t, err)
+	s, path, log := recordingSession(t, cfg, "run.uvmtrace")
 	const size = 4 << 20
 	const pages = size / PageSize
 	a, err := s.MallocManaged(size)

@@ -485,40 +485,61 @@ func (sess *session) remoteRuns(v *view, budget int64) []wire.Mapping {
 			first := int((max(from, blockAddr) - blockAddr) / core.PageSize)
 			outer := int((min(to, blockAddr+core.BlockSize) - blockAddr) / core.PageSize)
 			b.mu.Lock()
-			if m := b.viewMapOf(l); m != nil {
-				remote := func(p int) bool { return fileOf(m.file[p], l) != l && !m.pending.Test(p) }
-				for p := first; p < outer && !full(); {
-					if !remote(p) {
-						p++
-						continue
-					}
-					q := p + 1
-					for q < outer && remote(q) {
-						q++
-					}
-					add(r, blockAddr+uintptr(p)*core.PageSize, q-p)
-					p = q
-				}
-			}
+			b.viewRuns(l, first, outer, true, full, func(p, q int) {
+				add(r, blockAddr+uintptr(p)*core.PageSize, q-p)
+			})
 			b.mu.Unlock()
 		}
 	}
-	ranges := sess.ranges.Load().ranges
-	cursor := v.hintCursor
-	for _, r := range ranges { // from the cursor on
-		if !full() && r.end() > cursor && !r.freed.Load() {
-			visit(r, max(r.start, cursor), r.end())
-		}
-	}
-	for _, r := range ranges { // then from the start up to the cursor
-		if !full() && r.start < cursor && !r.freed.Load() {
-			visit(r, r.start, min(r.end(), cursor))
-		}
-	}
+	sess.walkFromCursor(v.hintCursor, full, visit)
 	if budget >= core.PageSize {
 		v.hintCursor = 0 // everything fit: start from the beginning next time
 	}
 	return out
+}
+
+// walkFromCursor visits the parts [from, to) of the session's live
+// ranges from cursor to the end of the address space, then from the start
+// up to cursor, until full says to stop: a sample that goes on where the
+// last one stopped.
+func (sess *session) walkFromCursor(cursor uintptr, full func() bool, visit func(r *managedRange, from, to uintptr)) {
+	ranges := sess.ranges.Load().ranges
+	for _, r := range ranges {
+		if !full() && r.end() > cursor && !r.freed.Load() {
+			visit(r, max(r.start, cursor), r.end())
+		}
+	}
+	for _, r := range ranges {
+		if !full() && r.start < cursor && !r.freed.Load() {
+			visit(r, r.start, min(r.end(), cursor))
+		}
+	}
+}
+
+// viewRuns calls add with each run [p, q) of pages of [first, outer)
+// that view l maps from another location's file (remote) or from its own
+// (!remote), leaving out pages whose mapping is changing, until full
+// says to stop. The block is locked.
+func (b *block) viewRuns(l core.Device, first, outer int, remote bool, full func() bool, add func(p, q int)) {
+	m := b.viewMapOf(l)
+	in := func(p int) bool {
+		if m == nil {
+			return !remote // it maps its own file everywhere
+		}
+		return !m.pending.Test(p) && (fileOf(m.file[p], l) != l) == remote
+	}
+	for p := first; p < outer && !full(); {
+		if !in(p) {
+			p++
+			continue
+		}
+		q := p + 1
+		for q < outer && in(q) {
+			q++
+		}
+		add(p, q)
+		p = q
+	}
 }
 
 // serveHintFault serves a MINOR fault of the user-space fallback: a

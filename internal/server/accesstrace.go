@@ -73,17 +73,10 @@ type armedPage struct {
 	start, end uintptr
 }
 
-// accessSetting is the access mode a session is traced with: the
-// server's (--trace-access) for the server's trace, else the client's
-// own UVM_TRACE_ACCESS when it records its own trace.
-func (sess *session) accessSetting() (config.TraceAccess, error) {
-	if sess.srv.tracer != nil && sess.srv.cfg.TraceAccess.On() {
-		return sess.srv.cfg.TraceAccess, nil
-	}
-	if sess.tracer == nil {
-		return config.TraceAccess{}, nil
-	}
-	text, err := clientEnv(sess.pid, TraceAccessEnv)
+// clientTraceAccess reads the access mode a client recording its own
+// trace asks for (UVM_TRACE_ACCESS in its starting environment).
+func clientTraceAccess(pid int) (config.TraceAccess, error) {
+	text, err := clientEnv(pid, TraceAccessEnv)
 	if err != nil || text == "" {
 		return config.TraceAccess{}, err
 	}
@@ -98,15 +91,8 @@ func (sess *session) accessSetting() (config.TraceAccess, error) {
 // it is asked for. Failing to start is logged: the trace goes on without
 // accesses.
 func (sess *session) startAccessSampler() {
-	if !sess.tracing() {
-		return
-	}
-	a, err := sess.accessSetting()
-	if err != nil {
-		sess.srv.logger.Printf("pid %d: the trace's access mode is off: %v", sess.pid, err)
-		return
-	}
-	if !a.On() {
+	a := sess.traceAccess
+	if !a.On() || !sess.tracing() {
 		return
 	}
 	if sess.launch != nil {
@@ -115,6 +101,7 @@ func (sess *session) startAccessSampler() {
 	}
 	as := &accessSampler{sess: sess, period: time.Duration(a.Period), sample: uintptr(a.Sample) &^ (core.PageSize - 1),
 		quit: make(chan struct{}), done: make(chan struct{}), views: make([]samplerView, len(sess.views)), warned: map[string]bool{}}
+	var err error
 	as.client, err = uffd.OpenProcess(sess.pid)
 	if err != nil {
 		as.warnOnce("pidfd", "pid %d: the trace's access mode does not arm the CPU: %v", sess.pid, err)
@@ -308,13 +295,14 @@ func (as *accessSampler) nextSample(v *view, sv *samplerView) []armedPage {
 		budget -= n
 		sv.cursor = start + n
 	}
+	full := func() bool { return budget == 0 }
 	visit := func(r *managedRange, from, to uintptr) {
-		if r.kind != core.KindManaged || r.freed.Load() || (v.loc == core.CPU && r.trackPrefetch) {
+		if r.kind != core.KindManaged || (v.loc == core.CPU && r.trackPrefetch) {
 			// Ranges that audit prefetched pages read the host's page
 			// table to tell used from unused ones.
 			return
 		}
-		for bi := int((from - r.start) >> core.BlockShift); bi <= int((to-1-r.start)>>core.BlockShift) && budget > 0; bi++ {
+		for bi := int((from - r.start) >> core.BlockShift); bi <= int((to-1-r.start)>>core.BlockShift) && !full(); bi++ {
 			blockAddr := r.start + uintptr(bi)*core.BlockSize
 			first, outer := max(from, blockAddr), min(to, blockAddr+core.BlockSize, r.end())
 			if v.loc == core.CPU {
@@ -329,35 +317,12 @@ func (as *accessSampler) nextSample(v *view, sv *samplerView) []armedPage {
 				continue
 			}
 			b.mu.Lock()
-			m := b.viewMapOf(v.loc)
-			for p := int((first - blockAddr) / core.PageSize); p < int((outer-blockAddr)/core.PageSize) && budget > 0; {
-				own := func(p int) bool { return m == nil || (fileOf(m.file[p], v.loc) == v.loc && !m.pending.Test(p)) }
-				if !own(p) {
-					p++
-					continue
-				}
-				q := p + 1
-				for q < int((outer-blockAddr)/core.PageSize) && own(q) {
-					q++
-				}
-				add(r, blockAddr+uintptr(p)*core.PageSize, blockAddr+uintptr(q)*core.PageSize)
-				p = q
-			}
+			b.viewRuns(v.loc, int((first-blockAddr)/core.PageSize), int((outer-blockAddr)/core.PageSize), false, full,
+				func(p, q int) { add(r, blockAddr+uintptr(p)*core.PageSize, blockAddr+uintptr(q)*core.PageSize) })
 			b.mu.Unlock()
 		}
 	}
-	ranges := sess.ranges.Load().ranges
-	cursor := sv.cursor
-	for _, r := range ranges { // from the cursor on
-		if budget > 0 && r.end() > cursor {
-			visit(r, max(r.start, cursor), r.end())
-		}
-	}
-	for _, r := range ranges { // then from the start up to the cursor
-		if budget > 0 && r.start < cursor {
-			visit(r, r.start, min(r.end(), cursor))
-		}
-	}
+	sess.walkFromCursor(sv.cursor, full, visit)
 	if budget > 0 {
 		sv.cursor = 0 // everything fit: start from the beginning next time
 	}

@@ -52,9 +52,12 @@ type session struct {
 	// report their launches and synchronizations while the session is
 	// traced under the fault model (devicetrace.go).
 	devTraces deviceTraces
-	// sampler runs the trace's access mode (accesstrace.go), nil when
-	// off; set before the session is in the server's table.
-	sampler *accessSampler
+	// traceAccess is the access mode its trace asks for (the server's
+	// --trace-access, else the client's UVM_TRACE_ACCESS with its own
+	// trace), set with the trace; sampler runs it (accesstrace.go), nil
+	// when off; set before the session is in the server's table.
+	traceAccess config.TraceAccess
+	sampler     *accessSampler
 
 	ranges atomic.Pointer[rangeTable]
 	// recentFrees remembers the last ranges freed and when, guarded by

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -147,15 +146,20 @@ func (sess *session) openSessionTrace(takeover bool) {
 		if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
 			h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
 		}
-		if text, _ := clientEnv(sess.pid, TraceAccessEnv); text != "" {
-			if a, perr := config.ParseTraceAccess(text); perr == nil && a.On() {
-				h.AccessPeriod, h.AccessSample = time.Duration(a.Period), a.Sample
-			}
+		own, aerr := clientTraceAccess(sess.pid)
+		if aerr != nil {
+			sess.srv.logger.Printf("pid %d: the trace's access mode is off: %v", sess.pid, aerr)
 		}
-		sess.tracer, err = trace.Create(path, h)
+		h.AccessPeriod, h.AccessSample = time.Duration(own.Period), own.Sample
+		if sess.tracer, err = trace.Create(path, h); err == nil {
+			sess.traceAccess = own
+		}
 	}
 	if err != nil {
 		sess.srv.logger.Printf("pid %d: %s: %v (its events are not recorded)", sess.pid, TraceEnv, err)
+	}
+	if sess.srv.tracer != nil && sess.srv.cfg.TraceAccess.On() {
+		sess.traceAccess = sess.srv.cfg.TraceAccess // the server's trace's setting wins
 	}
 	if sess.tracing() {
 		sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})

@@ -309,11 +309,7 @@ func (p *perfetto) add(e *trace.Event) {
 		p.argStr("from", trace.ProcessorName(e.From))
 		p.argStr("to", trace.ProcessorName(e.To))
 		p.argStr("cause", e.Cause.String())
-		p.argInt("pages", int64(e.Pages))
-		p.argInt("bytes", int64(e.MovedBytes()))
-		p.argHex("address", e.Addr)
-		p.argInt("pid", int64(e.PID))
-		p.argInt("range", int64(e.Range))
+		p.pageArgs(e)
 		p.close()
 		if e.Cause == trace.CauseFault {
 			p.migs = append(p.migs, migRec{key: p.key(e.PID, e.To, e.Range, e.Addr), tid: int32(tid), at: at, took: uint32(min(took, math.MaxUint32))})
@@ -342,11 +338,7 @@ func (p *perfetto) add(e *trace.Event) {
 		p.begin("X", "accessed", "access", pid, tid, start)
 		p.dur(window)
 		p.args()
-		p.argInt("pages", int64(e.Pages))
-		p.argInt("bytes", int64(e.MovedBytes()))
-		p.argHex("address", e.Addr)
-		p.argInt("pid", int64(e.PID))
-		p.argInt("range", int64(e.Range))
+		p.pageArgs(e)
 		p.close()
 	case trace.KindLaunch:
 		pid := p.pid(e.Processor)
@@ -407,12 +399,18 @@ func (p *perfetto) pages(e *trace.Event, n int32, k trackKind, name string) {
 	p.begin("i", name, e.Kind.String(), pid, tid, int64(e.Time))
 	p.buf = append(p.buf, `,"s":"t"`...)
 	p.args()
+	p.pageArgs(e)
+	p.close()
+}
+
+// pageArgs writes the arguments of an event that covers pages: their
+// count, bytes, first address, client and allocation.
+func (p *perfetto) pageArgs(e *trace.Event) {
 	p.argInt("pages", int64(e.Pages))
 	p.argInt("bytes", int64(e.MovedBytes()))
 	p.argHex("address", e.Addr)
 	p.argInt("pid", int64(e.PID))
 	p.argInt("range", int64(e.Range))
-	p.close()
 }
 
 // allocation writes allocation rng's slice, on a row of its own.
