@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -228,4 +229,53 @@ func minCount(seen map[uintptr]int, n int) int {
 		}
 	}
 	return least
+}
+
+// TestTraceAccessSampleMovesOn: a sample of one and a half blocks arms
+// one 2 MiB block of the host a round and goes on where the last round
+// stopped, so that every allocation is armed in turn, not the first one
+// again and again.
+func TestTraceAccessSampleMovesOn(t *testing.T) {
+	requireRoot(t)
+	cfg := testServerConfig()
+	cfg.TraceAccess = config.TraceAccess{Period: core.Duration(20 * time.Millisecond), Sample: 3 << 20}
+	s, path, log := recordingSession(t, cfg, "moves-on.uvmtrace")
+	const size = 2 << 20
+	var starts []uintptr
+	for range 3 {
+		a, err := s.MallocManaged(size)
+		require.NoError(t, err)
+		b := a.Bytes()
+		for i := 0; i < size; i += PageSize {
+			b[i] = 1
+		}
+		starts = append(starts, a.Addr())
+	}
+	armedIn := func(events []trace.Event) []int {
+		n := make([]int, len(starts))
+		for _, e := range events {
+			for i, a := range starts {
+				if e.Kind == trace.KindArm && e.Processor == int32(CPU) && e.Addr >= uint64(a) && e.Addr < uint64(a)+size {
+					n[i]++
+				}
+			}
+		}
+		return n
+	}
+	Eventually(t, 30*time.Second, func() bool { return !slices.Contains(armedIn(readTraceSoFar(t, path)), 0) },
+		"every allocation armed in turn")
+	require.NoError(t, s.Close())
+	waitTraceClosed(t, path)
+	_, events, err := trace.ReadFile(path)
+	require.NoError(t, err)
+	perRound := map[time.Duration]uint64{}
+	for _, e := range events {
+		if e.Kind == trace.KindArm && e.Processor == int32(CPU) {
+			perRound[e.Time] += uint64(e.Pages)
+		}
+	}
+	for at, pages := range perRound {
+		require.LessOrEqual(t, pages, uint64(size/PageSize), "round at %v armed more than one block", at)
+	}
+	checkServerLog(t, log)
 }

@@ -307,7 +307,11 @@ func (as *accessSampler) nextSample(v *view, sv *samplerView) []armedPage {
 			first, outer := max(from, blockAddr), min(to, blockAddr+core.BlockSize, r.end())
 			if v.loc == core.CPU {
 				if first == blockAddr && budget < outer-first {
-					return // a whole block next round
+					if len(out) > 0 {
+						budget = 0 // full: this block whole next round, from here
+						return
+					}
+					budget = outer - first // a sample smaller than a block arms one
 				}
 				add(r, first, outer)
 				continue
