@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,9 +36,18 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
-// NewReader reads a trace's header from src.
+// NewReader reads a trace's header from src. A trace compressed with
+// gzip (the lab's shipped traces, `gzip t.uvmtrace`) is read through it.
 func NewReader(src io.Reader) (*Reader, error) {
-	r := &Reader{d: decoder{r: bufio.NewReaderSize(src, 1<<20)}}
+	br := bufio.NewReaderSize(src, 1<<20)
+	if head, _ := br.Peek(2); len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("a gzip file that does not open: %w", err)
+		}
+		br = bufio.NewReaderSize(zr, 1<<20)
+	}
+	r := &Reader{d: decoder{r: br}}
 	var m [len(magic)]byte
 	if _, err := io.ReadFull(r.d.r, m[:]); err != nil || string(m[:]) != magic {
 		return nil, fmt.Errorf("not a softuvm trace: it does not start with %q", magic)

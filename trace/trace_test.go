@@ -2,9 +2,11 @@ package trace
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -158,4 +160,34 @@ func BenchmarkEmitFault(b *testing.B) {
 		e.Addr += 4096
 		w.Emit(&e)
 	}
+}
+
+// TestGzippedTraceReads: a trace compressed with gzip (as the lab ships
+// them) reads as the plain one, header and events.
+func TestGzippedTraceReads(t *testing.T) {
+	var plain bytes.Buffer
+	w, err := NewRecorder(&plain, Header{Devices: 1, LargeFolios: true})
+	require.NoError(t, err)
+	want := []Event{
+		{Kind: KindFault, Time: 5, Processor: CPU, Range: 1, Addr: 0x7000, Write: true},
+		{Kind: KindMigration, Time: 9, From: CPU, To: 0, Range: 1, Addr: 0x8000, Pages: 16, Cause: CauseEviction},
+	}
+	for i := range want {
+		w.Emit(&want[i])
+	}
+	require.NoError(t, w.Close())
+	path := filepath.Join(t.TempDir(), "t.uvmtrace.gz")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	zw := gzip.NewWriter(f)
+	_, err = zw.Write(plain.Bytes())
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	require.NoError(t, f.Close())
+
+	h, got, err := ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, 1, h.Devices)
+	assert.True(t, h.LargeFolios)
+	assert.Equal(t, want, got)
 }

@@ -36,6 +36,11 @@ type Header struct {
 	// the bytes of each view it arms a round (KindArm, KindAccess).
 	AccessPeriod time.Duration `json:"access_period_ns,omitempty"`
 	AccessSample int64         `json:"access_sample_bytes,omitempty"`
+	// LargeFolios reports that the location files took 2 MiB folios, so
+	// that blocks moved whole (and the host view registered MINOR
+	// faults under the fault coherence model): the lab's replay
+	// (package lab) imitates the server's whole-block moves from it.
+	LargeFolios bool `json:"large_folios,omitempty"`
 	// Host is the machine's name, and Kernel its release.
 	Host   string `json:"host,omitempty"`
 	Kernel string `json:"kernel,omitempty"`

@@ -55,7 +55,7 @@ func (s *Server) traceHeader(scope string) trace.Header {
 	h := trace.Header{Devices: len(s.arenas), Scope: scope, HostBudget: s.cfg.HostBudget,
 		Policies: map[string]string{"prefetch": s.prefetch.Name(), "eviction": s.eviction.Name(),
 			"thrashing": s.cfg.Thrashing.String(), "access": s.cfg.ParsedAccessPolicy().String()},
-		Command: s.cfg.TraceCommand}
+		Command: s.cfg.TraceCommand, LargeFolios: s.largeFolios == nil}
 	if scope == "server" && s.cfg.TraceAccess.On() {
 		h.AccessPeriod, h.AccessSample = time.Duration(s.cfg.TraceAccess.Period), s.cfg.TraceAccess.Sample
 	}
