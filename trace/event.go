@@ -27,8 +27,11 @@ const (
 	// migrations with CauseEviction, and read-duplicated copies that
 	// were dropped are not.
 	KindEviction Kind = 3
-	// KindPopulate is pages created zero-filled at To (first touch, or
-	// a prefetch of never-touched memory): Range, Addr, Pages.
+	// KindPopulate is pages created zero-filled at To: Range, Addr,
+	// Pages, Cause (CauseFault: a first touch and what came with it;
+	// CausePrefetch: a prefetch of never-touched memory; CauseAdvice:
+	// device memory the client wrote through its own mapping). Format
+	// versions 1 and 2 have no Cause here: it reads 0.
 	KindPopulate Kind = 4
 	// KindRemoteMap is pages a processor's view came to map where they
 	// lie, in another location's memory: Processor, Range, Addr, Pages.
@@ -39,8 +42,8 @@ const (
 	// KindLaunch is a kernel launched on device Processor: PID, Stream,
 	// Name (the kernel's name; a C kernel's is "c:0x" and its address).
 	// Under the fault coherence model the device's process reports each
-	// kernel it ran, and Time is when it started (Duration, its length,
-	// is not written by format versions 1 and 2); under the launch model
+	// kernel it ran, Time is when it started and Duration its length
+	// (not in format versions 1 and 2); under the launch model
 	// the client tells the server, and Time is when it did.
 	KindLaunch Kind = 7
 	// KindSync is a synchronization of stream Stream of device Processor
@@ -186,7 +189,8 @@ type Event struct {
 	Write     bool
 	// Prefetched counts the pages a fault brought beyond the faulted one.
 	Prefetched uint32
-	// Cause is why a migration moved its pages.
+	// Cause is why a migration moved its pages, or a population made
+	// them.
 	Cause Cause
 	// Duration is a fault's service time, a migration's copy time, a
 	// synchronization's wait, or an access's window.

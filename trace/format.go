@@ -9,13 +9,14 @@ import (
 	"time"
 )
 
-// The file format, version 2 (docs/traces.md describes it for readers in
+// The file format, version 3 (docs/traces.md describes it for readers in
 // other languages):
 //
 //	file    = magic version header record* end
 //	magic   = "SOFTUVMT" (8 bytes)
-//	version = uvarint (2; version 1 lacks kinds 13 and 14, arm and
-//	          access, and is read the same way)
+//	version = uvarint (3; version 2 lacks populate's cause and launch's
+//	          duration, and version 1 also kinds 13 and 14, arm and
+//	          access; both are read)
 //	header  = uvarint length, then that many bytes of JSON (Header)
 //	record  = kind (1 byte), dt (varint: nanoseconds since the previous
 //	          record's Time, zigzag, since threads race to the writer),
@@ -29,7 +30,7 @@ import (
 // or a new field makes a new version.
 const (
 	magic   = "SOFTUVMT"
-	Version = 2
+	Version = 3
 )
 
 // field is one field of a record.
@@ -59,10 +60,10 @@ var fields = map[Kind][]field{
 	KindFault:      {fPID, fThread, fProcessor, fRange, fAddr, fFaultFlags, fDuration, fPrefetched},
 	KindMigration:  {fPID, fFrom, fTo, fCause, fRange, fAddr, fPages, fDuration},
 	KindEviction:   {fPID, fFrom, fRange, fAddr, fPages},
-	KindPopulate:   {fPID, fTo, fRange, fAddr, fPages},
+	KindPopulate:   {fPID, fTo, fRange, fAddr, fPages, fCause},
 	KindRemoteMap:  {fPID, fProcessor, fRange, fAddr, fPages},
 	KindDuplicate:  {fPID, fTo, fRange, fAddr, fPages},
-	KindLaunch:     {fPID, fProcessor, fStream, fName},
+	KindLaunch:     {fPID, fProcessor, fStream, fName, fDuration},
 	KindSync:       {fPID, fProcessor, fStream, fDuration},
 	KindAlloc:      {fPID, fRange, fAddr, fBytes},
 	KindFree:       {fPID, fRange, fAddr},
@@ -71,6 +72,13 @@ var fields = map[Kind][]field{
 	KindArm:        {fPID, fProcessor, fRange, fAddr, fPages},
 	KindAccess:     {fPID, fProcessor, fRange, fAddr, fPages, fDuration},
 	kindEnd:        {fDropped},
+}
+
+// fieldsBefore3 are the kinds whose fields version 3 changed, as
+// versions 1 and 2 wrote them.
+var fieldsBefore3 = map[Kind][]field{
+	KindPopulate: {fPID, fTo, fRange, fAddr, fPages},
+	KindLaunch:   {fPID, fProcessor, fStream, fName},
 }
 
 // maxName bounds a Name: a longer one is cut when written.
@@ -131,7 +139,8 @@ func appendEvent(buf []byte, e *Event, prev time.Duration, dropped uint64) []byt
 
 // decoder reads records from a buffered stream.
 type decoder struct {
-	r   *bufio.Reader
+	version uint64
+	r       *bufio.Reader
 	off int64 // bytes read so far, for errors
 	tmp []byte
 }
@@ -171,6 +180,9 @@ func (d *decoder) fieldErr(at int64, err error) error {
 // previous record's Time. It returns the dropped count of an end record.
 func (d *decoder) event(k Kind, e *Event, prev time.Duration) (dropped uint64, err error) {
 	list, ok := fields[k]
+	if old, changed := fieldsBefore3[k]; changed && d.version < 3 {
+		list = old
+	}
 	if !ok {
 		return 0, fmt.Errorf("unknown record kind %d (a trace of a newer version?)", uint8(k))
 	}

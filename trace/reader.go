@@ -60,6 +60,7 @@ func NewReader(src io.Reader) (*Reader, error) {
 	if v < 1 || v > Version {
 		return nil, fmt.Errorf("a trace of format version %d; this reader reads versions 1 to %d", v, Version)
 	}
+	r.d.version = v
 	n, err := r.d.uvarint()
 	if err != nil {
 		return nil, err

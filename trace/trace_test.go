@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -190,4 +191,44 @@ func TestGzippedTraceReads(t *testing.T) {
 	assert.Equal(t, 1, h.Devices)
 	assert.True(t, h.LargeFolios)
 	assert.Equal(t, want, got)
+}
+
+// TestVersion2TraceReads: a trace written by version 2 (populate without
+// its cause, launch without its duration) reads, those fields 0, and the
+// records after them in place.
+func TestVersion2TraceReads(t *testing.T) {
+	events := []Event{
+		{Kind: KindPopulate, Time: 10, PID: 7, To: -1, Range: 1, Addr: 0x1000, Pages: 3},
+		{Kind: KindLaunch, Time: 20, PID: 7, Processor: 0, Stream: 2, Name: "k"},
+		{Kind: KindFault, Time: 30, PID: 7, Processor: -1, Range: 1, Addr: 0x5000, Write: true, Duration: 4},
+	}
+	buf := append([]byte(magic), binary.AppendUvarint(nil, 2)...)
+	buf = binary.AppendUvarint(buf, 2)
+	buf = append(buf, "{}"...)
+	var prev time.Duration
+	for i := range events {
+		// Write each record as version 2 did: its old field list.
+		saved := fields[events[i].Kind]
+		if old, ok := fieldsBefore3[events[i].Kind]; ok {
+			fields[events[i].Kind] = old
+		}
+		buf = appendEvent(buf, &events[i], prev, 0)
+		fields[events[i].Kind] = saved
+		prev = events[i].Time
+	}
+	buf = appendEvent(buf, &Event{Kind: kindEnd, Time: prev}, prev, 0)
+
+	r, err := NewReader(bytes.NewReader(buf))
+	require.NoError(t, err)
+	var got []Event
+	for {
+		var e Event
+		if err := r.Next(&e); errors.Is(err, io.EOF) {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		got = append(got, e)
+	}
+	assert.Equal(t, events, got)
 }

@@ -71,7 +71,7 @@ func (sess *session) noteDeviceWritten(addr, n uintptr) error {
 			o.b.resident[r.owner.Slot()].Or(&fresh)
 			r.stats.Populated[r.owner.Slot()].Add(uint64(k))
 			if sess.tracing() {
-				e := trace.Event{Kind: trace.KindPopulate, To: int32(r.owner), Range: r.id, Addr: uint64(o.pageAddr(fresh.NextSet(0))), Pages: uint32(k)}
+				e := trace.Event{Kind: trace.KindPopulate, Cause: trace.CauseAdvice, To: int32(r.owner), Range: r.id, Addr: uint64(o.pageAddr(fresh.NextSet(0))), Pages: uint32(k)}
 				sess.emit(&e)
 			}
 		}

@@ -214,7 +214,7 @@ func (o *mover) traceRun(rn run, done core.PageMask, dst core.Device, cause poli
 	first := done.NextSet(0)
 	e := trace.Event{Range: o.r.id, Addr: uint64(o.pageAddr(first)), Pages: uint32(done.Count()), To: int32(dst)}
 	if !rn.populated {
-		e.Kind = trace.KindPopulate
+		e.Kind, e.Cause = trace.KindPopulate, trace.Cause(cause)
 		o.sess.emit(&e)
 		return
 	}
