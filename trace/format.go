@@ -141,8 +141,8 @@ func appendEvent(buf []byte, e *Event, prev time.Duration, dropped uint64) []byt
 type decoder struct {
 	version uint64
 	r       *bufio.Reader
-	off int64 // bytes read so far, for errors
-	tmp []byte
+	off     int64 // bytes read so far, for errors
+	tmp     []byte
 }
 
 func (d *decoder) ReadByte() (byte, error) {
