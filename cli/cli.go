@@ -31,7 +31,7 @@ func init() {
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
 		{"bench", "faults|launch|oversub|run [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run)", runBench},
-		{"trace", "record|export|plot|summary [flags]", "record every fault and migration of a program (or of a server's clients) to a file; export it for Perfetto or as CSV, draw it, or sum it up", runTrace},
+		{"trace", "record|export|plot|summary|replay [flags]", "record every fault and migration of a program (or of a server's clients) to a file; export it for Perfetto or as CSV, draw it, sum it up, or replay other policies over it", runTrace},
 		{"help", "[COMMAND]", "show help", nil},
 	}
 }

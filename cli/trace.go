@@ -18,7 +18,7 @@ import (
 	"github.com/softuvm/softuvm/uvm"
 )
 
-const traceUsage = `Usage: uvm trace record|export|plot|summary [flags]
+const traceUsage = `Usage: uvm trace record|export|plot|summary|replay [flags]
 
   record [--out FILE] [RUN FLAGS] -- PROGRAM [ARGS...]
                  run a program as uvm run does, recording every fault,
@@ -36,6 +36,11 @@ const traceUsage = `Usage: uvm trace record|export|plot|summary [flags]
   summary [--json] TRACE
                  what a trace holds: events by kind, faults by processor,
                  pages moved by direction and cause
+  replay [--prefetch P] [--eviction E] [--thrashing T] [--host-budget B]
+         [--arena-size S] [--json] TRACE
+                 replay policies over the trace in memory (no root): faults,
+                 pages moved, evictions, an estimated time; "opt" and
+                 "oracle" are the eviction and prefetch bounds
 
 A client started with UVM_TRACE=FILE in its environment has its own events
 recorded there by whichever server serves it. docs/traces.md describes the
@@ -58,8 +63,10 @@ func runTrace(args []string) error {
 		return runTracePlot(args[1:])
 	case "summary":
 		return runTraceSummary(args[1:])
+	case "replay":
+		return runTraceReplay(args[1:])
 	}
-	fmt.Fprintf(os.Stderr, "uvm trace: unknown subcommand %q: want record, export, plot or summary\n", args[0])
+	fmt.Fprintf(os.Stderr, "uvm trace: unknown subcommand %q: want record, export, plot, summary or replay\n", args[0])
 	return errUsage
 }
 

@@ -32,22 +32,24 @@ func TestImportFence(t *testing.T) {
 // with the packages below them (relative to the module): a package
 // imports packages of its own layer and of earlier ones, never of a
 // later one. The shared data types come first (core, then the policies,
-// then the configuration); then the wire protocol, the copy engine, the
+// the lab that replays them over traces, then the configuration); then the wire protocol, the copy engine, the
 // device processes, the fault server; then the public client; and on
 // top the commands with package cli, the uvm command as a library, which
-// they and a course's own uvm binaries (policy/coursework/cmd) build on.
+// they and a course's own uvm binaries (policy/coursework/cmd) and the
+// lab's course kit (lab/course) build on.
 // A package belongs to the layer of the longest root it is under, so
 // that a command kept beside the policies it links is a command.
 var layers = [][]string{
 	{"internal/core"},
 	{"policy"},
+	{"lab"},
 	{"internal/config"},
 	{"internal/wire"},
 	{"internal/engine"},
 	{"internal/device"},
 	{"internal/server", "internal/metrics"},
 	{"uvm"},
-	{"cli", "cmd", "policy/coursework/cmd"},
+	{"cli", "cmd", "policy/coursework/cmd", "lab/course"},
 }
 
 // layerOrder writes the layers for a message: "core < policy < ... <

@@ -1,0 +1,25 @@
+// Package lab is softuvm's policy lab: it replays the policies of
+// package policy (the server's own implementations, not copies) over a
+// recorded trace (package trace), with residency simulated in memory,
+// and scores them against oracles that know the trace's future.
+//
+// A replay serves the trace's references (the faults the recorded run
+// took, and the pages its access mode saw touched) with the policies
+// under test, moving pages between simulated locations by the server's
+// rules: its fault decision, its prefetch context, whole-block moves of
+// large folios, the soft host budget and hard device capacities, and
+// eviction to the roomiest device. What the recorded run's own policies
+// did (its migrations, evictions, prefetches) is not replayed, only
+// counted (Result.Recorded) and timed (Costs); what the client asked for
+// (allocations, frees, prefetches, advice) is done again.
+//
+// A touch that found its page in place and was not sampled by the access
+// mode is not in a trace, so a replay sees what the recorded policies
+// made fault, plus the samples: a policy that keeps fewer pages in place
+// than the recorded one is judged on those references only. Recording
+// with the access mode on (`--trace-access`) narrows that gap.
+//
+// The oracles are "opt" (eviction: Belady's MIN) and "oracle" (prefetch:
+// exactly the pages of the block needed soon). The course kit (lab/course)
+// builds on this package.
+package lab

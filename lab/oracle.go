@@ -1,0 +1,224 @@
+package lab
+
+import (
+	"container/heap"
+	"errors"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/trace"
+)
+
+// The oracles: policies that know the trace's future. A replay with one
+// reads the trace twice: first to list every reference (scanFuture), in
+// the order the replay serves them, then to replay.
+
+// pageKey names a page as one processor uses it: the processor's slot,
+// the range's id in the trace, the page's index in the range.
+type pageKey struct {
+	slot int
+	rng  uint64
+	page int
+}
+
+// never is the next use of a page never used again.
+const never = math.MaxInt
+
+// future is the trace's references, by page: uses[k] lists the indices
+// of the references to k, ascending.
+type future struct {
+	uses  map[pageKey][]int
+	total int
+}
+
+// nextUse is the first reference to k after index after.
+func (f *future) nextUse(k pageKey, after int) int {
+	u := f.uses[k]
+	i := sort.SearchInts(u, after+1)
+	if i == len(u) {
+		return never
+	}
+	return u[i]
+}
+
+// scanFuture lists the references of src as a replay numbers them.
+func scanFuture(src source) (*future, error) {
+	f := &future{uses: map[pageKey][]int{}}
+	src = &reorder{src: src}
+	s := &sim{byID: map[uint64]*simRange{}, eviction: policy.NewLRU(), res: &Result{}}
+	add := func(p int32, addr uint64) {
+		r := s.lookup(addr)
+		if r != nil {
+			k := pageKey{slot: core.Device(p).Slot(), rng: r.id, page: int((addr - r.start) / core.PageSize)}
+			f.uses[k] = append(f.uses[k], f.total)
+		}
+		f.total++
+	}
+	var e trace.Event
+	for {
+		err := src.Next(&e)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return f, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch e.Kind {
+		case trace.KindAlloc:
+			s.addRange(e.Range, e.Addr, e.Bytes)
+		case trace.KindFree:
+			if r := s.byID[e.Range]; r != nil {
+				s.freeRange(r)
+			}
+		case trace.KindFault:
+			add(e.Processor, e.Addr)
+		case trace.KindAccess:
+			for i := uint32(0); i < e.Pages; i++ {
+				add(e.Processor, e.Addr+uint64(i)*core.PageSize)
+			}
+		}
+	}
+}
+
+// keyOf is the key of page x of block b at location l.
+func keyOf(b *simBlock, l core.Device, x int) pageKey {
+	return pageKey{slot: l.Slot(), rng: b.r.id, page: b.firstPage() + x}
+}
+
+// opt is Belady's MIN (OPT): the pages evicted are those whose next use
+// where they are lies furthest ahead (never used there again first). It
+// chooses pages, so a full location gives up exactly what it must. With
+// demand fetching (prefetch "none") no policy moves fewer pages into a
+// location: it is the bound the scoreboard measures eviction against.
+//
+// Each location keeps a max-heap of its resident pages by next use. An
+// entry is exact while its page stays there and its next use is ahead:
+// a page's next use changes only when that use happens, and the replay
+// then pushes the new one (Touched); entries passed by (next use behind
+// the replay) or of pages gone are dropped when they come up.
+type opt struct {
+	s     *sim
+	heaps [maxLocs]optHeap
+}
+
+type optEntry struct {
+	next int
+	b    *simBlock
+	page int
+}
+
+type optHeap []optEntry
+
+func (h optHeap) Len() int           { return len(h) }
+func (h optHeap) Less(i, j int) bool { return h[i].next > h[j].next }
+func (h optHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *optHeap) Push(x any)        { *h = append(*h, x.(optEntry)) }
+func (h *optHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func newOPT(s *sim) *opt { return &opt{s: s} }
+
+func (o *opt) Name() string { return OracleEviction }
+
+func (o *opt) push(b *simBlock, l core.Device, x int, next int) {
+	heap.Push(&o.heaps[l.Slot()], optEntry{next: next, b: b, page: x})
+}
+
+func (o *opt) Arrived(*policy.Block, policy.Processor, int, policy.Cause) {}
+func (o *opt) Left(*policy.Block, policy.Processor)                       {}
+func (o *opt) Victims(policy.Processor, int, []*policy.Block) []*policy.Block {
+	return nil // VictimPages is what the replay asks
+}
+
+func (o *opt) ArrivedPages(pb *policy.Block, l policy.Processor, pages policy.PageMask, _ policy.Cause) {
+	b := pb.Owner().(*simBlock)
+	for x := pages.NextSet(0); x >= 0; x = pages.NextSet(x + 1) {
+		o.push(b, l, x, o.s.future.nextUse(keyOf(b, l, x), o.s.ref))
+	}
+}
+
+func (o *opt) LeftPages(*policy.Block, policy.Processor, policy.PageMask) {}
+
+// Touched: the page's next use is now the one after this reference.
+func (o *opt) Touched(pb *policy.Block, l policy.Processor, x int, _ bool, _ policy.Clock) {
+	b := pb.Owner().(*simBlock)
+	if b.resident[l.Slot()].Test(x) {
+		o.push(b, l, x, o.s.future.nextUse(keyOf(b, l, x), o.s.ref))
+	}
+}
+
+// VictimPages pops the furthest-used pages of l until want, and puts
+// them back: they stay listed until they leave, and a victim the replay
+// skips (the block being served) is offered again.
+func (o *opt) VictimPages(l policy.Processor, want int, out []policy.Victim) []policy.Victim {
+	h := &o.heaps[l.Slot()]
+	var taken []optEntry
+	byBlock := map[*simBlock]int{}
+	for n := 0; n < want && h.Len() > 0; {
+		e := heap.Pop(h).(optEntry)
+		if !e.b.resident[l.Slot()].Test(e.page) || (e.next <= o.s.ref && e.next != never) {
+			continue // gone, or passed by: a newer entry stands for it
+		}
+		if e.b == o.s.serving {
+			taken = append(taken, e)
+			continue
+		}
+		i, ok := byBlock[e.b]
+		if !ok {
+			i = len(out)
+			byBlock[e.b] = i
+			out = append(out, policy.Victim{Block: e.b.ref})
+		}
+		if out[i].Pages.Test(e.page) {
+			continue // a duplicate entry
+		}
+		out[i].Pages.Set(e.page)
+		taken = append(taken, e)
+		n++
+	}
+	for _, e := range taken {
+		heap.Push(h, e)
+	}
+	return out
+}
+
+// oraclePrefetch brings, with each fault, every page of the faulted block
+// that the faulting processor touches within the next window of
+// references (as many as its memory holds pages), and nothing else: no
+// page it brings is wasted, and no page of the block needed soon faults
+// alone. It is the bound prefetch policies are measured against.
+type oraclePrefetch struct{ s *sim }
+
+func (p *oraclePrefetch) Name() string { return OraclePrefetch }
+
+func (p *oraclePrefetch) Expand(c *policy.PrefetchContext) (out policy.PageMask) {
+	s := p.s
+	b, ok := c.Block.Owner().(*simBlock)
+	if !ok {
+		return out
+	}
+	window := s.capacity
+	if c.Processor == core.CPU {
+		window = 1 << 40
+		if s.hostBudget > 0 {
+			window = s.hostBudget / core.PageSize
+		}
+	}
+	horizon := s.ref + int(min(window, 1<<40))
+	for x := 0; x < c.Pages; x++ {
+		if c.ResidentOnDest.Test(x) || c.Faulted.Test(x) || c.Thrashing.Test(x) {
+			continue
+		}
+		if n := s.future.nextUse(keyOf(b, c.Processor, x), s.ref); n != never && n <= horizon {
+			out.Set(x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,550 @@
+package lab
+
+import (
+	"sort"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+)
+
+// The simulated memory: ranges of 2 MiB blocks, each with a page mask
+// per location, moved by the server's rules (internal/server: fault.go's
+// decision, migrate.go's runs, whole.go's large folios, evict.go's
+// eviction) with the policy package's policies making the choices. The
+// comments name the server function each step imitates.
+
+// maxLocs is how many locations a replay has room for: the host and
+// core.MaxDevices devices.
+const maxLocs = core.MaxDevices + 2
+
+// simRange is one allocation of the trace.
+type simRange struct {
+	id     uint64
+	start  uint64
+	pages  int
+	blocks []*simBlock
+	sweeps [maxLocs]sweepState
+}
+
+// sweepState is the server's per-range, per-location sweep detector
+// (fault.go, sweepState), without atomics: the replay is one thread.
+type sweepState struct {
+	lo, hi int64 // pages of the range, plus one; 0: none yet
+	run    int32
+}
+
+// simBlock is one block of a range.
+type simBlock struct {
+	ref      *policy.Block
+	r        *simRange
+	index    int
+	pages    int
+	resident [maxLocs]core.PageMask
+	// hostMapped is the pages the host's view maps: resident on the host
+	// and not unmapped since (an eviction into the host file, or an arm
+	// of the access mode, leaves pages unmapped; a host touch of such a
+	// page is then a MINOR fault where the host view registers them).
+	hostMapped core.PageMask
+	// large has bit l.Slot() where location l may hold the block in one
+	// 2 MiB folio (server: block.large).
+	large  uint64
+	thrash any
+}
+
+func (b *simBlock) firstPage() int { return b.index * core.PagesPerBlock }
+
+// populated reports whether any page of the block lives anywhere.
+func (b *simBlock) populated() bool {
+	for l := range b.resident {
+		if !b.resident[l].Empty() {
+			return true
+		}
+	}
+	return false
+}
+
+// locationOfPage is where page p lives, and whether it lives anywhere.
+func (b *simBlock) locationOfPage(p int) (core.Device, bool) {
+	for l := range b.resident {
+		if b.resident[l].Test(p) {
+			return core.DeviceAtSlot(l), true
+		}
+	}
+	return core.CPU, false
+}
+
+// lookup finds the range holding addr.
+func (s *sim) lookup(addr uint64) *simRange {
+	if r := s.lastRange; r != nil && addr >= r.start && addr < r.start+uint64(r.pages)*core.PageSize {
+		return r
+	}
+	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start > addr }) - 1
+	if i < 0 {
+		return nil
+	}
+	r := s.ranges[i]
+	if addr >= r.start+uint64(r.pages)*core.PageSize {
+		return nil
+	}
+	s.lastRange = r
+	return r
+}
+
+// block returns the range's block i, made on first use.
+func (s *sim) block(r *simRange, i int) *simBlock {
+	b := r.blocks[i]
+	if b == nil {
+		pages := min(core.PagesPerBlock, r.pages-i*core.PagesPerBlock)
+		b = &simBlock{r: r, index: i, pages: pages}
+		b.ref = policy.NewBlock(r.id, uintptr(r.start)+uintptr(i)*core.BlockSize, pages, b)
+		r.blocks[i] = b
+	}
+	return b
+}
+
+// addRange adds an allocation; one at an address a live range covers
+// replaces it (a trace whose free was lost).
+func (s *sim) addRange(id, start, bytes uint64) {
+	if old := s.lookup(start); old != nil {
+		s.freeRange(old)
+	}
+	pages := int((bytes + core.PageSize - 1) / core.PageSize)
+	r := &simRange{id: id, start: start, pages: pages, blocks: make([]*simBlock, (pages+core.PagesPerBlock-1)/core.PagesPerBlock)}
+	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start > start })
+	s.ranges = append(s.ranges, nil)
+	copy(s.ranges[i+1:], s.ranges[i:])
+	s.ranges[i] = r
+	s.byID[id] = r
+}
+
+// freeRange drops an allocation: its pages leave every location.
+func (s *sim) freeRange(r *simRange) {
+	for _, b := range r.blocks {
+		if b == nil {
+			continue
+		}
+		for l := range b.resident {
+			n := b.resident[l].Count()
+			if n == 0 {
+				continue
+			}
+			loc := core.DeviceAtSlot(l)
+			s.used[l] -= int64(n)
+			if s.pageEviction != nil {
+				s.pageEviction.LeftPages(b.ref, loc, b.resident[l])
+			}
+			s.eviction.Left(b.ref, loc)
+			b.resident[l] = core.PageMask{}
+		}
+	}
+	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start >= r.start })
+	if i < len(s.ranges) && s.ranges[i] == r {
+		s.ranges = append(s.ranges[:i], s.ranges[i+1:]...)
+	}
+	delete(s.byID, r.id)
+	if s.lastRange == r {
+		s.lastRange = nil
+	}
+}
+
+// mover is one operation on one block, as the server's mover is.
+type mover struct {
+	s     *sim
+	b     *simBlock
+	cause policy.Cause
+	// fault is whether the move serves a fault (the thrashing policy
+	// hears of it, and the host view maps what arrives).
+	fault bool
+	// via reports that what arrives is mapped by the destination's view
+	// (a fault, a prefetch); an eviction leaves it unmapped.
+	via bool
+	// prefetched counts the pages brought beyond the demanded ones.
+	prefetched int
+}
+
+// sweep is the server's mover.sweep: whether location m's fault at page
+// p continues a sweep.
+func (o *mover) sweep(m core.Device, p int) bool {
+	st := &o.b.r.sweeps[m.Slot()]
+	page := int64(o.b.firstPage() + p)
+	lo, hi := st.lo-1, st.hi-1
+	n := st.run
+	switch {
+	case lo >= 0 && page > hi && page-hi <= sweepWindow:
+		n = max(n, 0) + 1
+	case lo >= 0 && page < lo && lo-page <= sweepWindow:
+		n = min(n, 0) - 1
+	default:
+		n = 0
+	}
+	st.run = n
+	return n >= sweepRun || n <= -sweepRun
+}
+
+// The server's sweep constants (fault.go).
+const (
+	sweepWindow = 4 * core.BigPagePages
+	sweepRun    = 3
+)
+
+// noteFetch is the server's mover.noteFetch.
+func (o *mover) noteFetch(m core.Device, pages core.PageMask) {
+	first, last := pages.NextSet(0), pages.LastSet()
+	if first >= 0 {
+		st := &o.b.r.sweeps[m.Slot()]
+		st.lo = int64(o.b.firstPage()+first) + 1
+		st.hi = int64(o.b.firstPage()+last) + 1
+	}
+}
+
+// folioBlock: a whole block, which a large folio can hold. The server
+// also asks that the block be 2 MiB-aligned in its file; managed ranges
+// start block-aligned in their files.
+func (o *mover) folioBlock() bool { return o.s.largeFolios && o.b.pages == core.PagesPerBlock }
+
+// largeElsewhere is the server's mover.largeElsewhere.
+func (o *mover) largeElsewhere(m core.Device) bool {
+	b := o.b
+	if b.large == 0 || !o.folioBlock() || !o.wholeFits(m) {
+		return false
+	}
+	holder := -1
+	for l := range b.resident {
+		switch n := b.resident[l].Count(); {
+		case n == 0:
+		case n != b.pages || holder >= 0:
+			return false
+		default:
+			holder = l
+		}
+	}
+	return holder >= 0 && core.DeviceAtSlot(holder) != m && b.large&(1<<holder) != 0
+}
+
+// wholeFits is the server's mover.wholeFits.
+func (o *mover) wholeFits(m core.Device) bool {
+	if o.s.roomFor(m, core.PagesPerBlock) {
+		return true
+	}
+	if m != core.CPU {
+		return false
+	}
+	_, ok := o.s.roomiestDevice(core.PagesPerBlock)
+	return ok
+}
+
+// roomFor reports whether location l has room for n more pages without
+// evicting: a device within its capacity, the host within its budget.
+func (s *sim) roomFor(l core.Device, n int64) bool {
+	if l == core.CPU {
+		return s.hostBudget <= 0 || (s.used[l.Slot()]+n)*core.PageSize <= s.hostBudget
+	}
+	return s.used[l.Slot()]+n <= s.capacity
+}
+
+// roomiestDevice is the server's Server.roomiestDevice.
+func (s *sim) roomiestDevice(n int64) (core.Device, bool) {
+	best, room := core.Device(0), int64(0)
+	for d := 0; d < s.devices; d++ {
+		if free := s.capacity - s.used[core.Device(d).Slot()]; free >= n && free > room {
+			best, room = core.Device(d), free
+		}
+	}
+	return best, room > 0
+}
+
+// expand is the server's mover.expand: the prefetch policy's pages to
+// bring to m with the faulted ones.
+func (o *mover) expand(m core.Device, faulted core.PageMask, now policy.Clock) core.PageMask {
+	b := o.b
+	s := o.s
+	ctx := &s.prefetchCtx
+	*ctx = policy.PrefetchContext{Block: b.ref, Processor: m, Now: now, Pages: b.pages, Faulted: faulted,
+		ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
+		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0))}
+	if s.thrashing != nil && b.thrash != nil {
+		s.thrashing.Avoid(b.thrash, b.pages, now, &ctx.Thrashing)
+	}
+	extra := s.prefetch.Expand(ctx)
+	extra.TrimTo(b.pages)
+	brought := extra
+	brought.Or(&faulted)
+	o.noteFetch(m, brought)
+	extra.AndNot(&b.resident[m.Slot()])
+	extra.AndNot(&faulted)
+	return extra
+}
+
+// moveTo is the server's mover.moveTo: move, then keep the host within
+// its budget.
+func (o *mover) moveTo(dst core.Device, demand, speculative core.PageMask, now policy.Clock) bool {
+	moved, ok := o.move(dst, demand, speculative, now)
+	if dst == core.CPU && moved > 0 {
+		keep := demand
+		keep.Or(&speculative)
+		o.overBudget(keep, now)
+	}
+	return ok
+}
+
+// move is the server's mover.move: reserve room on a device (evicting
+// there), then move run by run. It returns the pages moved, and false
+// where a device had no room even for the demanded pages (the server
+// fails the fault: SIGBUS).
+func (o *mover) move(dst core.Device, demand, speculative core.PageMask, now policy.Clock) (int64, bool) {
+	b := o.b
+	want := demand
+	want.Or(&speculative)
+	want.AndNot(&b.resident[dst.Slot()])
+	need := int64(want.Count())
+	if need == 0 {
+		return 0, true
+	}
+	if dst != core.CPU && !o.s.reserve(o, dst, need) {
+		if speculative.Empty() {
+			return 0, false
+		}
+		speculative = core.PageMask{}
+		want = demand
+		want.AndNot(&b.resident[dst.Slot()])
+		if need = int64(want.Count()); need == 0 {
+			return 0, true
+		}
+		if !o.s.reserve(o, dst, need) {
+			return 0, false
+		}
+	}
+	var moved int64
+	for p := want.NextSet(0); p >= 0; {
+		first := p
+		src, populated := b.locationOfPage(p)
+		for p++; p < b.pages && want.Test(p); p++ {
+			if s, pop := b.locationOfPage(p); s != src || pop != populated {
+				break
+			}
+		}
+		moved += o.moveRun(first, p, src, populated, dst, &want, &speculative, now)
+		if p >= b.pages {
+			break
+		}
+		p = want.NextSet(p)
+	}
+	return moved, true
+}
+
+// moveRun moves pages [first, outer) of want, all at src (or nowhere:
+// populated false), to dst, and accounts them (the server's moveRun and
+// account).
+func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst core.Device, want, speculative *core.PageMask, now policy.Clock) int64 {
+	b := o.b
+	s := o.s
+	var done core.PageMask
+	done.FillRange(first, outer)
+	done.And(want)
+	n := done.Count()
+	whole := first == 0 && outer == core.PagesPerBlock && o.folioBlock()
+	switch {
+	case whole:
+		// One folio leaves (where the source held one) and one arrives.
+		if populated {
+			b.large &^= 1 << src.Slot()
+			s.res.WholeBlocks++
+		}
+		b.large |= 1 << dst.Slot()
+	case populated && b.large&(1<<src.Slot()) != 0:
+		// A partial move out of a large folio rebuilds the rest of it in
+		// 4 KiB folios first (whole.go, breakLarge).
+		b.large &^= 1 << src.Slot()
+		s.res.FoliosRebuilt++
+	}
+	for l := range b.resident {
+		b.resident[l].AndNot(&done)
+	}
+	b.resident[dst.Slot()].Or(&done)
+	if dst == core.CPU {
+		if o.via {
+			b.hostMapped.Or(&done)
+		} else {
+			b.hostMapped.AndNot(&done)
+		}
+	}
+	s.used[dst.Slot()] += int64(n)
+	if populated {
+		s.used[src.Slot()] -= int64(n)
+		if src == core.CPU {
+			b.hostMapped.AndNot(&done)
+		}
+		if s.pageEviction != nil {
+			s.pageEviction.LeftPages(b.ref, src, done)
+		}
+		if b.resident[src.Slot()].Empty() {
+			s.eviction.Left(b.ref, src)
+		}
+	}
+	if s.pageEviction != nil {
+		s.pageEviction.ArrivedPages(b.ref, dst, done, o.cause)
+	} else {
+		s.eviction.Arrived(b.ref, dst, n, o.cause)
+	}
+	if !populated {
+		s.res.Populated[dst.Slot()] += uint64(n)
+	} else {
+		s.res.addMoved(src, dst, o.cause, n)
+		if o.fault && s.thrashing != nil {
+			if b.thrash == nil {
+				b.thrash = s.thrashing.NewState()
+			}
+			s.thrashing.Migrated(b.thrash, done, now)
+		}
+	}
+	spec := done
+	spec.And(speculative)
+	if k := spec.Count(); k > 0 {
+		s.res.Prefetched += uint64(k)
+		o.prefetched += k
+	}
+	s.observeArrival(b, dst, done)
+	return int64(n)
+}
+
+// reserve makes room for need pages on device dst (the server's
+// reserveOrEvict): evict from it until they fit.
+func (s *sim) reserve(o *mover, dst core.Device, need int64) bool {
+	if s.roomFor(dst, need) {
+		return true
+	}
+	want := s.used[dst.Slot()] + need - s.capacity
+	s.evict(o, dst, want)
+	return s.roomFor(dst, need)
+}
+
+// overBudget is the server's mover.overBudget: host pages over the
+// budget leave for the roomiest device; where no other block can give
+// enough, the block's own host pages not in keep go, lowest first.
+func (o *mover) overBudget(keep core.PageMask, now policy.Clock) {
+	s := o.s
+	if s.hostBudget <= 0 {
+		return
+	}
+	over := s.used[core.CPU.Slot()]*core.PageSize - s.hostBudget
+	if over <= 0 {
+		return
+	}
+	want := (over + core.PageSize - 1) / core.PageSize
+	moved := s.evict(o, core.CPU, want)
+	if moved >= want {
+		return
+	}
+	pages := o.b.resident[core.CPU.Slot()]
+	pages.AndNot(&keep)
+	var victims core.PageMask
+	for p, k := pages.NextSet(0), int64(0); p >= 0 && k < want-moved; p, k = pages.NextSet(p+1), k+1 {
+		victims.Set(p)
+	}
+	if !victims.Empty() {
+		s.evictPages(o.b, core.CPU, victims, now)
+	}
+}
+
+// wholeBlock is every page of a block.
+var wholeBlock = func() (m core.PageMask) {
+	m.FillRange(0, core.PagesPerBlock)
+	return m
+}()
+
+// victims asks the eviction policy for victims (Server.victims).
+func (s *sim) victims(from core.Device, want int64, out []policy.Victim) []policy.Victim {
+	if s.pageEviction != nil {
+		return s.pageEviction.VictimPages(from, int(want), out)
+	}
+	var refs [16]*policy.Block
+	for _, b := range s.eviction.Victims(from, len(refs), refs[:0]) {
+		out = append(out, policy.Victim{Block: b, Pages: wholeBlock})
+	}
+	return out
+}
+
+// evict is the server's mover.evict: victims leave location from until
+// want pages did, the mover's own block spared.
+func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
+	var buf [32]policy.Victim
+	if o != nil {
+		saved := s.serving
+		s.serving = o.b
+		defer func() { s.serving = saved }()
+	}
+	for round := 0; moved < want && round < 64; round++ {
+		victims := s.victims(from, want-moved, buf[:0])
+		if len(victims) == 0 {
+			break
+		}
+		progress, own := false, false
+		for _, vic := range victims {
+			v, ok := vic.Block.Owner().(*simBlock)
+			if !ok || v.ref != vic.Block {
+				s.res.BadVictims++
+				continue
+			}
+			if moved >= want {
+				break
+			}
+			if o != nil && v == o.b {
+				own = true
+				continue
+			}
+			pages := vic.Pages
+			pages.And(&v.resident[from.Slot()])
+			if pages.Empty() {
+				if s.pageEviction != nil {
+					s.pageEviction.LeftPages(v.ref, from, vic.Pages)
+				}
+				if v.resident[from.Slot()].Empty() {
+					s.eviction.Left(vic.Block, from)
+				}
+				continue
+			}
+			if n := s.evictPages(v, from, pages, o.now()); n > 0 {
+				progress = true
+				moved += n
+			}
+		}
+		if !progress && (!own || s.pageEviction == nil) {
+			break
+		}
+	}
+	return moved
+}
+
+func (o *mover) now() policy.Clock {
+	if o == nil {
+		return 0
+	}
+	return o.s.now
+}
+
+// evictPages is the server's evictPages: pages of b at from go to the
+// host (from a device) or to the roomiest device (from the host), into
+// the destination's file, unmapped.
+func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask, now policy.Clock) int64 {
+	pages.And(&b.resident[from.Slot()])
+	n := int64(pages.Count())
+	if n == 0 {
+		return 0
+	}
+	dst := core.CPU
+	if from == core.CPU {
+		var ok bool
+		if dst, ok = s.roomiestDevice(n); !ok {
+			return 0
+		}
+	}
+	before := b.resident[from.Slot()].Count()
+	op := mover{s: s, b: b, cause: policy.CauseEviction}
+	op.move(dst, pages, core.PageMask{}, now)
+	evicted := int64(before - b.resident[from.Slot()].Count())
+	s.res.Evicted[from.Slot()] += uint64(evicted)
+	if evicted > 0 {
+		s.res.Evictions++
+	}
+	return evicted
+}
