@@ -166,8 +166,8 @@ func (o *opt) VictimPages(l policy.Processor, want int, out []policy.Victim) []p
 		if !e.b.resident[l.Slot()].Test(e.page) || (e.next <= o.s.ref && e.next != never) {
 			continue // gone, or passed by: a newer entry stands for it
 		}
-		if e.b == o.s.serving {
-			taken = append(taken, e)
+		if e.b == o.s.serving && o.s.keep.Test(e.page) {
+			taken = append(taken, e) // what the move brings stays
 			continue
 		}
 		i, ok := byBlock[e.b]

@@ -59,7 +59,12 @@ type sim struct {
 	prefetchCtx policy.PrefetchContext
 	future      *future   // for the oracles; nil otherwise
 	ref         int       // the index of the reference being served
-	serving     *simBlock // the block whose move is evicting: never its own victim
+	serving     *simBlock // the block whose move is evicting: never its own victim,
+	// except under the oracle (evictsOwn), which spares only the pages
+	// the move brings (keep): the server skips the block whose lock it
+	// holds, Belady's MIN knows no blocks.
+	evictsOwn bool
+	keep      core.PageMask
 	observer    AccessObserver
 	res         *Result
 	measured    costSamples
@@ -183,6 +188,7 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	switch spec := pick(cfg.Eviction, "eviction"); spec {
 	case OracleEviction:
 		s.eviction = newOPT(s)
+		s.evictsOwn = true
 	default:
 		if s.eviction, err = policy.NewEviction(spec); err != nil {
 			return nil, err

@@ -278,10 +278,11 @@ func (o *mover) expand(m core.Device, faulted core.PageMask, now policy.Clock) c
 // moveTo is the server's mover.moveTo: move, then keep the host within
 // its budget.
 func (o *mover) moveTo(dst core.Device, demand, speculative core.PageMask, now policy.Clock) bool {
+	keep := demand
+	keep.Or(&speculative)
+	o.s.keep = keep
 	moved, ok := o.move(dst, demand, speculative, now)
 	if dst == core.CPU && moved > 0 {
-		keep := demand
-		keep.Or(&speculative)
 		o.overBudget(keep, now)
 	}
 	return ok
@@ -488,11 +489,16 @@ func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 			if moved >= want {
 				break
 			}
-			if o != nil && v == o.b {
-				own = true
-				continue
-			}
 			pages := vic.Pages
+			if o != nil && v == o.b {
+				if !s.evictsOwn {
+					own = true
+					continue
+				}
+				// The oracle may take the block being served, all but
+				// the pages this move brings.
+				pages.AndNot(&s.keep)
+			}
 			pages.And(&v.resident[from.Slot()])
 			if pages.Empty() {
 				if s.pageEviction != nil {

@@ -1,0 +1,194 @@
+package lab
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/trace"
+)
+
+const (
+	testBase       = 0x600000000000
+	pagesPerBlock  = 512
+	testPageSize   = 4096
+	testDeviceSize = 1 << 30
+)
+
+// randomTrace is a host program's faults over blocks blocks, page by
+// page, drawn from a few hot spots and the whole range, under a host
+// budget of budget pages, recorded with prefetch none and eviction lru,
+// without large folios.
+func randomTrace(seed uint64, blocks, budget, faults int) (trace.Header, []trace.Event, []int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	h := trace.Header{Devices: 1, DeviceBytes: testDeviceSize, HostBudget: int64(budget) * testPageSize,
+		Policies: map[string]string{"prefetch": "none", "eviction": "lru", "thrashing": "off"}}
+	events := []trace.Event{{Kind: trace.KindAlloc, Time: 1, Range: 1, Addr: testBase, Bytes: uint64(blocks) * pagesPerBlock * testPageSize}}
+	var pages []int
+	total := blocks * pagesPerBlock
+	for i := 0; i < faults; i++ {
+		var p int
+		switch rng.IntN(3) {
+		case 0: // a hot spot of 8 pages in each block
+			p = rng.IntN(blocks)*pagesPerBlock + rng.IntN(8)
+		case 1: // the first pages, again and again
+			p = rng.IntN(budget + 1)
+		default:
+			p = rng.IntN(total)
+		}
+		pages = append(pages, p)
+		events = append(events, trace.Event{Kind: trace.KindFault, Time: time.Duration(2 + i), Processor: trace.CPU, Range: 1,
+			Addr: testBase + uint64(p)*testPageSize, Write: rng.IntN(2) == 0})
+	}
+	return h, events, pages
+}
+
+// bruteLRU replays refs by NVIDIA's LRU as the server applies it, written
+// as plainly as possible: every page's place in a map, the host's blocks
+// in a slice by last arrival; an arrival on the host moves its block to
+// the back; over the budget, whole blocks leave from the front (the
+// faulting one spared), then, if that was not enough, the faulting
+// block's other host pages, lowest first. It counts faults and pages
+// moved each way.
+func bruteLRU(refs []int, budget int) (faults, in, out int) {
+	const host, device = 1, 2
+	where := map[int]int{}
+	var order []int // blocks with host pages, least recently arrived first
+	hostPages := 0
+	touchBlock := func(b int) {
+		if i := slices.Index(order, b); i >= 0 {
+			order = slices.Delete(order, i, i+1)
+		}
+		order = append(order, b)
+	}
+	for _, p := range refs {
+		if where[p] == host {
+			continue
+		}
+		faults++
+		if where[p] == device {
+			in++
+		}
+		where[p] = host
+		hostPages++
+		b := p / pagesPerBlock
+		touchBlock(b)
+		want := hostPages - budget
+		if want <= 0 {
+			continue
+		}
+		moved := 0
+		for i := 0; i < len(order) && moved < want; {
+			v := order[i]
+			if v == b {
+				i++
+				continue
+			}
+			for q := v * pagesPerBlock; q < (v+1)*pagesPerBlock; q++ {
+				if where[q] == host {
+					where[q] = device
+					moved++
+					out++
+					hostPages--
+				}
+			}
+			order = slices.Delete(order, i, i+1)
+		}
+		for q := b * pagesPerBlock; q < (b+1)*pagesPerBlock && moved < want; q++ {
+			if q != p && where[q] == host {
+				where[q] = device
+				moved++
+				out++
+				hostPages--
+			}
+		}
+	}
+	return faults, in, out
+}
+
+// bruteMIN replays refs by Belady's MIN with demand fetching: over the
+// budget, the host page whose next use is furthest (never first) leaves,
+// found by looking ahead through refs.
+func bruteMIN(refs []int, budget int) (faults, in, out int) {
+	const host, device = 1, 2
+	where := map[int]int{}
+	var resident []int
+	for i, p := range refs {
+		if where[p] == host {
+			continue
+		}
+		faults++
+		if where[p] == device {
+			in++
+		}
+		where[p] = host
+		resident = append(resident, p)
+		for len(resident) > budget {
+			best, bestNext := -1, -1
+			for j, q := range resident {
+				if q == p {
+					continue
+				}
+				next := len(refs) + q // never used again: beyond every use
+				if k := slices.Index(refs[i+1:], q); k >= 0 {
+					next = i + 1 + k
+				}
+				if next > bestNext {
+					best, bestNext = j, next
+				}
+			}
+			where[resident[best]] = device
+			resident = slices.Delete(resident, best, best+1)
+			out++
+		}
+	}
+	return faults, in, out
+}
+
+// TestLRUMatchesBruteForce: the replay's lru on small random traces
+// takes the faults and moves the pages that bruteLRU, written without
+// the replay's code, counts.
+func TestLRUMatchesBruteForce(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		blocks, budget := 1+int(seed%5), 40+int(seed*37%300)
+		h, events, refs := randomTrace(seed, blocks, budget, 3000)
+		res, err := ReplayEvents(h, events, Config{})
+		require.NoError(t, err)
+		faults, in, out := bruteLRU(refs, budget)
+		name := fmt.Sprintf("seed %d, %d blocks, budget %d pages", seed, blocks, budget)
+		assert.EqualValues(t, faults, res.Replayed.Faults, name)
+		assert.EqualValues(t, in, res.Replayed.PagesToHost, name)
+		assert.EqualValues(t, out, res.Replayed.PagesToDevice, name)
+		assert.EqualValues(t, out, res.Replayed.EvictedPages, name)
+		assert.Positive(t, out, name+": the trace must make evictions")
+	}
+}
+
+// TestOPTMatchesBruteForceAndBoundsEveryPolicy: the replay's opt with
+// demand fetching takes exactly Belady's faults (bruteMIN), and no
+// eviction policy, with any prefetch policy, moves fewer bytes.
+func TestOPTMatchesBruteForceAndBoundsEveryPolicy(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		blocks, budget := 2+int(seed%4), 30+int(seed*53%200)
+		h, events, refs := randomTrace(seed, blocks, budget, 1500)
+		name := fmt.Sprintf("seed %d, %d blocks, budget %d pages", seed, blocks, budget)
+		opt, err := ReplayEvents(h, events, Config{Eviction: OracleEviction, Prefetch: "none"})
+		require.NoError(t, err)
+		faults, in, out := bruteMIN(refs, budget)
+		assert.EqualValues(t, faults, opt.Replayed.Faults, name)
+		assert.EqualValues(t, in, opt.Replayed.PagesToHost, name)
+		assert.EqualValues(t, out, opt.Replayed.PagesToDevice, name)
+		for _, ev := range []string{"lru", "2q"} {
+			for _, pf := range []string{"none", "density", "window:16"} {
+				res, err := ReplayEvents(h, events, Config{Eviction: ev, Prefetch: pf})
+				require.NoError(t, err)
+				assert.LessOrEqual(t, opt.Replayed.BytesMoved(), res.Replayed.BytesMoved(), "%s: opt against %s with %s", name, ev, pf)
+			}
+		}
+	}
+}
