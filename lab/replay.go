@@ -65,9 +65,9 @@ type sim struct {
 	// holds, Belady's MIN knows no blocks.
 	evictsOwn bool
 	keep      core.PageMask
-	observer    AccessObserver
-	res         *Result
-	measured    costSamples
+	observer  AccessObserver
+	res       *Result
+	measured  costSamples
 }
 
 // AccessObserver is an optional interface of an eviction policy that
