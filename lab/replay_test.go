@@ -192,3 +192,23 @@ func TestOPTMatchesBruteForceAndBoundsEveryPolicy(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReplay measures the replay's speed in trace events a second,
+// on a random trace of a million faults over 64 MiB under a 16 MiB
+// budget with the default policies and large folios (the goal:
+// at least a million events a second).
+func BenchmarkReplay(b *testing.B) {
+	h, events, _ := randomTrace(5, 32, 4096, 1_000_000)
+	h.Policies = map[string]string{"prefetch": "density", "eviction": "lru", "thrashing": "on"}
+	h.LargeFolios = true
+	b.ResetTimer()
+	var res *Result
+	for i := 0; i < b.N; i++ {
+		var err error
+		if res, err = ReplayEvents(h, events, Config{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(events))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(res.Replayed.Faults), "faults")
+}
