@@ -212,3 +212,49 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(float64(len(events))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(res.Replayed.Faults), "faults")
 }
+
+// TestMinorFaultsAndDeviceEviction: a host page left unmapped in the
+// host's file (armed by the access mode, or evicted there from a full
+// device) faults as MINOR where large folios are on (the host view then
+// registers MINOR faults) and maps the block's other resident pages with
+// it; without them the kernel maps it and the server never hears. A
+// device of two pages evicts its least recently arrived block's page to
+// the host for a third.
+func TestMinorFaultsAndDeviceEviction(t *testing.T) {
+	block := uint64(pagesPerBlock * testPageSize)
+	page := func(b, p uint64) uint64 { return testBase + b*block + p*testPageSize }
+	at := time.Duration(1)
+	ev := func(e trace.Event) trace.Event { at++; e.Time = at; return e }
+	fault := func(proc int32, addr uint64) trace.Event {
+		return ev(trace.Event{Kind: trace.KindFault, Processor: proc, Range: 1, Addr: addr})
+	}
+	events := []trace.Event{
+		ev(trace.Event{Kind: trace.KindAlloc, Range: 1, Addr: testBase, Bytes: 3 * block}),
+		fault(trace.CPU, page(0, 10)), fault(trace.CPU, page(0, 11)), fault(trace.CPU, page(0, 12)), // 3 populated on the host
+		ev(trace.Event{Kind: trace.KindArm, Processor: trace.CPU, Range: 1, Addr: page(0, 10), Pages: 3}),
+		fault(trace.CPU, page(0, 10)), // MINOR with large folios: maps 10-12
+		fault(trace.CPU, page(0, 11)), // then a hit
+		fault(0, page(0, 20)), fault(0, page(1, 0)), // the device: 2 pages populated, full
+		fault(0, page(2, 0)),          // block 0's page 20 leaves for the host, unmapped there
+		fault(trace.CPU, page(0, 20)), // MINOR with large folios (maps 10-12 and 20); else the kernel's
+	}
+	h := trace.Header{Devices: 1, DeviceBytes: 2 * testPageSize,
+		Policies: map[string]string{"prefetch": "none", "eviction": "lru", "thrashing": "off"}}
+	for _, folios := range []string{"on", "off"} {
+		res, err := ReplayEvents(h, events, Config{LargeFolios: folios})
+		require.NoError(t, err)
+		assert.EqualValues(t, 3+3, res.Faults[0]+res.Faults[1]-res.MinorFaults, "large folios %s: missing faults", folios)
+		assert.EqualValues(t, 3, res.Faults[1], "large folios %s: the device's faults", folios)
+		assert.EqualValues(t, 1, res.Replayed.PagesToHost, "large folios %s", folios)
+		assert.EqualValues(t, 1, res.Replayed.EvictedPages, "large folios %s", folios)
+		assert.EqualValues(t, 1, res.Evicted[1], "large folios %s: from device 0", folios)
+		assert.EqualValues(t, 0, res.Refused, "large folios %s", folios)
+		if folios == "on" {
+			assert.EqualValues(t, 2, res.MinorFaults)
+			assert.EqualValues(t, 1, res.Hits)
+		} else {
+			assert.EqualValues(t, 0, res.MinorFaults)
+			assert.EqualValues(t, 3, res.Hits)
+		}
+	}
+}
