@@ -232,8 +232,8 @@ func TestMinorFaultsAndDeviceEviction(t *testing.T) {
 		ev(trace.Event{Kind: trace.KindAlloc, Range: 1, Addr: testBase, Bytes: 3 * block}),
 		fault(trace.CPU, page(0, 10)), fault(trace.CPU, page(0, 11)), fault(trace.CPU, page(0, 12)), // 3 populated on the host
 		ev(trace.Event{Kind: trace.KindArm, Processor: trace.CPU, Range: 1, Addr: page(0, 10), Pages: 3}),
-		fault(trace.CPU, page(0, 10)), // MINOR with large folios: maps 10-12
-		fault(trace.CPU, page(0, 11)), // then a hit
+		fault(trace.CPU, page(0, 10)),               // MINOR with large folios: maps 10-12
+		fault(trace.CPU, page(0, 11)),               // then a hit
 		fault(0, page(0, 20)), fault(0, page(1, 0)), // the device: 2 pages populated, full
 		fault(0, page(2, 0)),          // block 0's page 20 leaves for the host, unmapped there
 		fault(trace.CPU, page(0, 20)), // MINOR with large folios (maps 10-12 and 20); else the kernel's
