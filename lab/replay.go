@@ -410,6 +410,14 @@ func (s *sim) reference(p core.Device, addr uint64, write bool) {
 func (s *sim) fault(b *simBlock, p core.Device, x int, write bool) {
 	slot := p.Slot()
 	if b.resident[slot].Test(x) {
+		if p != core.CPU && write && b.wpMarked[slot].Test(x) {
+			// A device's first write to a page that came back to its
+			// file without its own install.
+			s.res.Faults[slot]++
+			s.res.WriteProtectFaults++
+			b.wpMarked[slot].Clear(x)
+			return
+		}
 		if p != core.CPU || b.hostMapped.Test(x) {
 			s.res.Hits++
 			return

@@ -258,3 +258,35 @@ func TestMinorFaultsAndDeviceEviction(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceWriteProtectMarker: a page that left a device (its move
+// write-protected it there) and came back by an eviction from the host
+// reads there without a fault, and the device's first write to it is a
+// write-protect fault; the next is not.
+func TestDeviceWriteProtectMarker(t *testing.T) {
+	block := uint64(pagesPerBlock * testPageSize)
+	at := time.Duration(1)
+	ev := func(e trace.Event) trace.Event { at++; e.Time = at; return e }
+	touch := func(proc int32, addr uint64, write bool) trace.Event {
+		return ev(trace.Event{Kind: trace.KindFault, Processor: proc, Range: 1, Addr: addr, Write: write})
+	}
+	events := []trace.Event{
+		ev(trace.Event{Kind: trace.KindAlloc, Range: 1, Addr: testBase, Bytes: 2 * block}),
+		touch(0, testBase, true),               // populated on the device
+		touch(trace.CPU, testBase, false),      // to the host: the device's copy leaves, marked
+		touch(trace.CPU, testBase+block, true), // a second host page: over the budget of one, page 0 goes back
+		touch(0, testBase, false),              // a read: mapped read-only, no fault
+		touch(0, testBase, true),               // the first write: write-protect fault
+		touch(0, testBase, true),               // writable now
+	}
+	h := trace.Header{Devices: 1, DeviceBytes: testDeviceSize, HostBudget: testPageSize,
+		Policies: map[string]string{"prefetch": "none", "eviction": "lru", "thrashing": "off"}}
+	res, err := ReplayEvents(h, events, Config{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, res.Faults[0], "the host's")
+	assert.EqualValues(t, 2, res.Faults[1], "the device's: the populating one and the write-protect one")
+	assert.EqualValues(t, 1, res.WriteProtectFaults)
+	assert.EqualValues(t, 2, res.Hits)
+	assert.EqualValues(t, 1, res.Replayed.PagesToHost)
+	assert.EqualValues(t, 1, res.Replayed.PagesToDevice)
+}

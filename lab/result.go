@@ -53,6 +53,9 @@ type Result struct {
 	// Faults per location slot (0: the host, 1 + d: device d).
 	Faults      [maxLocs]uint64 `json:"-"`
 	MinorFaults uint64          `json:"minor_faults"`
+	// WriteProtectFaults are devices' writes to pages that came back to
+	// their files write-protected (simBlock.wpMarked).
+	WriteProtectFaults uint64 `json:"write_protect_faults"`
 	// Populated pages (zero-filled at first touch) per location slot.
 	Populated [maxLocs]uint64 `json:"-"`
 	// Prefetched counts pages brought beyond the faulted ones.
@@ -139,8 +142,8 @@ func (r *Result) estimate() {
 	for _, p := range r.Populated {
 		populated += p
 	}
-	major := faults - r.MinorFaults
-	t := time.Duration(major)*c.Fault + time.Duration(r.MinorFaults)*c.MinorFault +
+	major := faults - r.MinorFaults - r.WriteProtectFaults
+	t := time.Duration(major)*c.Fault + time.Duration(r.MinorFaults)*c.MinorFault + time.Duration(r.WriteProtectFaults)*c.WPFault +
 		time.Duration(r.Replayed.PagesToDevice)*c.PageToDevice + time.Duration(r.Replayed.PagesToHost)*c.PageToHost +
 		time.Duration(r.Replayed.PagesPeer)*c.PagePeer + time.Duration(populated)*c.Populate + r.NapTime
 	r.EstimatedTime = t
@@ -166,7 +169,7 @@ func (r *Result) Write(w io.Writer) {
 		fmt.Fprint(w, ", the trace was cut short")
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "references   %d: %d hits, %d faults (%d minor)", r.References, r.Hits, r.Replayed.Faults, r.MinorFaults)
+	fmt.Fprintf(w, "references   %d: %d hits, %d faults (%d minor, %d write-protect)", r.References, r.Hits, r.Replayed.Faults, r.MinorFaults, r.WriteProtectFaults)
 	for l, f := range r.Faults {
 		if f > 0 {
 			fmt.Fprintf(w, "; %s %d", trace.ProcessorName(int32(core.DeviceAtSlot(l))), f)
@@ -215,9 +218,11 @@ func (r *Result) Write(w io.Writer) {
 // moves.
 type Costs struct {
 	// Fault is a fault's round trip with its first page; MinorFault a
-	// MINOR fault's (a UFFDIO_CONTINUE of the block).
+	// MINOR fault's (a UFFDIO_CONTINUE of the block); WPFault a
+	// write-protect fault's (the protection lifted).
 	Fault      time.Duration `json:"fault_ns"`
 	MinorFault time.Duration `json:"minor_fault_ns"`
+	WPFault    time.Duration `json:"wp_fault_ns"`
 	// Per page moved each way, and zero-filled.
 	PageToDevice time.Duration `json:"page_to_device_ns"`
 	PageToHost   time.Duration `json:"page_to_host_ns"`
@@ -228,19 +233,19 @@ type Costs struct {
 }
 
 // DefaultCosts are used where a trace measured nothing.
-var DefaultCosts = Costs{Fault: 9500 * time.Nanosecond, MinorFault: 6 * time.Microsecond,
+var DefaultCosts = Costs{Fault: 9500 * time.Nanosecond, MinorFault: 6 * time.Microsecond, WPFault: 3 * time.Microsecond,
 	PageToDevice: 870 * time.Nanosecond, PageToHost: 870 * time.Nanosecond, PagePeer: 870 * time.Nanosecond,
 	Populate: 250 * time.Nanosecond, Source: "defaults"}
 
 func (c Costs) String() string {
-	return fmt.Sprintf("%s: fault %v, minor %v, a page %v to devices, %v to the host, %v zero-filled",
-		c.Source, c.Fault, c.MinorFault, c.PageToDevice, c.PageToHost, c.Populate)
+	return fmt.Sprintf("%s: fault %v, minor %v, write-protect %v, a page %v to devices, %v to the host, %v zero-filled",
+		c.Source, c.Fault, c.MinorFault, c.WPFault, c.PageToDevice, c.PageToHost, c.Populate)
 }
 
 // costSamples gathers what the recorded run measured, and counts what
 // its policies did (Result.Recorded).
 type costSamples struct {
-	faults, minors         []time.Duration
+	faults, minors, wps    []time.Duration
 	toDevice, toHost, peer pageTime
 	recorded               Counts
 }
@@ -268,6 +273,8 @@ func (c *costSamples) fault(e *trace.Event) {
 	switch {
 	case e.FaultKind == trace.FaultMinor && len(c.minors) < maxSamples:
 		c.minors = append(c.minors, e.Duration)
+	case e.FaultKind == trace.FaultWP && len(c.wps) < maxSamples:
+		c.wps = append(c.wps, e.Duration)
 	case e.FaultKind == trace.FaultMissing && e.Prefetched == 0 && len(c.faults) < maxSamples:
 		c.faults = append(c.faults, e.Duration)
 	}
@@ -315,6 +322,9 @@ func (c *costSamples) costs() Costs {
 	if v, ok := median(c.minors); ok {
 		out.MinorFault, measured = v, measured+1
 	}
+	if v, ok := median(c.wps); ok {
+		out.WPFault, measured = v, measured+1
+	}
 	if v, ok := c.toDevice.perPage(); ok {
 		out.PageToDevice, measured = v, measured+1
 	}
@@ -326,7 +336,7 @@ func (c *costSamples) costs() Costs {
 	}
 	switch measured {
 	case 0:
-	case 5:
+	case 6:
 		out.Source = "measured by the trace"
 	default:
 		out.Source = "measured by the trace, defaults where it has too few samples"

@@ -45,6 +45,13 @@ type simBlock struct {
 	// of the access mode, leaves pages unmapped; a host touch of such a
 	// page is then a MINOR fault where the host view registers them).
 	hostMapped core.PageMask
+	// wpMarked is, per device, the pages that left it while its view
+	// mapped them: the move write-protected them there first, and the
+	// kernel keeps that protection as a marker in the page table when the
+	// page is punched. A page that comes back without the device's own
+	// install (an eviction from the host) is mapped read-only on touch,
+	// and the device's first write to it is a write-protect fault.
+	wpMarked [maxLocs]core.PageMask
 	// large has bit l.Slot() where location l may hold the block in one
 	// 2 MiB folio (server: block.large).
 	large  uint64
@@ -370,8 +377,14 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 		}
 	}
 	s.used[dst.Slot()] += int64(n)
+	if dst != core.CPU && o.via {
+		b.wpMarked[dst.Slot()].AndNot(&done) // installed afresh through its view
+	}
 	if populated {
 		s.used[src.Slot()] -= int64(n)
+		if src != core.CPU {
+			b.wpMarked[src.Slot()].Or(&done)
+		}
 		if src == core.CPU {
 			b.hostMapped.AndNot(&done)
 		}
