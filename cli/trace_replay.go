@@ -30,7 +30,7 @@ func addReplayFlags(fs *flag.FlagSet) *replayFlags {
 		arenaSize:   fs.String("arena-size", "", "each device's memory (SIZE); default: the trace's"),
 		devices:     fs.Int("devices", 0, "devices (default: the trace's)"),
 		largeFolios: fs.String("large-folios", "", "on or off: whether blocks move whole as 2 MiB folios; default: the trace's"),
-		costs:       fs.String("costs", "", "a JSON file of costs (lab.Costs: fault_ns, minor_fault_ns, page_to_device_ns, page_to_host_ns, page_peer_ns, populate_ns) to price the estimated time; default: what the trace measured"),
+		costs:       fs.String("costs", "", "a JSON file of costs to price the estimated time: the output of `uvm bench faults --json` on the machine wanted, or fault_ns, minor_fault_ns, wp_fault_ns, page_to_device_ns, page_to_host_ns, page_peer_ns, populate_ns; default: what the trace measured"),
 	}
 }
 
@@ -63,8 +63,8 @@ func (f *replayFlags) config() (lab.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--costs: %w", err)
 		}
-		var c lab.Costs
-		if err := json.Unmarshal(b, &c); err != nil {
+		c, err := lab.ParseCosts(b)
+		if err != nil {
 			return cfg, fmt.Errorf("--costs %s: %w", *f.costs, err)
 		}
 		cfg.Costs = &c

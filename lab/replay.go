@@ -253,7 +253,9 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	}
 	if cfg.Costs != nil {
 		s.res.Costs = *cfg.Costs
-		s.res.Costs.Source = "given"
+		if s.res.Costs.Source == "" {
+			s.res.Costs.Source = "given"
+		}
 	}
 	return s, nil
 }

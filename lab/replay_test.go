@@ -289,4 +289,20 @@ func TestDeviceWriteProtectMarker(t *testing.T) {
 	assert.EqualValues(t, 2, res.Hits)
 	assert.EqualValues(t, 1, res.Replayed.PagesToHost)
 	assert.EqualValues(t, 1, res.Replayed.PagesToDevice)
+
+	// The estimate prices those counts: costs from a uvm bench faults
+	// report (10 us a fault of any kind, 4.096 GB/s: 1 us a page, 300 ns
+	// a page zero-filled): 3 faults and 1 write-protect fault, 2 pages
+	// moved, 2 populated.
+	costs, err := ParseCosts([]byte(`{"fault_p50_us": 10, "d2h_read_gbps": 4.096, "firsttouch_managed_ns_per_page": 300, "machine": {"cpus": 2, "kernel": "6.18"}}`))
+	require.NoError(t, err)
+	assert.Contains(t, costs.Source, "uvm bench faults")
+	res, err = ReplayEvents(h, events, Config{Costs: &costs})
+	require.NoError(t, err)
+	assert.Equal(t, 4*10*time.Microsecond+2*time.Microsecond+2*300*time.Nanosecond, res.EstimatedTime)
+
+	_, err = ParseCosts([]byte(`{"fault_ns": -5}`))
+	assert.ErrorContains(t, err, "negative")
+	_, err = ParseCosts([]byte(`{"fault_p50_us": 0}`))
+	assert.ErrorContains(t, err, "p50")
 }

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -342,4 +343,57 @@ func (c *costSamples) costs() Costs {
 		out.Source = "measured by the trace, defaults where it has too few samples"
 	}
 	return out
+}
+
+// benchFaults is what ParseCosts reads of `uvm bench faults --json`.
+type benchFaults struct {
+	FaultP50US    *float64 `json:"fault_p50_us"`
+	FirstTouchNS  float64  `json:"firsttouch_managed_ns_per_page"`
+	D2HGBps       float64  `json:"d2h_read_gbps"`
+	FreshPageGBps float64  `json:"fresh_page_write_gbps"`
+	Machine       struct {
+		CPUs   int    `json:"cpus"`
+		Kernel string `json:"kernel"`
+	} `json:"machine"`
+}
+
+// ParseCosts reads costs from JSON: either Costs' own fields, or the
+// report of `uvm bench faults --json` measured on the machine whose
+// costs are wanted (a one-page fault's p50 for faults of every kind, the
+// fault-driven device-to-host rate for a page moved either way, the
+// managed first touch for a zero-filled page). Fields it lacks keep the
+// defaults.
+func ParseCosts(data []byte) (Costs, error) {
+	var bench benchFaults
+	if err := json.Unmarshal(data, &bench); err != nil {
+		return Costs{}, fmt.Errorf("costs: %w", err)
+	}
+	if bench.FaultP50US != nil {
+		c := DefaultCosts
+		fault := time.Duration(*bench.FaultP50US * float64(time.Microsecond))
+		if fault <= 0 {
+			return Costs{}, fmt.Errorf("%w: costs: a uvm bench faults report with a fault p50 of %v µs", core.ErrInvalidValue, *bench.FaultP50US)
+		}
+		c.Fault, c.MinorFault, c.WPFault = fault, fault, fault
+		if bench.D2HGBps > 0 {
+			page := time.Duration(float64(core.PageSize) / bench.D2HGBps) // GB/s is bytes a nanosecond
+			c.PageToDevice, c.PageToHost, c.PagePeer = page, page, page
+		}
+		if bench.FirstTouchNS > 0 {
+			c.Populate = time.Duration(bench.FirstTouchNS)
+		}
+		c.Source = fmt.Sprintf("uvm bench faults (%d CPUs, Linux %s)", bench.Machine.CPUs, bench.Machine.Kernel)
+		return c, nil
+	}
+	c := DefaultCosts
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Costs{}, fmt.Errorf("costs: %w", err)
+	}
+	for _, d := range []time.Duration{c.Fault, c.MinorFault, c.WPFault, c.PageToDevice, c.PageToHost, c.PagePeer, c.Populate} {
+		if d < 0 {
+			return Costs{}, fmt.Errorf("%w: costs: a negative cost (%v)", core.ErrInvalidValue, d)
+		}
+	}
+	c.Source = "given"
+	return c, nil
 }
