@@ -49,7 +49,7 @@ var layers = [][]string{
 	{"internal/device"},
 	{"internal/server", "internal/metrics"},
 	{"uvm"},
-	{"cli", "cmd", "policy/coursework/cmd", "lab/course"},
+	{"cli", "cmd", "policy/coursework/cmd", "lab/course", "lab/programs"},
 }
 
 // layerOrder writes the layers for a message: "core < policy < ... <

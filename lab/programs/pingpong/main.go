@@ -1,5 +1,3 @@
-//go:build ignore
-
 // Command pingpong is the policy lab's thrashing workload: the host and
 // device 0 take turns writing every element of one managed array, so its
 // pages bounce between host memory and the device's arena. In each round
@@ -11,10 +9,8 @@
 //	pingpong [MIB [ROUNDS]]     (default 32 MiB, 24 rounds)
 //
 // It prints the rounds and a checksum, and exits 1 if an element is not
-// 3 times the rounds. Build it by naming the file (the ignore constraint
-// keeps it out of ./..., where the import fence would put a program under
-// lab/ below package uvm), and record it with UVM_TRACE (docs/traces.md),
-// as lab/programs/record.sh does:
+// 3 times the rounds. Record it with UVM_TRACE (docs/traces.md), as
+// lab/programs/record.sh does:
 //
 //	go build -o pingpong lab/programs/pingpong/main.go
 //	UVM_SERVER=private UVM_ARENA_SIZE=16MiB UVM_TRACE=pingpong.uvmtrace ./pingpong 32 96
