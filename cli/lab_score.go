@@ -22,7 +22,7 @@ import (
 // the oracles.
 func runLabScore(args []string) error {
 	fs := newFlagSet("lab score", "[--policies KIND:SPEC,...] [--json] [--plot DIR] TRACE...",
-		"Replay every registered policy (or those of --policies) on every trace, the other kinds of policy being the trace's own, and print a table: faults, bytes moved, estimated time, and the ratio to the bound: for eviction, bytes moved over opt's (Belady's MIN) with the same prefetch policy, and over opt's with demand fetching, the least any pair of policies can move; for prefetch, faults over the oracle's (exactly the pages of the block needed soon); for thrashing, estimated time over that with none.")
+		"Replay every registered policy (or those of --policies) on every trace, the other kinds of policy being the trace's own, and print a table: faults, bytes moved, estimated time, and the ratio to the bound: for eviction, bytes moved over opt's (Belady's MIN) with the same prefetch policy, and over opt's with demand fetching, the least any pair of policies can move; for prefetch, faults over the oracle's (exactly the pages of the block needed soon); for thrashing, estimated time over that with none")
 	policies := fs.String("policies", "", "comma-separated KIND:SPEC (eviction:lru,eviction:2q,prefetch:density,prefetch:window:16,thrashing:off); default: every registered policy of each kind")
 	asJSON := fs.Bool("json", false, "print JSON")
 	plotDir := fs.String("plot", "", "also draw the ratios to the bounds as bar charts in this directory (lab-eviction, lab-prefetch, lab-thrashing .png and .svg)")
@@ -43,13 +43,15 @@ func runLabScore(args []string) error {
 		entries = strings.Split(*policies, ",")
 	}
 	started := time.Now()
+	// Progress goes to a terminal only, on one line rewritten in place.
+	tty := isTerminal(os.Stderr)
 	scores, err := lab.Scoreboard(fs.Args(), entries, func(s lab.Score) {
-		if !*asJSON {
-			fmt.Fprintf(os.Stderr, "\r%-60s", fmt.Sprintf("replayed %s: %s %s (%v)", s.Trace, s.Kind, s.Policy, time.Since(started).Round(time.Millisecond)))
+		if tty {
+			fmt.Fprintf(os.Stderr, "\r%-70s", fmt.Sprintf("replayed %s: %s %s (%v)", s.Trace, s.Kind, s.Policy, time.Since(started).Round(time.Millisecond)))
 		}
 	})
-	if !*asJSON {
-		fmt.Fprintf(os.Stderr, "\r%-60s\r", "")
+	if tty {
+		fmt.Fprintf(os.Stderr, "\r%-70s\r", "")
 	}
 	if err != nil {
 		return err
@@ -127,7 +129,7 @@ func plotScores(dir string, scores []lab.Score) error {
 		if len(bars) == 0 {
 			continue
 		}
-		width := max(800, 70*len(bars))
+		width := max(800, 85*len(bars))
 		if _, err := plot.SaveBoth(plot.Bars(titles[kind], "ratio", bars), filepath.Join(dir, "lab-"+strings.ReplaceAll(kind, " ", "-")), width, 500); err != nil {
 			return err
 		}

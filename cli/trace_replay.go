@@ -74,7 +74,7 @@ func (f *replayFlags) config() (lab.Config, error) {
 
 func runTraceReplay(args []string) error {
 	fs := newFlagSet("trace replay", "[--prefetch P] [--eviction E] [--thrashing T] [--host-budget B] [--arena-size S] [--json] TRACE",
-		"Replay policies over a recorded trace with residency simulated in memory (no root, no userfaultfd): the faults its references would take, the pages moved each way, evictions, and an estimated time. Without policy flags it replays the trace's own policies, and compares with what the recorded run did (fidelity).")
+		"Replay policies over a recorded trace with residency simulated in memory (no root, no userfaultfd): the faults its references would take, the pages moved each way, evictions, and an estimated time. Without policy flags it replays the trace's own policies, and compares with what the recorded run did (fidelity)")
 	rf := addReplayFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {

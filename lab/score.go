@@ -55,7 +55,9 @@ func (l *Loaded) Replay(cfg Config) (*Result, error) {
 }
 
 // Score is one policy's line of the scoreboard: what it did on one
-// trace, the other kinds of policy being the trace's own.
+// trace, the other kinds of policy being the trace's own. The eviction
+// lines end with "opt" (opt with the trace's prefetch policy) and
+// "opt+none" (opt with demand fetching: the bound).
 type Score struct {
 	Trace  string `json:"trace"`
 	Kind   string `json:"kind"`   // policy.KindPrefetch, KindEviction or KindThrashing
@@ -133,7 +135,7 @@ func Scoreboard(traces []string, policies []string, progress func(s Score)) ([]S
 					ratio(r.Replayed.BytesMoved(), bound.Replayed.BytesMoved()))
 			}
 			add(policy.KindEviction, OracleEviction, OracleEviction, opt, 1, ratio(opt.Replayed.BytesMoved(), bound.Replayed.BytesMoved()))
-			add(policy.KindEviction, OracleEviction+"+prefetch none", OracleEviction, bound, ratio(bound.Replayed.BytesMoved(), opt.Replayed.BytesMoved()), 1)
+			add(policy.KindEviction, OracleEviction+"+none", OracleEviction, bound, ratio(bound.Replayed.BytesMoved(), opt.Replayed.BytesMoved()), 1)
 		}
 		// Prefetch, against the oracle with the trace's eviction.
 		if pfs := byKind[policy.KindPrefetch]; len(pfs) > 0 {
