@@ -57,3 +57,41 @@ func TestShippedTracesOPTBoundsEveryPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreboardRatios: the scoreboard's lines on a shipped trace are
+// the replays of each policy, with the ratios to the bounds computed
+// from replays made here on their own.
+func TestScoreboardRatios(t *testing.T) {
+	path := "traces/sqlite3.uvmtrace.gz"
+	scores, err := Scoreboard([]string{path}, []string{"eviction:lru", "prefetch:window:16", "thrashing:on"}, nil)
+	require.NoError(t, err)
+	replay := func(cfg Config) *Result {
+		r, err := ReplayFile(path, cfg)
+		require.NoError(t, err)
+		return r
+	}
+	lru, opt, bound := replay(Config{Eviction: "lru"}), replay(Config{Eviction: "opt"}), replay(Config{Eviction: "opt", Prefetch: "none"})
+	window, oracle := replay(Config{Prefetch: "window:16"}), replay(Config{Prefetch: "oracle"})
+	on, off := replay(Config{Thrashing: "on"}), replay(Config{Thrashing: "off"})
+	var got []string
+	for _, s := range scores {
+		got = append(got, s.Kind+" "+s.Policy)
+		assert.Equal(t, "sqlite3", s.Trace)
+	}
+	require.Equal(t, []string{"eviction lru", "eviction opt", "eviction opt+none", "prefetch window:16", "prefetch oracle", "thrashing on"}, got)
+	ratio := func(a, b uint64) float64 { return float64(a) / float64(b) }
+	assert.Equal(t, lru.Replayed.BytesMoved(), scores[0].BytesMoved)
+	assert.InDelta(t, ratio(lru.Replayed.BytesMoved(), opt.Replayed.BytesMoved()), scores[0].VsOracle, 1e-9)
+	assert.InDelta(t, ratio(lru.Replayed.BytesMoved(), bound.Replayed.BytesMoved()), scores[0].VsBound, 1e-9)
+	assert.Equal(t, window.Replayed.Faults, scores[3].Faults)
+	assert.InDelta(t, ratio(window.Replayed.Faults, oracle.Replayed.Faults), scores[3].VsOracle, 1e-9)
+	assert.InDelta(t, float64(on.EstimatedTime)/float64(off.EstimatedTime), scores[5].VsOracle, 1e-9)
+	assert.Less(t, opt.Replayed.BytesMoved(), lru.Replayed.BytesMoved())
+
+	_, err = Scoreboard([]string{path}, []string{"eviction"}, nil)
+	assert.ErrorContains(t, err, "KIND:SPEC")
+	_, err = Scoreboard([]string{path}, []string{"colour:red"}, nil)
+	assert.ErrorContains(t, err, "prefetch, eviction or thrashing")
+	_, err = Scoreboard([]string{path}, []string{"eviction:nosuch"}, nil)
+	assert.ErrorContains(t, err, "nosuch")
+}
