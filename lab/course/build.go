@@ -1,0 +1,284 @@
+package course
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Module is the softuvm module's path: the grader builds a student's
+// policy inside a clone of it.
+const Module = "github.com/softuvm/softuvm"
+
+// Options is what Grade grades, and how.
+type Options struct {
+	// Assignment is the assignment's name (Lookup).
+	Assignment string
+	// File is the student's Go file.
+	File string
+	// Src is the root of the softuvm module to build with; "" finds it
+	// from the current directory up (FindSource).
+	Src string
+	// Traces is the directory of traces to replay (*.uvmtrace and
+	// *.uvmtrace.gz); "" is the kit's: the shipped traces (Src/lab/traces)
+	// and the assignment's own (Src/lab/course/ASSIGNMENT/traces, where
+	// it has some).
+	Traces string
+	// NoLive skips the live run.
+	NoLive bool
+	// JSON makes the graded binary print its report as JSON (grade.Report).
+	JSON bool
+	// Stdout and Stderr receive the graded binary's output and the
+	// compiler's errors; nil is the process's own.
+	Stdout, Stderr io.Writer
+}
+
+// ErrNotGraded is wrapped by the errors of a grading that did not get as
+// far as a score: the file did not compile, the graded binary failed.
+var ErrNotGraded = errors.New("not graded")
+
+// Grade builds the student's file into a binary of its own, runs it, and
+// removes what it made. The binary's output (the report) goes to
+// opts.Stdout. It returns nil when the file was graded, whatever the
+// verdict; an error when it could not be: an unknown assignment, a
+// missing file, no module source or no go command, a file that does not
+// compile (the compiler's errors go to opts.Stderr), or a binary that
+// failed (a file that registers no policy named "student" is one).
+func Grade(ctx context.Context, opts Options) error {
+	a, err := Lookup(opts.Assignment)
+	if err != nil {
+		return err
+	}
+	stdout, stderr := opts.Stdout, opts.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	file, err := filepath.Abs(opts.File)
+	if err != nil {
+		return err
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("the student's file: %w", err)
+	}
+	root := opts.Src
+	if root == "" {
+		if root, err = FindSource("."); err != nil {
+			return err
+		}
+	} else if err := checkSource(root); err != nil {
+		return err
+	}
+	if root, err = filepath.Abs(root); err != nil {
+		return err
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("the grader builds your policy with the go command, which is not in PATH: install Go (go.dev/dl) or add it to PATH")
+	}
+	var traces []string
+	if opts.Traces != "" {
+		dir, err := filepath.Abs(opts.Traces)
+		if err != nil {
+			return err
+		}
+		traces = append(traces, dir)
+	} else {
+		traces = append(traces, filepath.Join(root, "lab", "traces"))
+		if own := filepath.Join(root, "lab", "course", a.Name, "traces"); isDir(own) {
+			traces = append(traces, own)
+		}
+	}
+	renamed, err := asStudentPackage(src, opts.File)
+	if err != nil {
+		return err
+	}
+
+	bin, cleanBin, err := build(ctx, goCmd, root, a, renamed, opts.File, stderr)
+	if err != nil {
+		return err
+	}
+	defer cleanBin()
+
+	args := []string{"--file", opts.File}
+	for _, dir := range traces {
+		args = append(args, "--traces", dir)
+	}
+	if opts.NoLive {
+		args = append(args, "--no-live")
+	}
+	if opts.JSON {
+		args = append(args, "--json")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return fmt.Errorf("%w: the graded binary of %s failed (%v): see its message above", ErrNotGraded, opts.File, exit.ProcessState)
+		}
+		return fmt.Errorf("%w: run the graded binary: %v", ErrNotGraded, err)
+	}
+	return nil
+}
+
+// build writes the student's package and a main package that grades it
+// into a fresh directory of the module, builds them into a binary in a
+// temporary directory, and removes the sources. cleanup removes the
+// binary.
+func build(ctx context.Context, goCmd, root string, a Assignment, src []byte, shown string, stderr io.Writer) (bin string, cleanup func(), err error) {
+	id, err := randomID()
+	if err != nil {
+		return "", nil, err
+	}
+	rel := filepath.Join("lab", "course", "_grade", id)
+	dir := filepath.Join(root, rel)
+	pkg := filepath.Join(dir, "student")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		return "", nil, fmt.Errorf("make the build directory in the module: %w", err)
+	}
+	defer func() {
+		os.RemoveAll(dir)
+		// Leave lab/course/_grade only if another grading is using it.
+		os.Remove(filepath.Dir(dir))
+	}()
+	studentFile := filepath.Join(pkg, "student.go")
+	if err := os.WriteFile(studentFile, src, 0o644); err != nil {
+		return "", nil, err
+	}
+	importPath := Module + "/" + filepath.ToSlash(rel)
+	main := fmt.Sprintf(`// Code generated by uvm lab grade. DO NOT EDIT.
+
+// The graded binary of one student's policy: the student's package
+// registers it from its init function; grade.Main runs uvm.Main first
+// (the private servers of the live run are re-executions of this
+// binary), then replays and runs the policy.
+package main
+
+import (
+	"github.com/softuvm/softuvm/lab/course/grade"
+
+	_ %q
+)
+
+func main() { grade.Main(%q) }
+`, importPath+"/student", a.Name)
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644); err != nil {
+		return "", nil, err
+	}
+
+	tmp, err := os.MkdirTemp("", "uvm-grade-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(tmp) }
+	bin = filepath.Join(tmp, "graded-"+a.Name)
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "./"+filepath.ToSlash(rel))
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		cleanup()
+		// The compiler's errors, verbatim, with the student's file named
+		// as the student knows it (the package clause kept its line).
+		text := out.String()
+		for _, p := range []string{studentFile, filepath.Join(rel, "student", "student.go"), "./" + filepath.ToSlash(filepath.Join(rel, "student", "student.go"))} {
+			text = strings.ReplaceAll(text, p, shown)
+		}
+		text = strings.ReplaceAll(text, importPath+"/student", "your package")
+		io.WriteString(stderr, text)
+		return "", nil, fmt.Errorf("%w: %s does not build (the compiler's errors are above)", ErrNotGraded, shown)
+	}
+	return bin, cleanup, nil
+}
+
+// asStudentPackage rewrites the file's package clause to "package
+// student", keeping every line where it was.
+func asStudentPackage(src []byte, name string) ([]byte, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.PackageClauseOnly)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not a Go file: %v", ErrNotGraded, name, err)
+	}
+	if f.Name.Name == "student" {
+		return src, nil
+	}
+	start, end := fset.Position(f.Name.Pos()).Offset, fset.Position(f.Name.End()).Offset
+	out := append([]byte(nil), src[:start]...)
+	out = append(out, "student"...)
+	return append(out, src[end:]...), nil
+}
+
+// FindSource returns the root of the softuvm module that holds dir: the
+// nearest go.mod, from dir up, whose module is Module.
+func FindSource(dir string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if moduleOf(filepath.Join(d, "go.mod")) == Module {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("the grader builds your policy with the softuvm source: run it inside a clone of %s (no go.mod of that module from %s up), or pass --src DIR", Module, dir)
+		}
+		d = up
+	}
+}
+
+// checkSource checks that root is the softuvm module's root.
+func checkSource(root string) error {
+	if m := moduleOf(filepath.Join(root, "go.mod")); m != Module {
+		if m == "" {
+			return fmt.Errorf("--src %s: no go.mod there: want the root of a clone of %s", root, Module)
+		}
+		return fmt.Errorf("--src %s: its go.mod is module %s: want the root of a clone of %s", root, m, Module)
+	}
+	return nil
+}
+
+// moduleOf reads the module path of a go.mod ("" if none).
+func moduleOf(gomod string) string {
+	f, err := os.Open(gomod)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if rest, ok := strings.CutPrefix(line, "module"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+func randomID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
