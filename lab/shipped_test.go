@@ -43,16 +43,22 @@ func TestShippedTracesReplayFidelity(t *testing.T) {
 
 // TestShippedTracesOPTBoundsEveryPolicy: on every shipped trace, opt
 // with demand fetching moves no more bytes than any pair of built-in
-// eviction and prefetch policies.
+// eviction and prefetch policies (the theorem), and opt with each
+// prefetch policy no more than lru and 2q with that policy (no theorem:
+// with prefetching and whole-block moves MIN is not provably optimal, so
+// this is what holds on these traces).
 func TestShippedTracesOPTBoundsEveryPolicy(t *testing.T) {
 	for _, l := range shippedTraces(t) {
 		bound, err := l.Replay(Config{Eviction: OracleEviction, Prefetch: "none"})
 		require.NoError(t, err)
-		for _, ev := range []string{"lru", "2q"} {
-			for _, pf := range []string{"none", "density", "window:16"} {
+		for _, pf := range []string{"none", "density", "window:16"} {
+			opt, err := l.Replay(Config{Eviction: OracleEviction, Prefetch: pf})
+			require.NoError(t, err)
+			for _, ev := range []string{"lru", "2q"} {
 				res, err := l.Replay(Config{Eviction: ev, Prefetch: pf})
 				require.NoError(t, err)
 				assert.LessOrEqual(t, bound.Replayed.BytesMoved(), res.Replayed.BytesMoved(), "%s: opt with demand fetching against %s with %s", l.Path, ev, pf)
+				assert.LessOrEqual(t, opt.Replayed.BytesMoved(), res.Replayed.BytesMoved(), "%s: opt against %s, both with %s", l.Path, ev, pf)
 			}
 		}
 	}
