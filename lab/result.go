@@ -66,7 +66,12 @@ type Result struct {
 	Evictions uint64          `json:"evictions"`
 	// WholeBlocks is blocks moved as one large folio; FoliosRebuilt is
 	// large folios split by a partial move out of them.
-	WholeBlocks   uint64 `json:"whole_blocks"`
+	WholeBlocks uint64 `json:"whole_blocks"`
+	// WholeToDevice and WholeToHost are those of them moved to a device
+	// (or between devices) and to the host: the estimate prices them per
+	// block, and the rest of the pages moved per page.
+	WholeToDevice uint64 `json:"whole_to_device"`
+	WholeToHost   uint64 `json:"whole_to_host"`
 	FoliosRebuilt uint64 `json:"folios_rebuilt"`
 	// The thrashing policy's doings, and touches of pinned pages.
 	Throttles     uint64        `json:"throttles"`
@@ -144,9 +149,16 @@ func (r *Result) estimate() {
 		populated += p
 	}
 	major := faults - r.MinorFaults - r.WriteProtectFaults
+	rc := r.Replayed
+	// Whole blocks to devices are counted in PagesToDevice or PagesPeer;
+	// the pieces are what is left.
+	wholeToDevice := min(r.WholeToDevice*core.PagesPerBlock, rc.PagesToDevice+rc.PagesPeer)
+	wholeToHost := min(r.WholeToHost*core.PagesPerBlock, rc.PagesToHost)
+	piecesToDevice := rc.PagesToDevice + rc.PagesPeer - wholeToDevice
 	t := time.Duration(major)*c.Fault + time.Duration(r.MinorFaults)*c.MinorFault + time.Duration(r.WriteProtectFaults)*c.WPFault +
-		time.Duration(r.Replayed.PagesToDevice)*c.PageToDevice + time.Duration(r.Replayed.PagesToHost)*c.PageToHost +
-		time.Duration(r.Replayed.PagesPeer)*c.PagePeer + time.Duration(populated)*c.Populate + r.NapTime
+		time.Duration(piecesToDevice)*c.PageToDevice + time.Duration(rc.PagesToHost-wholeToHost)*c.PageToHost +
+		time.Duration(r.WholeToDevice)*c.BlockToDevice + time.Duration(r.WholeToHost)*c.BlockToHost +
+		time.Duration(r.FoliosRebuilt)*c.FolioSplit + time.Duration(populated)*c.Populate + r.NapTime
 	r.EstimatedTime = t
 }
 
@@ -224,11 +236,18 @@ type Costs struct {
 	Fault      time.Duration `json:"fault_ns"`
 	MinorFault time.Duration `json:"minor_fault_ns"`
 	WPFault    time.Duration `json:"wp_fault_ns"`
-	// Per page moved each way, and zero-filled.
+	// Per page moved in pieces each way (PagePeer between devices), and
+	// zero-filled.
 	PageToDevice time.Duration `json:"page_to_device_ns"`
 	PageToHost   time.Duration `json:"page_to_host_ns"`
 	PagePeer     time.Duration `json:"page_peer_ns"`
 	Populate     time.Duration `json:"populate_ns"`
+	// Per 2 MiB block moved whole as one folio, to a device (or between
+	// devices) and to the host; and per large folio split by a partial
+	// move out of it (its other pages rewritten in 4 KiB folios).
+	BlockToDevice time.Duration `json:"block_to_device_ns"`
+	BlockToHost   time.Duration `json:"block_to_host_ns"`
+	FolioSplit    time.Duration `json:"folio_split_ns"`
 	// Source says where the figures came from.
 	Source string `json:"source,omitempty"`
 }
@@ -236,19 +255,21 @@ type Costs struct {
 // DefaultCosts are used where a trace measured nothing.
 var DefaultCosts = Costs{Fault: 9500 * time.Nanosecond, MinorFault: 6 * time.Microsecond, WPFault: 3 * time.Microsecond,
 	PageToDevice: 870 * time.Nanosecond, PageToHost: 870 * time.Nanosecond, PagePeer: 870 * time.Nanosecond,
-	Populate: 250 * time.Nanosecond, Source: "defaults"}
+	Populate: 250 * time.Nanosecond, BlockToDevice: 600 * time.Microsecond, BlockToHost: 600 * time.Microsecond,
+	FolioSplit: 700 * time.Microsecond, Source: "defaults"}
 
 func (c Costs) String() string {
-	return fmt.Sprintf("%s: fault %v, minor %v, write-protect %v, a page %v to devices, %v to the host, %v zero-filled",
-		c.Source, c.Fault, c.MinorFault, c.WPFault, c.PageToDevice, c.PageToHost, c.Populate)
+	return fmt.Sprintf("%s: fault %v, minor %v, write-protect %v; a page %v to devices, %v to the host, %v zero-filled; a whole block %v to devices, %v to the host; a folio split %v",
+		c.Source, c.Fault, c.MinorFault, c.WPFault, c.PageToDevice, c.PageToHost, c.Populate, c.BlockToDevice, c.BlockToHost, c.FolioSplit)
 }
 
 // costSamples gathers what the recorded run measured, and counts what
 // its policies did (Result.Recorded).
 type costSamples struct {
-	faults, minors, wps    []time.Duration
-	toDevice, toHost, peer pageTime
-	recorded               Counts
+	faults, minors, wps        []time.Duration
+	toDevice, toHost, peer     pageTime // runs moved in pieces
+	wholeToDevice, wholeToHost pageTime // whole blocks
+	recorded                   Counts
 }
 
 type pageTime struct {
@@ -283,14 +304,21 @@ func (c *costSamples) fault(e *trace.Event) {
 
 func (c *costSamples) migration(e *trace.Event) {
 	n := uint64(e.Pages)
+	whole := n == core.PagesPerBlock && e.Addr%core.BlockSize == 0
 	pt := &c.peer
 	switch {
 	case e.From == trace.CPU:
 		c.recorded.PagesToDevice += n
 		pt = &c.toDevice
+		if whole {
+			pt = &c.wholeToDevice
+		}
 	case e.To == trace.CPU:
 		c.recorded.PagesToHost += n
 		pt = &c.toHost
+		if whole {
+			pt = &c.wholeToHost
+		}
 	default:
 		c.recorded.PagesPeer += n
 	}
@@ -335,9 +363,15 @@ func (c *costSamples) costs() Costs {
 	if v, ok := c.peer.perPage(); ok {
 		out.PagePeer, measured = v, measured+1
 	}
+	if v, ok := c.wholeToDevice.perPage(); ok {
+		out.BlockToDevice, measured = v*core.PagesPerBlock, measured+1
+	}
+	if v, ok := c.wholeToHost.perPage(); ok {
+		out.BlockToHost, measured = v*core.PagesPerBlock, measured+1
+	}
 	switch measured {
 	case 0:
-	case 6:
+	case 8:
 		out.Source = "measured by the trace"
 	default:
 		out.Source = "measured by the trace, defaults where it has too few samples"
@@ -378,6 +412,7 @@ func ParseCosts(data []byte) (Costs, error) {
 		if bench.D2HGBps > 0 {
 			page := time.Duration(float64(core.PageSize) / bench.D2HGBps) // GB/s is bytes a nanosecond
 			c.PageToDevice, c.PageToHost, c.PagePeer = page, page, page
+			c.BlockToDevice, c.BlockToHost = page*core.PagesPerBlock, page*core.PagesPerBlock
 		}
 		if bench.FirstTouchNS > 0 {
 			c.Populate = time.Duration(bench.FirstTouchNS)
@@ -389,7 +424,7 @@ func ParseCosts(data []byte) (Costs, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Costs{}, fmt.Errorf("costs: %w", err)
 	}
-	for _, d := range []time.Duration{c.Fault, c.MinorFault, c.WPFault, c.PageToDevice, c.PageToHost, c.PagePeer, c.Populate} {
+	for _, d := range []time.Duration{c.Fault, c.MinorFault, c.WPFault, c.PageToDevice, c.PageToHost, c.PagePeer, c.Populate, c.BlockToDevice, c.BlockToHost, c.FolioSplit} {
 		if d < 0 {
 			return Costs{}, fmt.Errorf("%w: costs: a negative cost (%v)", core.ErrInvalidValue, d)
 		}

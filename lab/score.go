@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,7 +76,8 @@ type Score struct {
 	// "off"'s for thrashing: 1 is as good as the bound.
 	VsOracle float64 `json:"vs_oracle"`
 	// VsBound, for eviction: bytes moved over opt's with demand fetching
-	// (prefetch none), the least any policy pair can move.
+	// (prefetch none), the least any policy pair can move. A ratio to a
+	// bound of 0 is +Inf here, and null (vs_bound: left out) in JSON.
 	VsBound float64 `json:"vs_bound,omitempty"`
 	// Wall is how long the replay took.
 	Wall time.Duration `json:"wall_ns"`
@@ -168,6 +170,27 @@ func Scoreboard(traces []string, policies []string, progress func(s Score)) ([]S
 		}
 	}
 	return out, nil
+}
+
+// MarshalJSON writes a ratio whose bound is 0 (infinite) as null: JSON
+// has no infinity.
+func (s Score) MarshalJSON() ([]byte, error) {
+	type plain Score
+	finite := func(v float64) *float64 {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil
+		}
+		return &v
+	}
+	out := struct {
+		plain
+		VsOracle *float64 `json:"vs_oracle"`
+		VsBound  *float64 `json:"vs_bound,omitempty"`
+	}{plain: plain(s), VsOracle: finite(s.VsOracle)}
+	if s.VsBound != 0 {
+		out.VsBound = finite(s.VsBound)
+	}
+	return json.Marshal(out)
 }
 
 func durRatio(a, b time.Duration) float64 {

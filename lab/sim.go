@@ -357,6 +357,11 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 		if populated {
 			b.large &^= 1 << src.Slot()
 			s.res.WholeBlocks++
+			if dst == core.CPU {
+				s.res.WholeToHost++
+			} else {
+				s.res.WholeToDevice++
+			}
 		}
 		b.large |= 1 << dst.Slot()
 	case populated && b.large&(1<<src.Slot()) != 0:
