@@ -342,22 +342,10 @@ func (s *sim) operation(dst core.Device, addr uint64, pages uint32, cause policy
 	if int(dst) >= s.devices {
 		return
 	}
-	end := addr + uint64(pages)*core.PageSize
-	for addr < end {
-		r := s.lookup(addr)
-		if r == nil {
-			return
-		}
-		page := int((addr - r.start) / core.PageSize)
-		b := s.block(r, page/core.PagesPerBlock)
-		first := page % core.PagesPerBlock
-		outer := min(b.pages, first+int((end-addr)/core.PageSize))
-		var want core.PageMask
-		want.FillRange(first, outer)
+	s.eachBlock(addr, pages, func(b *simBlock, want core.PageMask) {
 		o := mover{s: s, b: b, cause: cause, via: true}
 		o.moveTo(dst, want, core.PageMask{}, s.now)
-		addr += uint64(outer-first) * core.PageSize
-	}
+	})
 }
 
 // arm replays an arming of the access mode: the host's pages leave its
@@ -367,6 +355,12 @@ func (s *sim) arm(p core.Device, addr uint64, pages uint32) {
 	if p != core.CPU {
 		return
 	}
+	s.eachBlock(addr, pages, func(b *simBlock, m core.PageMask) { b.hostMapped.AndNot(&m) })
+}
+
+// eachBlock calls fn for each block that pages [addr, addr+pages) cover,
+// with the pages of it they cover, until one lies outside every range.
+func (s *sim) eachBlock(addr uint64, pages uint32, fn func(b *simBlock, m core.PageMask)) {
 	end := addr + uint64(pages)*core.PageSize
 	for addr < end {
 		r := s.lookup(addr)
@@ -379,7 +373,7 @@ func (s *sim) arm(p core.Device, addr uint64, pages uint32) {
 		outer := min(b.pages, first+int((end-addr)/core.PageSize))
 		var m core.PageMask
 		m.FillRange(first, outer)
-		b.hostMapped.AndNot(&m)
+		fn(b, m)
 		addr += uint64(outer-first) * core.PageSize
 	}
 }
