@@ -178,7 +178,7 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	default:
 		ps, perr := policy.ParsePrefetchSpec(spec)
 		if perr != nil {
-			return nil, perr
+			return nil, fmt.Errorf("%w (or %q, the replay's bound)", perr, OraclePrefetch)
 		}
 		if s.prefetch, err = policy.NewPrefetchPolicy(ps); err != nil {
 			return nil, err
@@ -191,7 +191,7 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 		s.evictsOwn = true
 	default:
 		if s.eviction, err = policy.NewEviction(spec); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (or %q, the replay's bound)", err, OracleEviction)
 		}
 	}
 	s.pageEviction, _ = s.eviction.(policy.PageEviction)
