@@ -83,6 +83,9 @@ type runBenchVariant struct {
 	// those of the runs before.
 	Failed   string `json:"failed,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
+	// Trace is where --trace recorded the variant's runs (the last
+	// one's stays).
+	Trace string `json:"trace,omitempty"`
 	// Managed variants: from `uvm run --stats-json` of the last run.
 	Allocations       uint64 `json:"allocations,omitempty"`
 	AllocatedBytes    uint64 `json:"allocated_bytes,omitempty"`
@@ -106,6 +109,7 @@ type runBenchOptions struct {
 	size          map[string]int64 // by program; absent: its default
 	uvmBin        string
 	noCgroup      bool
+	traceDir      string // "": no traces
 	timeout       time.Duration // 0: factor times plain, at least floor
 	timeoutFactor float64
 	timeoutFloor  time.Duration
@@ -113,7 +117,7 @@ type runBenchOptions struct {
 }
 
 func benchRun(args []string) error {
-	fs := newFlagSet("bench run", "[--json] [--programs LIST] [--budget-fraction F] [--eviction LIST] [--runs N] [--size NAME=SIZE,...] [--timeout D] [--no-cgroup] [--uvm PATH]",
+	fs := newFlagSet("bench run", "[--json] [--programs LIST] [--budget-fraction F] [--eviction LIST] [--runs N] [--size NAME=SIZE,...] [--timeout D] [--no-cgroup] [--uvm PATH] [--trace DIR]",
 		"Run the real programs of cli/workloads ("+strings.Join(workloads.Names(), ", ")+") three ways, alternating, after a warm-up run of each way: "+
 			"plain; under `uvm run --host-budget B`, where B is --budget-fraction of the plain run's peak RSS (rounded up to a MiB, at least 4 MiB), once per eviction policy of --eviction; "+
 			"and plain in a memory cgroup (v1) limited to B with zram swap, set up and torn down as `uvm bench oversub` does (root). Every run's output is checked against the plain run's. "+
@@ -126,6 +130,7 @@ func benchRun(args []string) error {
 	timeout := fs.Duration("timeout", 0, "the limit of each run (default: 10 times the plain warm-up run, at least 20s); a variant that passes it is dropped for that program")
 	noCgroup := fs.Bool("no-cgroup", false, "skip the cgroup variant (it adds a swap device to the machine while it runs)")
 	uvmBin := fs.String("uvm", "", "the uvm binary that runs the managed variants (default: this one)")
+	traceDir := fs.String("trace", "", "record the managed variants' runs to DIR/PROGRAM-EVICTION.uvmtrace (the last run's stays; a run cut short by its limit leaves a trace cut short, which still replays), for uvm trace replay and uvm lab score; recording adds a few percent to the managed times")
 	sizes := fs.String("size", "", "input sizes of some programs, a comma list of NAME=SIZE (default: each program's own, 0.5-3 s plain)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -180,10 +185,25 @@ func benchRun(args []string) error {
 		}
 		sizeOf[name] = n
 	}
+	if *traceDir != "" {
+		// The programs run in directories of their own.
+		if *traceDir, err = filepath.Abs(*traceDir); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		if err := os.MkdirAll(*traceDir, 0o755); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		probe, err := os.CreateTemp(*traceDir, ".probe-*")
+		if err != nil {
+			return fmt.Errorf("--trace %s: the directory cannot be written: %w", *traceDir, err)
+		}
+		probe.Close()
+		os.Remove(probe.Name())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	rep, err := runBenchAll(ctx, runBenchOptions{
-		programs: progs, fraction: *fraction, evictions: evs, runs: *runs, size: sizeOf, uvmBin: self, noCgroup: *noCgroup,
+		programs: progs, fraction: *fraction, evictions: evs, runs: *runs, size: sizeOf, uvmBin: self, noCgroup: *noCgroup, traceDir: *traceDir,
 		timeout: *timeout, timeoutFactor: 10, timeoutFloor: 20 * time.Second,
 		progress: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) },
 	})
@@ -288,6 +308,10 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 		v := &pr.Managed[i]
 		*v = runBenchVariant{Name: "uvm run --eviction " + ev, Eviction: ev}
 		opts := workloads.UVMOptions{Bin: o.uvmBin, HostBudget: pr.BudgetBytes, Flags: []string{"--eviction", ev}}
+		if o.traceDir != "" {
+			v.Trace = filepath.Join(o.traceDir, p.Name+"-"+strings.ReplaceAll(ev, ":", "_")+".uvmtrace")
+			opts.Flags = append(opts.Flags, "--trace", v.Trace)
+		}
 		variants = append(variants, runBenchVariantSpec{v: v,
 			run: func(ctx context.Context, dir string) (*workloads.Run, error) { return w.RunUVM(ctx, dir, opts) },
 			after: func(r *workloads.Run) {
@@ -480,6 +504,9 @@ func printRunBenchReport(out io.Writer, r runBenchReport) {
 			if m.Failed == "" || m.AllocatedBytes > 0 {
 				fmt.Fprintf(out, "  %-28s host to device %s, back %s; %d pages evicted, %d faults; managed %s asked, %s touched\n", "",
 					humanSize(m.HostToDeviceBytes), humanSize(m.DeviceToHostBytes), m.EvictedPages, m.Faults, humanSize(m.AllocatedBytes), humanSize(m.PopulatedBytes))
+			}
+			if m.Trace != "" {
+				fmt.Fprintf(out, "  %-28s trace %s\n", "", m.Trace)
 			}
 		}
 		if p.Cgroup != nil {

@@ -31,6 +31,7 @@ func TestBenchRunFlags(t *testing.T) {
 		{[]string{"--size", "nosuch=1MiB"}, `--size "nosuch=1MiB": want NAME=SIZE`},
 		{[]string{"--size", "gawk=lots"}, "--size gawk=lots: want a size above 0"},
 		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
+		{[]string{"--trace", "/proc/uvm-no-such-dir"}, "--trace"},
 	} {
 		err := benchRun(c.args)
 		assert.ErrorContains(t, err, c.want, "%v", c.args)
@@ -64,8 +65,9 @@ func TestBenchRun(t *testing.T) {
 	swapsBefore, _ := os.ReadFile("/proc/swaps")
 	progs, err := workloads.Select("sort")
 	require.NoError(t, err)
+	traces := t.TempDir()
 	rep, err := runBenchAll(context.Background(), runBenchOptions{programs: progs, fraction: 1, evictions: []string{"lru"}, runs: 1,
-		size: map[string]int64{"sort": 4 << 20}, uvmBin: filepath.Join(dir, "uvm"), timeout: time.Minute, progress: t.Logf})
+		size: map[string]int64{"sort": 4 << 20}, uvmBin: filepath.Join(dir, "uvm"), timeout: time.Minute, progress: t.Logf, traceDir: traces})
 	require.NoError(t, err)
 	require.Len(t, rep.Programs, 1)
 	p := rep.Programs[0]
@@ -81,6 +83,12 @@ func TestBenchRun(t *testing.T) {
 	assert.Equal(t, "lru", m.Eviction)
 	assert.Positive(t, m.AllocatedBytes, "figures from --stats-json")
 	assert.Positive(t, m.Faults)
+	// --trace: the last run's trace, whose faults are the ones its
+	// statistics counted.
+	assert.Equal(t, filepath.Join(traces, "sort-lru.uvmtrace"), m.Trace)
+	summary, err := summarizeTrace(m.Trace)
+	require.NoError(t, err)
+	assert.EqualValues(t, m.Faults, summary.totalFaults(), "the trace's faults against uvm run's statistics")
 	assert.Contains(t, p.ManagedToPlain, "lru")
 	assert.Contains(t, p.GoalPlainMet, "lru")
 	if p.Cgroup == nil {
