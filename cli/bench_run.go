@@ -109,7 +109,7 @@ type runBenchOptions struct {
 	size          map[string]int64 // by program; absent: its default
 	uvmBin        string
 	noCgroup      bool
-	traceDir      string // "": no traces
+	traceDir      string        // "": no traces
 	timeout       time.Duration // 0: factor times plain, at least floor
 	timeoutFactor float64
 	timeoutFloor  time.Duration
