@@ -286,6 +286,7 @@ func TestDeviceWriteProtectMarker(t *testing.T) {
 	assert.EqualValues(t, 2, res.Faults[0], "the host's")
 	assert.EqualValues(t, 2, res.Faults[1], "the device's: the populating one and the write-protect one")
 	assert.EqualValues(t, 1, res.WriteProtectFaults)
+	assert.Equal(t, map[string]uint64{"cpu": 2, "device 0": 2}, res.FaultsBy)
 	assert.EqualValues(t, 2, res.Hits)
 	assert.EqualValues(t, 1, res.Replayed.PagesToHost)
 	assert.EqualValues(t, 1, res.Replayed.PagesToDevice)

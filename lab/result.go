@@ -51,9 +51,11 @@ type Result struct {
 	Events     uint64 `json:"events"`     // events read
 	References uint64 `json:"references"` // touches served: faults and accessed pages of the trace
 	Hits       uint64 `json:"hits"`       // references that found their page mapped
-	// Faults per location slot (0: the host, 1 + d: device d).
-	Faults      [maxLocs]uint64 `json:"-"`
-	MinorFaults uint64          `json:"minor_faults"`
+	// Faults per location slot (0: the host, 1 + d: device d), and the
+	// same by processor name ("cpu", "device 0") for JSON.
+	Faults      [maxLocs]uint64   `json:"-"`
+	FaultsBy    map[string]uint64 `json:"faults_by_processor"`
+	MinorFaults uint64            `json:"minor_faults"`
 	// WriteProtectFaults are devices' writes to pages that came back to
 	// their files write-protected (simBlock.wpMarked).
 	WriteProtectFaults uint64 `json:"write_protect_faults"`
@@ -140,8 +142,12 @@ func ratio(a, b uint64) float64 {
 func (r *Result) estimate() {
 	c := r.Costs
 	var faults uint64
-	for _, f := range r.Faults {
+	r.FaultsBy = map[string]uint64{}
+	for l, f := range r.Faults {
 		faults += f
+		if f > 0 {
+			r.FaultsBy[trace.ProcessorName(int32(core.DeviceAtSlot(l)))] = f
+		}
 	}
 	r.Replayed.Faults = faults
 	var populated uint64
