@@ -79,8 +79,6 @@ type AccessObserver interface {
 	Touched(b *policy.Block, p policy.Processor, page int, write bool, now policy.Clock)
 }
 
-func (s *sim) observeArrival(*simBlock, core.Device, core.PageMask) {}
-
 // ReplayFile replays the trace at path (plain or gzip-compressed).
 func ReplayFile(path string, cfg Config) (*Result, error) {
 	var fut *future

@@ -422,7 +422,6 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 		s.res.Prefetched += uint64(k)
 		o.prefetched += k
 	}
-	s.observeArrival(b, dst, done)
 	return int64(n)
 }
 
