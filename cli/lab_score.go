@@ -15,7 +15,6 @@ import (
 	"github.com/softuvm/softuvm/lab"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace/plot"
-	"github.com/softuvm/softuvm/uvm"
 )
 
 // runLabScore is `uvm lab score`: every policy on every trace, against
@@ -90,7 +89,7 @@ func writeScores(scores []lab.Score) {
 		if s.Kind == policy.KindEviction {
 			bound = ratioText(s.VsBound)
 		}
-		fmt.Fprintf(w, "\t%s\t%s\t%d\t%s\t%d\t%v\t%s\t%s\t\n", s.Trace, s.Policy, s.Faults, uvm.FormatSize(int64(s.BytesMoved)), s.EvictedPages,
+		fmt.Fprintf(w, "\t%s\t%s\t%d\t%s\t%d\t%v\t%s\t%s\t\n", s.Trace, s.Policy, s.Faults, humanSize(s.BytesMoved), s.EvictedPages,
 			s.EstimatedTime.Round(time.Millisecond), ratioText(s.VsOracle), bound)
 	}
 	w.Flush()

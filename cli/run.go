@@ -21,6 +21,7 @@ import (
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/server"
 	"github.com/softuvm/softuvm/libuvm"
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -475,20 +476,5 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 	}
 }
 
-// humanSize renders bytes in the largest binary unit they reach, with one
-// decimal unless they are a whole number of it ("18.6 GiB", not
-// "19482324 KiB").
-func humanSize(n uint64) string {
-	for _, u := range []struct {
-		name string
-		size uint64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.size {
-			if n%u.size == 0 {
-				return fmt.Sprintf("%d %s", n/u.size, u.name)
-			}
-			return fmt.Sprintf("%.1f %s", float64(n)/float64(u.size), u.name)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
-}
+// humanSize is trace.HumanSize, the reports' way of writing bytes.
+func humanSize(n uint64) string { return trace.HumanSize(n) }

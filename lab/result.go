@@ -196,9 +196,9 @@ func (r *Result) Write(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	c := r.Replayed
-	fmt.Fprintf(w, "moved        %s to devices, %s to the host", core.FormatSize(int64(c.PagesToDevice*core.PageSize)), core.FormatSize(int64(c.PagesToHost*core.PageSize)))
+	fmt.Fprintf(w, "moved        %s to devices, %s to the host", trace.HumanSize(uint64(c.PagesToDevice*core.PageSize)), trace.HumanSize(uint64(c.PagesToHost*core.PageSize)))
 	if c.PagesPeer > 0 {
-		fmt.Fprintf(w, ", %s between devices", core.FormatSize(int64(c.PagesPeer*core.PageSize)))
+		fmt.Fprintf(w, ", %s between devices", trace.HumanSize(uint64(c.PagesPeer*core.PageSize)))
 	}
 	fmt.Fprintf(w, "; %d pages prefetched\n", r.Prefetched)
 	var populated uint64
@@ -227,7 +227,7 @@ func (r *Result) Write(w io.Writer) {
 	if rc.Faults+rc.BytesMoved() > 0 {
 		ff, fb := r.Fidelity()
 		fmt.Fprintf(w, "recorded     %d faults, %s to devices, %s to the host, %d pages evicted (replayed/recorded: faults %.3f, bytes %.3f)\n",
-			rc.Faults, core.FormatSize(int64(rc.PagesToDevice*core.PageSize)), core.FormatSize(int64(rc.PagesToHost*core.PageSize)), rc.EvictedPages, ff, fb)
+			rc.Faults, trace.HumanSize(uint64(rc.PagesToDevice*core.PageSize)), trace.HumanSize(uint64(rc.PagesToHost*core.PageSize)), rc.EvictedPages, ff, fb)
 	}
 }
 

@@ -206,6 +206,24 @@ type Event struct {
 // mapping or duplication covers (and an arming's or access's pages).
 func (e *Event) MovedBytes() uint64 { return uint64(e.Pages) * PageSize }
 
+// HumanSize writes a byte count for people, as every softuvm report
+// does: the largest binary unit it reaches, whole where it divides
+// evenly (2 MiB), else to a tenth (1.5 GiB).
+func HumanSize(n uint64) string {
+	for _, u := range []struct {
+		name string
+		size uint64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			if n%u.size == 0 {
+				return fmt.Sprintf("%d %s", n/u.size, u.name)
+			}
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(u.size), u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
 // ProcessorName names a processor as `uvm stat` does: "cpu" or
 // "device N".
 func ProcessorName(p int32) string {

@@ -418,7 +418,7 @@ func (p *perfetto) allocation(rng uint64, a openAlloc, end int64, note string) {
 	p.process(pidAllocations, "allocations", 1<<20)
 	name := hex(a.addr)
 	if a.bytes > 0 {
-		name += " (" + size(a.bytes) + ")"
+		name += " (" + trace.HumanSize(a.bytes) + ")"
 	} else {
 		name += " (allocated before the trace)"
 	}
@@ -751,20 +751,4 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-// size writes a length as `uvm` does: 64 MiB, 1.5 GiB, 4096 B.
-func size(n uint64) string {
-	for _, u := range []struct {
-		name string
-		size uint64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.size {
-			if n%u.size == 0 {
-				return fmt.Sprintf("%d %s", n/u.size, u.name)
-			}
-			return fmt.Sprintf("%.1f %s", float64(n)/float64(u.size), u.name)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
 }
