@@ -76,15 +76,6 @@ func TestNoStudentPolicy(t *testing.T) {
 	assert.Contains(t, err.Error(), `unknown assignment "paging": want one of prefetch, eviction, thrashing`)
 }
 
-func TestBytesText(t *testing.T) {
-	assert.Equal(t, "999 B", bytesText(999))
-	assert.Equal(t, "0.977 KiB", bytesText(1000))
-	assert.Equal(t, "64 KiB", bytesText(64<<10))
-	assert.Equal(t, "0.977 MiB", bytesText(1000<<10))
-	assert.Equal(t, "0.996 GiB", bytesText(1020<<20))
-	assert.Equal(t, "16.2 GiB", bytesText(16_600<<20))
-}
-
 func TestPolicyFrames(t *testing.T) {
 	stack := "goroutine 7 [running]:\n" +
 		"runtime/debug.Stack()\n\t/go/src/runtime/debug/stack.go:26 +0x5e\n" +

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -313,8 +314,8 @@ func (r *Report) write(w io.Writer) {
 				fmt.Fprintln(tw)
 				continue
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%v\t%s\t", label, run.Faults, bytesText(run.BytesMoved),
-				bytesText(run.EvictedPages*uvm.PageSize), run.Throttles, run.Pins, roundTime(run.EstimatedTime), ratioText(run, base))
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%v\t%s\t", label, run.Faults, trace.HumanSize(run.BytesMoved),
+				trace.HumanSize(run.EvictedPages*uvm.PageSize), run.Throttles, run.Pins, roundTime(run.EstimatedTime), ratioText(run, base))
 			if oracleCol {
 				fmt.Fprintf(tw, "%s\t", ratioText(run, orc))
 			}
@@ -382,20 +383,6 @@ func ratioText(run Run, to *Run) string {
 	return fmt.Sprintf("%.3f", float64(run.EstimatedTime)/float64(to.EstimatedTime))
 }
 
-// bytesText writes a size to three figures, in the unit that keeps it
-// under 1000.
-func bytesText(n uint64) string {
-	switch {
-	case n >= 1000<<20:
-		return fmt.Sprintf("%.3g GiB", float64(n)/(1<<30))
-	case n >= 1000<<10:
-		return fmt.Sprintf("%.3g MiB", float64(n)/(1<<20))
-	case n >= 1000:
-		return fmt.Sprintf("%.3g KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func roundTime(d time.Duration) time.Duration {
 	switch {
 	case d >= 10*time.Second:
@@ -435,8 +422,8 @@ func (l *Live) write(w io.Writer, baseline string) {
 			if run.Checked {
 				data = "ok"
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%d\t%v\t%v\t", label, run.Faults, bytesText(run.BytesMoved()),
-				bytesText(run.EvictedPages*uvm.PageSize), run.Throttles, run.Pins, run.RemoteMapped, roundTime(run.Modeled), roundTime(run.Wall))
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%d\t%d\t%v\t%v\t", label, run.Faults, trace.HumanSize(run.BytesMoved()),
+				trace.HumanSize(run.EvictedPages*uvm.PageSize), run.Throttles, run.Pins, run.RemoteMapped, roundTime(run.Modeled), roundTime(run.Wall))
 			fmt.Fprintf(tw, "%s\t\n", data)
 		}
 		tw.Flush()
