@@ -180,12 +180,23 @@ func newFlagSet(name, args, summary string) *flag.FlagSet {
 	return fs
 }
 
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseArgs parses the flags before the operands and returns the
+// operands: help asked for is flag.ErrHelp, a bad flag (which the flag
+// set has already described) errUsage.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return nil, err
 		}
-		return errUsage
+		return nil, errUsage
+	}
+	return fs.Args(), nil
+}
+
+// parseFlags parses a command that takes flags only.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "uvm: unexpected argument %q\n", fs.Arg(0))

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -75,13 +74,10 @@ func runLabGrade(args []string) error {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
+		var err error
+		if args, err = parseArgs(fs, args); err != nil {
+			return nil, err
 		}
-		args = fs.Args()
 		if len(args) == 0 {
 			return pos, nil
 		}

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -25,11 +23,8 @@ func runLabScore(args []string) error {
 	policies := fs.String("policies", "", "comma-separated KIND:SPEC (eviction:lru,eviction:2q,prefetch:density,prefetch:window:16,thrashing:off); default: every registered policy of each kind")
 	asJSON := fs.Bool("json", false, "print JSON")
 	plotDir := fs.String("plot", "", "also draw the ratios to the bounds as bar charts in this directory (lab-eviction, lab-prefetch, lab-thrashing .png and .svg)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(fs.Output(), "uvm lab score: want one or more TRACE files (lab/traces/*.uvmtrace.gz are the shipped ones)")

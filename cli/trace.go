@@ -359,11 +359,8 @@ func summarizeTrace(path string) (*traceSummary, error) {
 func runTraceSummary(args []string) error {
 	fs := newFlagSet("trace summary", "[--json] TRACE", "Sum up what a trace holds: its header, events by kind, faults by processor with their service times, pages moved by direction and cause with the copies' rate, evictions")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintf(fs.Output(), "uvm trace summary: want one TRACE file, got %d arguments\n", fs.NArg())

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -108,11 +107,8 @@ func runTracePlot(args []string) error {
 // argument, so that both `uvm trace plot --out d run.uvmtrace` and
 // `uvm trace plot run.uvmtrace --out d` work.
 func tracePlotArgs(fs *flag.FlagSet, args []string) (string, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", err
-		}
-		return "", errUsage
+	if _, err := parseArgs(fs, args); err != nil {
+		return "", err
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(fs.Output(), "uvm trace plot: want a TRACE file to draw")

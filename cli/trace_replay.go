@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -77,11 +76,8 @@ func runTraceReplay(args []string) error {
 		"Replay policies over a recorded trace with residency simulated in memory (no root, no userfaultfd): the faults its references would take, the pages moved each way, evictions, and an estimated time. Without policy flags it replays the trace's own policies, and compares with what the recorded run did (fidelity)")
 	rf := addReplayFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintf(fs.Output(), "uvm trace replay: want one TRACE file, got %d arguments\n", fs.NArg())
