@@ -61,23 +61,11 @@ type simBlock struct {
 func (b *simBlock) firstPage() int { return b.index * core.PagesPerBlock }
 
 // populated reports whether any page of the block lives anywhere.
-func (b *simBlock) populated() bool {
-	for l := range b.resident {
-		if !b.resident[l].Empty() {
-			return true
-		}
-	}
-	return false
-}
+func (b *simBlock) populated() bool { return core.Residency(b.resident[:]).Populated() }
 
 // locationOfPage is where page p lives, and whether it lives anywhere.
 func (b *simBlock) locationOfPage(p int) (core.Device, bool) {
-	for l := range b.resident {
-		if b.resident[l].Test(p) {
-			return core.DeviceAtSlot(l), true
-		}
-	}
-	return core.CPU, false
+	return core.Residency(b.resident[:]).LocationOf(p)
 }
 
 // lookup finds the range holding addr.
@@ -173,26 +161,10 @@ type mover struct {
 // p continues a sweep.
 func (o *mover) sweep(m core.Device, p int) bool {
 	st := &o.b.r.sweeps[m.Slot()]
-	page := int64(o.b.firstPage() + p)
-	lo, hi := st.lo-1, st.hi-1
-	n := st.run
-	switch {
-	case lo >= 0 && page > hi && page-hi <= sweepWindow:
-		n = max(n, 0) + 1
-	case lo >= 0 && page < lo && lo-page <= sweepWindow:
-		n = min(n, 0) - 1
-	default:
-		n = 0
-	}
+	n, sweeping := policy.SweepStep(st.lo-1, st.hi-1, st.run, int64(o.b.firstPage()+p))
 	st.run = n
-	return n >= sweepRun || n <= -sweepRun
+	return sweeping
 }
-
-// The server's sweep constants (fault.go).
-const (
-	sweepWindow = 4 * core.BigPagePages
-	sweepRun    = 3
-)
 
 // noteFetch is the server's mover.noteFetch.
 func (o *mover) noteFetch(m core.Device, pages core.PageMask) {
@@ -215,17 +187,8 @@ func (o *mover) largeElsewhere(m core.Device) bool {
 	if b.large == 0 || !o.folioBlock() || !o.wholeFits(m) {
 		return false
 	}
-	holder := -1
-	for l := range b.resident {
-		switch n := b.resident[l].Count(); {
-		case n == 0:
-		case n != b.pages || holder >= 0:
-			return false
-		default:
-			holder = l
-		}
-	}
-	return holder >= 0 && core.DeviceAtSlot(holder) != m && b.large&(1<<holder) != 0
+	holder, whole := core.Residency(b.resident[:]).SoleHolder(b.pages)
+	return whole && holder != m && b.large&(1<<holder.Slot()) != 0
 }
 
 // wholeFits is the server's mover.wholeFits.

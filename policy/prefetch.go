@@ -184,3 +184,34 @@ func (s PrefetchSpec) String() string {
 	}
 	return s.Policy
 }
+
+// How the server tells a sweep (PrefetchContext.Sweep): SweepWindow is
+// how far, in pages, past either end of what its processor's last fault
+// on the range brought a fault must land to continue a sweep (four big
+// pages); SweepRun is how many faults in a row, each so landing on the
+// same side, make one.
+const (
+	SweepWindow = 4 * core.BigPagePages
+	SweepRun    = 3
+)
+
+// SweepStep is the sweep test of one fault. lo and hi are the pages of
+// the range that the processor's last fault brought, first and last (lo
+// negative: none yet); run counts the faults in a row that landed just
+// past them, up while they ascend, down while they descend; page is the
+// new fault's page in the range. It returns the new run and whether the
+// fault continues a sweep. Under random access one fault in twenty lands
+// near the one before (gawk at a quarter of its peak), and each taken
+// for a sweep brought a whole block; three in a row, one way, are rare.
+// The server and the lab's replay both call it.
+func SweepStep(lo, hi int64, run int32, page int64) (int32, bool) {
+	switch {
+	case lo >= 0 && page > hi && page-hi <= SweepWindow:
+		run = max(run, 0) + 1
+	case lo >= 0 && page < lo && lo-page <= SweepWindow:
+		run = min(run, 0) - 1
+	default:
+		run = 0
+	}
+	return run, run >= SweepRun || run <= -SweepRun
+}

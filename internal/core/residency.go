@@ -24,3 +24,47 @@ func (k RangeKind) String() string {
 	}
 	return fmt.Sprintf("memory kind %d", uint8(k))
 }
+
+// Residency is where a block's pages have copies: a page mask per
+// location, by Device.Slot. The fault server keeps one per block, and
+// the lab's replay one per simulated block.
+type Residency []PageMask
+
+// Populated reports whether any page has a copy anywhere.
+func (r Residency) Populated() bool {
+	for l := range r {
+		if !r[l].Empty() {
+			return true
+		}
+	}
+	return false
+}
+
+// LocationOf returns where page p has a copy (the first location, in slot
+// order), or ok false if it has none: never populated.
+func (r Residency) LocationOf(p int) (loc Device, ok bool) {
+	for l := range r {
+		if r[l].Test(p) {
+			return DeviceAtSlot(l), true
+		}
+	}
+	return 0, false
+}
+
+// SoleHolder returns the location that holds all pages of a block of
+// pages pages while no other location holds any: the whole block in one
+// place. ok is false where the block is in pieces, has copies in two
+// places, or is nowhere.
+func (r Residency) SoleHolder(pages int) (loc Device, ok bool) {
+	holder := -1
+	for l := range r {
+		switch n := r[l].Count(); {
+		case n == 0:
+		case n != pages || holder >= 0:
+			return 0, false
+		default:
+			holder = l
+		}
+	}
+	return DeviceAtSlot(holder), holder >= 0
+}

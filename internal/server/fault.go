@@ -313,15 +313,6 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	return o.moveTo(t, faulted, extra, p)
 }
 
-// sweepWindow is how far, in pages, past either end of what its
-// processor's last fault on the range brought a fault must land to
-// continue a sweep: four big pages. sweepRun is how many faults in a row,
-// each so landing on the same side, make a sweep.
-const (
-	sweepWindow = 4 * core.BigPagePages
-	sweepRun    = 3
-)
-
 // sweepState is what a range keeps per location to tell sweeps: the
 // pages (of the range, plus one; zero: none) the location's last fault
 // brought, first and last, and the run of faults that landed just past
@@ -334,12 +325,7 @@ type sweepState struct {
 }
 
 // sweep reports whether location m's fault at page p of the mover's block
-// continues a sweep: its last sweepRun faults on the range each landed
-// within sweepWindow pages past what the one before brought, on the same
-// side (PrefetchContext.Sweep). Under random access one fault in twenty
-// lands near the one before (gawk at a quarter of its peak), and each
-// taken for a sweep brought a whole block; three in a row, one way, are
-// rare.
+// continues a sweep (policy.SweepStep, PrefetchContext.Sweep).
 func (o *mover) sweep(m core.Device, p int) bool {
 	l := m.Slot()
 	if l >= len(o.r.sweeps) {
@@ -347,18 +333,9 @@ func (o *mover) sweep(m core.Device, p int) bool {
 	}
 	st := &o.r.sweeps[l]
 	page := int64(o.pageAddr(p)-o.r.start) >> core.PageShift
-	lo, hi := st.lo.Load()-1, st.hi.Load()-1
-	n := st.run.Load()
-	switch {
-	case lo >= 0 && page > hi && page-hi <= sweepWindow:
-		n = max(n, 0) + 1
-	case lo >= 0 && page < lo && lo-page <= sweepWindow:
-		n = min(n, 0) - 1
-	default:
-		n = 0
-	}
+	n, sweeping := policy.SweepStep(st.lo.Load()-1, st.hi.Load()-1, st.run.Load(), page)
 	st.run.Store(n)
-	return n >= sweepRun || n <= -sweepRun
+	return sweeping
 }
 
 // noteFetch records the pages of the block that location m's fault

@@ -57,7 +57,7 @@ type block struct {
 	pages int // pages in the block: PagesPerBlock, or fewer at a range's end
 	// resident[l] holds the pages with a valid copy at location l. Without
 	// read duplication each page is in at most one set.
-	resident []core.PageMask
+	resident core.Residency
 	// prefetchPending holds pages brought to the host speculatively and
 	// installed unmapped, whose use is still unknown (tracking mode).
 	prefetchPending core.PageMask
@@ -107,14 +107,7 @@ func (r *managedRange) block(i int) *block {
 }
 
 // populated reports whether any page of the block has a copy anywhere.
-func (b *block) populated() bool {
-	for l := range b.resident {
-		if !b.resident[l].Empty() {
-			return true
-		}
-	}
-	return false
-}
+func (b *block) populated() bool { return b.resident.Populated() }
 
 // onDevices returns the pages with a copy on some device.
 func (b *block) onDevices() core.PageMask {
@@ -137,14 +130,7 @@ func (b *block) hostDuplicates() core.PageMask {
 
 // locationOfPage returns where page p is resident, or ok false if it was
 // never populated.
-func (b *block) locationOfPage(p int) (core.Device, bool) {
-	for l := range b.resident {
-		if b.resident[l].Test(p) {
-			return core.DeviceAtSlot(l), true
-		}
-	}
-	return 0, false
-}
+func (b *block) locationOfPage(p int) (core.Device, bool) { return b.resident.LocationOf(p) }
 
 // unpopulated returns the pages of mask resident nowhere.
 func (b *block) unpopulated(mask core.PageMask) core.PageMask {

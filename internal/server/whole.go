@@ -321,17 +321,8 @@ func (o *mover) largeElsewhere(m core.Device) bool {
 	if f, err := o.sess.file(m); err != nil || !f.Large() {
 		return false
 	}
-	holder := -1
-	for l := range b.resident {
-		switch n := b.resident[l].Count(); {
-		case n == 0:
-		case n != b.pages || holder >= 0:
-			return false // in pieces, or with copies in two places
-		default:
-			holder = l
-		}
-	}
-	return holder >= 0 && core.DeviceAtSlot(holder) != m && o.mayBeLarge(core.DeviceAtSlot(holder))
+	holder, whole := b.resident.SoleHolder(b.pages)
+	return whole && holder != m && o.mayBeLarge(holder)
 }
 
 // wholeFits reports whether location m can take a whole block that a
