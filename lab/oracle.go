@@ -49,10 +49,9 @@ func scanFuture(src source) (*future, error) {
 	f := &future{uses: map[pageKey][]int{}}
 	src = &reorder{src: src}
 	s := &sim{byID: map[uint64]*simRange{}, eviction: policy.NewLRU(), res: &Result{}}
-	add := func(p int32, addr uint64) {
-		r := s.lookup(addr)
-		if r != nil {
-			k := pageKey{slot: core.Device(p).Slot(), rng: r.id, page: int((addr - r.start) / core.PageSize)}
+	add := func(p core.Device, addr uint64, _ bool) {
+		if r := s.lookup(addr); r != nil {
+			k := pageKey{slot: p.Slot(), rng: r.id, page: int((addr - r.start) / core.PageSize)}
 			f.uses[k] = append(f.uses[k], f.total)
 		}
 		f.total++
@@ -66,19 +65,8 @@ func scanFuture(src source) (*future, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch e.Kind {
-		case trace.KindAlloc:
-			s.addRange(e.Range, e.Addr, e.Bytes)
-		case trace.KindFree:
-			if r := s.byID[e.Range]; r != nil {
-				s.freeRange(r)
-			}
-		case trace.KindFault:
-			add(e.Processor, e.Addr)
-		case trace.KindAccess:
-			for i := uint32(0); i < e.Pages; i++ {
-				add(e.Processor, e.Addr+uint64(i)*core.PageSize)
-			}
+		if !s.allocation(&e) {
+			eachReference(&e, add)
 		}
 	}
 }

@@ -300,20 +300,15 @@ func (s *sim) event(e *trace.Event) {
 	if e.Time > 0 {
 		s.now = policy.Clock(e.Time)
 	}
+	if s.allocation(e) {
+		return
+	}
 	switch e.Kind {
-	case trace.KindAlloc:
-		s.addRange(e.Range, e.Addr, e.Bytes)
-	case trace.KindFree:
-		if r := s.byID[e.Range]; r != nil {
-			s.freeRange(r)
-		}
 	case trace.KindFault:
 		s.measured.fault(e)
-		s.reference(core.Device(e.Processor), e.Addr, e.Write)
+		eachReference(e, s.reference)
 	case trace.KindAccess:
-		for i := uint32(0); i < e.Pages; i++ {
-			s.reference(core.Device(e.Processor), e.Addr+uint64(i)*core.PageSize, false)
-		}
+		eachReference(e, s.reference)
 	case trace.KindArm:
 		s.arm(core.Device(e.Processor), e.Addr, e.Pages)
 	case trace.KindMigration:
@@ -331,6 +326,37 @@ func (s *sim) event(e *trace.Event) {
 		}
 	case trace.KindLaunch:
 		s.res.Launches++
+	}
+}
+
+// allocation does what an allocation or a free of the trace asks, and
+// reports whether e was one.
+func (s *sim) allocation(e *trace.Event) bool {
+	switch e.Kind {
+	case trace.KindAlloc:
+		s.addRange(e.Range, e.Addr, e.Bytes)
+	case trace.KindFree:
+		if r := s.byID[e.Range]; r != nil {
+			s.freeRange(r)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// eachReference calls touch for each touch e records: a fault's page, or
+// every page of an access mode's run. The replay serves references, and
+// scanFuture numbers them for the oracles, through it, so that both
+// count them alike.
+func eachReference(e *trace.Event, touch func(p core.Device, addr uint64, write bool)) {
+	switch e.Kind {
+	case trace.KindFault:
+		touch(core.Device(e.Processor), e.Addr, e.Write)
+	case trace.KindAccess:
+		for i := uint32(0); i < e.Pages; i++ {
+			touch(core.Device(e.Processor), e.Addr+uint64(i)*core.PageSize, false)
+		}
 	}
 }
 
