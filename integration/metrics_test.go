@@ -6,23 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softuvm/softuvm/internal/metrics/metricstest"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -162,7 +158,7 @@ func TestMetrics(t *testing.T) {
 	// The client waits on its stdin: nothing moves until it is closed,
 	// which the two snapshots around the scrape confirm.
 	before := statJSON(t, sock)
-	fams := scrapeMetrics(t, url)
+	fams := metricstest.Scrape(t, url)
 	after := statJSON(t, sock)
 	require.Equal(t, before.Stats, after.Stats, "activity during the scrape")
 	st := before.Stats
@@ -177,7 +173,7 @@ func TestMetrics(t *testing.T) {
 		}
 		return fmt.Sprint(int(d))
 	}
-	got := metricSamples(fams)
+	got := metricstest.Samples(fams, "softuvm_")
 	for _, d := range []uvm.Device{uvm.CPU, 0} {
 		p := label(d)
 		f := st.FaultsBy(d)
@@ -296,40 +292,3 @@ func statJSON(t *testing.T, sock string) statFrame {
 	return f
 }
 
-func scrapeMetrics(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	return fams
-}
-
-// metricSamples flattens softuvm_*'s counters and gauges to
-// `name{label="value",...}` (labels sorted by name) -> value.
-func metricSamples(fams map[string]*dto.MetricFamily) map[string]float64 {
-	out := map[string]float64{}
-	for name, f := range fams {
-		if !strings.HasPrefix(name, "softuvm_") {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			sort.Strings(ls)
-			key := name + "{" + strings.Join(ls, ",") + "}"
-			switch f.GetType() {
-			case dto.MetricType_COUNTER:
-				out[key] = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				out[key] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	return out
-}

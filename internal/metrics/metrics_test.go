@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,61 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/metrics/metricstest"
 )
-
-// scrape fetches url and parses it as the Prometheus text format, with
-// the classic name rules (no UTF-8 names).
-func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	return fams
-}
-
-// samples flattens the counters and gauges of families named prefix* to
-// `name{label="value",...}` (labels sorted) -> value.
-func samples(fams map[string]*dto.MetricFamily, prefix string) map[string]float64 {
-	out := map[string]float64{}
-	for name, f := range fams {
-		if !strings.HasPrefix(name, prefix) || f.GetType() == dto.MetricType_HISTOGRAM {
-			continue
-		}
-		for _, m := range f.Metric {
-			var v float64
-			switch f.GetType() {
-			case dto.MetricType_COUNTER:
-				v = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				v = m.GetGauge().GetValue()
-			default:
-				v = m.GetUntyped().GetValue()
-			}
-			out[sampleKey(name, m.Label)] = v
-		}
-	}
-	return out
-}
-
-func sampleKey(name string, labels []*dto.LabelPair) string {
-	var ls []string
-	for _, l := range labels {
-		ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-	}
-	sort.Strings(ls)
-	return name + "{" + strings.Join(ls, ",") + "}"
-}
 
 // procVals are the per-processor counters the fake snapshot holds.
 type procVals struct {
@@ -232,14 +183,14 @@ func TestScrapeReadsTheSnapshot(t *testing.T) {
 			if withInfo {
 				src.Info = fakeInfo
 			}
-			fams := scrape(t, serveFake(t, src).URL())
+			fams := metricstest.Scrape(t, serveFake(t, src).URL())
 			assert.Equal(t, int32(1), calls.Load(), "one snapshot per scrape")
 
-			assert.Equal(t, expectedSamples(withInfo), samples(fams, "softuvm_"))
+			assert.Equal(t, expectedSamples(withInfo), metricstest.Samples(fams, "softuvm_"))
 
 			// The same, against the snapshot itself: every direction's
 			// causes add up to its total.
-			got := samples(fams, "softuvm_migrated_pages_total")
+			got := metricstest.Samples(fams, "softuvm_migrated_pages_total")
 			for _, m := range snap.Migrations {
 				var sum float64
 				for k, v := range got {
@@ -251,7 +202,7 @@ func TestScrapeReadsTheSnapshot(t *testing.T) {
 			}
 			for _, f := range snap.Faults {
 				for kind, n := range map[string]uint64{"missing": f.Missing, "minor": f.Minor, "write_protect": f.WriteProtect} {
-					assert.Equal(t, float64(n), samples(fams, "softuvm_faults_total")[fmt.Sprintf(`softuvm_faults_total{kind=%q,processor=%q}`, kind, labelOf[f.Processor])])
+					assert.Equal(t, float64(n), metricstest.Samples(fams, "softuvm_faults_total")[fmt.Sprintf(`softuvm_faults_total{kind=%q,processor=%q}`, kind, labelOf[f.Processor])])
 				}
 			}
 
@@ -316,8 +267,8 @@ func checkHistogram(t *testing.T, f *dto.MetricFamily, durations []time.Duration
 }
 
 func TestScrapeOfNothing(t *testing.T) {
-	fams := scrape(t, serveFake(t, Source{Stats: func() core.Stats { return core.Stats{} }}).URL())
-	s := samples(fams, "softuvm_")
+	fams := metricstest.Scrape(t, serveFake(t, Source{Stats: func() core.Stats { return core.Stats{} }}).URL())
+	s := metricstest.Samples(fams, "softuvm_")
 	assert.Equal(t, 0.0, s[`softuvm_faults_total{kind="missing",processor="cpu"}`], "the host's series exist before its first fault")
 	for k, v := range s {
 		assert.Zero(t, v, k)
