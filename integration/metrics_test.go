@@ -291,4 +291,3 @@ func statJSON(t *testing.T, sock string) statFrame {
 	require.NoError(t, json.Unmarshal([]byte(out), &f), out)
 	return f
 }
-
