@@ -116,14 +116,7 @@ func Replay(r *trace.Reader, cfg Config) (*Result, error) {
 
 // ReplayEvents replays events held in memory, with header h.
 func ReplayEvents(h trace.Header, events []trace.Event, cfg Config) (*Result, error) {
-	var fut *future
-	if needsFuture(cfg) {
-		var err error
-		if fut, err = scanFuture(&sliceSource{h: h, events: events}); err != nil {
-			return nil, err
-		}
-	}
-	return replay(&sliceSource{h: h, events: events}, cfg, fut)
+	return (&Loaded{Header: h, Events: events}).Replay(cfg)
 }
 
 // source is what a replay reads: trace.Reader, or events in memory.

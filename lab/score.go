@@ -36,15 +36,14 @@ func Load(path string) (*Loaded, error) {
 
 // Replay replays the loaded trace with cfg.
 func (l *Loaded) Replay(cfg Config) (*Result, error) {
-	if needsFuture(cfg) && l.fut == nil {
-		fut, err := scanFuture(&sliceSource{h: l.Header, events: l.Events})
-		if err != nil {
-			return nil, err
-		}
-		l.fut = fut
-	}
 	var fut *future
 	if needsFuture(cfg) {
+		if l.fut == nil {
+			var err error
+			if l.fut, err = scanFuture(&sliceSource{h: l.Header, events: l.Events}); err != nil {
+				return nil, err
+			}
+		}
 		fut = l.fut
 	}
 	res, err := replay(&sliceSource{h: l.Header, events: l.Events}, cfg, fut)
