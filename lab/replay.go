@@ -361,7 +361,7 @@ func (s *sim) operation(dst core.Device, addr uint64, pages uint32, cause policy
 	}
 	s.eachBlock(addr, pages, func(b *simBlock, want core.PageMask) {
 		o := mover{s: s, b: b, cause: cause, via: true}
-		o.moveTo(dst, want, core.PageMask{}, s.now)
+		o.moveTo(dst, want, core.PageMask{})
 	})
 }
 
@@ -471,14 +471,14 @@ func (s *sim) fault(b *simBlock, p core.Device, x int, write bool) {
 		case policy.ThrashPinned:
 			if p != core.CPU {
 				// Bring the page to the host; the device maps it there.
-				o.moveTo(core.CPU, faulted, core.PageMask{}, s.now)
+				o.moveTo(core.CPU, faulted, core.PageMask{})
 				s.res.RemoteTouches++
 				return
 			}
 		}
 	}
-	extra := o.expand(p, faulted, s.now)
-	if !o.moveTo(p, faulted, extra, s.now) {
+	extra := o.expand(p, faulted)
+	if !o.moveTo(p, faulted, extra) {
 		s.res.Refused++
 	}
 }

@@ -153,8 +153,6 @@ type mover struct {
 	// via reports that what arrives is mapped by the destination's view
 	// (a fault, a prefetch); an eviction leaves it unmapped.
 	via bool
-	// prefetched counts the pages brought beyond the demanded ones.
-	prefetched int
 }
 
 // sweep is the server's mover.sweep: whether location m's fault at page
@@ -225,15 +223,15 @@ func (s *sim) roomiestDevice(n int64) (core.Device, bool) {
 
 // expand is the server's mover.expand: the prefetch policy's pages to
 // bring to m with the faulted ones.
-func (o *mover) expand(m core.Device, faulted core.PageMask, now policy.Clock) core.PageMask {
+func (o *mover) expand(m core.Device, faulted core.PageMask) core.PageMask {
 	b := o.b
 	s := o.s
 	ctx := &s.prefetchCtx
-	*ctx = policy.PrefetchContext{Block: b.ref, Processor: m, Now: now, Pages: b.pages, Faulted: faulted,
+	*ctx = policy.PrefetchContext{Block: b.ref, Processor: m, Now: s.now, Pages: b.pages, Faulted: faulted,
 		ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
 		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0))}
 	if s.thrashing != nil && b.thrash != nil {
-		s.thrashing.Avoid(b.thrash, b.pages, now, &ctx.Thrashing)
+		s.thrashing.Avoid(b.thrash, b.pages, s.now, &ctx.Thrashing)
 	}
 	extra := s.prefetch.Expand(ctx)
 	extra.TrimTo(b.pages)
@@ -247,13 +245,13 @@ func (o *mover) expand(m core.Device, faulted core.PageMask, now policy.Clock) c
 
 // moveTo is the server's mover.moveTo: move, then keep the host within
 // its budget.
-func (o *mover) moveTo(dst core.Device, demand, speculative core.PageMask, now policy.Clock) bool {
+func (o *mover) moveTo(dst core.Device, demand, speculative core.PageMask) bool {
 	keep := demand
 	keep.Or(&speculative)
 	o.s.keep = keep
-	moved, ok := o.move(dst, demand, speculative, now)
+	moved, ok := o.move(dst, demand, speculative)
 	if dst == core.CPU && moved > 0 {
-		o.overBudget(keep, now)
+		o.overBudget(keep)
 	}
 	return ok
 }
@@ -262,7 +260,7 @@ func (o *mover) moveTo(dst core.Device, demand, speculative core.PageMask, now p
 // there), then move run by run. It returns the pages moved, and false
 // where a device had no room even for the demanded pages (the server
 // fails the fault: SIGBUS).
-func (o *mover) move(dst core.Device, demand, speculative core.PageMask, now policy.Clock) (int64, bool) {
+func (o *mover) move(dst core.Device, demand, speculative core.PageMask) (int64, bool) {
 	b := o.b
 	want := demand
 	want.Or(&speculative)
@@ -294,7 +292,7 @@ func (o *mover) move(dst core.Device, demand, speculative core.PageMask, now pol
 				break
 			}
 		}
-		moved += o.moveRun(first, p, src, populated, dst, &want, &speculative, now)
+		moved += o.moveRun(first, p, src, populated, dst, &want, &speculative)
 		if p >= b.pages {
 			break
 		}
@@ -306,7 +304,7 @@ func (o *mover) move(dst core.Device, demand, speculative core.PageMask, now pol
 // moveRun moves pages [first, outer) of want, all at src (or nowhere:
 // populated false), to dst, and accounts them (the server's moveRun and
 // account).
-func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst core.Device, want, speculative *core.PageMask, now policy.Clock) int64 {
+func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst core.Device, want, speculative *core.PageMask) int64 {
 	b := o.b
 	s := o.s
 	var done core.PageMask
@@ -376,14 +374,13 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 			if b.thrash == nil {
 				b.thrash = s.thrashing.NewState()
 			}
-			s.thrashing.Migrated(b.thrash, done, now)
+			s.thrashing.Migrated(b.thrash, done, s.now)
 		}
 	}
 	spec := done
 	spec.And(speculative)
 	if k := spec.Count(); k > 0 {
 		s.res.Prefetched += uint64(k)
-		o.prefetched += k
 	}
 	return int64(n)
 }
@@ -402,7 +399,7 @@ func (s *sim) reserve(o *mover, dst core.Device, need int64) bool {
 // overBudget is the server's mover.overBudget: host pages over the
 // budget leave for the roomiest device; where no other block can give
 // enough, the block's own host pages not in keep go, lowest first.
-func (o *mover) overBudget(keep core.PageMask, now policy.Clock) {
+func (o *mover) overBudget(keep core.PageMask) {
 	s := o.s
 	if s.hostBudget <= 0 {
 		return
@@ -423,7 +420,7 @@ func (o *mover) overBudget(keep core.PageMask, now policy.Clock) {
 		victims.Set(p)
 	}
 	if !victims.Empty() {
-		s.evictPages(o.b, core.CPU, victims, now)
+		s.evictPages(o.b, core.CPU, victims)
 	}
 }
 
@@ -449,11 +446,9 @@ func (s *sim) victims(from core.Device, want int64, out []policy.Victim) []polic
 // want pages did, the mover's own block spared.
 func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 	var buf [32]policy.Victim
-	if o != nil {
-		saved := s.serving
-		s.serving = o.b
-		defer func() { s.serving = saved }()
-	}
+	saved := s.serving
+	s.serving = o.b
+	defer func() { s.serving = saved }()
 	for round := 0; moved < want && round < 64; round++ {
 		victims := s.victims(from, want-moved, buf[:0])
 		if len(victims) == 0 {
@@ -470,7 +465,7 @@ func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 				break
 			}
 			pages := vic.Pages
-			if o != nil && v == o.b {
+			if v == o.b {
 				if !s.evictsOwn {
 					own = true
 					continue
@@ -489,7 +484,7 @@ func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 				}
 				continue
 			}
-			if n := s.evictPages(v, from, pages, o.now()); n > 0 {
+			if n := s.evictPages(v, from, pages); n > 0 {
 				progress = true
 				moved += n
 			}
@@ -501,17 +496,10 @@ func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 	return moved
 }
 
-func (o *mover) now() policy.Clock {
-	if o == nil {
-		return 0
-	}
-	return o.s.now
-}
-
 // evictPages is the server's evictPages: pages of b at from go to the
 // host (from a device) or to the roomiest device (from the host), into
 // the destination's file, unmapped.
-func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask, now policy.Clock) int64 {
+func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask) int64 {
 	pages.And(&b.resident[from.Slot()])
 	n := int64(pages.Count())
 	if n == 0 {
@@ -526,7 +514,7 @@ func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask, now
 	}
 	before := b.resident[from.Slot()].Count()
 	op := mover{s: s, b: b, cause: policy.CauseEviction}
-	op.move(dst, pages, core.PageMask{}, now)
+	op.move(dst, pages, core.PageMask{})
 	evicted := int64(before - b.resident[from.Slot()].Count())
 	s.res.Evicted[from.Slot()] += uint64(evicted)
 	if evicted > 0 {
