@@ -125,7 +125,7 @@ func benchRun(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	programs := fs.String("programs", "all", "the programs to run, a comma list of "+strings.Join(workloads.Names(), ", "))
 	fraction := fs.Float64("budget-fraction", 0.25, "the host budget (and the cgroup's limit) as a fraction of the plain run's peak RSS")
-	evictions := fs.String("eviction", policy.DefaultEviction, "eviction policies, a comma list: each runs the programs under uvm run --eviction POLICY, a variant of its own")
+	evictions := fs.String("eviction", "lru,"+policy.DefaultEviction, "eviction policies, a comma list: each runs the programs under uvm run --eviction POLICY, a variant of its own (by default the old default, lru, against the new)")
 	runs := fs.Int("runs", 3, "measured runs of each variant (median), after a warm-up run of each")
 	timeout := fs.Duration("timeout", 0, "the limit of each run (default: 10 times the plain warm-up run, at least 20s); a variant that passes it is dropped for that program")
 	noCgroup := fs.Bool("no-cgroup", false, "skip the cgroup variant (it adds a swap device to the machine while it runs)")

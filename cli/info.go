@@ -167,7 +167,11 @@ func runInfo(args []string) error {
 }
 
 func printServer(kind, socket string, in uvm.Info) {
-	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s, eviction %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch, in.Eviction)
+	eviction := in.Eviction
+	if in.EvictionUse != "" {
+		eviction += " (" + in.EvictionUse + ")"
+	}
+	fmt.Printf("%-15s pid %d on %s, up %s, handlers %s on CPUs %v, prefetch %s, eviction %s\n", kind, in.PID, socket, in.Uptime, in.Handlers, in.HandlerCPUs, in.Prefetch, eviction)
 	fmt.Printf("                features granted to clients: %s\n", in.Features)
 	fmt.Printf("                access counting: %s\n", in.AccessCounting)
 	fmt.Printf("                coherence for clients that do not choose: %s (the launch model finds written pages by %s; concurrent managed access %d)\n",

@@ -187,6 +187,9 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	}
 	s.pageEviction, _ = s.eviction.(policy.PageEviction)
 	s.observer, _ = s.eviction.(AccessObserver)
+	if o, ok := s.eviction.(policy.Observing); ok {
+		o.Observe(hintFaults{s})
+	}
 	// Thrashing: the header records the spec as ThrashingSpec.String
 	// writes it, which ParseThrashingSpec reads back.
 	ts, err := policy.ParseThrashingSpec(pick(cfg.Thrashing, "thrashing"))

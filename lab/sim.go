@@ -436,7 +436,7 @@ func (s *sim) victims(from core.Device, want int64, out []policy.Victim) []polic
 		return s.pageEviction.VictimPages(from, int(want), out)
 	}
 	var refs [16]*policy.Block
-	for _, b := range s.eviction.Victims(from, len(refs), refs[:0]) {
+	for _, b := range s.eviction.Victims(from, core.VictimBlocksFor(want), refs[:0]) {
 		out = append(out, policy.Victim{Block: b, Pages: wholeBlock})
 	}
 	return out
@@ -521,4 +521,34 @@ func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask) int
 		s.res.Evictions++
 	}
 	return evicted
+}
+
+// hintFaults is the server's policy.Observer (internal/server/watch.go)
+// over the simulated page table: Watch unmaps a block's host pages, a
+// reference maps them again (a MINOR fault where the host view registers
+// them), and Touched counts those mapped. It sees only the references the
+// trace holds: a touch that neither faulted nor was sampled by the
+// access mode does not show, so a watched block looks less used than it
+// was.
+type hintFaults struct{ s *sim }
+
+func (h hintFaults) Watchable(p policy.Processor) bool { return p == core.CPU }
+
+func (h hintFaults) Watch(pb *policy.Block, p policy.Processor) bool {
+	b, ok := pb.Owner().(*simBlock)
+	if !ok || b.ref != pb || p != core.CPU {
+		return false
+	}
+	b.hostMapped = core.PageMask{}
+	return true
+}
+
+func (h hintFaults) Touched(pb *policy.Block, p policy.Processor) int {
+	b, ok := pb.Owner().(*simBlock)
+	if !ok || b.ref != pb || p != core.CPU {
+		return 0
+	}
+	m := b.hostMapped
+	m.And(&b.resident[core.CPU.Slot()])
+	return m.Count()
 }

@@ -15,7 +15,7 @@
 //
 //	interface        built-in (file)                               register with
 //	PrefetchPolicy   density, window, none (prefetch_*.go)         RegisterPrefetchPolicy
-//	Eviction         lru, 2q (evict_lru.go, evict_2q.go)           RegisterEviction
+//	Eviction         clock, lru, 2q (evict_*.go)                   RegisterEviction
 //	Thrashing        nvidia (thrash_nvidia.go)                     RegisterThrashing
 //	AccessMigration  threshold (access_threshold.go)               RegisterAccessMigration
 //

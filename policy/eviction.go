@@ -65,13 +65,16 @@ type Victim struct {
 	Pages PageMask
 }
 
-var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru", "2q")
+var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru", "2q", "clock")
 
-// DefaultEviction is the policy used when none is chosen: NVIDIA's least
-// recently migrated blocks. "2q" (TwoQ) evicts 64 KiB regions and resists
-// loops, but splits the 2 MiB folios that whole-block moves rely on:
-// docs/benchmarks.md has the figures.
-const DefaultEviction = "lru"
+// DefaultEviction is the policy used when none is chosen: "clock"
+// (HintClock), whole blocks chosen by the use the server watches with
+// hint faults, which moved fewer bytes than NVIDIA's least recently
+// migrated blocks ("lru", the default before it) on every program of
+// `uvm bench run` (docs/benchmarks.md). "2q" (TwoQ) evicts 64 KiB regions
+// and resists loops, but splits the 2 MiB folios that whole-block moves
+// rely on.
+const DefaultEviction = "clock"
 
 func init() {
 	if err := evictionRegistry.register("lru", func(arg string) (Eviction, error) {

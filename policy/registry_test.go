@@ -24,7 +24,7 @@ func TestRegistered(t *testing.T) {
 	}
 	for _, r := range []Ref{
 		{KindPrefetch, "density"}, {KindPrefetch, "window"}, {KindPrefetch, "none"},
-		{KindEviction, "lru"}, {KindEviction, "2q"}, {KindThrashing, "nvidia"}, {KindAccessMigration, "threshold"},
+		{KindEviction, "lru"}, {KindEviction, "2q"}, {KindEviction, "clock"}, {KindThrashing, "nvidia"}, {KindAccessMigration, "threshold"},
 	} {
 		assert.True(t, has(r), "%v", r)
 	}

@@ -5,12 +5,16 @@ import "github.com/softuvm/softuvm/internal/core"
 // Info is the server's configuration and state, for `uvm info` and
 // `uvm stat`.
 type Info struct {
-	PID      int              `json:"pid"`
-	Uptime   string           `json:"uptime"`
-	Features string           `json:"userfaultfd_features"`
-	Prefetch string           `json:"prefetch"`
-	Eviction string           `json:"eviction"`
-	Handlers HandlerPlacement `json:"handlers"`
+	PID      int    `json:"pid"`
+	Uptime   string `json:"uptime"`
+	Features string `json:"userfaultfd_features"`
+	Prefetch string `json:"prefetch"`
+	Eviction string `json:"eviction"`
+	// EvictionUse says, for an eviction policy that watches how the
+	// host uses its blocks (clock), whether it can now, or why not;
+	// empty for a policy that does not.
+	EvictionUse string           `json:"eviction_use,omitempty"`
+	Handlers    HandlerPlacement `json:"handlers"`
 	// Coherence is the model of clients that do not choose, and
 	// DirtyTracking how the launch model finds written pages on this
 	// kernel (wp-async or wp-fault).

@@ -166,7 +166,7 @@ func (s *Server) victims(from core.Device, want int64, out []policy.Victim) []po
 		return s.pageEviction.VictimPages(from, int(want), out)
 	}
 	var refs [16]*policy.Block
-	for _, b := range s.eviction.Victims(from, len(refs), refs[:0]) {
+	for _, b := range s.eviction.Victims(from, core.VictimBlocksFor(want), refs[:0]) {
 		out = append(out, policy.Victim{Block: b, Pages: wholeBlock})
 	}
 	return out

@@ -175,6 +175,9 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	s.retired = core.NewCounters(s.locations())
 	if s.eviction, err = policy.NewEviction(cfg.Eviction); err == nil {
 		s.pageEviction, _ = s.eviction.(policy.PageEviction)
+		if o, ok := s.eviction.(policy.Observing); ok {
+			o.Observe(useObserver{s})
+		}
 	}
 	if err != nil {
 		s.closeArenas()
@@ -404,7 +407,7 @@ func (s *Server) SessionCount() int {
 func (s *Server) Info() config.Info {
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
-		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Handlers: s.cfg.Handlers,
+		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), EvictionUse: s.evictionUse(), Handlers: s.cfg.Handlers,
 		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(), LargeFolios: s.largeFoliosName(),
 		FoliosRebuilt: s.foliosRebuilt.Load(), StrayPresentPages: s.strayPresent.Load(), LostPages: s.lostPages.Load(),
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),

@@ -96,6 +96,10 @@ type session struct {
 	adoptedViews map[core.Device]*KeptView
 	// peers is which devices reach which devices' memory (peer.go).
 	peers peerTable
+	// watch holds what an eviction policy's hint faults on the client
+	// need (watch.go); watchWarned says why they cannot be had was logged.
+	watch       sessionWatch
+	watchWarned atomic.Bool
 }
 
 func roleName(r uint8) string {
@@ -631,6 +635,7 @@ func (sess *session) deviceFileBytes() []int64 {
 func (s *Server) endSession(sess *session) {
 	close(sess.remaps.quit)
 	sess.stopAccessSampler()
+	defer sess.watch.close()
 	// Device processes first: they map the client's ranges.
 	for l := len(sess.views) - 1; l >= 0; l-- {
 		if v := sess.views[l].Load(); v != nil {

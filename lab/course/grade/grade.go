@@ -194,7 +194,7 @@ func checkRegistered(a course.Assignment, file string) error {
 
 // builtinNames are package policy's own policies, of every kind: what a
 // file that registers nothing still has.
-var builtinNames = map[string]bool{"density": true, "window": true, "none": true, "lru": true, "2q": true, "nvidia": true, "threshold": true}
+var builtinNames = map[string]bool{"density": true, "window": true, "none": true, "lru": true, "2q": true, "clock": true, "nvidia": true, "threshold": true}
 
 func builtin(ref policy.Ref) bool { return builtinNames[ref.Name] }
 
