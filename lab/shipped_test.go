@@ -101,3 +101,24 @@ func TestScoreboardRatios(t *testing.T) {
 	_, err = Scoreboard([]string{path}, []string{"eviction:nosuch"}, nil)
 	assert.ErrorContains(t, err, "nosuch")
 }
+
+// TestShippedTracesClockMovesNoMoreThanLRU: the default eviction (clock,
+// watching use with hint faults) replayed on every shipped trace moves
+// no more bytes than the old default (lru), with the trace's prefetch
+// policy, and fewer on the four where the host's budget is what evicts
+// (on pingpong the device's arena evicts, which clock does not watch;
+// on stencil every block is used on every sweep).
+func TestShippedTracesClockMovesNoMoreThanLRU(t *testing.T) {
+	fewer := 0
+	for _, l := range shippedTraces(t) {
+		lru, err := l.Replay(Config{Eviction: "lru"})
+		require.NoError(t, err)
+		clock, err := l.Replay(Config{Eviction: "clock"})
+		require.NoError(t, err)
+		assert.LessOrEqual(t, clock.Replayed.BytesMoved(), lru.Replayed.BytesMoved(), "%s", l.Path)
+		if clock.Replayed.BytesMoved() < lru.Replayed.BytesMoved() {
+			fewer++
+		}
+	}
+	assert.GreaterOrEqual(t, fewer, 4)
+}
