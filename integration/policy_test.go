@@ -306,7 +306,7 @@ func TestPolicyRegisteredByMain(t *testing.T) {
 	t.Run("without Main", func(t *testing.T) {
 		_, errOut, err := runCmd(late, []string{"LATEPOLICY_WITHOUT_MAIN=1"}, "client", "late-mru")
 		assert.Equal(t, 1, exitCode(err), errOut)
-		for _, want := range []string{`eviction policy "late-mru" is registered after package uvm initialized`, "knows eviction policies 2q, lru, mru", "call uvm.Main() first in main"} {
+		for _, want := range []string{`eviction policy "late-mru" is registered after package uvm initialized`, "knows eviction policies 2q, clock, lru, mru", "call uvm.Main() first in main"} {
 			assert.Contains(t, errOut, want)
 		}
 	})

@@ -17,7 +17,7 @@ func TestPolicyRefs(t *testing.T) {
 		return out
 	}
 	c := DefaultServerConfig()
-	assert.Equal(t, refs(policy.KindPrefetch, "density", policy.KindEviction, "lru", policy.KindThrashing, "nvidia", policy.KindAccessMigration, "threshold"),
+	assert.Equal(t, refs(policy.KindPrefetch, "density", policy.KindEviction, "clock", policy.KindThrashing, "nvidia", policy.KindAccessMigration, "threshold"),
 		c.PolicyRefs(), "the defaults, named")
 	c.Prefetch = policy.PrefetchSpec{Policy: "evens:2"}
 	c.Eviction = "mru:x"
