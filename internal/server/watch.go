@@ -29,7 +29,8 @@ import (
 type useObserver struct{ srv *Server }
 
 // sessionWatch is what a session needs for watching: a pidfd and the
-// client's pagemap, opened on first use (watchMu guards them; a leaf).
+// client's pagemap, opened on first use (mu guards them; a leaf lock,
+// taken with no other held or under a block's).
 type sessionWatch struct {
 	mu      sync.Mutex
 	opened  bool
