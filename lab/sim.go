@@ -424,22 +424,9 @@ func (o *mover) overBudget(keep core.PageMask) {
 	}
 }
 
-// wholeBlock is every page of a block.
-var wholeBlock = func() (m core.PageMask) {
-	m.FillRange(0, core.PagesPerBlock)
-	return m
-}()
-
 // victims asks the eviction policy for victims (Server.victims).
 func (s *sim) victims(from core.Device, want int64, out []policy.Victim) []policy.Victim {
-	if s.pageEviction != nil {
-		return s.pageEviction.VictimPages(from, int(want), out)
-	}
-	var refs [16]*policy.Block
-	for _, b := range s.eviction.Victims(from, core.VictimBlocksFor(want), refs[:0]) {
-		out = append(out, policy.Victim{Block: b, Pages: wholeBlock})
-	}
-	return out
+	return policy.AskVictims(s.eviction, s.pageEviction, from, want, out)
 }
 
 // evict is the server's mover.evict: victims leave location from until

@@ -59,6 +59,26 @@ type PageEviction interface {
 	VictimPages(p Processor, want int, out []Victim) []Victim
 }
 
+// AskVictims is how the fault server (and the lab's replay) asks ev for
+// victims on processor from worth want pages: pev's pages where the
+// policy chooses pages (pev is ev as a PageEviction, or nil), else whole
+// blocks. A block policy is asked for enough whole blocks and two more,
+// for a victim that is busy or is the block being served (never its own
+// victim), at most 16: asking for no more than that matters to a policy
+// that judges its candidates (HintClock), whose further offers are in
+// list order.
+func AskVictims(ev Eviction, pev PageEviction, from Processor, want int64, out []Victim) []Victim {
+	if pev != nil {
+		return pev.VictimPages(from, int(want), out)
+	}
+	var refs [16]*Block
+	n := int(min((want+PagesPerBlock-1)/PagesPerBlock+2, int64(len(refs))))
+	for _, b := range ev.Victims(from, n, refs[:0]) {
+		out = append(out, Victim{Block: b, Pages: wholeBlock})
+	}
+	return out
+}
+
 // Victim is pages of a block that PageEviction would have leave.
 type Victim struct {
 	Block *Block

@@ -68,13 +68,3 @@ func (r Residency) SoleHolder(pages int) (loc Device, ok bool) {
 	}
 	return DeviceAtSlot(holder), holder >= 0
 }
-
-// VictimBlocksFor is how many blocks the fault server (and the lab's
-// replay) asks a block eviction policy for when it needs want pages:
-// enough whole blocks, and two more for a victim that is busy or is the
-// block being served (never its own victim); at most 16. Asking for no
-// more than that matters to a policy that judges its candidates
-// (policy.HintClock): the rest of what it offers is in list order.
-func VictimBlocksFor(want int64) int {
-	return int(min((want+PagesPerBlock-1)/PagesPerBlock+2, 16))
-}

@@ -152,24 +152,10 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
 	}
 }
 
-// wholeBlock is every page of a block: the victim pages of a policy that
-// chooses blocks.
-var wholeBlock = func() (m core.PageMask) {
-	m.FillRange(0, core.PagesPerBlock)
-	return m
-}()
-
 // victims asks the eviction policy for victims on from worth want pages:
 // pages where it chooses pages, else whole blocks.
 func (s *Server) victims(from core.Device, want int64, out []policy.Victim) []policy.Victim {
-	if s.pageEviction != nil {
-		return s.pageEviction.VictimPages(from, int(want), out)
-	}
-	var refs [16]*policy.Block
-	for _, b := range s.eviction.Victims(from, core.VictimBlocksFor(want), refs[:0]) {
-		out = append(out, policy.Victim{Block: b, Pages: wholeBlock})
-	}
-	return out
+	return policy.AskVictims(s.eviction, s.pageEviction, from, want, out)
 }
 
 // evict moves the pages the eviction policy names off location from (to
