@@ -465,6 +465,9 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 		fmt.Fprintf(w, ", host budget %s", humanSize(uint64(r.HostBudget)))
 	}
 	fmt.Fprintln(w)
+	if n := r.Stats.DiscardedPages; n > 0 {
+		fmt.Fprintf(w, "  %-20s %d pages (%s) dropped without a copy: freed heap memory, uvmMemDiscard\n", "discarded", n, humanSize(n*uvm.PageSize))
+	}
 	h := r.Stats.FaultService
 	if h.Count > 0 {
 		fmt.Fprintf(w, "  %-20s %d faults: p50 %v, p99 %v, max %v\n", "fault service", h.Count, time.Duration(r.FaultServiceP50NS), time.Duration(r.FaultServiceP99NS), time.Duration(h.MaxNS))

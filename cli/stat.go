@@ -187,6 +187,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	if st.LaunchCopiedPages > 0 || st.LaunchCleanPages > 0 {
 		fmt.Fprintf(w, "launch coherence: pages copied to devices at launches %d, host copies dropped clean %d\n", st.LaunchCopiedPages, st.LaunchCleanPages)
 	}
+	if st.DiscardedPages > 0 {
+		fmt.Fprintf(w, "discarded pages %d (%s dropped without a copy: freed heap memory, MemDiscard)\n", st.DiscardedPages, uvm.FormatSize(int64(st.DiscardedPages)*uvm.PageSize))
+	}
 	h := st.FaultService
 	fmt.Fprintf(w, "fault service    %d faults: p50 %v  p99 %v  max %v  mean %v\n", h.Count, h.Quantile(0.5), h.Quantile(0.99), time.Duration(h.MaxNS), h.Mean())
 	if in.StrayFaults > 0 || in.PoisonedPage > 0 {

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -611,6 +613,28 @@ func TestRunCommand(t *testing.T) {
 		r = runCommand(t, time.Minute, []string{"RUN_EXPECT_MANAGED=1", "UVM_PRELOAD_STATS=1"}, nil, uvmBin, "run", "--quiet", "--heap", "system", bin, "3")
 		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
 		assert.Regexp(t, `; heap system, 0 chunks \(0 bytes\)`, r.stderr)
+	})
+
+	t.Run("heap purges are discarded", func(t *testing.T) {
+		// 4 rounds of 32 MiB of small objects and callocs, all freed,
+		// under a 16 MiB budget; purging at once (dirty_decay_ms 0)
+		// makes the purges certain. Every purge is a discard on the
+		// server, and the pages it dropped read as zeros in calloc's
+		// memory, which jemalloc then takes as zeroed without a memset.
+		bin := runProgram(t, "churn")
+		env := []string{"RUN_EXPECT_MANAGED=1", "RUN_EXPECT_HEAP=managed", "UVM_PRELOAD_STATS=1", "MALLOC_CONF=dirty_decay_ms:0"}
+		r := runCommand(t, 2*time.Minute, env, nil, uvmBin, "run", "--host-budget", "16M", bin, "4", "32")
+		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+		assert.Contains(t, r.stdout, "churn: 14 checks passed")
+		m := regexp.MustCompile(`(\d+) purges discarded (\d+) bytes`).FindStringSubmatch(r.stderr)
+		require.NotNil(t, m, "the preload's report: %s", r.stderr)
+		purged, _ := strconv.ParseUint(m[2], 10, 64)
+		assert.GreaterOrEqual(t, purged, uint64(64<<20), "at least two rounds' worth of freed memory purged")
+		d := regexp.MustCompile(`discarded\s+(\d+) pages`).FindStringSubmatch(r.stderr)
+		require.NotNil(t, d, "the server counted the discards: %s", r.stderr)
+		pages, _ := strconv.ParseUint(d[1], 10, 64)
+		assert.Positive(t, pages, "the server found populated pages to drop")
+		assert.LessOrEqual(t, pages*4096, purged, "no more dropped than purged")
 	})
 
 	t.Run("bad UVM_MIN_SIZE", func(t *testing.T) {

@@ -307,6 +307,8 @@ func (s *sim) event(e *trace.Event) {
 		eachReference(e, s.reference)
 	case trace.KindArm:
 		s.arm(core.Device(e.Processor), e.Addr, e.Pages)
+	case trace.KindDiscard:
+		s.discard(e.Addr, e.Pages)
 	case trace.KindMigration:
 		s.measured.migration(e)
 		switch trace.Cause(e.Cause) {

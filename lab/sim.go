@@ -142,6 +142,44 @@ func (s *sim) freeRange(r *simRange) {
 	}
 }
 
+// discard is the server's session.discard: every location's copies of
+// pages [addr, addr+pages) go, and their next touch is a first touch.
+func (s *sim) discard(addr uint64, pages uint32) {
+	for p := uint64(0); p < uint64(pages); {
+		a := addr + p*core.PageSize
+		r := s.lookup(a)
+		if r == nil {
+			p++
+			continue
+		}
+		page := int((a - r.start) / core.PageSize)
+		bi, first := page/core.PagesPerBlock, page%core.PagesPerBlock
+		n := min(core.PagesPerBlock-first, r.pages-page, int(uint64(pages)-p))
+		if b := r.blocks[bi]; b != nil {
+			var gone core.PageMask
+			gone.FillRange(first, first+n)
+			for l := range b.resident {
+				x := b.resident[l]
+				x.And(&gone)
+				if x.Empty() {
+					continue
+				}
+				loc := core.DeviceAtSlot(l)
+				s.used[l] -= int64(x.Count())
+				b.resident[l].AndNot(&x)
+				if s.pageEviction != nil {
+					s.pageEviction.LeftPages(b.ref, loc, x)
+				}
+				if b.resident[l].Empty() {
+					s.eviction.Left(b.ref, loc)
+				}
+			}
+			b.hostMapped.AndNot(&gone)
+		}
+		p += uint64(n)
+	}
+}
+
 // mover is one operation on one block, as the server's mover is.
 type mover struct {
 	s     *sim

@@ -74,14 +74,20 @@ const (
 	// round, which is Time). A page touched several times in a window
 	// shows once.
 	KindAccess Kind = 14
-	kindEnd    Kind = 0xff // the writer's last record: Dropped
+	// KindDiscard is pages whose every copy a discard dropped (their
+	// contents no longer wanted: the managed heap's purge of freed
+	// memory, MemDiscard): Range, Addr (the first page), Pages (the run
+	// discarded; pages that had no copy included). Their next touch is a
+	// first touch. Not in format versions 1 to 3.
+	KindDiscard Kind = 15
+	kindEnd     Kind = 0xff // the writer's last record: Dropped
 )
 
 var kindNames = map[Kind]string{
 	KindFault: "fault", KindMigration: "migration", KindEviction: "eviction", KindPopulate: "populate",
 	KindRemoteMap: "remote_map", KindDuplicate: "duplicate", KindLaunch: "launch", KindSync: "sync",
 	KindAlloc: "alloc", KindFree: "free", KindSession: "session", KindSessionEnd: "session_end",
-	KindArm: "arm", KindAccess: "access",
+	KindArm: "arm", KindAccess: "access", KindDiscard: "discard",
 }
 
 func (k Kind) String() string {
@@ -94,7 +100,7 @@ func (k Kind) String() string {
 // Kinds lists every kind of event, in number order.
 func Kinds() []Kind {
 	return []Kind{KindFault, KindMigration, KindEviction, KindPopulate, KindRemoteMap, KindDuplicate,
-		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd, KindArm, KindAccess}
+		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd, KindArm, KindAccess, KindDiscard}
 }
 
 // CPU is the host processor's number in Processor, From and To; devices

@@ -9,14 +9,14 @@ import (
 	"time"
 )
 
-// The file format, version 3 (docs/traces.md describes it for readers in
+// The file format, version 4 (docs/traces.md describes it for readers in
 // other languages):
 //
 //	file    = magic version header record* end
 //	magic   = "SOFTUVMT" (8 bytes)
-//	version = uvarint (3; version 2 lacks populate's cause and launch's
-//	          duration, and version 1 also kinds 13 and 14, arm and
-//	          access; both are read)
+//	version = uvarint (4; version 3 lacks kind 15, discard, version 2
+//	          also populate's cause and launch's duration, and version 1
+//	          also kinds 13 and 14, arm and access; all are read)
 //	header  = uvarint length, then that many bytes of JSON (Header)
 //	record  = kind (1 byte), dt (varint: nanoseconds since the previous
 //	          record's Time, zigzag, since threads race to the writer),
@@ -30,7 +30,7 @@ import (
 // or a new field makes a new version.
 const (
 	magic   = "SOFTUVMT"
-	Version = 3
+	Version = 4
 )
 
 // field is one field of a record.
@@ -71,6 +71,7 @@ var fields = map[Kind][]field{
 	KindSessionEnd: {fPID},
 	KindArm:        {fPID, fProcessor, fRange, fAddr, fPages},
 	KindAccess:     {fPID, fProcessor, fRange, fAddr, fPages, fDuration},
+	KindDiscard:    {fPID, fRange, fAddr, fPages},
 	kindEnd:        {fDropped},
 }
 

@@ -281,6 +281,15 @@ func Prefetch(addr uintptr, n int64, dst Device) error {
 	return s.Prefetch(addr, n, dst)
 }
 
+// Discard discards a range of the default session's managed memory.
+func Discard(addr uintptr, n int64) error {
+	s, err := Default()
+	if err != nil {
+		return err
+	}
+	return s.Discard(addr, n)
+}
+
 // GetDeviceCount returns the number of devices of the default session.
 func GetDeviceCount() (int, error) {
 	s, err := Default()
@@ -561,6 +570,38 @@ func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
 	return r.Done("prefetch reply")
 }
 
+// Discard tells the server that the contents of [addr, addr+n) are no
+// longer wanted, as cudaMemDiscardBatchAsync: every copy of its pages, on
+// the host and on devices, is dropped without being copied anywhere, and
+// the next touch of each page, by any processor, reads zeros. Only the
+// whole pages inside the range are discarded (a page the range shares
+// with bytes outside it keeps its contents), so a range of less than a
+// page may discard nothing. The range must lie in one managed
+// allocation; advice on it stays.
+//
+// It is how an allocator gives freed memory back without unmapping it:
+// discarded pages take no room under a host budget or in an arena, and
+// eviction has nothing of theirs to copy.
+func (s *Session) Discard(addr uintptr, n int64) error {
+	a, _, _, err := s.pageRange("discard", addr, n)
+	if err != nil {
+		return err
+	}
+	if a.kind != core.KindManaged {
+		return fmt.Errorf("%w: discard %#x: discard applies to managed memory, and this is %s", ErrInvalidValue, addr, a.kind)
+	}
+	start := core.RoundUp(addr, PageSize)
+	end := (addr + uintptr(n)) &^ core.PageOffsetMask
+	if end <= start {
+		return nil // no whole page inside
+	}
+	r, err := s.rpc.Request(wire.EncodeDiscard(s.rpc.NextSeq(), wire.RangeRequest{Addr: uint64(start), Length: uint64(end - start)}), wire.MsgDiscard)
+	if err != nil {
+		return err
+	}
+	return r.Done("discard reply")
+}
+
 func (s *Session) deviceChoices() string {
 	switch len(s.devices) {
 	case 0:
@@ -660,6 +701,10 @@ func (a *Allocation) Free() error { return a.s.Free(a.addr) }
 
 // Prefetch migrates the whole allocation to dst.
 func (a *Allocation) Prefetch(dst Device) error { return a.s.Prefetch(a.addr, a.size, dst) }
+
+// Discard drops the whole allocation's contents (Session.Discard): it
+// reads as zeros from then on, and holds no memory until touched again.
+func (a *Allocation) Discard() error { return a.s.Discard(a.addr, int64(a.length)) }
 
 // Stats returns the allocation's counters.
 func (a *Allocation) Stats() (Stats, error) { return a.s.rpc.Stats(wire.ScopeRange, a.addr) }

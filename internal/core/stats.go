@@ -70,6 +70,9 @@ type Counters struct {
 	// read them, and the device kept its own).
 	LaunchCopied atomic.Uint64
 	LaunchClean  atomic.Uint64
+	// Discarded counts pages a discard (MemDiscard, the preload's heap
+	// purge) found populated and dropped everywhere.
+	Discarded atomic.Uint64
 	// Managed allocations made and the bytes they asked for. Only the
 	// server's and the sessions' counters count them (an allocation's
 	// own would be retired into its session's twice).
@@ -156,6 +159,9 @@ type Stats struct {
 	// without copying (only read: the device kept its copy).
 	LaunchCopiedPages uint64 `json:"launch_copied_pages,omitempty"`
 	LaunchCleanPages  uint64 `json:"launch_clean_pages,omitempty"`
+	// DiscardedPages counts populated pages a discard dropped (their
+	// contents were no longer wanted: nothing was copied).
+	DiscardedPages uint64 `json:"discarded_pages,omitempty"`
 	// PrefetchedUsed and PrefetchedUnused count, among prefetched pages
 	// whose fate is known, those later touched and those that left
 	// (migrated, evicted, freed) untouched. They are only known for
@@ -290,6 +296,7 @@ func (c *Counters) AddFrom(o *Counters) {
 	c.Prefetched.Add(o.Prefetched.Load())
 	c.LaunchCopied.Add(o.LaunchCopied.Load())
 	c.LaunchClean.Add(o.LaunchClean.Load())
+	c.Discarded.Add(o.Discarded.Load())
 	c.Allocations.Add(o.Allocations.Load())
 	c.AllocatedBytes.Add(o.AllocatedBytes.Load())
 	c.Used.Add(o.Used.Load())
@@ -432,6 +439,7 @@ func (c *Counters) Snapshot() Stats {
 	s.PrefetchedPages = c.Prefetched.Load()
 	s.LaunchCopiedPages = c.LaunchCopied.Load()
 	s.LaunchCleanPages = c.LaunchClean.Load()
+	s.DiscardedPages = c.Discarded.Load()
 	s.PrefetchedUsed = c.Used.Load()
 	s.PrefetchedUnused = c.Unused.Load()
 	s.FaultService = c.Service.Snapshot()

@@ -112,6 +112,8 @@ var (
 		"Pages the launch coherence model copied to a device at a launch.")
 	descLaunchClean = desc("launch_clean_pages_total",
 		"Host copies the launch coherence model dropped at a launch without copying them (only read by the host).")
+	descDiscarded = desc("discarded_pages_total",
+		"Populated pages a discard dropped without copying (their contents were no longer wanted).")
 	descAllocations = desc("allocations_total",
 		"Managed allocations made, freed or not.")
 	descAllocatedBytes = desc("allocated_bytes_total",
@@ -147,7 +149,7 @@ var (
 		descFaults, descMigratedPages, descMigratedBytes, descPopulated, descEvicted,
 		descRemoteMapped, descReadDuplicated, descThrottles, descPins, descHintsArmed,
 		descCrossings, descCounterMigrated, descPrefetched, descPrefetchedUsed,
-		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descAllocations,
+		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descDiscarded, descAllocations,
 		descAllocatedBytes, descService, descServiceMax,
 	}
 	infoDescs = []*prometheus.Desc{
@@ -290,6 +292,7 @@ func collectStats(ch chan<- prometheus.Metric, s core.Stats, procs []core.Device
 	counter(ch, descPrefetchedUnused, s.PrefetchedUnused)
 	counter(ch, descLaunchCopied, s.LaunchCopiedPages)
 	counter(ch, descLaunchClean, s.LaunchCleanPages)
+	counter(ch, descDiscarded, s.DiscardedPages)
 	counter(ch, descAllocations, s.Allocations)
 	counter(ch, descAllocatedBytes, s.AllocatedBytes)
 

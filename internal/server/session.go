@@ -315,6 +315,9 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 			}
 			return wire.EncodeEmptyReply(h), nil, err
 		}
+		if h.Typ == wire.MsgDiscard {
+			return wire.EncodeEmptyReply(h), nil, sess.discard(uintptr(r.Addr), uintptr(r.Length))
+		}
 		if h.Typ != wire.MsgRangeAttrs {
 			break
 		}

@@ -62,6 +62,7 @@ const (
 	MsgPeerAccess    // client -> server: enable or disable a device's access to a peer's memory
 	MsgDeviceTrace   // server -> device process, first and unsolicited: report launches (devicetrace.go)
 	MsgDeviceReport  // device process -> server, on the report socket: launches and synchronizations (no reply)
+	MsgDiscard       // client -> server: drop every copy of a range's pages; the next touch reads zeros
 	msgTypeEnd       // one past the last message type
 )
 
@@ -75,6 +76,7 @@ var msgTypeNames = [...]string{
 	MsgDeviceHints: "device-hints", msgRestarted: "restarted", MsgReplace: "replace",
 	MsgStreamAttach: "stream-attach", MsgLaunchBegin: "launch-begin", MsgStreamsIdle: "streams-idle",
 	MsgPeerAccess: "peer-access", MsgDeviceTrace: "device-trace", MsgDeviceReport: "device-report",
+	MsgDiscard: "discard",
 }
 
 type Header struct {
@@ -294,10 +296,10 @@ func ParseRequest(b []byte) (Header, any, error) {
 			r.err = checkRange(pr.Addr, pr.Length, "prefetch")
 		}
 		req = pr
-	case MsgRangeAttrs:
+	case MsgRangeAttrs, MsgDiscard:
 		rr := RangeRequest{Addr: r.U64("address"), Length: r.U64("length")}
 		if r.err == nil {
-			r.err = checkRange(rr.Addr, rr.Length, "range attributes")
+			r.err = checkRange(rr.Addr, rr.Length, h.Typ.String())
 		}
 		req = rr
 	case MsgStats:
@@ -442,6 +444,15 @@ func EncodePrefetch(seq uint32, pr PrefetchRequest) []byte {
 
 func EncodeRangeAttrs(seq uint32, rr RangeRequest) []byte {
 	w := NewMessage(Header{Typ: MsgRangeAttrs, Seq: seq})
+	w.u64(rr.Addr)
+	w.u64(rr.Length)
+	return w.B
+}
+
+// EncodeDiscard asks the server to drop every copy of the pages of
+// rr, as cudaMemDiscardBatchAsync: their next touch reads zeros.
+func EncodeDiscard(seq uint32, rr RangeRequest) []byte {
+	w := NewMessage(Header{Typ: MsgDiscard, Seq: seq})
 	w.u64(rr.Addr)
 	w.u64(rr.Length)
 	return w.B

@@ -210,6 +210,16 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
  * changes nothing. It takes effect at the next launch. */
 uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags);
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device);
+/* Discards the contents of the whole pages inside [devPtr, devPtr+count)
+ * of a managed allocation, as cudaMemDiscardBatchAsync does for one range:
+ * every copy, on the host and on devices, is dropped without being copied,
+ * and the next touch of each page, by any processor, reads zeros. A page
+ * the range shares with bytes outside it is kept. The pages take no memory
+ * until touched again. uvmMemDiscard returns when they are gone;
+ * uvmMemDiscardAsync drops them in stream order, after the work queued
+ * before it (kernels included). */
+uvmError_t uvmMemDiscard(const void *devPtr, size_t count);
+uvmError_t uvmMemDiscardAsync(const void *devPtr, size_t count, uvmStream_t stream);
 uvmError_t uvmMemRangeGetAttribute(void *data, size_t dataSize, uvmMemRangeAttribute attribute, const void *devPtr, size_t count);
 /* Several attributes of one range at once: data[i] (dataSizes[i] bytes)
  * gets attrs[i], as uvmMemRangeGetAttribute would. */

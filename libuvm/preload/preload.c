@@ -312,9 +312,14 @@ static void release(const char *call, void *p)
  * fixed region too.
  *
  * Chunks are never returned: jemalloc keeps what it frees (dalloc opts
- * out) and reuses it. It cannot purge either (the purge hooks are absent):
- * a page it frees keeps its bytes and its place until reused or evicted.
- * Fresh chunk memory reads as zeros, so extents are handed out zeroed.
+ * out) and reuses it. What it frees it purges after a short decay
+ * (HEAP_DIRTY_DECAY_MS; jemalloc's MALLOC_CONF dirty_decay_ms overrides
+ * it): its forced purge hook asks the server to discard the pages
+ * (uvm__discard), so that freed memory takes no room under the host
+ * budget and eviction never copies it, and they read as zeros after.
+ * Without it a program's garbage was evicted and brought back like live
+ * data, and its managed footprint outgrew its peak. Fresh chunk memory
+ * reads as zeros, so extents are handed out zeroed.
  *
  * free() tells the three kinds of pointer apart by address: outside the
  * managed window they are glibc's; inside, a chunk's are jemalloc's, the
@@ -368,6 +373,7 @@ static void text_of(const void *fn, uintptr_t *start, uintptr_t *end);
 static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 
 #define MAX_CHUNKS 256
+#define HEAP_DIRTY_DECAY_MS 1000
 #define FIRST_CHUNK (64ul << 20)
 #define LARGEST_CHUNK (1ul << 30)
 
@@ -385,7 +391,7 @@ static struct {
 } chunks[MAX_CHUNKS];
 static _Atomic int nchunks;
 /* Counters, reported with the others. */
-static _Atomic uint64_t chunk_bytes;
+static _Atomic uint64_t chunk_bytes, n_purges, purged_bytes;
 
 /* chunk_of returns the index of the chunk holding p, -1 if none. */
 static inline int chunk_of(uintptr_t p)
@@ -528,12 +534,37 @@ static bool heap_extent_merge(extent_hooks_t *h, void *a, size_t na, void *b, si
 	return i < 0 || i != chunk_of((uintptr_t)b);
 }
 
+/* heap_extent_purge is the forced purge: the server drops every copy of
+ * the pages, which then read as zeros (false: purged). Refused (true,
+ * jemalloc keeps the bytes) where they are not managed memory of this
+ * process: in a child of fork, whose chunks are copies in ordinary memory,
+ * or with no server. */
+static bool heap_extent_purge(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
+{
+	(void)h, (void)size, (void)arena;
+	uintptr_t p = (uintptr_t)addr + off;
+	if (len == 0 || p % UVM_PAGE_SIZE != 0 || len % UVM_PAGE_SIZE != 0 || atomic_load_explicit(&mode, memory_order_relaxed) != MODE_ON)
+		return true;
+	bool was = in_core;
+	in_core = true;
+	struct uvm_alloc a;
+	bool ours = uvm__alloc_lookup(p, &a) && !a.forked && a.kind == UVM_KIND_MANAGED && p + len <= a.addr + a.length;
+	uvmError_t err = ours ? uvm__discard(p, len, "the managed heap's purge") : uvmErrorInvalidValue;
+	in_core = was;
+	if (err != uvmSuccess)
+		return true;
+	atomic_fetch_add_explicit(&n_purges, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&purged_bytes, len, memory_order_relaxed);
+	return false;
+}
+
 static extent_hooks_t heap_hooks = {
 	.alloc = heap_extent_alloc,
 	.dalloc = heap_extent_dalloc,
 	.destroy = heap_extent_destroy,
 	.commit = heap_extent_commit,
 	.decommit = heap_extent_decommit,
+	.purge_forced = heap_extent_purge,
 	.split = heap_extent_split,
 	.merge = heap_extent_merge,
 };
@@ -628,6 +659,15 @@ static bool je_start(void)
 	int expect = JE_UNSET;
 	if (!atomic_compare_exchange_strong(&je_state, &expect, JE_STARTING))
 		return false; /* another thread is starting it: glibc meanwhile */
+	/* Freed pages are purged (discarded) after a second, not jemalloc's
+	 * ten: under a budget, every second they stay is room taken from
+	 * live data. A purge is a server round trip per run of pages, which
+	 * the decay spreads out. MALLOC_CONF's dirty_decay_ms wins. */
+	const char *conf = getenv("MALLOC_CONF");
+	if (!conf || !strstr(conf, "dirty_decay_ms")) {
+		ssize_t decay = HEAP_DIRTY_DECAY_MS;
+		jem_mallctl("arenas.dirty_decay_ms", NULL, NULL, &decay, sizeof decay);
+	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned want = cpus < 1 ? 1 : cpus > MAX_HEAP_ARENAS ? MAX_HEAP_ARENAS : (unsigned)cpus;
 	extent_hooks_t *hooks = &heap_hooks;
@@ -1234,7 +1274,8 @@ __attribute__((destructor)) static void preload_report(void)
 	if (!env || strcmp(env, "1") != 0)
 		return;
 	say("%llu managed allocations (%llu bytes), %llu freed, %llu served by the system allocator instead, threshold %zu bytes; "
-	    "heap %s, %d chunks (%llu bytes)",
+	    "heap %s, %d chunks (%llu bytes), %llu purges discarded %llu bytes",
 	    (unsigned long long)n_managed, (unsigned long long)managed_bytes, (unsigned long long)n_managed_freed, (unsigned long long)n_fallback,
-	    threshold(), heap() == HEAP_MANAGED ? "managed" : "system", atomic_load(&nchunks), (unsigned long long)chunk_bytes);
+	    threshold(), heap() == HEAP_MANAGED ? "managed" : "system", atomic_load(&nchunks), (unsigned long long)chunk_bytes,
+	    (unsigned long long)n_purges, (unsigned long long)purged_bytes);
 }

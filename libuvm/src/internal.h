@@ -139,6 +139,7 @@ UVM_HIDDEN void uvm__encode_alloc(struct uvm_msg *m, uint32_t seq, uint64_t addr
 UVM_HIDDEN void uvm__encode_free(struct uvm_msg *m, uint32_t seq, uint64_t addr);
 UVM_HIDDEN void uvm__encode_range_attrs(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length);
 UVM_HIDDEN void uvm__encode_prefetch(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, int32_t dst);
+UVM_HIDDEN void uvm__encode_discard(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length);
 UVM_HIDDEN void uvm__encode_advise(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint8_t advice, int32_t device);
 /* A device-copy request saying that device memory at [dst, dst+length)
  * was written through the client's mapping (EncodeDeviceCopy with
@@ -309,6 +310,11 @@ UVM_HIDDEN uvmError_t uvm__managed_alloc(void **p, size_t size);
  * the allocation of any kind that starts at p in the managed window, 0 if
  * there is none; uvm__alloc_lookup tells the kinds apart. */
 UVM_HIDDEN size_t uvm__managed_size(const void *p);
+/* uvm__discard asks the server to drop every copy of the pages of
+ * [start, start+length), page-aligned in one managed allocation: they read
+ * as zeros from then on (uvmMemDiscard; the preload's heap purge). what
+ * names the caller in errors. */
+UVM_HIDDEN uvmError_t uvm__discard(uint64_t start, uint64_t length, const char *what);
 /* uvm__fork_used, where set (by the preload library's managed heap),
  * says how much of the managed allocation at addr (length bytes) holds
  * anything: a fork copies that much for the child, which finds the rest

@@ -339,6 +339,66 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 	return uvm__stream_enqueue_host(stream, "uvmMemPrefetchAsync", run_prefetch, &a, sizeof a);
 }
 
+/* discard_inside narrows [start, start+length), page-rounded outward by
+ * page_range, to the whole pages inside [ptr, ptr+count): a page the
+ * range shares with bytes outside it keeps its contents. It says whether
+ * any page is left. */
+static bool discard_inside(const void *ptr, size_t count, uint64_t *start, uint64_t *length)
+{
+	uint64_t p = (uintptr_t)ptr, lo = (p + UVM_PAGE_SIZE - 1) & ~(uint64_t)(UVM_PAGE_SIZE - 1), hi = (p + count) & ~(uint64_t)(UVM_PAGE_SIZE - 1);
+	if (hi <= lo)
+		return false;
+	*start = lo;
+	*length = hi - lo;
+	return true;
+}
+
+struct discard_args {
+	uint64_t start, length;
+};
+
+static uvmError_t run_discard(void *arg)
+{
+	const struct discard_args *a = arg;
+	return uvm__discard(a->start, a->length, "uvmMemDiscard");
+}
+
+UVM_HIDDEN uvmError_t uvm__discard(uint64_t start, uint64_t length, const char *what)
+{
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	uint8_t buf[64], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__encode_discard(&m, 0, start, length);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
+}
+
+uvmError_t uvmMemDiscard(const void *devPtr, size_t count)
+{
+	struct discard_args a;
+	uvmError_t err = managed_page_range("uvmMemDiscard", devPtr, count, &a.start, &a.length);
+	if (err)
+		return err;
+	if (!discard_inside(devPtr, count, &a.start, &a.length))
+		return uvmSuccess; /* no whole page inside */
+	return run_discard(&a);
+}
+
+uvmError_t uvmMemDiscardAsync(const void *devPtr, size_t count, uvmStream_t stream)
+{
+	struct discard_args a;
+	uvmError_t err = managed_page_range("uvmMemDiscardAsync", devPtr, count, &a.start, &a.length);
+	if (err)
+		return err;
+	if (!discard_inside(devPtr, count, &a.start, &a.length))
+		return uvmSuccess;
+	/* In stream order: kernels queued before it finish writing first. */
+	return uvm__stream_enqueue_host(stream, "uvmMemDiscardAsync", run_discard, &a, sizeof a);
+}
+
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device)
 {
 	if (advice < uvmMemAdviseSetReadMostly || advice > uvmMemAdviseUnsetAccessedBy)

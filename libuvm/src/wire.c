@@ -172,6 +172,13 @@ void uvm__encode_prefetch(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64
 	uvm__put_i32(m, dst);
 }
 
+void uvm__encode_discard(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length)
+{
+	uvm__msg_start(m, UVM_MSG_DISCARD, seq, 0);
+	uvm__put_u64(m, addr);
+	uvm__put_u64(m, length);
+}
+
 void uvm__encode_advise(struct uvm_msg *m, uint32_t seq, uint64_t addr, uint64_t length, uint8_t advice, int32_t device)
 {
 	uvm__msg_start(m, UVM_MSG_ADVISE, seq, 0);

@@ -46,6 +46,7 @@ enum uvm_msg_type {
 	UVM_MSG_PEER_ACCESS      = 27, /* "peer-access" */
 	UVM_MSG_DEVICE_TRACE     = 28, /* "device-trace" */
 	UVM_MSG_DEVICE_REPORT    = 29, /* "device-report" */
+	UVM_MSG_DISCARD          = 30, /* "discard" */
 };
 
 /* Reply status codes (wire.errorCode). */

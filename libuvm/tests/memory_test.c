@@ -81,6 +81,52 @@ static void test_managed(void)
 	CHECK_OK(uvmFree(NULL));
 }
 
+/* uvmMemDiscard drops the whole pages inside its range wherever they
+ * are, and they read as zeros; the bytes of the pages at its ends stay. */
+static void test_discard(void)
+{
+	size_t n = 4 * MiB;
+	unsigned char *b;
+	CHECK_OK(uvmMallocManaged((void **)&b, n, uvmMemAttachGlobal));
+	if (!b)
+		return;
+	for (size_t i = 0; i < n; i++)
+		b[i] = (unsigned char)(i * 13 + 1);
+	CHECK_OK(uvmMemPrefetchAsync(b + 2 * MiB, 2 * MiB, 1, NULL)); /* half on device 1 */
+	CHECK_OK(uvmDeviceSynchronize());
+	/* From byte 100 to byte 3 MiB + 50: pages 1 to 767. */
+	CHECK_OK(uvmMemDiscard(b + 100, 3 * MiB + 50 - 100));
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char want = i >= 4096 && i < 3 * MiB ? 0 : (unsigned char)(i * 13 + 1);
+		bad += b[i] != want;
+	}
+	CHECK(bad == 0);
+	/* In stream order: after the prefetch queued before it. */
+	memset(b, 0x5a, n);
+	CHECK_OK(uvmMemPrefetchAsync(b, n, 0, NULL));
+	CHECK_OK(uvmMemDiscardAsync(b, n, NULL));
+	CHECK_OK(uvmDeviceSynchronize());
+	bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += b[i] != 0;
+	CHECK(bad == 0);
+	CHECK_OK(uvmMemDiscard(b + 10, 100)); /* no whole page inside: nothing */
+
+	CHECK_ERR(uvmMemDiscard(b, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemDiscard(NULL, 4096), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemDiscard(&local_variable_target, 4), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemDiscard(b, n + 8192), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemDiscardAsync(b, n + 8192, NULL), uvmErrorInvalidValue);
+	void *d;
+	CHECK_OK(uvmSetDevice(0));
+	CHECK_OK(uvmMalloc(&d, MiB));
+	CHECK_ERR(uvmMemDiscard(d, MiB), uvmErrorInvalidValue);
+	CHECK(strstr(uvmGetLastErrorMessage(), "applies to managed memory, and this is device memory") != NULL);
+	CHECK_OK(uvmFree(d));
+	CHECK_OK(uvmFree(b));
+}
+
 static void test_advice(void)
 {
 	size_t n = 4 * MiB;
@@ -714,6 +760,7 @@ int main(void)
 	setenv("UVM_ARENA_SIZE", "192MiB", 1);
 	test_errors();
 	test_managed();
+	test_discard();
 	test_advice();
 	test_device_memory();
 	test_device_copies_large();

@@ -138,6 +138,8 @@ static void test_sent(void)
 	expect_sent("prefetch-request", m);
 	uvm__encode_range_attrs(m = out_start(&o), 5, ADDR, UVM_BLOCK_SIZE);
 	expect_sent("range-attributes-request", m);
+	uvm__encode_discard(m = out_start(&o), 33, ADDR, UVM_BLOCK_SIZE);
+	expect_sent("discard-request", m);
 	uvm__encode_processor(m = out_start(&o), UVM_MSG_DEVICE_CONNECT, 8, 1);
 	expect_sent("device-connect-request", m);
 	uvm__encode_device_hello(m = out_start(&o), 1, 1, 4243);
@@ -303,6 +305,7 @@ static void test_read(void)
 		     "device 1's arena is full: 12032 bytes wanted, 4096 free");
 	expect_empty("free-reply", UVM_MSG_FREE, 3);
 	expect_empty("prefetch-reply", UVM_MSG_PREFETCH, 4);
+	expect_empty("discard-reply", UVM_MSG_DISCARD, 33);
 	if (open_msg("range-attributes-reply", &f, &r, UVM_MSG_RANGE_ATTRIBUTES, 5, UVM_WIRE_OK)) {
 		EXPECT(&f, "read-mostly", uvm__get_u8(&r), 1);
 		EXPECT(&f, "the preferred location", uvm__get_i32(&r), 1);

@@ -87,12 +87,14 @@ const (
 	trackArms
 	trackAccesses
 	trackSessions
+	trackDiscards
 )
 
 var trackNames = [...]string{
 	trackFaults: "faults", trackMigrations: "migrations in", trackEvictions: "evictions", trackPopulate: "populate",
 	trackRemoteMaps: "remote maps", trackDuplicates: "duplicates in", trackLaunches: "launches", trackSyncs: "syncs",
 	trackArms: "armed (access mode)", trackAccesses: "accesses (access mode)", trackSessions: "sessions",
+	trackDiscards: "discards",
 }
 
 // trackKey names a track: a kind of row of one JSON process, and for
@@ -329,6 +331,8 @@ func (p *perfetto) add(e *trace.Event) {
 		p.pages(e, e.To, trackDuplicates, "duplicate")
 	case trace.KindArm:
 		p.pages(e, e.Processor, trackArms, "armed")
+	case trace.KindDiscard:
+		p.pages(e, trace.CPU, trackDiscards, "discarded") // every location's copies: shown on the host's row
 	case trace.KindAccess:
 		// A slice over the window in which the pages were touched.
 		pid := p.pid(e.Processor)

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/trace"
+)
+
+// discard drops every copy of the pages of [addr, addr+length), which
+// lies in one managed allocation, as cudaMemDiscardBatchAsync does: their
+// contents are no longer wanted, so nothing is copied, and the next touch
+// of each, on any processor, is a first touch that reads zeros.
+//
+// It is what lets a heap give memory back: an allocator's freed pages
+// would otherwise keep their place in the host budget and be copied out
+// and back by eviction like live data. Punching every location's file
+// frees the pages and zaps every page-table entry that maps them; each
+// block's lock is held while its pages go, so a fault on one waits and
+// then finds it unpopulated.
+func (sess *session) discard(addr, length uintptr) error {
+	r, err := sess.findRange(addr, length, "discard")
+	if err != nil {
+		return err
+	}
+	if r.kind != core.KindManaged {
+		return fmt.Errorf("%w: discard %#x: discard applies to managed memory, and this is %s", core.ErrInvalidValue, addr, r.kind)
+	}
+	if sess.tracing() {
+		sess.emit(&trace.Event{Kind: trace.KindDiscard, Range: r.id, Addr: uint64(addr), Pages: uint32(min(length/core.PageSize, math.MaxUint32))})
+	}
+	// Blocks never touched have nothing to drop: not created for it.
+	return r.eachBlock(addr, length, false, func(o *mover, pages core.PageMask) error {
+		if o != nil {
+			o.discard(pages)
+		}
+		return nil
+	})
+}
+
+// discard drops every location's copies of pages. The block's lock is
+// held.
+func (o *mover) discard(pages core.PageMask) {
+	b := o.b
+	srv := o.sess.srv
+	var populated core.PageMask
+	for l := range b.resident {
+		x := b.resident[l]
+		x.And(&pages)
+		if x.Empty() {
+			continue
+		}
+		populated.Or(&x)
+		loc := core.DeviceAtSlot(l)
+		o.drop(loc, x)
+		b.resident[l].AndNot(&x)
+		srv.leftPages(b, loc, x)
+		if loc == core.CPU {
+			srv.hostPages.Add(-int64(x.Count()))
+		}
+		if b.resident[l].Empty() {
+			srv.eviction.Left(b.ref, loc)
+		}
+	}
+	// Speculative pages that go untouched were prefetched for nothing.
+	pending := b.prefetchPending
+	pending.And(&pages)
+	if n := pending.Count(); n > 0 {
+		o.r.stats.Unused.Add(uint64(n))
+		b.prefetchPending.AndNot(&pending)
+	}
+	if n := populated.Count(); n > 0 {
+		o.r.stats.Discarded.Add(uint64(n))
+		o.residencyChanged()
+	}
+}
