@@ -194,10 +194,10 @@ type mover struct {
 }
 
 // sweep is the server's mover.sweep: whether location m's fault at page
-// p continues a sweep.
-func (o *mover) sweep(m core.Device, p int) bool {
+// p continues a sweep; full says that m has no room to spare.
+func (o *mover) sweep(m core.Device, p int, full bool) bool {
 	st := &o.b.r.sweeps[m.Slot()]
-	n, sweeping := policy.SweepStep(st.lo-1, st.hi-1, st.run, int64(o.b.firstPage()+p))
+	n, sweeping := policy.SweepStep(st.lo-1, st.hi-1, st.run, int64(o.b.firstPage()+p), full)
 	st.run = n
 	return sweeping
 }
@@ -265,9 +265,11 @@ func (o *mover) expand(m core.Device, faulted core.PageMask) core.PageMask {
 	b := o.b
 	s := o.s
 	ctx := &s.prefetchCtx
+	full := !s.roomFor(m, 2*core.PagesPerBlock) // the server's test: less than two blocks of room
 	*ctx = policy.PrefetchContext{Block: b.ref, Processor: m, Now: s.now, Pages: b.pages, Faulted: faulted,
 		ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
-		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0))}
+		Elsewhere: core.Residency(b.resident[:]).Elsewhere(m), Full: full,
+		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0), full)}
 	if s.thrashing != nil && b.thrash != nil {
 		s.thrashing.Avoid(b.thrash, b.pages, s.now, &ctx.Thrashing)
 	}

@@ -113,6 +113,52 @@ func TestDensitySourceLargeBringsBlockInASweepUnlessThrashing(t *testing.T) {
 	assert.Equal(t, core.PagesPerBlock, got.Count(), "a fault on the block's first page, where a sweep enters it, brings all of it")
 }
 
+// On a full processor, out of a sweep, a fault brings no page that has a
+// copy elsewhere beyond the faulted ones (each would push a page out),
+// and still brings pages resident nowhere (a zero fill); in a sweep it
+// brings what it would anyway.
+func TestDensityOnAFullProcessorCopiesOnlyTheFaultedPages(t *testing.T) {
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, Full: true}
+	c.ResidentOnDest.FillRange(0, 260) // with the faulted big page, 54%: the whole block would come
+	c.Elsewhere.FillRange(260, 400)    // on a device; 400 to 511 never touched
+	c.Faulted.Set(300)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	var want core.PageMask
+	want.FillRange(0, 260) // resident already: bringing them is nothing
+	want.FillRange(400, core.PagesPerBlock)
+	assert.Equal(t, want, got)
+
+	c.Sweep = true
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "a sweep still brings the dense block")
+	c.Sweep, c.Full = false, false
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "with room to spare, the dense block comes")
+}
+
+// On a full processor a sweep must be dense: each fault on the page just
+// after what the last brought; with room to spare, within four big pages.
+func TestSweepStepOnAFullProcessorWantsTheNextPage(t *testing.T) {
+	walk := func(stride int64, full bool) []bool {
+		var got []bool
+		var run int32
+		lo, hi := int64(-1), int64(-1)
+		for page := int64(1000); page < 1000+6*stride; page += stride {
+			var sweeping bool
+			run, sweeping = policy.SweepStep(lo, hi, run, page, full)
+			got = append(got, sweeping)
+			lo, hi = page, page // each fault brought its page alone
+		}
+		return got
+	}
+	sweep := []bool{false, false, false, true, true, true}
+	none := []bool{false, false, false, false, false, false}
+	assert.Equal(t, sweep, walk(1, true), "page after page, full")
+	assert.Equal(t, none, walk(5, true), "a stride of five pages is no sweep when full")
+	assert.Equal(t, sweep, walk(5, false), "but is one with room to spare")
+	assert.Equal(t, none, walk(policy.SweepWindow+1, false), "past the window it never is")
+}
+
 func TestWindowAndNone(t *testing.T) {
 	assert.Len(t, touchSequentially(policy.NoPrefetch{}, 64), 64)
 	assert.Equal(t, []int{0, 9, 18, 27}, touchSequentially(policy.WindowPrefetch{Pages: 8}, 32))

@@ -51,6 +51,21 @@ func (r Residency) LocationOf(p int) (loc Device, ok bool) {
 	return 0, false
 }
 
+// Elsewhere returns the pages with a copy at some location other than
+// m, and none at m: bringing them to m is a copy.
+func (r Residency) Elsewhere(m Device) PageMask {
+	var out PageMask
+	for l := range r {
+		if l != m.Slot() {
+			out.Or(&r[l])
+		}
+	}
+	if m.Slot() < len(r) {
+		out.AndNot(&r[m.Slot()])
+	}
+	return out
+}
+
 // SoleHolder returns the location that holds all pages of a block of
 // pages pages while no other location holds any: the whole block in one
 // place. ok is false where the block is in pieces, has copies in two

@@ -325,15 +325,16 @@ type sweepState struct {
 }
 
 // sweep reports whether location m's fault at page p of the mover's block
-// continues a sweep (policy.SweepStep, PrefetchContext.Sweep).
-func (o *mover) sweep(m core.Device, p int) bool {
+// continues a sweep (policy.SweepStep, PrefetchContext.Sweep); full says
+// that m has no room to spare.
+func (o *mover) sweep(m core.Device, p int, full bool) bool {
 	l := m.Slot()
 	if l >= len(o.r.sweeps) {
 		return false
 	}
 	st := &o.r.sweeps[l]
 	page := int64(o.pageAddr(p)-o.r.start) >> core.PageShift
-	n, sweeping := policy.SweepStep(st.lo.Load()-1, st.hi.Load()-1, st.run.Load(), page)
+	n, sweeping := policy.SweepStep(st.lo.Load()-1, st.hi.Load()-1, st.run.Load(), page, full)
 	st.run.Store(n)
 	return sweeping
 }
@@ -356,8 +357,12 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	if o.h != nil {
 		ctx = &o.h.prefetchCtx
 	}
+	// Full: less than two blocks of room, since eviction frees whole
+	// blocks: right after one, a block's worth is free and soon gone.
+	full := !o.sess.srv.roomFor(m, 2*core.BlockSize)
 	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
-		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0))}
+		Elsewhere: b.resident.Elsewhere(m), Full: full,
+		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0), full)}
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p].Is(m)

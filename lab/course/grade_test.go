@@ -72,10 +72,22 @@ func liveRan(t *testing.T, r *grade.Report) bool {
 	return true
 }
 
+// knownLosses are the shipped traces where a sample solution loses to
+// its baseline, and why (lab/course/README.md says so too). The test
+// holds the sample to losing there by no more than the bound, and
+// nowhere else.
+var knownLosses = map[string]map[string]float64{
+	// Region LRU against lru on random single-page access: the server
+	// records evictions of whole 2 MiB blocks at about a fifth of the
+	// price per page of 64 KiB runs, and the trace prices the replay
+	// by them (1.24 of lru's time on the traces of 2026-11-26).
+	"eviction": {"pointer_chase.uvmtrace.gz": 1.3},
+}
+
 // TestSampleSolutionsBeatTheirBaselines: each assignment's sample
 // solution builds, is graded, and beats the baseline it is meant to
 // beat: the prefetcher and the eviction policy on every trace where the
-// oracle does better than the baseline, and live;
+// oracle does better than the baseline (but knownLosses), and live;
 // the thrashing policy on the traces where pages bounce between
 // processors (the shipped pingpong, the assignment's own turns; on the
 // others it can only tie) and live, losing nowhere.
@@ -97,6 +109,11 @@ func TestSampleSolutionsBeatTheirBaselines(t *testing.T) {
 						assert.Equal(t, grade.Beats, tr.Outcome, "%s: pages bounce here: it must win", tr.Trace)
 					}
 				default:
+					if bound, ok := knownLosses[a.Name][tr.Trace]; ok {
+						assert.Equal(t, grade.Loses, tr.Outcome, "%s: a known loss that is one no more: take it out of knownLosses", tr.Trace)
+						assert.LessOrEqual(t, tr.VsBaseline, bound, "%s: the known loss grew", tr.Trace)
+						continue
+					}
 					// Everywhere the oracle does better than the
 					// baseline; where it does not, nothing can.
 					assert.Contains(t, []string{grade.Beats, grade.Ties}, tr.Outcome, "%s: %.3f of %s's estimated time", tr.Trace, tr.VsBaseline, a.Baseline)
@@ -108,9 +125,9 @@ func TestSampleSolutionsBeatTheirBaselines(t *testing.T) {
 			if live {
 				assert.Equal(t, grade.Beats, r.Live.Outcome, "live: %.3f of %s's modeled time", r.Live.Ratio, a.Baseline)
 			}
-			assert.Zero(t, r.Verdict.Loses)
+			assert.Equal(t, len(knownLosses[a.Name]), r.Verdict.Loses, r.Verdict.Line)
 			assert.Zero(t, r.Verdict.Failed)
-			assert.True(t, r.Verdict.Pass, r.Verdict.Line)
+			assert.Equal(t, len(knownLosses[a.Name]) == 0, r.Verdict.Pass, r.Verdict.Line)
 		})
 	}
 }

@@ -115,11 +115,15 @@ record() {
 		rm -f "$out/$name.uvmtrace"
 		t0=$(now)
 		rc=0
+		# Eviction lru, not the default clock: clock watches the
+		# program's page table (hint faults), and a trace holds only the
+		# touches that faulted or that its access mode sampled, so a
+		# replay of clock cannot follow the server's choices.
 		if [ "$kind" = pingpong ]; then
-			timeout "$RECORD_TIMEOUT" "${pin[@]}" env UVM_SERVER=private "${flags[@]}" \
+			timeout "$RECORD_TIMEOUT" "${pin[@]}" env UVM_SERVER=private UVM_EVICTION=lru "${flags[@]}" \
 				UVM_TRACE="$out/$name.uvmtrace" "${cmd[@]}" < "$stdin" > "$name.out" || rc=$?
 		else
-			timeout "$RECORD_TIMEOUT" "${pin[@]}" "$UVM" trace record --quiet --out "$out/$name.uvmtrace" "${flags[@]}" \
+			timeout "$RECORD_TIMEOUT" "${pin[@]}" "$UVM" trace record --quiet --out "$out/$name.uvmtrace" --eviction lru "${flags[@]}" \
 				-- "${cmd[@]}" < "$stdin" > "$name.out" 2> "$name.err" || rc=$?
 		fi
 		t1=$(now)
