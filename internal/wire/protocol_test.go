@@ -100,6 +100,7 @@ func FuzzParseRequest(f *testing.F) {
 		EncodeFree(3, 1<<30),
 		EncodePrefetch(4, PrefetchRequest{Addr: 1 << 30, Length: 4096, Dst: 0}),
 		EncodeRangeAttrs(5, RangeRequest{Addr: 1 << 30, Length: 4096}),
+		EncodeDiscard(6, RangeRequest{Addr: 1 << 30, Length: 8192}),
 		encodeStats(6, StatsRequest{Scope: 1}),
 		EncodeInfo(7),
 		EncodeDeviceConnect(8, 1),
@@ -146,6 +147,8 @@ func FuzzParseRequest(f *testing.F) {
 				again = EncodeFree(h.Seq, r.Addr)
 			case MsgRangeAttrs:
 				again = EncodeRangeAttrs(h.Seq, r)
+			case MsgDiscard:
+				again = EncodeDiscard(h.Seq, r)
 			default: // device unmap
 				again = EncodeDeviceUnmap(h.Seq, r.Addr, r.Length)
 			}
