@@ -68,7 +68,9 @@
 // AdviseSetPreferredLocation (devices map the page there and bring it
 // there), AdviseSetAccessedBy (a device maps the page wherever it lives
 // and does not fault on it), and their Unset forms. RangeAttribute and
-// RangeAttributes answer cuMemRangeGetAttribute.
+// RangeAttributes answer cuMemRangeGetAttribute. Discard drops a range's
+// contents everywhere, as cudaMemDiscardBatchAsync: it reads as zeros
+// after, and holds no memory until touched again.
 //
 // # Statistics
 //
