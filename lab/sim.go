@@ -114,22 +114,11 @@ func (s *sim) addRange(id, start, bytes uint64) {
 
 // freeRange drops an allocation: its pages leave every location.
 func (s *sim) freeRange(r *simRange) {
+	var all core.PageMask
+	all.FillRange(0, core.PagesPerBlock)
 	for _, b := range r.blocks {
-		if b == nil {
-			continue
-		}
-		for l := range b.resident {
-			n := b.resident[l].Count()
-			if n == 0 {
-				continue
-			}
-			loc := core.DeviceAtSlot(l)
-			s.used[l] -= int64(n)
-			if s.pageEviction != nil {
-				s.pageEviction.LeftPages(b.ref, loc, b.resident[l])
-			}
-			s.eviction.Left(b.ref, loc)
-			b.resident[l] = core.PageMask{}
+		if b != nil {
+			s.dropPages(b, all)
 		}
 	}
 	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start >= r.start })
@@ -158,26 +147,32 @@ func (s *sim) discard(addr uint64, pages uint32) {
 		if b := r.blocks[bi]; b != nil {
 			var gone core.PageMask
 			gone.FillRange(first, first+n)
-			for l := range b.resident {
-				x := b.resident[l]
-				x.And(&gone)
-				if x.Empty() {
-					continue
-				}
-				loc := core.DeviceAtSlot(l)
-				s.used[l] -= int64(x.Count())
-				b.resident[l].AndNot(&x)
-				if s.pageEviction != nil {
-					s.pageEviction.LeftPages(b.ref, loc, x)
-				}
-				if b.resident[l].Empty() {
-					s.eviction.Left(b.ref, loc)
-				}
-			}
-			b.hostMapped.AndNot(&gone)
+			s.dropPages(b, gone)
 		}
 		p += uint64(n)
 	}
+}
+
+// dropPages drops every location's copies of b's pages of gone (a free,
+// a discard), telling the eviction policies.
+func (s *sim) dropPages(b *simBlock, gone core.PageMask) {
+	for l := range b.resident {
+		x := b.resident[l]
+		x.And(&gone)
+		if x.Empty() {
+			continue
+		}
+		loc := core.DeviceAtSlot(l)
+		s.used[l] -= int64(x.Count())
+		b.resident[l].AndNot(&x)
+		if s.pageEviction != nil {
+			s.pageEviction.LeftPages(b.ref, loc, x)
+		}
+		if b.resident[l].Empty() {
+			s.eviction.Left(b.ref, loc)
+		}
+	}
+	b.hostMapped.AndNot(&gone)
 }
 
 // mover is one operation on one block, as the server's mover is.
@@ -265,21 +260,17 @@ func (o *mover) expand(m core.Device, faulted core.PageMask) core.PageMask {
 	b := o.b
 	s := o.s
 	ctx := &s.prefetchCtx
-	full := !s.roomFor(m, 2*core.PagesPerBlock) // the server's test: less than two blocks of room
+	full := !s.roomFor(m, policy.FullRoomBlocks*core.PagesPerBlock)
+	elsewhere, here := core.Residency(b.resident[:]).Elsewhere(m), b.resident[m.Slot()]
 	*ctx = policy.PrefetchContext{Block: b.ref, Processor: m, Now: s.now, Pages: b.pages, Faulted: faulted,
-		ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
-		Elsewhere: core.Residency(b.resident[:]).Elsewhere(m), Full: full,
+		ResidentOnDest: here, Populated: !elsewhere.Empty() || !here.Empty(),
+		Elsewhere: elsewhere, Full: full,
 		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0), full)}
 	if s.thrashing != nil && b.thrash != nil {
 		s.thrashing.Avoid(b.thrash, b.pages, s.now, &ctx.Thrashing)
 	}
-	extra := s.prefetch.Expand(ctx)
-	extra.TrimTo(b.pages)
-	brought := extra
-	brought.Or(&faulted)
+	extra, brought := policy.Expanded(s.prefetch, ctx)
 	o.noteFetch(m, brought)
-	extra.AndNot(&b.resident[m.Slot()])
-	extra.AndNot(&faulted)
 	return extra
 }
 
@@ -441,25 +432,17 @@ func (s *sim) reserve(o *mover, dst core.Device, need int64) bool {
 // enough, the block's own host pages not in keep go, lowest first.
 func (o *mover) overBudget(keep core.PageMask) {
 	s := o.s
-	if s.hostBudget <= 0 {
+	want := core.PagesOverBudget(s.used[core.CPU.Slot()], s.hostBudget)
+	if want == 0 {
 		return
 	}
-	over := s.used[core.CPU.Slot()]*core.PageSize - s.hostBudget
-	if over <= 0 {
-		return
-	}
-	want := (over + core.PageSize - 1) / core.PageSize
 	moved := s.evict(o, core.CPU, want)
 	if moved >= want {
 		return
 	}
 	pages := o.b.resident[core.CPU.Slot()]
 	pages.AndNot(&keep)
-	var victims core.PageMask
-	for p, k := pages.NextSet(0), int64(0); p >= 0 && k < want-moved; p, k = pages.NextSet(p+1), k+1 {
-		victims.Set(p)
-	}
-	if !victims.Empty() {
+	if victims := pages.Lowest(int(want - moved)); !victims.Empty() {
 		s.evictPages(o.b, core.CPU, victims)
 	}
 }

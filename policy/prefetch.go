@@ -34,10 +34,10 @@ type PrefetchContext struct {
 	// bringing one is a copy, where a page resident nowhere is a fresh
 	// zero-filled page.
 	Elsewhere core.PageMask
-	// Full reports that the faulting processor has no room for another
-	// block without evicting (the host at its budget, a device's arena
-	// full): every page brought beyond the faulted ones pushes a page
-	// out, which may be wanted sooner than the one brought.
+	// Full reports that the faulting processor has room for fewer than
+	// FullRoomBlocks blocks without evicting (the host at its budget, a
+	// device's arena full): every page brought beyond the faulted ones
+	// pushes a page out, which may be wanted sooner than the one brought.
 	Full bool
 	// DestIsPreferred reports that the faulting processor is the
 	// preferred location of the range.
@@ -192,6 +192,26 @@ func (s PrefetchSpec) String() string {
 		return DefaultPrefetch.String()
 	}
 	return s.Policy
+}
+
+// FullRoomBlocks is the room, in blocks, below which a processor is full
+// (PrefetchContext.Full): two, since eviction frees whole blocks, and
+// right after one a block's worth is free and soon gone.
+const FullRoomBlocks = 2
+
+// Expanded asks p which pages to bring with c's faulted ones. extra is
+// what it chose less the pages already at the destination and the
+// faulted ones; brought is everything the fault brings, faulted pages
+// included (what the sweep test remembers). The server and the lab's
+// replay both call it.
+func Expanded(p PrefetchPolicy, c *PrefetchContext) (extra, brought core.PageMask) {
+	extra = p.Expand(c)
+	extra.TrimTo(c.Pages)
+	brought = extra
+	brought.Or(&c.Faulted)
+	extra.AndNot(&c.ResidentOnDest)
+	extra.AndNot(&c.Faulted)
+	return extra, brought
 }
 
 // How the server tells a sweep (PrefetchContext.Sweep): SweepWindow is

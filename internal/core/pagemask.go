@@ -116,6 +116,26 @@ func (m *PageMask) TrimTo(n int) {
 	m.And(&keep)
 }
 
+// Lowest returns the lowest n pages of m (all of them where m holds
+// fewer).
+func (m *PageMask) Lowest(n int) PageMask {
+	var out PageMask
+	for p, k := m.NextSet(0), 0; p >= 0 && k < n; p, k = m.NextSet(p+1), k+1 {
+		out.Set(p)
+	}
+	return out
+}
+
+// PagesOverBudget is how many pages must leave a host holding used
+// pages to bring it within budget bytes (0 where it is within, or has
+// no budget).
+func PagesOverBudget(used, budget int64) int64 {
+	if budget <= 0 {
+		return 0
+	}
+	return max(used*PageSize-budget+PageSize-1, 0) / PageSize
+}
+
 // NextSet returns the first page at or after i in the set, or -1.
 func (m *PageMask) NextSet(i int) int {
 	for i < PagesPerBlock {

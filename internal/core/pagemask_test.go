@@ -114,3 +114,21 @@ func (m *model) mask() (pm PageMask) {
 	}
 	return pm
 }
+
+func TestLowestAndPagesOverBudget(t *testing.T) {
+	var m PageMask
+	m.Set(3)
+	m.Set(64)
+	m.Set(200)
+	got := m.Lowest(2)
+	assert.Equal(t, 2, got.Count())
+	assert.True(t, got.Test(3) && got.Test(64) && !got.Test(200))
+	assert.Equal(t, m, m.Lowest(5), "fewer than asked: all of them")
+	none := m.Lowest(0)
+	assert.True(t, none.Empty())
+
+	assert.Equal(t, int64(0), PagesOverBudget(100, 0), "no budget")
+	assert.Equal(t, int64(0), PagesOverBudget(10, 10*PageSize), "at the budget")
+	assert.Equal(t, int64(1), PagesOverBudget(10, 10*PageSize-1), "a byte over is a page")
+	assert.Equal(t, int64(3), PagesOverBudget(13, 10*PageSize))
+}

@@ -43,24 +43,13 @@ func (sess *session) discard(addr, length uintptr) error {
 // held.
 func (o *mover) discard(pages core.PageMask) {
 	b := o.b
-	srv := o.sess.srv
 	var populated core.PageMask
 	for l := range b.resident {
 		x := b.resident[l]
 		x.And(&pages)
-		if x.Empty() {
-			continue
-		}
-		populated.Or(&x)
-		loc := core.DeviceAtSlot(l)
-		o.drop(loc, x)
-		b.resident[l].AndNot(&x)
-		srv.leftPages(b, loc, x)
-		if loc == core.CPU {
-			srv.hostPages.Add(-int64(x.Count()))
-		}
-		if b.resident[l].Empty() {
-			srv.eviction.Left(b.ref, loc)
+		if !x.Empty() {
+			populated.Or(&x)
+			o.dropCopies(core.DeviceAtSlot(l), x)
 		}
 	}
 	// Speculative pages that go untouched were prefetched for nothing.

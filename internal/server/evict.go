@@ -234,15 +234,10 @@ func (s *Server) roomiestDevice(n int64) (core.Device, bool) {
 // keep, which stay.
 func (o *mover) overBudget(keep core.PageMask) {
 	srv := o.sess.srv
-	budget := srv.cfg.HostBudget
-	if budget <= 0 {
+	want := core.PagesOverBudget(srv.hostPages.Load(), srv.cfg.HostBudget)
+	if want == 0 {
 		return
 	}
-	over := srv.hostPages.Load()*core.PageSize - budget
-	if over <= 0 {
-		return
-	}
-	want := (over + core.PageSize - 1) / core.PageSize
 	moved, _ := o.evict(core.CPU, want) // the budget is soft: busy blocks go next time
 	if moved >= want {
 		return
@@ -252,11 +247,7 @@ func (o *mover) overBudget(keep core.PageMask) {
 	// pages go, lowest first, never those this move just brought.
 	pages := o.b.resident[core.CPU.Slot()]
 	pages.AndNot(&keep)
-	var victims core.PageMask
-	for p, k := pages.NextSet(0), int64(0); p >= 0 && k < want-moved; p, k = pages.NextSet(p+1), k+1 {
-		victims.Set(p)
-	}
-	if !victims.Empty() {
+	if victims := pages.Lowest(int(want - moved)); !victims.Empty() {
 		evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, core.CPU, victims)
 	}
 }

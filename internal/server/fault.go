@@ -357,11 +357,10 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	if o.h != nil {
 		ctx = &o.h.prefetchCtx
 	}
-	// Full: less than two blocks of room, since eviction frees whole
-	// blocks: right after one, a block's worth is free and soon gone.
-	full := !o.sess.srv.roomFor(m, 2*core.BlockSize)
-	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: b.resident[m.Slot()], Populated: b.populated(),
-		Elsewhere: b.resident.Elsewhere(m), Full: full,
+	full := !o.sess.srv.roomFor(m, policy.FullRoomBlocks*core.BlockSize)
+	elsewhere, here := b.resident.Elsewhere(m), b.resident[m.Slot()]
+	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: here, Populated: !elsewhere.Empty() || !here.Empty(),
+		Elsewhere: elsewhere, Full: full,
 		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0), full)}
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
@@ -370,13 +369,8 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	if th := o.sess.srv.thrashing; th != nil && b.thrash != nil {
 		th.Avoid(b.thrash, b.pages, clock(o.sess.srv.nowMicros()), &ctx.Thrashing)
 	}
-	extra := o.r.prefetch.Expand(ctx)
-	extra.TrimTo(b.pages)
-	brought := extra
-	brought.Or(&faulted)
+	extra, brought := policy.Expanded(o.r.prefetch, ctx)
 	o.noteFetch(m, brought)
-	extra.AndNot(&b.resident[m.Slot()])
-	extra.AndNot(&faulted)
 	extra.And(&t.mapped)
 	return extra
 }

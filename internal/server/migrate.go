@@ -598,6 +598,24 @@ func (o *mover) drop(l core.Device, pages core.PageMask) {
 	o.released(l, pages)
 }
 
+// dropCopies frees location l's copies of pages, which it holds, and
+// forgets them there: in the residency, the host's page count and the
+// eviction policies. Read duplication collapsing to one copy and a
+// discard both come here.
+func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
+	b := o.b
+	srv := o.sess.srv
+	o.drop(l, pages)
+	b.resident[l.Slot()].AndNot(&pages)
+	srv.leftPages(b, l, pages)
+	if l == core.CPU {
+		srv.hostPages.Add(-int64(pages.Count()))
+	}
+	if b.resident[l.Slot()].Empty() {
+		srv.eviction.Left(b.ref, l)
+	}
+}
+
 // release lets the writers that holders held go: with unprotect (some
 // pages stayed) their protection is lifted, else they are woken to fault
 // again.

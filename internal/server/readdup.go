@@ -98,7 +98,6 @@ func (o *mover) duplicateRuns(t target, pages core.PageMask, copied *int64) erro
 // collapseTo makes keep's copies of pages the only ones, and writable.
 func (o *mover) collapseTo(keep core.Device, pages core.PageMask) {
 	b := o.b
-	srv := o.sess.srv
 	pages.And(&b.resident[keep.Slot()])
 	dropped := false
 	for l := range b.resident {
@@ -110,16 +109,8 @@ func (o *mover) collapseTo(keep core.Device, pages core.PageMask) {
 		if x.Empty() {
 			continue
 		}
-		o.drop(core.DeviceAtSlot(l), x)
-		b.resident[l].AndNot(&x)
-		srv.leftPages(b, core.DeviceAtSlot(l), x)
+		o.dropCopies(core.DeviceAtSlot(l), x)
 		dropped = true
-		if core.DeviceAtSlot(l) == core.CPU {
-			srv.hostPages.Add(-int64(x.Count()))
-		}
-		if b.resident[l].Empty() {
-			srv.eviction.Left(b.ref, core.DeviceAtSlot(l))
-		}
 	}
 	if !dropped {
 		return
