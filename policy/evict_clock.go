@@ -55,7 +55,9 @@ type Observing interface {
 //     and at least twice the victims asked for, are watched: their pages
 //     are unmapped, so that a touch shows.
 //   - Victims come from the front of the inactive list. A watched block
-//     the processor did not touch since is a victim. One it touched goes
+//     the processor did not touch since is a victim; it is judged no
+//     sooner than the call of Victims after the one that watched it, so
+//     that the program has run between the two. One it touched goes
 //     to the back of the inactive list, to be watched again (a block
 //     that just arrived is touched while it is filled or scanned); one
 //     touched on two passes in a row goes to the back of the active
@@ -79,7 +81,8 @@ type clockEntry struct {
 	b          *Block
 	active     bool
 	watched    bool
-	referenced bool // touched once while watched on probation
+	watchedAt  uint64 // clockProc.calls when the watch was set
+	referenced bool   // touched once while watched on probation
 	elem       *list.Element
 }
 
@@ -89,6 +92,12 @@ type clockProc struct {
 	active   list.List // of *clockEntry, front = next to demote
 	ghost    list.List // of *Block, front = evicted longest ago
 	ghosts   map[*Block]*list.Element
+	// calls counts the calls of Victims begun: a call judges only the
+	// blocks watched before it began (watchedAt below its own number),
+	// so that the program has had the time between two calls to touch
+	// them, and no call judges what it, or one running beside it, has
+	// just unmapped.
+	calls uint64
 }
 
 // NewHintClock makes an empty HintClock.
@@ -201,12 +210,17 @@ func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
 	}
 	start := len(out)
 	var judge, watch []*clockEntry
+	var call uint64
 	for round := 0; round < 8 && len(out)-start < n; round++ {
 		c.mu.Lock()
 		s := c.procs[p]
 		if s == nil {
 			c.mu.Unlock()
 			return out
+		}
+		if round == 0 {
+			s.calls++
+			call = s.calls
 		}
 		s.balance()
 		judge, watch = judge[:0], watch[:0]
@@ -215,7 +229,7 @@ func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
 			k := 0
 			for el := s.inactive.Front(); el != nil && k < lookAhead; el, k = el.Next(), k+1 {
 				if e := el.Value.(*clockEntry); e.watched {
-					if len(judge) < 2*n {
+					if len(judge) < 2*n && e.watchedAt < call {
 						judge = append(judge, e)
 					}
 				} else {
@@ -238,7 +252,7 @@ func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
 		c.mu.Lock()
 		for i, e := range watch {
 			if watchedOK[i] && s.entries[e.b] == e && !e.active {
-				e.watched = true
+				e.watched, e.watchedAt = true, s.calls
 			}
 		}
 		promoted := false

@@ -156,3 +156,56 @@ func TestHintClockRefaultIsActive(t *testing.T) {
 	require.Equal(t, bs[1:4], c.Victims(core.CPU, 3, nil), "the refaulted block must come after those on probation")
 	require.Equal(t, fmt.Sprint(bs[1:4]), fmt.Sprint(c.Victims(core.CPU, 3, nil)), "asking again offers the same")
 }
+
+// callLog is a pageTable that notes, for each block, the Victims call
+// in which it was last watched, and fails the test when a block is
+// judged in that same call.
+type callLog struct {
+	*pageTable
+	t         *testing.T
+	call      int
+	watchedIn map[*Block]int
+	judged    int
+}
+
+func (l *callLog) Watch(b *Block, p Processor) bool {
+	l.watchedIn[b] = l.call
+	return l.pageTable.Watch(b, p)
+}
+
+func (l *callLog) Touched(b *Block, p Processor) int {
+	l.judged++
+	require.NotEqual(l.t, l.call, l.watchedIn[b], "block %#x judged in the call that watched it: the program had no time to touch it", b.Addr)
+	return l.pageTable.Touched(b, p)
+}
+
+// TestHintClockJudgesOnlyWhatWasWatchedBeforeTheCall: a call that finds
+// a watched block touched goes round again; the blocks it has just
+// unmapped must wait for a later call, or they are victims for want of
+// a touch the program could not yet make.
+func TestHintClockJudgesOnlyWhatWasWatchedBeforeTheCall(t *testing.T) {
+	c := NewHintClock()
+	log := &callLog{pageTable: newPageTable(), t: t, watchedIn: map[*Block]int{}}
+	c.Observe(log)
+	var bs []*Block
+	for i := 0; i < 8; i++ {
+		b := &Block{Addr: uintptr(i) * core.BlockSize, Pages: core.PagesPerBlock}
+		bs = append(bs, b)
+		c.Arrived(b, core.CPU, b.Pages, CauseFault)
+	}
+	for call := 1; call <= 6; call++ {
+		log.call = call
+		vs := c.Victims(core.CPU, 1, nil)
+		require.Len(t, vs, 1)
+		// The program touches every block but the victim, which leaves.
+		for _, b := range bs {
+			if b != vs[0] {
+				log.touch(b)
+			}
+		}
+		c.Left(vs[0], core.CPU)
+		c.Arrived(vs[0], core.CPU, vs[0].Pages, CauseFault) // and comes back
+		log.touch(vs[0])
+	}
+	require.Positive(t, log.judged, "nothing was judged")
+}

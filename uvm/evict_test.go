@@ -129,7 +129,8 @@ func TestClockKeepsBlocksInUseThroughAScan(t *testing.T) {
 	clock := hotEvictionsThroughAScan(t, "clock")
 	t.Logf("hot pages evicted: lru %d, clock %d", lru, clock)
 	assert.Greater(t, lru, uint64(8*BlockSize/PageSize), "lru should lose the hot blocks again and again")
-	// Measured: 5-7 blocks' worth, all before the hand had passed once;
-	// with nothing watched, 21.
+	// Measured: 2-7 blocks' worth, all before the hand had passed once
+	// (with blocks judged in the call that watched them, 14-46: half the
+	// runs failed); with nothing watched, 21.
 	assert.LessOrEqual(t, clock, uint64(14*BlockSize/PageSize), "clock evicted blocks in use")
 }
