@@ -11,6 +11,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/policy"
 )
 
 // Blocks that move whole go as one 2 MiB folio; single pages then fault
@@ -286,4 +287,81 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 	assert.GreaterOrEqual(t, served.Missing, uint64(blocks), "the pages on device 0 came back by missing faults")
 	assert.LessOrEqual(t, served.Missing, uint64(blocks+duplicates), "the pages on device 0 came back by missing faults")
 	assert.Less(t, kernel, pages/8, "the kernel's minor faults while reading %d rebuilt pages", pages)
+}
+
+// TestLargeFolioDeviceFaultsTakeWholeBlocks: a kernel sweeping blocks
+// that live on the host brings each whole once the sweep shows, as one
+// folio in the device's file that its threads map with the kernel's own
+// minor faults; the host sweeping them back then takes each whole (the
+// device holds it in one folio). No page write-protect-faults on the
+// way, pass after pass: a page that left a view by a whole move leaves
+// no protection behind that its return by a write into the file would
+// meet. Every byte is checked after each pass.
+func TestLargeFolioDeviceFaultsTakeWholeBlocks(t *testing.T) {
+	cfg := largeFolioConfig(t)
+	var err error
+	cfg.Thrashing, err = policy.ParseThrashingSpec("off") // the ping-pong is the point
+	require.NoError(t, err)
+	s := newSession(t, cfg)
+	in, err := s.Info()
+	require.NoError(t, err)
+	if !strings.HasPrefix(in.LargeFolios, "on") {
+		t.Skipf("large folios: %s", in.LargeFolios)
+	}
+	const blocks = 8
+	size := int64(blocks * BlockSize)
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	defer a.Free()
+	b := a.Bytes()
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*11 + i/PageSize + 3)
+	}
+	copy(b, want)
+	// A thread interrupted while it waits in a fault faults again (the
+	// Go runtime preempts with signals), and a sweep shows only after
+	// policy.SweepRun faults, which bring pieces.
+	const duplicates = 2
+	most := uint64(blocks + 2*policy.SweepRun + duplicates)
+	faults := func(before, after Stats, p Device) ProcessorFaults {
+		b, f := before.FaultsBy(p), after.FaultsBy(p)
+		return ProcessorFaults{Processor: p, Missing: f.Missing - b.Missing, Minor: f.Minor - b.Minor, WriteProtect: f.WriteProtect - b.WriteProtect}
+	}
+	for pass := range 3 {
+		before, err := a.Stats()
+		require.NoError(t, err)
+		require.NoError(t, s.Launch(0, nil, "addOne", 1, rangeParams(a.Addr(), size, 0)))
+		require.NoError(t, s.DeviceSynchronize(0))
+		for i := range want {
+			want[i]++
+		}
+		mid, err := a.Stats()
+		require.NoError(t, err)
+		sameBytes(t, want, b, fmt.Sprintf("pass %d, read back on the host", pass))
+		after, err := a.Stats()
+		require.NoError(t, err)
+		dev, host := faults(before, mid, Device(0)), faults(mid, after, CPU)
+		t.Logf("pass %d: device %+v, host %+v", pass, dev, host)
+		assert.LessOrEqual(t, dev.WriteProtect, uint64(duplicates), "pass %d: the device's write-protect faults", pass)
+		assert.LessOrEqual(t, dev.Total(), most, "pass %d: the device's faults, sweeping %d blocks", pass, blocks)
+		assert.LessOrEqual(t, host.Total(), most, "pass %d: the host's faults, sweeping %d blocks", pass, blocks)
+	}
+	// The blocks are on the host again; on the device, each was one
+	// folio: one page leaving a block there breaks it.
+	require.NoError(t, s.Launch(0, nil, "addOne", 1, rangeParams(a.Addr(), size, 0)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	in, err = s.Info()
+	require.NoError(t, err)
+	was := in.FoliosRebuilt
+	for blk := range blocks {
+		require.NoError(t, s.Prefetch(a.Addr()+uintptr(blk*BlockSize+9*PageSize), PageSize, CPU))
+	}
+	in, err = s.Info()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, in.FoliosRebuilt-was, uint64(blocks-1), "device blocks rebuilt as a page left each: the kernel's faults brought them as one folio")
+	for i := range want {
+		want[i]++
+	}
+	sameBytes(t, want, b, "after the last pass")
 }

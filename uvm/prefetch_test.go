@@ -230,3 +230,30 @@ func (everyOther) Expand(c *policy.PrefetchContext) (m core.PageMask) {
 	}
 	return m
 }
+
+// A sweep with room to spare brings the whole block from wherever it
+// lives, in 4 KiB folios or one: a whole block moves as one folio, and
+// goes on moving so (launch and touch, where both sides sweep). Without
+// the sweep, and on a full processor, the density tree decides.
+func TestDensitySweepWithRoomBringsTheWholeBlock(t *testing.T) {
+	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, Sweep: true}
+	c.Elsewhere.FillRange(0, core.PagesPerBlock) // all of it on a device, in small folios
+	c.Faulted.Set(40)
+	got := policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, core.PagesPerBlock, got.Count(), "a sweep with room brings the whole block")
+
+	c.Sweep = false
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	var bigPage core.PageMask
+	bigPage.FillRange(32, 48)
+	assert.Equal(t, bigPage, got, "out of a sweep, the faulted big page")
+
+	c.Sweep, c.Full = true, true
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, bigPage, got, "a sweep on a full processor brings what the tree wants")
+
+	c.Full = false
+	c.Thrashing.Set(100)
+	got = policy.DensityPrefetch{Threshold: 51}.Expand(&c)
+	assert.Equal(t, bigPage, got, "nor does a block that thrashes come whole")
+}

@@ -437,6 +437,10 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 			// One folio written, then mapped in one UFFDIO_CONTINUE
 			// (continue.go).
 			return o.moveWhole(rn, t, dstFile)
+		case touching && dstFile.Large() && o.faultsInFromOwnFile(t):
+			// One folio written; the device's threads map its pages
+			// with the kernel's own minor faults (faultsInFromOwnFile).
+			return o.moveWhole(rn, t, dstFile)
 		case touching && rn.populated && o.mayBeLarge(rn.src):
 			return o.moveWholeInstalled(rn, t)
 		}
@@ -619,6 +623,19 @@ func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
 // release lets the writers that holders held go: with unprotect (some
 // pages stayed) their protection is lifted, else they are woken to fault
 // again.
+// releaseMoved lets go of holders once the block's pages in
+// [addr, addr+span) have left their file: the punch left a write-protect
+// marker in each holder's page table where a protected page was, and
+// a marker outlives the page. Were a page to come back into that file by
+// a write (moveWhole) rather than an install, the holder's next write
+// would take a write-protect fault for it, one round trip per page, so
+// the markers are cleared (which wakes the writers, whose retry faults
+// as missing). Under the launch coherence model the host view's
+// protection is the dirty tracking, and is left as it is.
+func (o *mover) releaseMoved(holders []*view, addr, span uintptr) {
+	o.release(holders, addr, span, o.sess.launch == nil)
+}
+
 func (o *mover) release(holders []*view, addr, span uintptr, unprotect bool) {
 	for _, v := range holders {
 		if unprotect {

@@ -78,7 +78,11 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 		o.b.large |= 1 << rn.src.Slot()
 	}
 	o.released(rn.src, done)
-	o.release(holders, addr, span, done.Empty())
+	if done.Empty() {
+		o.release(holders, addr, span, true)
+	} else {
+		o.releaseMoved(holders, addr, span)
+	}
 	if err == nil {
 		o.wakeTarget(rn, t, addr, span)
 	}
@@ -87,12 +91,16 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 
 // touching reports whether the view run rn moves into is touching the
 // block now: a fault brings it, into the faulting view's mapping. Such
-// pages are installed (UFFDIO_COPY) rather than written into the file
-// as one folio: a page the file holds but the view does not map costs
-// the view a minor fault at its first touch, one per page, since the
-// kernel maps no neighbours (fault-around) in a range registered for
-// write-protect faults; on this kind of VM a fault costs 10-13 us, and
-// 512 of them cost more than the 512 page allocations the folio saves.
+// pages are written into the file as one folio only where the view then
+// maps them cheaply: the host's with one UFFDIO_CONTINUE
+// (continuesInto), a device's own file with the kernel's minor faults
+// (faultsInFromOwnFile); elsewhere they are installed (UFFDIO_COPY). A
+// page the file holds but the view does not map costs the view a minor
+// fault at its first touch, one per page, since the kernel maps no
+// neighbours (fault-around) in a range registered for write-protect
+// faults: about 1 us here. (It was measured at 10-13 us while the
+// write-protect markers that pages moving away left made each such
+// fault a round trip to the server: releaseMoved.)
 func (o *mover) touching(rn run, t target) bool {
 	return o.cause == policy.CauseFault && rn.mapped && t.via != nil
 }
@@ -143,7 +151,11 @@ func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
 		}
 	}
 	o.released(rn.src, done)
-	o.release(holders, addr, span, done.Count() < core.PagesPerBlock)
+	if done.Count() < core.PagesPerBlock {
+		o.release(holders, addr, span, true)
+	} else {
+		o.releaseMoved(holders, addr, span)
+	}
 	return done, err
 }
 
@@ -205,7 +217,30 @@ func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
 		o.continuePages(t.via, pages, rn.first)
 		return
 	}
+	if o.sess.launch == nil {
+		// Clear the write-protect markers that pages of the block left
+		// in this view when they moved away page by page
+		// (releaseMoved), which also wakes its threads: the view holds
+		// none of the block's pages still, so none is protected for a
+		// reason.
+		_ = t.via.uffd.WriteProtect(addr, span, false, false)
+		return
+	}
 	_ = t.via.uffd.Wake(addr, span)
+}
+
+// faultsInFromOwnFile reports whether a whole block that a fault of
+// t's view brings is written into the view's own file as one folio and
+// left for the kernel to map, page by page, as the view's threads touch
+// it: a device's view, which registers no MINOR faults, faulting on a
+// block its own file takes. Each such minor fault costs about 1 us
+// here, where installing the page with UFFDIO_COPY allocates it (1.4 us)
+// and, when it leaves, frees it alone; one folio is allocated and freed
+// whole, and the block leaves the device as one folio, which the host
+// takes at several times the rate. Not in ranges that audit prefetched
+// pages by their mappings.
+func (o *mover) faultsInFromOwnFile(t target) bool {
+	return t.via != nil && t.dst != core.CPU && t.via.loc == t.dst && !o.r.trackPrefetch
 }
 
 // copyWhole carries the block at off from src to dst: read into staging
