@@ -627,13 +627,29 @@ func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
 // [addr, addr+span) have left their file: the punch left a write-protect
 // marker in each holder's page table where a protected page was, and
 // a marker outlives the page. Were a page to come back into that file by
-// a write (moveWhole) rather than an install, the holder's next write
-// would take a write-protect fault for it, one round trip per page, so
-// the markers are cleared (which wakes the writers, whose retry faults
-// as missing). Under the launch coherence model the host view's
-// protection is the dirty tracking, and is left as it is.
+// a write (moveWhole) and be mapped by the kernel's minor fault, the
+// holder's next write would take a write-protect fault for it, one round
+// trip per page, so a device view's markers are cleared (which wakes its
+// writers, whose retry faults as missing). The host view's are left
+// where UFFDIO_CONTINUE maps what comes back (it maps over a marker), as
+// clearing them cost a whole-block prefetch to a device a tenth of its
+// rate, and under the launch coherence model, where the host view's
+// protection is its dirty tracking.
 func (o *mover) releaseMoved(holders []*view, addr, span uintptr) {
-	o.release(holders, addr, span, o.sess.launch == nil)
+	for _, v := range holders {
+		if o.keepsMarkers(v) {
+			_ = v.uffd.Wake(addr, span)
+		} else {
+			_ = v.uffd.WriteProtect(addr, span, false, false)
+		}
+	}
+}
+
+// keepsMarkers reports whether write-protect markers are left in view v
+// (releaseMoved): the host view's, under the launch coherence model or
+// where the pages that come back are mapped with UFFDIO_CONTINUE.
+func (o *mover) keepsMarkers(v *view) bool {
+	return v.loc == core.CPU && (o.sess.launch != nil || o.sess.hostMinor() && !o.r.trackPrefetch)
 }
 
 func (o *mover) release(holders []*view, addr, span uintptr, unprotect bool) {

@@ -217,7 +217,7 @@ func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
 		o.continuePages(t.via, pages, rn.first)
 		return
 	}
-	if o.sess.launch == nil {
+	if !o.keepsMarkers(t.via) {
 		// Clear the write-protect markers that pages of the block left
 		// in this view when they moved away page by page
 		// (releaseMoved), which also wakes its threads: the view holds
