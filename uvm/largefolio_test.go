@@ -181,6 +181,36 @@ func largeFolioConfig(t *testing.T) ServerConfig {
 	return cfg
 }
 
+// largeFolioSession starts a session with cfg, and skips the test where
+// its server could not turn large folios on.
+func largeFolioSession(t *testing.T, cfg ServerConfig) *Session {
+	t.Helper()
+	s := newSession(t, cfg)
+	in, err := s.Info()
+	require.NoError(t, err)
+	if !strings.HasPrefix(in.LargeFolios, "on") {
+		t.Skipf("large folios: %s", in.LargeFolios)
+	}
+	return s
+}
+
+// patternedManaged allocates size bytes of managed memory (freed when the test
+// ends) and writes byte i as i*mul + i/PageSize + add, different on
+// every page; it returns the allocation, its bytes and what was written.
+func patternedManaged(t *testing.T, s *Session, size int64, mul, add int) (*Allocation, []byte, []byte) {
+	t.Helper()
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, a.Free()) })
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*mul + i/PageSize + add)
+	}
+	b := a.Bytes()
+	copy(b, want)
+	return a, b, want
+}
+
 // minorFaultsOfProcess is the kernel's count of this process's minor
 // faults (/proc/self/stat, field 10).
 func minorFaultsOfProcess(t *testing.T) uint64 {
@@ -197,26 +227,12 @@ func minorFaultsOfProcess(t *testing.T) uint64 {
 // one of its pages left) fault to the server once per block, not once
 // per page to the kernel. A prefetch to the CPU maps what it brings.
 func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
-	cfg := largeFolioConfig(t)
-	s := newSession(t, cfg)
-	in, err := s.Info()
-	require.NoError(t, err)
-	if !strings.HasPrefix(in.LargeFolios, "on") {
-		t.Skipf("large folios: %s", in.LargeFolios)
-	}
+	s := largeFolioSession(t, largeFolioConfig(t))
 	const blocks = 4
 	size := int64(blocks * BlockSize)
 	// The default prefetch policy: a fault on a block held whole elsewhere
 	// brings the whole block (largeElsewhere).
-	a, err := s.MallocManaged(size)
-	require.NoError(t, err)
-	defer a.Free()
-	b := a.Bytes()
-	want := make([]byte, size)
-	for i := range want {
-		want[i] = byte(i*13 + i/PageSize + 5)
-	}
-	copy(b, want)
+	a, b, want := patternedManaged(t, s, size, 13, 5)
 	check := func(step string) {
 		t.Helper()
 		sameBytes(t, want, b, step)
@@ -276,7 +292,7 @@ func TestLargeFolioHostBlocksMappedWhole(t *testing.T) {
 		addr := a.Addr() + uintptr(blk*BlockSize+100*PageSize)
 		require.NoError(t, s.Prefetch(addr, PageSize, 0))
 	}
-	in, err = s.Info()
+	in, err := s.Info()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, in.FoliosRebuilt, uint64(blocks), "host blocks rebuilt as a page left each")
 	served, kernel = read("after one page of each block left for device 0")
@@ -302,23 +318,10 @@ func TestLargeFolioDeviceFaultsTakeWholeBlocks(t *testing.T) {
 	var err error
 	cfg.Thrashing, err = policy.ParseThrashingSpec("off") // the ping-pong is the point
 	require.NoError(t, err)
-	s := newSession(t, cfg)
-	in, err := s.Info()
-	require.NoError(t, err)
-	if !strings.HasPrefix(in.LargeFolios, "on") {
-		t.Skipf("large folios: %s", in.LargeFolios)
-	}
+	s := largeFolioSession(t, cfg)
 	const blocks = 8
 	size := int64(blocks * BlockSize)
-	a, err := s.MallocManaged(size)
-	require.NoError(t, err)
-	defer a.Free()
-	b := a.Bytes()
-	want := make([]byte, size)
-	for i := range want {
-		want[i] = byte(i*11 + i/PageSize + 3)
-	}
-	copy(b, want)
+	a, b, want := patternedManaged(t, s, size, 11, 3)
 	// A thread interrupted while it waits in a fault faults again (the
 	// Go runtime preempts with signals), and a sweep shows only after
 	// policy.SweepRun faults, which bring pieces.
@@ -351,7 +354,7 @@ func TestLargeFolioDeviceFaultsTakeWholeBlocks(t *testing.T) {
 	// folio: one page leaving a block there breaks it.
 	require.NoError(t, s.Launch(0, nil, "addOne", 1, rangeParams(a.Addr(), size, 0)))
 	require.NoError(t, s.DeviceSynchronize(0))
-	in, err = s.Info()
+	in, err := s.Info()
 	require.NoError(t, err)
 	was := in.FoliosRebuilt
 	for blk := range blocks {
