@@ -46,11 +46,13 @@ type simBlock struct {
 	// page is then a MINOR fault where the host view registers them).
 	hostMapped core.PageMask
 	// wpMarked is, per device, the pages that left it while its view
-	// mapped them: the move write-protected them there first, and the
-	// kernel keeps that protection as a marker in the page table when the
-	// page is punched. A page that comes back without the device's own
-	// install (an eviction from the host) is mapped read-only on touch,
-	// and the device's first write to it is a write-protect fault.
+	// mapped them, in a move of less than the whole block: the move
+	// write-protected them there first, and the kernel keeps that
+	// protection as a marker in the page table when the page is punched
+	// (a whole move clears them). A page that comes back without the
+	// device's own install (an eviction from the host) is mapped
+	// read-only on touch, and the device's first write to it is a
+	// write-protect fault.
 	wpMarked [maxLocs]core.PageMask
 	// large has bit l.Slot() where location l may hold the block in one
 	// 2 MiB folio (server: block.large).
@@ -379,7 +381,9 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 	}
 	if populated {
 		s.used[src.Slot()] -= int64(n)
-		if src != core.CPU {
+		if src != core.CPU && !whole {
+			// A whole move clears the markers it would leave
+			// (the server's releaseMoved).
 			b.wpMarked[src.Slot()].Or(&done)
 		}
 		if src == core.CPU {

@@ -620,9 +620,6 @@ func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
 	}
 }
 
-// release lets the writers that holders held go: with unprotect (some
-// pages stayed) their protection is lifted, else they are woken to fault
-// again.
 // releaseMoved lets go of holders once the block's pages in
 // [addr, addr+span) have left their file: the punch left a write-protect
 // marker in each holder's page table where a protected page was, and
@@ -652,6 +649,9 @@ func (o *mover) keepsMarkers(v *view) bool {
 	return v.loc == core.CPU && (o.sess.launch != nil || o.sess.hostMinor() && !o.r.trackPrefetch)
 }
 
+// release lets the writers that holders held go: with unprotect (some
+// pages stayed) their protection is lifted, else they are woken to fault
+// again.
 func (o *mover) release(holders []*view, addr, span uintptr, unprotect bool) {
 	for _, v := range holders {
 		if unprotect {
