@@ -383,7 +383,7 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 		s.used[src.Slot()] -= int64(n)
 		if src != core.CPU && !whole {
 			// A whole move clears the markers it would leave
-			// (the server's releaseMoved).
+			// (the server's releaseWhole).
 			b.wpMarked[src.Slot()].Or(&done)
 		}
 		if src == core.CPU {

@@ -42,8 +42,8 @@ func (d DensityPrefetch) Expand(c *PrefetchContext) (out PageMask) {
 	// A sweep enters a block at its first page (or, descending, its
 	// last); a random fault lands there one time in 512.
 	sweeping := c.Sweep || c.Faulted.Test(0) || c.Faulted.Test(c.Pages-1)
-	wholeElsewhere := c.Elsewhere.Count() == c.Pages
-	if (!c.Populated && c.DestIsPreferred) || (((c.SourceLarge && sweeping) || (c.Sweep && !c.Full && wholeElsewhere)) && c.Thrashing.Empty()) {
+	whole := c.SourceLarge && sweeping || c.Sweep && !c.Full && c.Elsewhere.Count() == c.Pages
+	if (!c.Populated && c.DestIsPreferred) || (whole && c.Thrashing.Empty()) {
 		out.FillRange(0, c.Pages)
 		return out
 	}

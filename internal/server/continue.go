@@ -24,7 +24,14 @@ import (
 // which maps its own file and registers MINOR faults over it in the
 // mover's range.
 func (o *mover) continuesInto(t target) bool {
-	return t.via != nil && t.dst == core.CPU && t.via.loc == core.CPU && !o.r.trackPrefetch && o.sess.hostMinor()
+	return t.via != nil && t.dst == core.CPU && t.via.loc == core.CPU && o.hostContinues()
+}
+
+// hostContinues reports whether the host view maps what its file takes
+// in the mover's range with UFFDIO_CONTINUE: it registers MINOR faults
+// there (not in a range that tracks prefetch use, hostViewMode).
+func (o *mover) hostContinues() bool {
+	return !o.r.trackPrefetch && o.sess.hostMinor()
 }
 
 // hostMinor reports whether the host view registers MINOR faults: under

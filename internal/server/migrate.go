@@ -433,13 +433,10 @@ func (o *mover) moveRun(rn run, t target, dstFile *devmem.File) (core.PageMask, 
 		switch {
 		case !touching && dstFile.Large():
 			return o.moveWhole(rn, t, dstFile)
-		case touching && dstFile.Large() && o.continuesInto(t):
+		case touching && dstFile.Large() && (o.continuesInto(t) || o.faultsInFromOwnFile(t)):
 			// One folio written, then mapped in one UFFDIO_CONTINUE
-			// (continue.go).
-			return o.moveWhole(rn, t, dstFile)
-		case touching && dstFile.Large() && o.faultsInFromOwnFile(t):
-			// One folio written; the device's threads map its pages
-			// with the kernel's own minor faults (faultsInFromOwnFile).
+			// (the host, continue.go) or by the kernel's own minor
+			// faults (a device's own file).
 			return o.moveWhole(rn, t, dstFile)
 		case touching && rn.populated && o.mayBeLarge(rn.src):
 			return o.moveWholeInstalled(rn, t)
@@ -620,33 +617,33 @@ func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
 	}
 }
 
-// releaseMoved lets go of holders once the block's pages in
-// [addr, addr+span) have left their file: the punch left a write-protect
-// marker in each holder's page table where a protected page was, and
-// a marker outlives the page. Were a page to come back into that file by
-// a write (moveWhole) and be mapped by the kernel's minor fault, the
-// holder's next write would take a write-protect fault for it, one round
-// trip per page, so a device view's markers are cleared (which wakes its
-// writers, whose retry faults as missing). The host view's are left
-// where UFFDIO_CONTINUE maps what comes back (it maps over a marker), as
-// clearing them cost a whole-block prefetch to a device a tenth of its
-// rate, and under the launch coherence model, where the host view's
-// protection is its dirty tracking.
-func (o *mover) releaseMoved(holders []*view, addr, span uintptr) {
+// releaseWhole lets go of holders once a whole move of the block is
+// over; stayed says that some of its pages did not leave their file.
+// Where they all left, the punch left a write-protect marker in each
+// holder's page table where a protected page was, and a marker outlives
+// the page. Were a page to come back into that file by a write
+// (moveWhole) and be mapped by the kernel's minor fault, the holder's
+// next write would take a write-protect fault for it, one round trip
+// per page, so the markers are cleared (which wakes the writers, whose
+// retry faults as missing) except where keepsMarkers.
+func (o *mover) releaseWhole(holders []*view, addr, span uintptr, stayed bool) {
 	for _, v := range holders {
-		if o.keepsMarkers(v) {
-			_ = v.uffd.Wake(addr, span)
-		} else {
+		if stayed || !o.keepsMarkers(v) {
 			_ = v.uffd.WriteProtect(addr, span, false, false)
+		} else {
+			_ = v.uffd.Wake(addr, span)
 		}
 	}
 }
 
 // keepsMarkers reports whether write-protect markers are left in view v
-// (releaseMoved): the host view's, under the launch coherence model or
-// where the pages that come back are mapped with UFFDIO_CONTINUE.
+// (releaseWhole): the host view's, where UFFDIO_CONTINUE maps what comes
+// back (it maps over a marker; clearing them cost a whole-block
+// prefetch to a device a tenth of its rate), and under the launch
+// coherence model, where the host view's protection is its dirty
+// tracking.
 func (o *mover) keepsMarkers(v *view) bool {
-	return v.loc == core.CPU && (o.sess.launch != nil || o.sess.hostMinor() && !o.r.trackPrefetch)
+	return v.loc == core.CPU && (o.sess.launch != nil || o.hostContinues())
 }
 
 // release lets the writers that holders held go: with unprotect (some

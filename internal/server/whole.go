@@ -78,11 +78,7 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 		o.b.large |= 1 << rn.src.Slot()
 	}
 	o.released(rn.src, done)
-	if done.Empty() {
-		o.release(holders, addr, span, true)
-	} else {
-		o.releaseMoved(holders, addr, span)
-	}
+	o.releaseWhole(holders, addr, span, done.Empty())
 	if err == nil {
 		o.wakeTarget(rn, t, addr, span)
 	}
@@ -100,7 +96,7 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 // neighbours (fault-around) in a range registered for write-protect
 // faults: about 1 us here. (It was measured at 10-13 us while the
 // write-protect markers that pages moving away left made each such
-// fault a round trip to the server: releaseMoved.)
+// fault a round trip to the server: releaseWhole.)
 func (o *mover) touching(rn run, t target) bool {
 	return o.cause == policy.CauseFault && rn.mapped && t.via != nil
 }
@@ -151,11 +147,7 @@ func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
 		}
 	}
 	o.released(rn.src, done)
-	if done.Count() < core.PagesPerBlock {
-		o.release(holders, addr, span, true)
-	} else {
-		o.releaseMoved(holders, addr, span)
-	}
+	o.releaseWhole(holders, addr, span, done.Count() < core.PagesPerBlock)
 	return done, err
 }
 
@@ -220,7 +212,7 @@ func (o *mover) wakeTarget(rn run, t target, addr, span uintptr) {
 	if !o.keepsMarkers(t.via) {
 		// Clear the write-protect markers that pages of the block left
 		// in this view when they moved away page by page
-		// (releaseMoved), which also wakes its threads: the view holds
+		// (releaseWhole), which also wakes its threads: the view holds
 		// none of the block's pages still, so none is protected for a
 		// reason.
 		_ = t.via.uffd.WriteProtect(addr, span, false, false)
