@@ -49,6 +49,7 @@ type sim struct {
 	devices      int
 	largeFolios  bool
 	hostMinor    bool // the host view registers MINOR faults
+	deviceMinor  bool // device views register MINOR faults over their own files
 
 	ranges    []*simRange // by start
 	byID      map[uint64]*simRange
@@ -237,9 +238,13 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 		return nil, fmt.Errorf("%w: large folios %q: want on or off", core.ErrInvalidValue, cfg.LargeFolios)
 	}
 	// The host view registers MINOR faults where the host file takes
-	// large folios, under the fault coherence model (server:
-	// session.hostMinor); replays assume that model.
+	// large folios, and a device's view over its own file where its
+	// arena does, under the fault coherence model (server:
+	// session.hostMinor, session.deviceMinor); replays assume that
+	// model, and that the arenas take large folios where the host file
+	// does.
 	s.hostMinor = s.largeFolios
+	s.deviceMinor = s.largeFolios
 	s.res = &Result{Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Thrashing: "off",
 		HostBudget: s.hostBudget, DeviceBytes: s.capacity * core.PageSize, Devices: s.devices, LargeFolios: s.largeFolios}
 	if s.thrashing != nil {
@@ -428,6 +433,15 @@ func (s *sim) reference(p core.Device, addr uint64, write bool) {
 func (s *sim) fault(b *simBlock, p core.Device, x int, write bool) {
 	slot := p.Slot()
 	if b.resident[slot].Test(x) {
+		if p != core.CPU && s.deviceMinor && b.unmapped[slot].Test(x) {
+			// In the device's file, not in its page table: one
+			// UFFDIO_CONTINUE maps the block's pages, writable.
+			s.res.Faults[slot]++
+			s.res.MinorFaults++
+			b.wpMarked[slot].AndNot(&b.unmapped[slot])
+			b.unmapped[slot] = core.PageMask{}
+			return
+		}
 		if p != core.CPU && write && b.wpMarked[slot].Test(x) {
 			// A device's first write to a page that came back to its
 			// file without its own install.

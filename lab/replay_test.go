@@ -262,7 +262,9 @@ func TestMinorFaultsAndDeviceEviction(t *testing.T) {
 // TestDeviceWriteProtectMarker: a page that left a device (its move
 // write-protected it there) and came back by an eviction from the host
 // reads there without a fault, and the device's first write to it is a
-// write-protect fault; the next is not.
+// write-protect fault; the next is not. Where the device's view
+// registers MINOR faults, the first touch is one and the writes are not
+// faults.
 func TestDeviceWriteProtectMarker(t *testing.T) {
 	block := uint64(pagesPerBlock * testPageSize)
 	at := time.Duration(1)
@@ -281,7 +283,7 @@ func TestDeviceWriteProtectMarker(t *testing.T) {
 	}
 	h := trace.Header{Devices: 1, DeviceBytes: testDeviceSize, HostBudget: testPageSize,
 		Policies: map[string]string{"prefetch": "none", "eviction": "lru", "thrashing": "off"}}
-	res, err := ReplayEvents(h, events, Config{})
+	res, err := ReplayEvents(h, events, Config{LargeFolios: "off"})
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, res.Faults[0], "the host's")
 	assert.EqualValues(t, 2, res.Faults[1], "the device's: the populating one and the write-protect one")
@@ -290,6 +292,18 @@ func TestDeviceWriteProtectMarker(t *testing.T) {
 	assert.EqualValues(t, 2, res.Hits)
 	assert.EqualValues(t, 1, res.Replayed.PagesToHost)
 	assert.EqualValues(t, 1, res.Replayed.PagesToDevice)
+
+	// Where the arena takes large folios, the device's view registers
+	// MINOR faults over its own file: its first touch of the page that
+	// came back, a read, is a MINOR fault, and UFFDIO_CONTINUE maps the
+	// page writable over the marker, so both writes are hits.
+	large, err := ReplayEvents(h, events, Config{LargeFolios: "on"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"cpu": 2, "device 0": 2}, large.FaultsBy, "the device's: the populating one and the MINOR one")
+	assert.EqualValues(t, 1, large.MinorFaults)
+	assert.EqualValues(t, 0, large.WriteProtectFaults)
+	assert.EqualValues(t, 2, large.Hits)
+	assert.EqualValues(t, 1, large.Replayed.PagesToDevice)
 
 	// The estimate prices those counts: costs from a uvm bench faults
 	// report (10 us a fault of any kind, 4.096 GB/s: 1 us a page, 300 ns

@@ -54,6 +54,14 @@ type simBlock struct {
 	// read-only on touch, and the device's first write to it is a
 	// write-protect fault.
 	wpMarked [maxLocs]core.PageMask
+	// unmapped is, per device, the pages its file holds that its view
+	// does not map: they arrived without it (an eviction from the host).
+	// Where the device's view registers MINOR faults over its own file
+	// (sim.deviceMinor), the device's first touch of one is a MINOR
+	// fault that maps every such page of the block, and maps it writable
+	// over any marker; elsewhere the kernel maps it, and wpMarked says
+	// what the first write costs.
+	unmapped [maxLocs]core.PageMask
 	// large has bit l.Slot() where location l may hold the block in one
 	// 2 MiB folio (server: block.large).
 	large  uint64
@@ -167,6 +175,7 @@ func (s *sim) dropPages(b *simBlock, gone core.PageMask) {
 		loc := core.DeviceAtSlot(l)
 		s.used[l] -= int64(x.Count())
 		b.resident[l].AndNot(&x)
+		b.unmapped[l].AndNot(&x)
 		if s.pageEviction != nil {
 			s.pageEviction.LeftPages(b.ref, loc, x)
 		}
@@ -376,11 +385,17 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 		}
 	}
 	s.used[dst.Slot()] += int64(n)
-	if dst != core.CPU && o.via {
-		b.wpMarked[dst.Slot()].AndNot(&done) // installed afresh through its view
+	if dst != core.CPU {
+		if o.via {
+			b.wpMarked[dst.Slot()].AndNot(&done) // installed afresh through its view
+			b.unmapped[dst.Slot()].AndNot(&done)
+		} else {
+			b.unmapped[dst.Slot()].Or(&done)
+		}
 	}
 	if populated {
 		s.used[src.Slot()] -= int64(n)
+		b.unmapped[src.Slot()].AndNot(&done)
 		if src != core.CPU && !whole {
 			// A whole move clears the markers it would leave
 			// (the server's releaseWhole).

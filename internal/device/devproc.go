@@ -99,6 +99,11 @@ type DeviceMapping struct {
 	// faults: the access counters count in user space, and a hint fault
 	// (see dropMappings) must reach the server.
 	minorRemote bool
+	// minorOwn registers mappings of the device's own file for MINOR
+	// faults too: its arena takes large folios, and the server maps a
+	// block written there whole with one UFFDIO_CONTINUE, where the
+	// kernel would take a minor fault a page.
+	minorOwn bool
 }
 
 // attachToServer hands the server this process's userfaultfd, maps every
@@ -162,7 +167,7 @@ func mapLayout(c *net.UnixConn, d int, u *uffd.FD, buf, b []byte, fds []int) (*D
 	// The server did the handshake on the shared file; this copy needs
 	// only to know, to register.
 	u.SetHandshaken(core.RequiredFeatures, 0)
-	dev := &DeviceMapping{Index: d, uffd: u, minorRemote: lay.MinorRemote}
+	dev := &DeviceMapping{Index: d, uffd: u, minorRemote: lay.MinorRemote, minorOwn: lay.MinorOwn}
 	for l, fd := range fds {
 		f, err := devmem.FileFromFD(fd, fmt.Sprintf("location %d file", l))
 		if err != nil {
@@ -278,7 +283,8 @@ func runChunk(c *kernelChunk, device int) (err error) {
 
 // modeFor is how a mapping of processor file's file is registered.
 func (dev *DeviceMapping) modeFor(file core.Device) uffd.RegisterMode {
-	if dev.minorRemote && file != core.Device(dev.Index) {
+	own := file == core.Device(dev.Index)
+	if own && dev.minorOwn || !own && dev.minorRemote {
 		return core.HostViewMode | uffd.RegisterMinor
 	}
 	return core.HostViewMode

@@ -398,7 +398,8 @@ func (sess *session) adoptDevice(l core.Device, kv *KeptView, restarts int) (*vi
 	}
 	u := uffd.NewFD(kv.uffd)
 	u.SetHandshaken(sess.srv.features&core.WantedFeatures, 0)
-	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{})}
+	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{}),
+		minorOwn: sess.deviceMinor(l, u)}
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.
 	v.seq.Store(uint32(restarts) << 24)

@@ -63,7 +63,10 @@ func TestDecideFault(t *testing.T) {
 	}{
 		{"host touches device memory", func(f *fakeFacts) { f.deviceMemoryOnHost = true; f.view, f.m = host, host }, planRefuse, false},
 		{"minor fault on a remote mapping is a hint", func(f *fakeFacts) { f.faultKind, f.m = core.FaultMinor, host }, planHint, false},
-		{"minor fault while the mapping changes is a hint", func(f *fakeFacts) { f.faultKind, f.unknown = core.FaultMinor, true }, planHint, false},
+		{"minor fault while the mapping changes: wait", func(f *fakeFacts) { f.faultKind, f.unknown = core.FaultMinor, true }, planWaitMapping, false},
+		{"minor fault while the mapping changes, waited enough: a hint", func(f *fakeFacts) {
+			f.faultKind, f.unknown, f.lastWait = core.FaultMinor, true, true
+		}, planHint, false},
 		{"minor fault on the own file, which holds the page: continue", func(f *fakeFacts) {
 			f.faultKind = core.FaultMinor
 			f.resident = map[core.Device]bool{dev0: true}

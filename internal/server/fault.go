@@ -139,14 +139,22 @@ func decideFault(f faultFacts) faultPlan {
 	}
 	if f.kind() == core.FaultMinor {
 		// Device views' remote mappings register MINOR faults for the
-		// user-space fallback's hint faults; the host view registers
-		// them over its own file of large folios, so that a block
-		// written there whole is mapped with one UFFDIO_CONTINUE.
+		// user-space fallback's hint faults; every view whose file
+		// takes large folios registers them over its own file too, so
+		// that a block written there whole is mapped with one
+		// UFFDIO_CONTINUE (continue.go).
 		m, known := f.mapping()
-		if !known || m != f.viewLocation() {
+		switch {
+		case !known && f.waitsLeft():
+			// The view is being pointed at another file, and the fault
+			// may have come through either. Through its own file, the
+			// page may be a stray one (a large folio made it present,
+			// the table has it elsewhere), which must not be mapped:
+			// wait until the mapping is known.
+			return planWaitMapping
+		case !known || m != f.viewLocation():
 			return planHint
-		}
-		if f.residentAt(m) {
+		case f.residentAt(m):
 			return planContinue
 		}
 		// The view's own file has the page but the table has it

@@ -637,13 +637,13 @@ func (o *mover) releaseWhole(holders []*view, addr, span uintptr, stayed bool) {
 }
 
 // keepsMarkers reports whether write-protect markers are left in view v
-// (releaseWhole): the host view's, where UFFDIO_CONTINUE maps what comes
-// back (it maps over a marker; clearing them cost a whole-block
-// prefetch to a device a tenth of its rate), and under the launch
-// coherence model, where the host view's protection is its dirty
-// tracking.
+// (releaseWhole): where UFFDIO_CONTINUE maps what comes back into the
+// view (it maps over a marker; clearing the host view's cost a
+// whole-block prefetch to a device a tenth of its rate), and the host
+// view's under the launch coherence model, where its protection is its
+// dirty tracking.
 func (o *mover) keepsMarkers(v *view) bool {
-	return v.loc == core.CPU && (o.sess.launch != nil || o.hostContinues())
+	return v.loc == core.CPU && o.sess.launch != nil || o.viewContinues(v)
 }
 
 // release lets the writers that holders held go: with unprotect (some

@@ -55,6 +55,10 @@ type view struct {
 	code        uint32
 	minfltStart uint64
 	hintCursor  uintptr
+
+	// minorOwn: a device process registers its mappings of its own file
+	// for MINOR faults (deviceMinor). Set before the view is published.
+	minorOwn bool
 }
 
 // deviceRequestTimeout bounds how long the server waits for a device
@@ -206,7 +210,8 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 		}
 		fds = append(fds, f.Fd())
 	}
-	v := &view{sess: sess, loc: l, pid: int(dh.Pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{})}
+	v := &view{sess: sess, loc: l, pid: int(dh.Pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{}),
+		minorOwn: sess.deviceMinor(l, u)}
 
 	// The range table is frozen while the device maps it: an allocation
 	// meanwhile would be missed.
@@ -220,7 +225,7 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 	}
 	runs, err := sess.layoutFor(l)
 	if err == nil {
-		err = wire.WriteMessage(c, wire.EncodeLayoutReply(h, wire.Layout{Runs: runs, MinorRemote: srv.Access.user}), fds)
+		err = wire.WriteMessage(c, wire.EncodeLayoutReply(h, wire.Layout{Runs: runs, MinorRemote: srv.Access.user, MinorOwn: v.minorOwn}), fds)
 	}
 	if err != nil {
 		u.Close()

@@ -548,12 +548,15 @@ func EncodeStreamRequest(typ MsgType, seq uint32, stream uint32) []byte {
 
 // layout is what a device process maps when it attaches: each run maps
 // its location's file over the addresses, later runs over earlier ones.
-// With minorRemote, the process registers its mappings of other
+// With MinorRemote, the process registers its mappings of other
 // locations' files for MINOR faults too (the user-space fallback of the
-// access counters).
+// access counters). With MinorOwn, it registers its mappings of its own
+// file for MINOR faults too, so that the server maps a block its file
+// takes whole with one UFFDIO_CONTINUE (the arena takes large folios).
 type Layout struct {
 	Runs        []Mapping
 	MinorRemote bool
+	MinorOwn    bool
 }
 
 func EncodeLayoutReply(h Header, lay Layout) []byte {
@@ -564,17 +567,15 @@ func EncodeLayoutReply(h Header, lay Layout) []byte {
 		w.u64(m.Length)
 		w.i32(int32(m.File))
 	}
-	minor := uint8(0)
-	if lay.MinorRemote {
-		minor = 1
-	}
-	w.u8(minor)
+	w.boolean(lay.MinorRemote)
+	w.boolean(lay.MinorOwn)
 	return w.B
 }
 
 func DecodeLayoutReply(r *WireReader) (Layout, error) {
 	lay := Layout{Runs: decodeRuns(r, true)}
 	lay.MinorRemote = r.boolean("minor-remote flag")
+	lay.MinorOwn = r.boolean("minor-own flag")
 	return lay, r.Done("layout reply")
 }
 

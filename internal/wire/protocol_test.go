@@ -219,7 +219,7 @@ func FuzzParseReply(f *testing.F) {
 		EncodeHelloReply(h, HelloReply{ServerPID: 7, SessionID: 9, Features: 0x55, Devices: []core.DeviceInfo{{Device: 0, Capacity: 1 << 30, Backend: "memfd", Node: -1, Workers: 2}}}),
 		EncodeRangeAttrsReply(Header{Typ: MsgRangeAttrs, Seq: 4}, core.RangeAttributes{ReadMostly: true, PreferredLocation: 1, LastPrefetchLocation: core.CPU, AccessedBy: []core.Device{0, 1}}),
 		EncodeStringReply(Header{Typ: MsgInfo, Seq: 5}, `{"pid":1}`),
-		EncodeLayoutReply(Header{Typ: MsgDeviceHello, Seq: 1}, Layout{Runs: []Mapping{{Addr: 1 << 30, Length: 8192, File: 0}}, MinorRemote: true}),
+		EncodeLayoutReply(Header{Typ: MsgDeviceHello, Seq: 1}, Layout{Runs: []Mapping{{Addr: 1 << 30, Length: 8192, File: 0}}, MinorRemote: true, MinorOwn: true}),
 		EncodeU64Reply(Header{Typ: MsgAlloc, Seq: 6}, 42),
 		EncodeError(Header{Typ: MsgFree, Seq: 8}, fmt.Errorf("%w: free 0x1: not managed", core.ErrInvalidValue)),
 		EncodeRestarted(1234, 2),

@@ -288,10 +288,16 @@ static const char *check_run(uint64_t addr, uint64_t length, int32_t file, char 
  * fault (see drop_mappings) reaches it (uvm/devproc.go modeFor). */
 static bool minor_remote;
 
+/* minor_own: the device's arena takes large folios, so mappings of its
+ * own file are registered for MINOR faults too: the server maps a block
+ * written there whole with one UFFDIO_CONTINUE, where the kernel would
+ * take a minor fault a page (internal/server/continue.go). */
+static bool minor_own;
+
 static int uffd_register(uintptr_t addr, size_t length, int32_t file)
 {
 	struct uffdio_register r = {.range = {.start = addr, .len = length}, .mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP};
-	if (minor_remote && file != dev_index)
+	if (file == dev_index ? minor_own : minor_remote)
 		r.mode |= UFFDIO_REGISTER_MODE_MINOR;
 	return ioctl(uffd, UFFDIO_REGISTER, &r);
 }
@@ -461,12 +467,13 @@ static void attach(void)
 	char msg[512];
 	uint32_t runs = uvm__get_u32(&r);
 	struct uvm_reader first_run = r;
-	for (uint32_t i = 0; i < runs && !r.err; i++) { /* the flag after the runs says how to register them */
+	for (uint32_t i = 0; i < runs && !r.err; i++) { /* the flags after the runs say how to register them */
 		uvm__get_u64(&r);
 		uvm__get_u64(&r);
 		uvm__get_i32(&r);
 	}
 	minor_remote = uvm__get_u8(&r) == 1;
+	minor_own = uvm__get_u8(&r) == 1;
 	if (r.err || r.n != 0)
 		setup_fail(UVM_WIRE_INTERNAL, "the layout in the device hello reply is truncated or has trailing bytes");
 	r = first_run;

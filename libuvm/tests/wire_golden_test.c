@@ -325,6 +325,7 @@ static void test_read(void)
 		EXPECT(&f, "run 1's length", uvm__get_u64(&r), 2 * UVM_PAGE_SIZE);
 		EXPECT(&f, "run 1's file", uvm__get_i32(&r), UVM_CPU);
 		EXPECT(&f, "minor remote", uvm__get_u8(&r), 1);
+		EXPECT(&f, "minor own", uvm__get_u8(&r), 1);
 		expect_end(&f, &r);
 	}
 	expect_empty("device-ready-reply", UVM_MSG_DEVICE_READY, 2);
