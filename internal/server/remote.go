@@ -371,12 +371,37 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
 		if err == nil && to != l {
 			r.countRemote(l, o.pageAddr(first), outer-first)
 		}
+		if err == nil && to == l && v.minorOwn && !r.freed.Load() {
+			o.mapOwnResident(l, first, outer)
+		}
 		b.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("map %v's file over %#x+%d in device %d: %w", to, o.pageAddr(first), (outer-first)*core.PageSize, l, err)
 		}
 	}
 	return nil
+}
+
+// mapOwnResident maps into device view l, which maps its own file over
+// pages [first, outer) again and registers MINOR faults there, the pages
+// of the run its file holds: with one UFFDIO_CONTINUE, as a move into
+// the file would, so that a device reads memory that came to it (a
+// delayed migration, a prefetch while it mapped elsewhere) without
+// faults, as it did when the kernel mapped such pages itself. Pages with
+// other copies are mapped write-protected (continuePages). The block's
+// lock is held.
+func (o *mover) mapOwnResident(l core.Device, first, outer int) {
+	v := o.viewOf(l)
+	if v == nil {
+		return
+	}
+	defer o.doneWith(v)
+	var pages core.PageMask
+	pages.FillRange(first, outer)
+	pages.And(&o.b.resident[l.Slot()])
+	mapped := o.pagesMapping(l, l)
+	pages.And(&mapped)
+	o.continuePages(v, pages, first)
 }
 
 // remapRange brings every device view's mapping of [addr, addr+length)
