@@ -32,18 +32,7 @@ func TestAccessCountsBesideServedAndMinflt(t *testing.T) {
 	const pages = 12000
 	a, err := s.MallocManaged(pages*PageSize, WithPrefetch(PrefetchSpec{Policy: "none"}))
 	require.NoError(t, err)
-	mine := func() SessionInfo {
-		in, err := s.rpc.Info()
-		require.NoError(t, err)
-		for _, si := range in.Sessions {
-			if si.PID == os.Getpid() {
-				return si
-			}
-		}
-		t.Fatalf("no session of pid %d in %+v", os.Getpid(), in.Sessions)
-		return SessionInfo{}
-	}
-	before := mine()
+	before := ownSession(t, s)
 	require.NotNil(t, before.EBPFFaults)
 	require.NotNil(t, before.MinorFaults)
 	b := a.Bytes()
@@ -53,7 +42,7 @@ func TestAccessCountsBesideServedAndMinflt(t *testing.T) {
 	// A handler counts a fault after waking its thread: the last count
 	// may land a moment after the touch.
 	var after SessionInfo
-	Eventually(t, 2*time.Second, func() bool { after = mine(); return after.ServedFaults-before.ServedFaults >= pages }, "served fewer faults than pages")
+	Eventually(t, 2*time.Second, func() bool { after = ownSession(t, s); return after.ServedFaults-before.ServedFaults >= pages }, "served fewer faults than pages")
 	served := after.ServedFaults - before.ServedFaults
 	counted := *after.EBPFFaults - *before.EBPFFaults
 	minflt := *after.MinorFaults - *before.MinorFaults
@@ -264,4 +253,29 @@ func sampledAnatomy(t *testing.T, delay time.Duration, pages int) *FaultAnatomy 
 		return an.Samples >= uint64(pages/2)
 	}, "fewer than half the faults sampled")
 	return an
+}
+
+// ownSession is what the server says of this process's session of s.
+func ownSession(t *testing.T, s *Session) SessionInfo {
+	t.Helper()
+	in, err := s.Info()
+	require.NoError(t, err)
+	for _, si := range in.Sessions {
+		if si.PID == os.Getpid() {
+			return si
+		}
+	}
+	t.Fatalf("no session of pid %d in %+v", os.Getpid(), in.Sessions)
+	return SessionInfo{}
+}
+
+// deviceProcess is the fault counts of device d's process in si; false
+// while d has none.
+func deviceProcess(si SessionInfo, d Device) (config.ProcessFaults, bool) {
+	for _, pf := range si.Devices {
+		if pf.Processor == d {
+			return pf, true
+		}
+	}
+	return config.ProcessFaults{}, false
 }

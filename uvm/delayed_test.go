@@ -1,7 +1,6 @@
 package uvm
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -78,18 +77,11 @@ func sampledAccesses(t *testing.T, s *Session, mode string) uint64 {
 		require.NoError(t, err)
 		return st.FaultsBy(0).Minor
 	}
-	in, err := s.Info()
-	require.NoError(t, err)
-	for _, si := range in.Sessions {
-		if si.PID == os.Getpid() {
-			for _, d := range si.Devices {
-				if d.Processor == 0 && d.EBPFFaults != nil {
-					return *d.EBPFFaults
-				}
-			}
-		}
+	si := ownSession(t, s)
+	if pf, ok := deviceProcess(si, 0); ok && pf.EBPFFaults != nil {
+		return *pf.EBPFFaults
 	}
-	t.Fatalf("no eBPF count for device 0 in %+v", in.Sessions)
+	t.Fatalf("no eBPF count for device 0 in %+v", si)
 	return 0
 }
 

@@ -2,7 +2,6 @@ package uvm
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -200,20 +199,12 @@ func largeFolioSession(t *testing.T, cfg ServerConfig) *Session {
 // those the kernel resolved itself; false while d has no process.
 func deviceMinflt(t *testing.T, s *Session, d Device) (uint64, bool) {
 	t.Helper()
-	in, err := s.rpc.Info()
-	require.NoError(t, err)
-	for _, si := range in.Sessions {
-		if si.PID != os.Getpid() {
-			continue
-		}
-		for _, pf := range si.Devices {
-			if pf.Processor == d {
-				require.NotNil(t, pf.MinorFaults, "device %d's process's minflt", d)
-				return *pf.MinorFaults, true
-			}
-		}
+	pf, ok := deviceProcess(ownSession(t, s), d)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	require.NotNil(t, pf.MinorFaults, "device %d's process's minflt", d)
+	return *pf.MinorFaults, true
 }
 
 // patternedManaged allocates size bytes of managed memory (freed when the test

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -51,15 +52,20 @@ func (o *mover) hostContinues() bool {
 // grants MINOR faults on shared memory.
 func (sess *session) hostMinor() bool {
 	v := sess.client()
-	return v != nil && sess.launch == nil && sess.host != nil && sess.host.Large() &&
-		v.uffd.Features()&uffd.FeatureMinorShmem != 0
+	return v != nil && sess.host != nil && sess.minorOver(sess.host, v.uffd)
+}
+
+// minorOver reports whether a view whose userfaultfd is u registers
+// MINOR faults over its own file f: under the fault coherence model,
+// where f takes large folios and u was granted MINOR faults on shared
+// memory.
+func (sess *session) minorOver(f *devmem.File, u *uffd.FD) bool {
+	return sess.launch == nil && f.Large() && u.Features()&uffd.FeatureMinorShmem != 0
 }
 
 // deviceMinor reports whether device l's process, whose userfaultfd is
-// u, registers its mappings of its own file for MINOR faults: as the
-// host view does, under the fault coherence model, where l's arena takes
-// large folios and u was granted MINOR faults on shared memory. Every
-// range is registered so (a device audits no prefetch use by its
+// u, registers its mappings of its own file for MINOR faults, as the
+// host view does (minorOver). Every range is registered so (a device audits no prefetch use by its
 // mappings). A server that adopts the process after a restart computes
 // the same answer from the same files; were it to differ, nothing breaks:
 // a MINOR fault is served as one whatever the view (decideFault), and
@@ -67,7 +73,7 @@ func (sess *session) hostMinor() bool {
 // page into a wake (continueRun), after which the kernel maps the page.
 func (sess *session) deviceMinor(l core.Device, u *uffd.FD) bool {
 	f, err := sess.file(l)
-	return err == nil && sess.launch == nil && f.Large() && u.Features()&uffd.FeatureMinorShmem != 0
+	return err == nil && sess.minorOver(f, u)
 }
 
 // hostViewMode is how the host view registers a new range. A range that
@@ -86,12 +92,17 @@ func (sess *session) hostViewMode(trackPrefetch bool) uffd.RegisterMode {
 // the file holds for the view. (Pages prefetched lazily, whose first
 // touch must show, are only in ranges registered without MINOR faults.)
 func (o *mover) serveContinue(p int) error {
-	l := o.fv.loc
+	o.continuePages(o.fv, o.heldInOwnFile(o.fv.loc), p)
+	return nil
+}
+
+// heldInOwnFile is the block's pages that view l maps its own file over
+// and that file holds: those UFFDIO_CONTINUE may map there.
+func (o *mover) heldInOwnFile(l core.Device) core.PageMask {
 	pages := o.b.resident[l.Slot()]
 	mapped := o.pagesMapping(l, l)
 	pages.And(&mapped)
-	o.continuePages(o.fv, pages, p)
-	return nil
+	return pages
 }
 
 // continuePages maps pages (held in the file view v maps over them) into

@@ -371,7 +371,7 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
 		if err == nil && to != l {
 			r.countRemote(l, o.pageAddr(first), outer-first)
 		}
-		if err == nil && to == l && v.minorOwn && !r.freed.Load() {
+		if err == nil && to == l && !r.freed.Load() {
 			o.mapOwnResident(l, first, outer)
 		}
 		b.mu.Unlock()
@@ -383,8 +383,9 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
 }
 
 // mapOwnResident maps into device view l, which maps its own file over
-// pages [first, outer) again and registers MINOR faults there, the pages
-// of the run its file holds: with one UFFDIO_CONTINUE, as a move into
+// pages [first, outer) again, the pages of the run its file holds, where
+// the view registers MINOR faults there (viewContinues; elsewhere the
+// kernel maps them itself): with one UFFDIO_CONTINUE, as a move into
 // the file would, so that a device reads memory that came to it (a
 // delayed migration, a prefetch while it mapped elsewhere) without
 // faults, as it did when the kernel mapped such pages itself. Pages with
@@ -396,11 +397,13 @@ func (o *mover) mapOwnResident(l core.Device, first, outer int) {
 		return
 	}
 	defer o.doneWith(v)
+	if !o.viewContinues(v) {
+		return
+	}
 	var pages core.PageMask
 	pages.FillRange(first, outer)
-	pages.And(&o.b.resident[l.Slot()])
-	mapped := o.pagesMapping(l, l)
-	pages.And(&mapped)
+	held := o.heldInOwnFile(l)
+	pages.And(&held)
 	o.continuePages(v, pages, first)
 }
 
