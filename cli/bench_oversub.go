@@ -19,6 +19,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softuvm/softuvm/libuvm"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -367,27 +368,15 @@ func oversubBench(o oversubOptions) (rep oversubReport, err error) {
 }
 
 // buildOversubSweep writes the swept program's source into dir and
-// builds it with $CC, else cc, else gcc.
+// builds it with the C compiler (libuvm.BuildProgram: $CC, else cc,
+// else gcc).
 func buildOversubSweep(dir string) (string, error) {
 	src, prog := filepath.Join(dir, "oversub_sweep.c"), filepath.Join(dir, "oversub_sweep")
 	if err := os.WriteFile(src, []byte(oversubSweepSource), 0o644); err != nil {
 		return "", err
 	}
-	compiler := strings.Fields(os.Getenv("CC"))
-	if len(compiler) == 0 {
-		for _, c := range []string{"cc", "gcc"} {
-			if _, err := exec.LookPath(c); err == nil {
-				compiler = []string{c}
-				break
-			}
-		}
-	}
-	if len(compiler) == 0 {
-		return "", fmt.Errorf("the swept program is C, built at run time: want a C compiler ($CC, cc or gcc), found none")
-	}
-	args := append(compiler[1:], "-O2", "-o", prog, src)
-	if out, err := exec.Command(compiler[0], args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the swept program: %s %s: %v: %s", compiler[0], strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	if err := libuvm.BuildProgram(prog, src); err != nil {
+		return "", fmt.Errorf("the swept program is C, built at run time: %w", err)
 	}
 	return prog, nil
 }

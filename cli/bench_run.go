@@ -119,7 +119,7 @@ type runBenchOptions struct {
 func benchRun(args []string) error {
 	fs := newFlagSet("bench run", "[--json] [--programs LIST] [--budget-fraction F] [--eviction LIST] [--runs N] [--size NAME=SIZE,...] [--timeout D] [--no-cgroup] [--uvm PATH] [--trace DIR]",
 		"Run the real programs of cli/workloads ("+strings.Join(workloads.Names(), ", ")+") three ways, alternating, after a warm-up run of each way: "+
-			"plain; under `uvm run --host-budget B`, where B is --budget-fraction of the plain run's peak RSS (rounded up to a MiB, at least 4 MiB), once per eviction policy of --eviction; "+
+			"plain; under `uvm run --host-budget B`, where B is --budget-fraction of the plain run's peak RSS (the program's own, measured through a small C wrapper built at run time with $CC, cc or gcc; rounded up to a MiB, at least 4 MiB), once per eviction policy of --eviction; "+
 			"and plain in a memory cgroup (v1) limited to B with zram swap, set up and torn down as `uvm bench oversub` does (root). Every run's output is checked against the plain run's. "+
 			"Reports the median wall times, their ratios to plain (goal: at most 3) and to the cgroup (goal: below 1), and the bytes moved each way")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -238,6 +238,12 @@ func runBenchAll(ctx context.Context, o runBenchOptions) (runBenchReport, error)
 		return rep, err
 	}
 	defer os.RemoveAll(dir)
+	// Budgets are fractions of each program's own peak, which only a
+	// wrapper outside this process can measure.
+	peakWrapper, err := workloads.BuildPeakWrapper(dir)
+	if err != nil {
+		return rep, err
+	}
 	for _, p := range o.programs {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("interrupted: %w", err)
@@ -246,7 +252,7 @@ func runBenchAll(ctx context.Context, o runBenchOptions) (runBenchReport, error)
 		if err := os.Mkdir(pdir, 0o755); err != nil {
 			return rep, err
 		}
-		pr, err := measureRunBenchProgram(ctx, o, p, pdir, rep.CgroupSkipped)
+		pr, err := measureRunBenchProgram(ctx, o, p, pdir, peakWrapper, rep.CgroupSkipped)
 		os.RemoveAll(pdir)
 		if err != nil {
 			return rep, err
@@ -267,7 +273,7 @@ type runBenchVariantSpec struct {
 // measureRunBenchProgram measures one program; an error is fatal to the
 // whole benchmark (an interruption, a failure to set up), a variant's
 // failure is recorded in it.
-func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.Program, dir, cgroupSkipped string) (pr runBenchProgram, err error) {
+func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.Program, dir, peakWrapper, cgroupSkipped string) (pr runBenchProgram, err error) {
 	progress := o.progress
 	pr = runBenchProgram{Name: p.Name, Checker: p.Checker, Plain: runBenchVariant{Name: "plain"}}
 	if _, err := p.Path(); err != nil {
@@ -279,6 +285,7 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 	if err != nil {
 		return pr, err
 	}
+	w.PeakWrapper = peakWrapper
 	pr.SizeBytes, pr.CommandLine = w.Size, w.CommandLine()
 
 	// The plain warm-up run sets the budget and the limit.

@@ -132,6 +132,22 @@ func Preload(opt Options) (string, error) {
 	return lib, nil
 }
 
+// BuildProgram compiles the one C source file src (-O2) into the
+// executable bin with the C compiler Preload uses. With no C compiler
+// the error wraps ErrNoCompiler; a failed command is a *BuildError with
+// the compiler's output.
+func BuildProgram(bin, src string) error {
+	cc, err := compiler()
+	if err != nil {
+		return err
+	}
+	args := append(cc[1:len(cc):len(cc)], "-O2", "-o", bin, src)
+	if out, err := exec.Command(cc[0], args...).CombinedOutput(); err != nil {
+		return &BuildError{Command: strings.Join(append(cc[:1:1], args...), " "), Err: err, Output: string(out)}
+	}
+	return nil
+}
+
 // compiler is the C compiler's command: $CC (split at spaces, as make
 // would pass it to the shell, so "ccache gcc" works), else cc, else gcc,
 // with its program resolved in PATH.

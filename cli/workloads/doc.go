@@ -11,7 +11,8 @@
 //
 // A Program describes one program; Prepare writes its input into a
 // directory for a size and returns a Workload; a Workload runs plain
-// (RunPlain: wall time and the child's peak RSS from its rusage), under
+// (RunPlain: wall time and, through the PeakWrapper that
+// BuildPeakWrapper builds, the program's own peak RSS), under
 // `uvm run` (RunUVM: the run's --stats-json report parsed into RunStats),
 // or under any wrapper command that ends by exec'ing the program
 // (RunWrapped: a memory cgroup, say). Compare checks two runs' standard

@@ -33,11 +33,12 @@ type Run struct {
 	ExitStatus int    // 128+N if signal N killed it, as a shell says
 	Signal     string // the signal that killed it, or ""
 	Wall       time.Duration
-	// MaxRSS is the peak resident set of the process waited for, in
-	// bytes (its rusage's ru_maxrss, which covers its waited-for
-	// children too). For RunPlain and a wrapper that execs the program,
-	// that is the program's; under `uvm run`, the larger of uvm's and
-	// the program's.
+	// MaxRSS is a peak resident set in bytes. For RunPlain and
+	// RunWrapped with the workload's PeakWrapper set, the program's own
+	// (its ru_maxrss, measured by the wrapper; 0 if the wrapper was
+	// killed before it could say). Otherwise, and under `uvm run`, the
+	// rusage of the process waited for: the program's, uvm's and this
+	// process's peak at the program's start, whichever is larger.
 	MaxRSS int64
 	Stderr string // its standard error (the last 64 KiB)
 	// Stats is RunUVM's report from `uvm run --stats-json`; nil for the
@@ -125,6 +126,10 @@ func (w *Workload) RunPlain(ctx context.Context, dir string) (*Run, error) {
 	return w.RunWrapped(ctx, dir, nil)
 }
 
+// peakName is the file in a run's directory where the peak wrapper
+// writes the program's peak RSS.
+const peakName = "peak-rss-kib"
+
 // UVMOptions say how RunUVM runs `uvm run`.
 type UVMOptions struct {
 	Bin        string   // the uvm binary
@@ -151,7 +156,7 @@ func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, 
 		return nil, fmt.Errorf("RunUVM: no uvm binary")
 	}
 	stats := filepath.Join(dir, StatsName)
-	r, err := w.RunWrapped(ctx, dir, o.UVMArgs(stats))
+	r, err := w.run(ctx, dir, o.UVMArgs(stats), false)
 	if err != nil {
 		if r != nil {
 			// Cancelled: uvm run passed SIGTERM on to the program and
@@ -171,20 +176,33 @@ func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, 
 
 // RunWrapped runs prefix followed by the workload's command line in dir
 // (created): prefix is nil for a plain run, or a command that runs its
-// arguments, ending by exec'ing them where MaxRSS should be the
-// program's. A cancelled ctx sends SIGTERM (so that `uvm run` stops its
-// server), then SIGKILL 5 s later. The error is for a run that could not
-// start or was cancelled; the program's own failure is in ExitStatus.
+// arguments, ending by exec'ing them (a memory cgroup's shell, say). With
+// a PeakWrapper, the wrapper comes between prefix and the program. A
+// cancelled ctx sends SIGTERM (so that `uvm run` stops its server), then
+// SIGKILL 5 s later. The error is for a run that could not start or was
+// cancelled; the program's own failure is in ExitStatus.
 func (w *Workload) RunWrapped(ctx context.Context, dir string, prefix []string) (*Run, error) {
+	return w.run(ctx, dir, prefix, true)
+}
+
+// run is RunWrapped, through the PeakWrapper only where peak is set:
+// under `uvm run` the wrapper would run under its preload library too.
+func (w *Workload) run(ctx context.Context, dir string, prefix []string, peak bool) (*Run, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	peak = peak && w.PeakWrapper != ""
+	peakFile := filepath.Join(dir, peakName)
 	out, err := os.Create(filepath.Join(dir, StdoutName))
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close()
-	argv := append(append([]string(nil), prefix...), w.Argv...)
+	argv := append([]string(nil), prefix...)
+	if peak {
+		argv = append(argv, w.PeakWrapper, peakFile)
+	}
+	argv = append(argv, w.Argv...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), w.Env...)
@@ -210,8 +228,11 @@ func (w *Workload) RunWrapped(ctx context.Context, dir string, prefix []string) 
 	}
 	waitErr := cmd.Wait()
 	r := &Run{Dir: dir, Wall: time.Since(start), Stderr: errBuf.String()}
+	var peakErr error
 	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		if peak {
+			r.MaxRSS, peakErr = readPeak(peakFile)
+		} else if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			r.MaxRSS = ru.Maxrss << 10 // kilobytes on Linux
 		}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -225,6 +246,9 @@ func (w *Workload) RunWrapped(ctx context.Context, dir string, prefix []string) 
 	}
 	if cmd.ProcessState == nil {
 		return r, fmt.Errorf("%s: %w", w.Program.Name, waitErr)
+	}
+	if peakErr != nil {
+		return r, fmt.Errorf("%s: its peak RSS: %v (the wrapper exited with status %d); stderr:\n%s", w.Program.Name, peakErr, r.ExitStatus, tail(r.Stderr, 4000))
 	}
 	return r, nil
 }

@@ -54,7 +54,13 @@ type Workload struct {
 	Outputs []string
 	Env     []string // added to the caller's environment (LC_ALL=C for all)
 	Dir     string   // where its input was written
-	check   func(output string) error
+	// PeakWrapper is BuildPeakWrapper's program: RunPlain and RunWrapped
+	// run the program through it, so that Run.MaxRSS is the program's
+	// own peak. Without it, MaxRSS is the rusage of the process waited
+	// for, which includes the peak of this (Go) process: see
+	// peakWrapperSource.
+	PeakWrapper string
+	check       func(output string) error
 }
 
 // Set returns every program of the set, the real programs first, then
