@@ -51,14 +51,17 @@ type runReport struct {
 	HostBudget  int64    `json:"host_budget,omitempty"`
 	Devices     int      `json:"devices"`
 
-	Allocations       uint64                `json:"allocations"`
-	AllocatedBytes    uint64                `json:"allocated_bytes"`
-	Faults            []uvm.ProcessorFaults `json:"faults"`
-	HostToDeviceBytes uint64                `json:"host_to_device_bytes"`
-	DeviceToHostBytes uint64                `json:"device_to_host_bytes"`
-	EvictedPages      uint64                `json:"evicted_pages"`
-	FaultServiceP50NS int64                 `json:"fault_service_p50_ns"`
-	FaultServiceP99NS int64                 `json:"fault_service_p99_ns"`
+	Allocations    uint64                `json:"allocations"`
+	AllocatedBytes uint64                `json:"allocated_bytes"`
+	Faults         []uvm.ProcessorFaults `json:"faults"`
+	// HostToDeviceBytes and DeviceToHostBytes are the bytes copied each
+	// way: migrations, and copies that kept their source (clean
+	// eviction's, read duplication's).
+	HostToDeviceBytes uint64 `json:"host_to_device_bytes"`
+	DeviceToHostBytes uint64 `json:"device_to_host_bytes"`
+	EvictedPages      uint64 `json:"evicted_pages"`
+	FaultServiceP50NS int64  `json:"fault_service_p50_ns"`
+	FaultServiceP99NS int64  `json:"fault_service_p99_ns"`
 	// ServerRestarts counts the servers that died under the program and
 	// were replaced; the counters are those of the last one, since it
 	// took over.
@@ -434,6 +437,17 @@ func makeRunReport(argv []string, ws syscall.WaitStatus, wall time.Duration, min
 			rep.DeviceToHostBytes += m.Bytes
 		}
 	}
+	// Copies that kept their source are bytes moved too: clean
+	// eviction's copies to the host come from devices, and read
+	// duplication's to a device from the host where it is the only
+	// other holder, as under uvm run.
+	for _, d := range st.ReadDuplicated {
+		if d.Processor == uvm.CPU {
+			rep.DeviceToHostBytes += d.Pages * uvm.PageSize
+		} else {
+			rep.HostToDeviceBytes += d.Pages * uvm.PageSize
+		}
+	}
 	for _, e := range st.Evicted {
 		rep.EvictedPages += e.Pages
 	}
@@ -456,11 +470,17 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 		faults = []string{"none"}
 	}
 	fmt.Fprintf(w, "  %-20s %s\n", "faults", strings.Join(faults, "; "))
-	fmt.Fprintf(w, "  %-20s host -> device %s, device -> host %s\n", "migrated", humanSize(r.HostToDeviceBytes), humanSize(r.DeviceToHostBytes))
+	fmt.Fprintf(w, "  %-20s host -> device %s, device -> host %s\n", "copied", humanSize(r.HostToDeviceBytes), humanSize(r.DeviceToHostBytes))
 	for _, m := range r.Stats.Migrations {
 		fmt.Fprintf(w, "  %-20s %d pages (%s)\n", fmt.Sprintf("  %v -> %v", m.From, m.To), m.Pages, humanSize(m.Bytes))
 	}
+	for _, d := range r.Stats.ReadDuplicated {
+		fmt.Fprintf(w, "  %-20s %d pages (%s), the other copy kept\n", fmt.Sprintf("  read copies on %v", d.Processor), d.Pages, humanSize(d.Pages*uvm.PageSize))
+	}
 	fmt.Fprintf(w, "  %-20s %d pages (%s)", "evicted", r.EvictedPages, humanSize(r.EvictedPages*uvm.PageSize))
+	if n := r.Stats.EvictedCleanPages; n > 0 {
+		fmt.Fprintf(w, ", %d of them clean (no copy: the device's was current)", n)
+	}
 	if r.HostBudget > 0 {
 		fmt.Fprintf(w, ", host budget %s", humanSize(uint64(r.HostBudget)))
 	}

@@ -112,7 +112,7 @@ func TestRunReportAndSummary(t *testing.T) {
 		"uvm run: prog exited with status 3 after 1.50s",
 		"managed allocations  2 (3 MiB), threshold 1 MiB",
 		"faults               cpu 12 (missing 10, minor 0, write-protect 2); device 0 4 (missing 4, minor 0, write-protect 0)",
-		"migrated             host -> device 400 KiB, device -> host 240 KiB",
+		"copied               host -> device 400 KiB, device -> host 240 KiB",
 		"cpu -> device 0",
 		"evicted              93 pages (372 KiB), host budget 4 MiB",
 		"fault service        16 faults: p50 1µs, p99 4µs, max 4µs",

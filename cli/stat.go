@@ -187,6 +187,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	if st.LaunchCopiedPages > 0 || st.LaunchCleanPages > 0 {
 		fmt.Fprintf(w, "launch coherence: pages copied to devices at launches %d, host copies dropped clean %d\n", st.LaunchCopiedPages, st.LaunchCleanPages)
 	}
+	if st.EvictedCleanPages > 0 {
+		fmt.Fprintf(w, "evicted clean %d pages (%s left the host without a copy: the device's was current)\n", st.EvictedCleanPages, uvm.FormatSize(int64(st.EvictedCleanPages)*uvm.PageSize))
+	}
 	if st.DiscardedPages > 0 {
 		fmt.Fprintf(w, "discarded pages %d (%s dropped without a copy: freed heap memory, MemDiscard)\n", st.DiscardedPages, uvm.FormatSize(int64(st.DiscardedPages)*uvm.PageSize))
 	}

@@ -548,7 +548,7 @@ func TestRunCommand(t *testing.T) {
 			"uvm run: run-touch exited with status 0 after ",
 			"managed allocations  1 (16 MiB), threshold 1 MiB",
 			"faults               cpu ",
-			"migrated             host -> device ",
+			"copied               host -> device ",
 			"cpu -> device 0",
 			"device 0 -> cpu",
 			"evicted ",

@@ -15,7 +15,7 @@
 //
 //	interface        built-in (file)                               register with
 //	PrefetchPolicy   density, window, none (prefetch_*.go)         RegisterPrefetchPolicy
-//	Eviction         clock, lru, 2q (evict_*.go)                   RegisterEviction
+//	Eviction         clock, clock:copy, lru, 2q (evict_*.go)       RegisterEviction
 //	Thrashing        nvidia (thrash_nvidia.go)                     RegisterThrashing
 //	AccessMigration  threshold (access_threshold.go)               RegisterAccessMigration
 //

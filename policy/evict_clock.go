@@ -71,10 +71,17 @@ type Observing interface {
 //
 // Where use cannot be watched (no observer, a device, swap on), HintClock
 // orders by arrival like LRU, with the ghost list's second chance.
+//
+// It asks for clean eviction (CleanCopying): a page the host reads back
+// keeps its device copy, and leaves the host again without a copy while
+// the host has not written it. "clock:copy" is the same policy without.
 type HintClock struct {
-	mu       sync.Mutex
-	observer Observer                 // set before use, then read-only
-	procs    map[Processor]*clockProc // guarded by mu
+	// copyAlways ("clock:copy") turns clean eviction off: every page
+	// the host reads back migrates, and leaves with a copy.
+	copyAlways bool
+	mu         sync.Mutex
+	observer   Observer                 // set before use, then read-only
+	procs      map[Processor]*clockProc // guarded by mu
 }
 
 type clockEntry struct {
@@ -103,7 +110,16 @@ type clockProc struct {
 // NewHintClock makes an empty HintClock.
 func NewHintClock() *HintClock { return &HintClock{procs: map[Processor]*clockProc{}} }
 
-func (c *HintClock) Name() string { return "clock" }
+func (c *HintClock) Name() string {
+	if c.copyAlways {
+		return "clock:copy"
+	}
+	return "clock"
+}
+
+// CleanCopies: clock asks for clean eviction (CleanCopying), unless
+// made as "clock:copy".
+func (c *HintClock) CleanCopies() bool { return !c.copyAlways }
 
 // Observe sets the observer the server provides.
 func (c *HintClock) Observe(o Observer) { c.observer = o }
@@ -314,10 +330,15 @@ func contains(bs []*Block, b *Block) bool {
 
 func init() {
 	if err := evictionRegistry.register("clock", func(arg string) (Eviction, error) {
-		if arg != "" {
-			return nil, fmt.Errorf("%w: eviction policy \"clock:%s\": clock takes no argument", core.ErrInvalidValue, arg)
+		c := NewHintClock()
+		switch arg {
+		case "":
+		case "copy":
+			c.copyAlways = true
+		default:
+			return nil, fmt.Errorf("%w: eviction policy \"clock:%s\": want clock, or clock:copy (no clean eviction)", core.ErrInvalidValue, arg)
 		}
-		return NewHintClock(), nil
+		return c, nil
 	}, true); err != nil {
 		panic(err)
 	}

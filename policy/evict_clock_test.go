@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/internal/core"
@@ -208,4 +209,23 @@ func TestHintClockJudgesOnlyWhatWasWatchedBeforeTheCall(t *testing.T) {
 		log.touch(vs[0])
 	}
 	require.Positive(t, log.judged, "nothing was judged")
+}
+
+// TestHintClockCleanCopies: "clock" asks for clean eviction, "clock:copy"
+// does not, and any other argument is refused with the choices named.
+func TestHintClockCleanCopies(t *testing.T) {
+	for spec, clean := range map[string]bool{"clock": true, "clock:copy": false} {
+		ev, err := NewEviction(spec)
+		require.NoError(t, err)
+		assert.Equal(t, spec, ev.Name())
+		c, ok := ev.(CleanCopying)
+		require.True(t, ok, "%s is a CleanCopying", spec)
+		assert.Equal(t, clean, c.CleanCopies(), spec)
+	}
+	_, err := NewEviction("clock:dirty")
+	assert.ErrorContains(t, err, `"clock:dirty": want clock, or clock:copy`)
+	lru, err := NewEviction("lru")
+	require.NoError(t, err)
+	_, ok := lru.(CleanCopying)
+	assert.False(t, ok, "lru, the old default, copies every page it evicts")
 }

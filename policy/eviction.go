@@ -59,6 +59,21 @@ type PageEviction interface {
 	VictimPages(p Processor, want int, out []Victim) []Victim
 }
 
+// CleanCopying is an Eviction that asks for clean eviction. When the
+// host reads back a page whose only copy is on a device, the server then
+// duplicates it instead of migrating it: the device keeps its copy, and
+// every mapping of both copies is write-protected (read duplication). So
+// long as the host does not write it, the page leaves the host again
+// without a copy: the host's copy is dropped, the device's is current. A
+// host write costs a write-protect fault that drops the device's copy
+// and marks the page written; a written page migrates from then on,
+// since a program that wrote it once likely writes it again.
+type CleanCopying interface {
+	Eviction
+	// CleanCopies reports whether the policy wants clean eviction.
+	CleanCopies() bool
+}
+
 // AskVictims is how the fault server (and the lab's replay) asks ev for
 // victims on processor from worth want pages: pev's pages where the
 // policy chooses pages (pev is ev as a PageEviction, or nil), else whole

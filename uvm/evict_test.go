@@ -1,6 +1,7 @@
 package uvm
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -133,4 +134,78 @@ func TestClockKeepsBlocksInUseThroughAScan(t *testing.T) {
 	// (with blocks judged in the call that watched them, 14-46: half the
 	// runs failed); with nothing watched, 21.
 	assert.LessOrEqual(t, clock, uint64(14*BlockSize/PageSize), "clock evicted blocks in use")
+}
+
+// TestCleanEvictionCopiesOnlyWhatTheHostWrote: a kernel writes 16
+// blocks, and the host, under a budget of 4, reads them twice, writes
+// every other page, and reads them again, each pass in a scattered
+// order. With clean eviction (clock, the
+// default) a page the host only read leaves it without a copy: the two
+// read passes copy nothing to the device. A page the host wrote is copied
+// each time it leaves, and no more: at most twice (once after the write
+// pass, once after the last read), at least as often as the written pages
+// that did not stay on the host. Then a kernel adds one to every byte and
+// the host checks every byte: a device copy kept after the host wrote the
+// page would show the value before the write.
+func TestCleanEvictionCopiesOnlyWhatTheHostWrote(t *testing.T) {
+	cfg := smallArenaConfig(128 << 20)
+	const blocks, budgetBlocks = 16, 4
+	cfg.HostBudget = budgetBlocks * BlockSize
+	s := newSession(t, cfg)
+	const size = blocks * BlockSize
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, nil, "fill", 2, rangeParams(a.Addr(), size, 3)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	want := wantFill(size, 3)
+	toDevice := func() uint64 {
+		st, err := a.Stats()
+		require.NoError(t, err)
+		return st.MigratedPages(CPU, 0)
+	}
+
+	// Pages in a scattered order: a sweep moves whole blocks, which
+	// clean eviction leaves to migration (clean.go wholeMove).
+	pages := size / PageSize
+	scattered := func(do func(p int)) {
+		for i := 0; i < pages; i++ {
+			do(i * 1031 % pages) // 1031 is prime: every page once
+		}
+	}
+	b := a.Bytes()
+	readAll := func(what string) {
+		scattered(func(p int) {
+			if !bytes.Equal(b[p*PageSize:(p+1)*PageSize], want[p*PageSize:(p+1)*PageSize]) {
+				t.Fatalf("%s: page %d differs", what, p)
+			}
+		})
+	}
+	readAll("read pass 1")
+	readAll("read pass 2")
+	st, err := a.Stats()
+	require.NoError(t, err)
+	assert.Zero(t, st.MigratedPages(CPU, 0), "pages the host only read went back to the device without a copy")
+	assert.GreaterOrEqual(t, st.ReadDuplicatedPages(CPU), uint64(2*(blocks-budgetBlocks-1)*BlockSize/PageSize),
+		"each read pass copied the pages that had left the host, keeping the device's copies")
+	assert.GreaterOrEqual(t, st.EvictedCleanPages, uint64((blocks-budgetBlocks-1)*BlockSize/PageSize))
+
+	written := 0
+	scattered(func(p int) {
+		if p%2 == 0 {
+			b[p*PageSize+5] ^= 0xff
+			want[p*PageSize+5] ^= 0xff
+			written++
+		}
+	})
+	readAll("the last read pass")
+	copied := toDevice()
+	assert.LessOrEqual(t, copied, uint64(2*written), "written pages are copied each time they leave the host, and no more")
+	assert.GreaterOrEqual(t, copied, uint64(written-(budgetBlocks+1)*BlockSize/PageSize), "every written page that left the host was copied")
+
+	require.NoError(t, s.Launch(0, nil, "addOne", 2, rangeParams(a.Addr(), size, 0)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	for i := range want {
+		want[i]++
+	}
+	require.Equal(t, want, a.Bytes(), "the device's copies are the host's latest")
 }

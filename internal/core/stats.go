@@ -73,6 +73,10 @@ type Counters struct {
 	// Discarded counts pages a discard (MemDiscard, the preload's heap
 	// purge) found populated and dropped everywhere.
 	Discarded atomic.Uint64
+	// EvictedClean counts host pages evicted without a copy: the device
+	// kept a copy when the host read them back (clean eviction), and the
+	// host had not written them since.
+	EvictedClean atomic.Uint64
 	// Managed allocations made and the bytes they asked for. Only the
 	// server's and the sessions' counters count them (an allocation's
 	// own would be retired into its session's twice).
@@ -162,6 +166,9 @@ type Stats struct {
 	// DiscardedPages counts populated pages a discard dropped (their
 	// contents were no longer wanted: nothing was copied).
 	DiscardedPages uint64 `json:"discarded_pages,omitempty"`
+	// EvictedCleanPages counts host pages evicted without a copy (clean
+	// eviction: the device's copy was current); they are among Evicted.
+	EvictedCleanPages uint64 `json:"evicted_clean_pages,omitempty"`
 	// PrefetchedUsed and PrefetchedUnused count, among prefetched pages
 	// whose fate is known, those later touched and those that left
 	// (migrated, evicted, freed) untouched. They are only known for
@@ -297,6 +304,7 @@ func (c *Counters) AddFrom(o *Counters) {
 	c.LaunchCopied.Add(o.LaunchCopied.Load())
 	c.LaunchClean.Add(o.LaunchClean.Load())
 	c.Discarded.Add(o.Discarded.Load())
+	c.EvictedClean.Add(o.EvictedClean.Load())
 	c.Allocations.Add(o.Allocations.Load())
 	c.AllocatedBytes.Add(o.AllocatedBytes.Load())
 	c.Used.Add(o.Used.Load())
@@ -440,6 +448,7 @@ func (c *Counters) Snapshot() Stats {
 	s.LaunchCopiedPages = c.LaunchCopied.Load()
 	s.LaunchCleanPages = c.LaunchClean.Load()
 	s.DiscardedPages = c.Discarded.Load()
+	s.EvictedCleanPages = c.EvictedClean.Load()
 	s.PrefetchedUsed = c.Used.Load()
 	s.PrefetchedUnused = c.Unused.Load()
 	s.FaultService = c.Service.Snapshot()

@@ -114,6 +114,8 @@ var (
 		"Host copies the launch coherence model dropped at a launch without copying them (only read by the host).")
 	descDiscarded = desc("discarded_pages_total",
 		"Populated pages a discard dropped without copying (their contents were no longer wanted).")
+	descEvictedClean = desc("evicted_clean_pages_total",
+		"Host pages evicted without a copy: a device kept a copy when the host read them back (clean eviction), and the host had not written them.")
 	descAllocations = desc("allocations_total",
 		"Managed allocations made, freed or not.")
 	descAllocatedBytes = desc("allocated_bytes_total",
@@ -149,7 +151,7 @@ var (
 		descFaults, descMigratedPages, descMigratedBytes, descPopulated, descEvicted,
 		descRemoteMapped, descReadDuplicated, descThrottles, descPins, descHintsArmed,
 		descCrossings, descCounterMigrated, descPrefetched, descPrefetchedUsed,
-		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descDiscarded, descAllocations,
+		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descDiscarded, descEvictedClean, descAllocations,
 		descAllocatedBytes, descService, descServiceMax,
 	}
 	infoDescs = []*prometheus.Desc{
@@ -293,6 +295,7 @@ func collectStats(ch chan<- prometheus.Metric, s core.Stats, procs []core.Device
 	counter(ch, descLaunchCopied, s.LaunchCopiedPages)
 	counter(ch, descLaunchClean, s.LaunchCleanPages)
 	counter(ch, descDiscarded, s.DiscardedPages)
+	counter(ch, descEvictedClean, s.EvictedCleanPages)
 	counter(ch, descAllocations, s.Allocations)
 	counter(ch, descAllocatedBytes, s.AllocatedBytes)
 

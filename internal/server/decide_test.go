@@ -23,6 +23,7 @@ type fakeFacts struct {
 	src                core.Device
 	unpopulated        bool
 	mostlyRead         bool
+	clean              bool // clean eviction may keep the device's copy
 	thrash             thrashAction
 	launchLocked       bool // the launch model forbids the touch
 	launchHostCopy     bool // the launch model copies the page back to the host
@@ -42,6 +43,7 @@ func (f *fakeFacts) viewLocation() core.Device     { return f.view }
 func (f *fakeFacts) desiredFile() core.Device      { return f.desired }
 func (f *fakeFacts) source() (core.Device, bool)   { return f.src, !f.unpopulated }
 func (f *fakeFacts) readMostly() bool              { return f.mostlyRead }
+func (f *fakeFacts) cleanCopy() bool               { return f.clean }
 func (f *fakeFacts) launchRefused() bool           { return f.launchLocked }
 func (f *fakeFacts) launchCopy() bool              { return f.launchHostCopy }
 func (f *fakeFacts) thrashing() thrashAction       { f.askedThrashing = true; return f.thrash }
@@ -88,6 +90,8 @@ func TestDecideFault(t *testing.T) {
 		{"read of a read-mostly page: duplicate", func(f *fakeFacts) { f.mostlyRead = true }, planDuplicate, false},
 		{"write of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.isWrite = true, true }, planMigrate, true},
 		{"first touch of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.unpopulated = true, true }, planMigrate, false},
+		{"host read where clean eviction applies: duplicate", func(f *fakeFacts) { f.clean = true }, planDuplicate, false},
+		{"host write where clean eviction applies: migrate", func(f *fakeFacts) { f.clean, f.isWrite = true, true }, planMigrate, true},
 		{"thrashing: throttle", func(f *fakeFacts) { f.thrash = thrashThrottle }, planThrottle, true},
 		{"thrashing, napped once: migrate without asking", func(f *fakeFacts) { f.thrash, f.napped = thrashThrottle, true }, planMigrate, false},
 		{"pinned in host memory: bring it there and wait", func(f *fakeFacts) {

@@ -68,21 +68,27 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 	}
 	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize, cause: policy.CauseEviction}
 	before := v.b.resident[from.Slot()].Count()
-	// Read-duplicated pages with a copy elsewhere just lose this one.
+	// Read-duplicated pages (advice, or clean eviction's copies:
+	// clean.go) with a copy elsewhere just lose this one, each to its
+	// first other holder: nothing is copied.
 	dup := v.b.duplicated()
 	dup.And(&pages)
 	if !dup.Empty() {
-		for p := dup.NextSet(0); p >= 0; p = dup.NextSet(p + 1) {
-			var one core.PageMask
-			one.Set(p)
-			for l := range v.b.resident {
-				if core.DeviceAtSlot(l) != from && v.b.resident[l].Test(p) {
-					op.collapseTo(core.DeviceAtSlot(l), one)
-					break
-				}
+		left := dup
+		for l := range v.b.resident {
+			keep := core.DeviceAtSlot(l)
+			x := left
+			x.And(&v.b.resident[l])
+			if keep == from || x.Empty() {
+				continue
 			}
+			op.collapseTo(keep, x)
+			left.AndNot(&x)
 		}
 		pages.AndNot(&dup)
+		if from == core.CPU {
+			v.r.stats.EvictedClean.Add(uint64(dup.Count()))
+		}
 	}
 	if err := op.moveToUnmapped(dst, pages); err != nil {
 		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from, err)

@@ -118,6 +118,9 @@ type faultFacts interface {
 	desiredFile() core.Device // where policy wants the view to map the page
 	source() (src core.Device, populated bool)
 	readMostly() bool
+	// cleanCopy: clean eviction applies to the page: the host reads it
+	// back from a device, and its device copy may stay (cleanCopy).
+	cleanCopy() bool
 	thrashing() thrashAction
 	// Under the launch coherence model: the touch is forbidden (the CPU
 	// during a kernel that may use the page, a kernel on memory no launch
@@ -187,7 +190,7 @@ func decideFault(f faultFacts) faultPlan {
 		return planWaitMapping
 	}
 	src, populated := f.source()
-	if populated && (f.launchCopy() || !f.write() && f.readMostly()) {
+	if populated && (f.launchCopy() || !f.write() && (f.readMostly() || f.cleanCopy())) {
 		return planDuplicate
 	}
 	if populated && src != m && !f.noNap() {
@@ -248,6 +251,7 @@ func (f *moverFacts) readMostly() bool {
 	adv := f.o.b.advice
 	return adv != nil && adv.readMostly.Test(f.p)
 }
+func (f *moverFacts) cleanCopy() bool { return f.o.cleanCopy(f.p) }
 
 // serveFault resolves a fault of view o.fv on page p, bringing
 // prefetched pages along: it decides (decideFault), then carries the
@@ -289,6 +293,9 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	var faulted core.PageMask
 	faulted.Set(p)
 	t := target{dst: m, via: o.fv, mapped: o.pagesMapping(l, m)}
+	if l == core.CPU && fr.write {
+		o.b.hostWrote.Set(p)
+	}
 	switch plan {
 	case planDuplicate:
 		extra := o.expand(l, m, faulted, &t)
@@ -296,6 +303,9 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 			extra = o.launchCopyExtra(extra)
 			faulted.Or(&extra)
 			return o.duplicate(t, faulted)
+		}
+		if o.b.advice == nil || !o.b.advice.readMostly.Test(p) {
+			return o.serveCleanCopies(t, faulted, extra, p, true)
 		}
 		extra.And(&o.b.advice.readMostly)
 		var populatedPages core.PageMask
@@ -318,6 +328,9 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	}
 	extra := o.expand(l, m, faulted, &t)
 	o.cause = policy.CauseFault
+	if m == core.CPU && o.cleanCopies() {
+		return o.serveCleanCopies(t, faulted, extra, p, false)
+	}
 	return o.moveTo(t, faulted, extra, p)
 }
 
@@ -398,7 +411,11 @@ func (o *mover) serveWP(p int, m core.Device) error {
 	if b.copies(p) > 1 {
 		// A write to a read-duplicated page: this copy becomes the only
 		// one, and writable (collapseTo lifts the protection of every
-		// mapping of it, which wakes the writer).
+		// mapping of it, which wakes the writer). A host copy written
+		// is not made a clean copy again (cleanCopy).
+		if v.loc == core.CPU {
+			b.hostWrote.Set(p)
+		}
 		var one core.PageMask
 		one.Set(p)
 		o.collapseTo(m, one)

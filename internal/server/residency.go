@@ -76,6 +76,10 @@ type block struct {
 	// ref is the block as policies see it (policy.Block), made with the
 	// block.
 	ref *policy.Block
+	// hostWrote holds the pages the host wrote (a write fault, or a
+	// write to a clean copy): clean eviction duplicates only the others
+	// (fault.go cleanCopy).
+	hostWrote core.PageMask
 	// large has bit l set while location l's file may hold the block in
 	// a 2 MiB folio (migrate.go: moveWhole), so that a partial punch
 	// there checks that the kernel split it.

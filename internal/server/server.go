@@ -54,7 +54,10 @@ type Server struct {
 	eviction policy.Eviction // which blocks leave a full location
 	// pageEviction is eviction, where it chooses pages (evict.go).
 	pageEviction policy.PageEviction
-	thrashing    policy.Thrashing // nil: thrashing detection is off
+	// cleanCopies: eviction asks for clean eviction
+	// (policy.CleanCopying; fault.go cleanCopy).
+	cleanCopies bool
+	thrashing   policy.Thrashing // nil: thrashing detection is off
 	// accessMigration decides which counted pages migrate.
 	accessMigration policy.AccessMigration
 	hostPages       atomic.Int64 // pages resident on the host, all sessions
@@ -175,6 +178,9 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	s.retired = core.NewCounters(s.locations())
 	if s.eviction, err = policy.NewEviction(cfg.Eviction); err == nil {
 		s.pageEviction, _ = s.eviction.(policy.PageEviction)
+		if c, ok := s.eviction.(policy.CleanCopying); ok {
+			s.cleanCopies = c.CleanCopies()
+		}
 		if o, ok := s.eviction.(policy.Observing); ok {
 			o.Observe(useObserver{s})
 		}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+)
+
+// Clean eviction (policy.CleanCopying). A page evicted from the host and
+// read back would otherwise cross twice per round: a copy to the device
+// when it leaves, a copy back when it is read. When the host reads a page
+// back that it never wrote, the server duplicates it instead (read
+// duplication's machinery, readdup.go): the device keeps its copy and
+// every mapping of both is write-protected. The host's next eviction of
+// it then drops the host's copy and copies nothing (evictPages), and the
+// arena never stopped holding the page. A host write to it is a
+// write-protect fault that keeps the host's copy only (serveWP) and marks
+// the page written (block.hostWrote): a page written once migrates from
+// then on, so that a program that updates what it reads pays the extra
+// fault once per page, not once per round.
+//
+// Only where nothing else decides a page's copies: no advice on its block
+// (read-mostly, preferred location and accessed-by have their own
+// rules), the fault coherence model (the launch model has its own clean
+// copies), managed memory whose prefetches are not audited, and a host
+// budget, without which host pages never leave.
+
+// cleanCopies reports whether clean eviction applies to the host's
+// faults on the mover's block at all.
+func (o *mover) cleanCopies() bool {
+	srv := o.sess.srv
+	return srv.cleanCopies && srv.cfg.HostBudget > 0 && o.fv.loc == core.CPU && o.b.advice == nil &&
+		o.sess.launch == nil && o.r.kind == core.KindManaged && !o.r.trackPrefetch
+}
+
+// cleanPages is the pages of pages that may come to the host as clean
+// copies: on a device only, never written by the host.
+func (o *mover) cleanPages(pages core.PageMask) core.PageMask {
+	b := o.b
+	onDevices := b.resident.Elsewhere(core.CPU)
+	pages.And(&onDevices)
+	pages.AndNot(&b.hostWrote)
+	pages.AndNot(&b.resident[core.CPU.Slot()])
+	return pages
+}
+
+// cleanCopy reports whether a host fault on page p that reads may be
+// served by a clean copy. Its caller (decideFault) has checked that the
+// fault is a read and the page is populated.
+func (o *mover) cleanCopy(p int) bool {
+	if !o.cleanCopies() {
+		return false
+	}
+	var one core.PageMask
+	one.Set(p)
+	one = o.cleanPages(one)
+	if one.Empty() {
+		return false
+	}
+	m, known := o.mapsAt(core.CPU, p)
+	return known && m == core.CPU
+}
+
+// serveCleanCopies serves a host fault on page lead where clean eviction
+// applies: the prefetched pages that qualify (cleanPages) are duplicated
+// onto the host, the others migrate as they would have, and the faulted
+// page is duplicated if dupFaulted (a read, cleanCopy), else migrated (a
+// write). Then the host budget is held, as after any move to the host.
+func (o *mover) serveCleanCopies(t target, faulted, extra core.PageMask, lead int, dupFaulted bool) error {
+	if o.wholeMove(faulted, extra) {
+		// A sweep: the block moves whole (one folio where the files
+		// take large folios), and a program sweeping it likely writes
+		// what it reads; copies kept would cost a write-protect fault
+		// per page and break the folio.
+		o.cause = policy.CauseFault
+		return o.moveTo(t, faulted, extra, lead)
+	}
+	dup := o.cleanPages(extra)
+	rest := extra
+	rest.AndNot(&dup)
+	o.cause = policy.CauseFault
+	var err error
+	if dupFaulted {
+		dup.Or(&faulted)
+		if err = o.duplicate(t, dup); err == nil && !rest.Empty() {
+			var none core.PageMask
+			_, err = o.move(t, none, rest, -1)
+		}
+	} else if _, err = o.move(t, faulted, rest, lead); err == nil && !dup.Empty() {
+		err = o.duplicate(t, dup)
+	}
+	keep := faulted
+	keep.Or(&extra)
+	o.overBudget(keep)
+	return err
+}
+
+// wholeMove reports whether a fault's move brings the block whole: every
+// page it has elsewhere, and more than half the block.
+func (o *mover) wholeMove(faulted, extra core.PageMask) bool {
+	pages := faulted
+	pages.Or(&extra)
+	if pages.Count() <= o.b.pages/2 {
+		return false
+	}
+	elsewhere := o.b.resident.Elsewhere(core.CPU)
+	elsewhere.AndNot(&pages)
+	return elsewhere.Empty()
+}
