@@ -614,21 +614,31 @@ static void test_device_flags(void)
 	CHECK_OK(uvmSetDevice(0));
 
 	/* A blocking wait sleeps; spinning and yielding ones keep the CPU
-	 * busy, polling. */
-	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleBlockingSync));
-	double blocking = cpu_of_wait(100, false);
-	blocking += cpu_of_wait(100, true);
-	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleSpin));
-	double spin = cpu_of_wait(100, false);
-	spin += cpu_of_wait(100, true);
-	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleYield));
-	double yield = cpu_of_wait(100, false);
-	yield += cpu_of_wait(100, true);
+	 * busy, polling. A yielding wait gives the CPU to any other
+	 * runnable thread, so on a machine busy with other work (make
+	 * test runs packages side by side on two CPUs) it gets little of
+	 * it: 0.6 ms of 200 ms was seen. Up to three tries, each wanting
+	 * yield well above a blocking wait's CPU time and at least 1 ms. */
+	double blocking = 0, spin = 0, yield = 0;
+	bool separated = false;
+	for (int try = 0; try < 3 && !separated; try++) {
+		CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleBlockingSync));
+		blocking = cpu_of_wait(100, false);
+		blocking += cpu_of_wait(100, true);
+		CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleSpin));
+		spin = cpu_of_wait(100, false);
+		spin += cpu_of_wait(100, true);
+		CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleYield));
+		yield = cpu_of_wait(100, false);
+		yield += cpu_of_wait(100, true);
+		separated = blocking < 10 && spin > 5 && spin > 4 * blocking && yield > 1 && yield > 4 * blocking;
+		if (!separated)
+			fprintf(stderr, "try %d: CPU time of two 100 ms waits: blocking %.2f ms, spin %.2f ms, yield %.2f ms\n", try + 1, blocking,
+				spin, yield);
+	}
 	CHECK(blocking < 10);
 	CHECK(spin > 5 && spin > 4 * blocking);
-	CHECK(yield > 5 && yield > 4 * blocking);
-	if (!(blocking < 10 && spin > 5 && spin > 4 * blocking && yield > 5 && yield > 4 * blocking))
-		fprintf(stderr, "CPU time of two 100 ms waits: blocking %.2f ms, spin %.2f ms, yield %.2f ms\n", blocking, spin, yield);
+	CHECK(yield > 1 && yield > 4 * blocking);
 
 	/* Events follow the device's flags, unless made to block. */
 	uvmEvent_t e, eb;
