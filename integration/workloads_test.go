@@ -95,14 +95,14 @@ func TestRunWorkloads(t *testing.T) {
 				if managed != nil && managed.Stats != nil {
 					soFar = "; until then: " + managed.Describe()
 				}
-				t.Fatalf("%s under uvm run --host-budget %s did not finish within %v (plain: %s): a thrashing cliff?%s", p.Name, sizeText(budget),
+				t.Fatalf("%s under uvm run --host-budget %s did not finish within %v (plain: %s): a thrashing cliff?%s", p.Name, mib(uint64(budget)),
 					limit, plain.Describe(), soFar)
 			}
 			require.NoError(t, err)
-			t.Logf("%s (%s): plain %s; under uvm run --host-budget %s: %s", p.Name, w.CommandLine(), plain.Describe(), sizeText(budget), managed.Describe())
+			t.Logf("%s (%s): plain %s; under uvm run --host-budget %s: %s", p.Name, w.CommandLine(), plain.Describe(), mib(uint64(budget)), managed.Describe())
 			require.NoError(t, w.Check(managed), "%s under uvm run", p.Name)
 			assert.NotContains(t, managed.Stderr, "libuvm-preload", "the preload library had something to say")
-			assert.Positive(t, managed.Stats.EvictedPages, "%s: nothing was evicted under a host budget of %s", p.Name, sizeText(budget))
+			assert.Positive(t, managed.Stats.EvictedPages, "%s: nothing was evicted under a host budget of %s", p.Name, mib(uint64(budget)))
 			if p.Checker {
 				return
 			}
@@ -110,9 +110,7 @@ func TestRunWorkloads(t *testing.T) {
 			st := managed.Stats
 			assert.GreaterOrEqual(t, st.ManagedBytes(), uint64(plain.MaxRSS/2),
 				"%s: managed memory (allocated %s, populated %s) is less than half its plain peak RSS of %s", p.Name,
-				sizeText(int64(st.AllocatedBytes)), sizeText(int64(st.PopulatedBytes())), sizeText(plain.MaxRSS))
+				mib(st.AllocatedBytes), mib(st.PopulatedBytes()), mib(uint64(plain.MaxRSS)))
 		})
 	}
 }
-
-func sizeText(n int64) string { return mib(uint64(n)) }

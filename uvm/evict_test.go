@@ -158,11 +158,6 @@ func TestCleanEvictionCopiesOnlyWhatTheHostWrote(t *testing.T) {
 	require.NoError(t, s.Launch(0, nil, "fill", 2, rangeParams(a.Addr(), size, 3)))
 	require.NoError(t, s.DeviceSynchronize(0))
 	want := wantFill(size, 3)
-	toDevice := func() uint64 {
-		st, err := a.Stats()
-		require.NoError(t, err)
-		return st.MigratedPages(CPU, 0)
-	}
 
 	// Pages in a scattered order: a sweep moves whole blocks, which
 	// clean eviction leaves to migration (clean.go wholeMove).
@@ -198,7 +193,9 @@ func TestCleanEvictionCopiesOnlyWhatTheHostWrote(t *testing.T) {
 		}
 	})
 	readAll("the last read pass")
-	copied := toDevice()
+	st, err = a.Stats()
+	require.NoError(t, err)
+	copied := st.MigratedPages(CPU, 0)
 	assert.LessOrEqual(t, copied, uint64(2*written), "written pages are copied each time they leave the host, and no more")
 	assert.GreaterOrEqual(t, copied, uint64(written-(budgetBlocks+1)*BlockSize/PageSize), "every written page that left the host was copied")
 

@@ -33,10 +33,10 @@ func (o *mover) cleanCopies() bool {
 }
 
 // cleanPages is the pages of pages that may come to the host as clean
-// copies: on a device only, never written by the host.
-func (o *mover) cleanPages(pages core.PageMask) core.PageMask {
+// copies: on a device only (onDevices: the block's pages resident
+// anywhere but the host), never written by the host.
+func (o *mover) cleanPages(pages, onDevices core.PageMask) core.PageMask {
 	b := o.b
-	onDevices := b.resident.Elsewhere(core.CPU)
 	pages.And(&onDevices)
 	pages.AndNot(&b.hostWrote)
 	pages.AndNot(&b.resident[core.CPU.Slot()])
@@ -45,15 +45,11 @@ func (o *mover) cleanPages(pages core.PageMask) core.PageMask {
 
 // cleanCopy reports whether a host fault on page p that reads may be
 // served by a clean copy. Its caller (decideFault) has checked that the
-// fault is a read and the page is populated.
+// fault is a read and the page is populated, so a page not on the host
+// is on a device.
 func (o *mover) cleanCopy(p int) bool {
-	if !o.cleanCopies() {
-		return false
-	}
-	var one core.PageMask
-	one.Set(p)
-	one = o.cleanPages(one)
-	if one.Empty() {
+	b := o.b
+	if !o.cleanCopies() || b.hostWrote.Test(p) || b.resident[core.CPU.Slot()].Test(p) {
 		return false
 	}
 	m, known := o.mapsAt(core.CPU, p)
@@ -66,18 +62,18 @@ func (o *mover) cleanCopy(p int) bool {
 // page is duplicated if dupFaulted (a read, cleanCopy), else migrated (a
 // write). Then the host budget is held, as after any move to the host.
 func (o *mover) serveCleanCopies(t target, faulted, extra core.PageMask, lead int, dupFaulted bool) error {
-	if o.wholeMove(faulted, extra) {
-		// A sweep: the block moves whole (one folio where the files
-		// take large folios), and a program sweeping it likely writes
-		// what it reads; copies kept would cost a write-protect fault
-		// per page and break the folio.
-		o.cause = policy.CauseFault
+	o.cause = policy.CauseFault
+	onDevices := o.b.resident.Elsewhere(core.CPU)
+	dup := o.cleanPages(extra, onDevices)
+	if (!dupFaulted && dup.Empty()) || wholeMove(o.b.pages, onDevices, faulted, extra) {
+		// Nothing to keep a copy of; or a sweep: the block moves whole
+		// (one folio where the files take large folios), and a program
+		// sweeping it likely writes what it reads, so copies kept would
+		// cost a write-protect fault per page and break the folio.
 		return o.moveTo(t, faulted, extra, lead)
 	}
-	dup := o.cleanPages(extra)
 	rest := extra
 	rest.AndNot(&dup)
-	o.cause = policy.CauseFault
 	var err error
 	if dupFaulted {
 		dup.Or(&faulted)
@@ -85,7 +81,7 @@ func (o *mover) serveCleanCopies(t target, faulted, extra core.PageMask, lead in
 			var none core.PageMask
 			_, err = o.move(t, none, rest, -1)
 		}
-	} else if _, err = o.move(t, faulted, rest, lead); err == nil && !dup.Empty() {
+	} else if _, err = o.move(t, faulted, rest, lead); err == nil {
 		err = o.duplicate(t, dup)
 	}
 	keep := faulted
@@ -94,15 +90,15 @@ func (o *mover) serveCleanCopies(t target, faulted, extra core.PageMask, lead in
 	return err
 }
 
-// wholeMove reports whether a fault's move brings the block whole: every
-// page it has elsewhere, and more than half the block.
-func (o *mover) wholeMove(faulted, extra core.PageMask) bool {
-	pages := faulted
-	pages.Or(&extra)
-	if pages.Count() <= o.b.pages/2 {
+// wholeMove reports whether a fault's move brings a block of pages pages
+// whole: every page it has elsewhere (onDevices), and more than half of
+// them.
+func wholeMove(pages int, onDevices, faulted, extra core.PageMask) bool {
+	moving := faulted
+	moving.Or(&extra)
+	if moving.Count() <= pages/2 {
 		return false
 	}
-	elsewhere := o.b.resident.Elsewhere(core.CPU)
-	elsewhere.AndNot(&pages)
-	return elsewhere.Empty()
+	onDevices.AndNot(&moving)
+	return onDevices.Empty()
 }

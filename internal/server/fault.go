@@ -304,7 +304,7 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 			faulted.Or(&extra)
 			return o.duplicate(t, faulted)
 		}
-		if o.b.advice == nil || !o.b.advice.readMostly.Test(p) {
+		if !facts.readMostly() {
 			return o.serveCleanCopies(t, faulted, extra, p, true)
 		}
 		extra.And(&o.b.advice.readMostly)
@@ -327,10 +327,10 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l, o.pageAddr(p), maxPinWaits)
 	}
 	extra := o.expand(l, m, faulted, &t)
-	o.cause = policy.CauseFault
 	if m == core.CPU && o.cleanCopies() {
 		return o.serveCleanCopies(t, faulted, extra, p, false)
 	}
+	o.cause = policy.CauseFault
 	return o.moveTo(t, faulted, extra, p)
 }
 

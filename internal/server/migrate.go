@@ -325,6 +325,16 @@ func (o *mover) runs(want, speculative core.PageMask, t target, lazy bool, lead 
 	return out
 }
 
+// arrivalCause is why pages this mover brings arrive, as the eviction
+// policy is told: the mover's cause, or advice (read duplication, a pin)
+// where it set none.
+func (o *mover) arrivalCause() policy.Cause {
+	if o.cause == 0 {
+		return policy.CauseAdvice
+	}
+	return o.cause
+}
+
 // moveTo brings demand and speculative pages to t.dst. Capacity for a
 // device is reserved first, so that a full arena fails before anything
 // moved.
@@ -692,10 +702,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 			srv.eviction.Left(b.ref, rn.src)
 		}
 	}
-	cause := o.cause
-	if cause == 0 {
-		cause = policy.CauseAdvice
-	}
+	cause := o.arrivalCause()
 	if o.r.kind == core.KindManaged { // pinned and device memory are never evicted
 		srv.arrived(b, dst, done, cause)
 	}

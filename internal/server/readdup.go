@@ -2,7 +2,6 @@ package server
 
 import (
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 )
 
@@ -35,11 +34,7 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 	if copied > 0 {
 		got := pages
 		got.And(&b.resident[dst.Slot()])
-		cause := o.cause // a fault's clean copy (clean.go)
-		if cause == 0 {
-			cause = policy.CauseAdvice
-		}
-		srv.arrived(b, dst, got, cause)
+		srv.arrived(b, dst, got, o.arrivalCause())
 		o.r.stats.ReadDuplicated[dst.Slot()].Add(uint64(copied))
 		if o.sess.tracing() {
 			o.sess.tracePages(trace.KindDuplicate, o.r, o.pageAddr(got.NextSet(0)), int(copied), dst)
