@@ -458,7 +458,12 @@ func (s *sim) fault(b *simBlock, p core.Device, x int, write bool) {
 		if s.hostMinor {
 			s.res.Faults[slot]++
 			s.res.MinorFaults++
-			b.hostMapped.Or(&b.resident[slot])
+			mapped := b.resident[slot]
+			if b.watchRegions {
+				region := policy.RegionOf(x)
+				mapped.And(&region)
+			}
+			b.hostMapped.Or(&mapped)
 		} else {
 			s.res.Hits++ // the kernel maps it without asking the server
 			b.hostMapped.Set(x)

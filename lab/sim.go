@@ -45,6 +45,9 @@ type simBlock struct {
 	// of the access mode, leaves pages unmapped; a host touch of such a
 	// page is then a MINOR fault where the host view registers them).
 	hostMapped core.PageMask
+	// watchRegions: an eviction policy watches the block's host use by
+	// 64 KiB region (hintFaults), so a MINOR fault maps one region.
+	watchRegions bool
 	// wpMarked is, per device, the pages that left it while its view
 	// mapped them, in a move of less than the whole block: the move
 	// write-protected them there first, and the kernel keeps that
@@ -555,29 +558,31 @@ func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask) int
 // hintFaults is the server's policy.Observer (internal/server/watch.go)
 // over the simulated page table: Watch unmaps a block's host pages, a
 // reference maps them again (a MINOR fault where the host view registers
-// them), and Touched counts those mapped. It sees only the references the
-// trace holds: a touch that neither faulted nor was sampled by the
-// access mode does not show, so a watched block looks less used than it
-// was.
+// them: the block's pages, or the touched page's 64 KiB region where a
+// policy watches by region), and Touched returns those mapped. It sees
+// only the references the trace holds: a touch that neither faulted nor
+// was sampled by the access mode does not show, so a watched block looks
+// less used than it was.
 type hintFaults struct{ s *sim }
 
 func (h hintFaults) Watchable(p policy.Processor) bool { return p == core.CPU }
 
-func (h hintFaults) Watch(pb *policy.Block, p policy.Processor) bool {
+func (h hintFaults) Watch(pb *policy.Block, p policy.Processor, regions bool) bool {
 	b, ok := pb.Owner().(*simBlock)
 	if !ok || b.ref != pb || p != core.CPU {
 		return false
 	}
 	b.hostMapped = core.PageMask{}
+	b.watchRegions = regions
 	return true
 }
 
-func (h hintFaults) Touched(pb *policy.Block, p policy.Processor) int {
+func (h hintFaults) Touched(pb *policy.Block, p policy.Processor) core.PageMask {
 	b, ok := pb.Owner().(*simBlock)
 	if !ok || b.ref != pb || p != core.CPU {
-		return 0
+		return core.PageMask{}
 	}
 	m := b.hostMapped
 	m.And(&b.resident[core.CPU.Slot()])
-	return m.Count()
+	return m
 }

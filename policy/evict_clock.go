@@ -3,6 +3,7 @@ package policy
 import (
 	"container/list"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/softuvm/softuvm/internal/core"
@@ -29,11 +30,20 @@ type Observer interface {
 	Watchable(p Processor) bool
 	// Watch unmaps b's pages on p from p's page table, leaving them
 	// where they are, and reports whether it did (false for a block
-	// freed, or of a range whose pages must stay mapped).
-	Watch(b *Block, p Processor) bool
-	// Touched reports how many of b's pages p has mapped again since
-	// Watch: those it touched since, or that the server mapped for it.
-	Touched(b *Block, p Processor) int
+	// freed, or of a range whose pages must stay mapped). With regions,
+	// the policy will ask which 64 KiB regions were touched, not only
+	// whether any page was: where the server itself maps pages again on
+	// their hint fault (a host view registered for MINOR faults), it
+	// maps one region a fault until Touched, rather than the whole
+	// block at the first, so that the block's other regions still show
+	// whether they are used (more faults, for a finer sight).
+	Watch(b *Block, p Processor, regions bool) bool
+	// Touched returns the pages of b that p has mapped again since
+	// Watch: those it touched since, or that the server mapped for it
+	// (with every page of a region it mapped on a touch, where Watch
+	// asked for regions; with the whole block where it did not and the
+	// server maps pages on their hint fault).
+	Touched(b *Block, p Processor) PageMask
 }
 
 // Observing is an Eviction that watches use through the server's
@@ -43,9 +53,9 @@ type Observing interface {
 	Observe(o Observer)
 }
 
-// HintClock ("clock") evicts whole blocks by their use, after the kernel's two lists
-// (an inactive and an active list, as in its page reclaim) with the
-// reference bit taken from hint faults (Observer):
+// HintClock ("clock") evicts by use, after the kernel's two lists (an
+// inactive and an active list, as in its page reclaim) of blocks, with
+// the reference bit taken from hint faults (Observer):
 //
 //   - A block arriving on a processor goes to the back of the inactive
 //     list, unwatched; one coming back soon after it was evicted (its
@@ -72,25 +82,45 @@ type Observing interface {
 // Where use cannot be watched (no observer, a device, swap on), HintClock
 // orders by arrival like LRU, with the ghost list's second chance.
 //
+// What leaves is whole blocks ("clock:blocks") or 64 KiB regions
+// ("clock:regions", a PageEviction): there a watched block that was
+// touched still gives up the regions of it that were not, so that a
+// program using a few pages of many blocks keeps those pages rather
+// than a few whole blocks. A block nothing of which was touched leaves
+// whole either way, so that sweeps keep their whole-block moves.
+//
 // It asks for clean eviction (CleanCopying): a page the host reads back
 // keeps its device copy, and leaves the host again without a copy while
-// the host has not written it. "clock:copy" is the same policy without.
+// the host has not written it. ":copy" turns that off.
 type HintClock struct {
-	// copyAlways ("clock:copy") turns clean eviction off: every page
-	// the host reads back migrates, and leaves with a copy.
+	// copyAlways (":copy") turns clean eviction off: every page the
+	// host reads back migrates, and leaves with a copy.
 	copyAlways bool
-	mu         sync.Mutex
-	observer   Observer                 // set before use, then read-only
-	procs      map[Processor]*clockProc // guarded by mu
+	// regions: victims are the untouched 64 KiB regions of touched
+	// blocks too, not only untouched blocks (regionClock).
+	regions  bool
+	mu       sync.Mutex
+	observer Observer                 // set before use, then read-only
+	procs    map[Processor]*clockProc // guarded by mu
 }
 
+// regionClock is HintClock choosing 64 KiB regions: a PageEviction, so
+// that the server tells it the pages that arrive and leave and asks it
+// for pages.
+type regionClock struct{ *HintClock }
+
 type clockEntry struct {
-	b          *Block
-	active     bool
-	watched    bool
-	watchedAt  uint64 // clockProc.calls when the watch was set
-	referenced bool   // touched once while watched on probation
-	elem       *list.Element
+	b         *Block
+	active    bool
+	watched   bool
+	watchedAt uint64 // clockProc.calls when the watch was set
+	// watchedTurn is clockProc.asked when the watch was set (regions).
+	watchedTurn uint64
+	referenced  bool // touched once while watched on probation
+	elem        *list.Element
+	// pages is the block's pages on the processor, as ArrivedPages and
+	// LeftPages tell (every page where only Arrived tells).
+	pages PageMask
 }
 
 type clockProc struct {
@@ -105,20 +135,58 @@ type clockProc struct {
 	// them, and no call judges what it, or one running beside it, has
 	// just unmapped.
 	calls uint64
+	// asked counts the pages asked for by VictimPages (regions): the
+	// processor's turnover, by which a watch grows old enough to judge
+	// (mature).
+	asked uint64
+	// pages is the sum of the entries' pages.
+	pages int
 }
 
-// NewHintClock makes an empty HintClock.
+// mature reports whether e, watched, has been watched long enough to
+// judge by region: since its watch, pages worth an eighth of those
+// listed (at least a region) were asked to leave, or 32 calls of
+// VictimPages began. A call comes with every fault that brings pages
+// over a full processor, so the call after the watch, as blocks are
+// judged, may come one fault later, too soon for a region used now and
+// then to show. The count of calls bounds the wait where each call asks
+// for little and the list is long: there the watched blocks at the front
+// would otherwise be taken whole, in list order, before any watch of
+// them grew old enough (perl at three quarters of its peak moved 2.5
+// times the bytes of clock without it).
+func (s *clockProc) mature(e *clockEntry) bool {
+	return s.asked-e.watchedTurn >= uint64(max(s.pages/8, RegionPages)) || s.calls-e.watchedAt >= 32
+}
+
+// NewHintClock makes an empty HintClock that evicts whole blocks
+// ("clock:blocks").
 func NewHintClock() *HintClock { return &HintClock{procs: map[Processor]*clockProc{}} }
 
+// Name is the policy's spec: "clock", with the options that differ
+// from the defaults.
 func (c *HintClock) Name() string {
-	if c.copyAlways {
-		return "clock:copy"
+	name := "clock"
+	if c.regions != clockRegionsByDefault {
+		name += ":" + clockGranularity(c.regions)
 	}
-	return "clock"
+	if c.copyAlways {
+		if name == "clock" {
+			return "clock:copy"
+		}
+		name += ",copy"
+	}
+	return name
+}
+
+func clockGranularity(regions bool) string {
+	if regions {
+		return "regions"
+	}
+	return "blocks"
 }
 
 // CleanCopies: clock asks for clean eviction (CleanCopying), unless
-// made as "clock:copy".
+// made with ":copy".
 func (c *HintClock) CleanCopies() bool { return !c.copyAlways }
 
 // Observe sets the observer the server provides.
@@ -133,14 +201,40 @@ func (c *HintClock) proc(p Processor) *clockProc {
 	return s
 }
 
-func (c *HintClock) Arrived(b *Block, p Processor, _ int, _ Cause) {
+func (c *HintClock) Arrived(b *Block, p Processor, _ int, _ Cause) { c.arrive(b, p, wholeBlock) }
+
+// ArrivedPages: as Arrived, with the pages.
+func (c regionClock) ArrivedPages(b *Block, p Processor, pages PageMask, _ Cause) {
+	c.arrive(b, p, pages)
+}
+
+// LeftPages: the pages no longer count toward the block's share.
+func (c regionClock) LeftPages(b *Block, p Processor, pages PageMask) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.procs[p]; s != nil {
+		if e := s.entries[b]; e != nil {
+			s.pages -= e.pages.Count()
+			e.pages.AndNot(&pages)
+			s.pages += e.pages.Count()
+		}
+	}
+}
+
+func (c *HintClock) arrive(b *Block, p Processor, pages PageMask) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.proc(p)
 	if e := s.entries[b]; e != nil {
+		s.pages -= e.pages.Count()
+		e.pages.Or(&pages)
+		s.pages += e.pages.Count()
 		// More of a block arrived: something faulted on it, a touch
-		// while watched, as the judge would count it.
-		if e.watched && !e.active {
+		// while watched, as the judge would count it. (Judging regions,
+		// the watch stays: the pages a fault brings are mapped, so they
+		// show as touched, and the block's other regions still show
+		// whether they are used.)
+		if e.watched && !e.active && !c.regions {
 			if e.referenced {
 				s.promote(e)
 			} else {
@@ -150,7 +244,8 @@ func (c *HintClock) Arrived(b *Block, p Processor, _ int, _ Cause) {
 		}
 		return
 	}
-	e := &clockEntry{b: b}
+	e := &clockEntry{b: b, pages: pages}
+	s.pages += pages.Count()
 	if g := s.ghosts[b]; g != nil {
 		s.ghost.Remove(g)
 		delete(s.ghosts, b)
@@ -171,6 +266,7 @@ func (c *HintClock) Left(b *Block, p Processor) {
 	}
 	if e := s.entries[b]; e != nil {
 		s.list(e).Remove(e.elem)
+		s.pages -= e.pages.Count()
 		delete(s.entries, b)
 	}
 }
@@ -215,19 +311,64 @@ func (s *clockProc) remember(b *Block) {
 	}
 }
 
-// Victims judges the front of the inactive list, watches the look-ahead
-// and returns up to n untouched blocks, the longest listed first; where
-// there are fewer, it adds the blocks that could not be judged in list
-// order (so that a processor that must make room always can).
+// Victims returns up to n whole blocks, the best first (choose).
 func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
+	var buf [16]Victim
+	for _, v := range c.choose(p, n, n, false, buf[:0]) {
+		out = append(out, v.Block)
+	}
+	return out
+}
+
+// VictimPages returns victims worth want pages where p holds that many:
+// untouched blocks whole and the untouched regions of touched ones
+// (choose).
+func (c regionClock) VictimPages(p Processor, want int, out []Victim) []Victim {
+	c.mu.Lock()
+	n := 2
+	if s := c.procs[p]; s != nil && len(s.entries) > 0 {
+		// As many blocks as hold want pages on average, and two more.
+		n = min((want*len(s.entries)+s.pages-1)/max(s.pages, 1)+2, 16)
+	}
+	c.mu.Unlock()
+	return c.choose(p, n, want, true, out)
+}
+
+// choose judges the front of the inactive list, watches the look-ahead
+// and appends victims worth want (pages where regions, else blocks),
+// for up to n blocks judged at a time: untouched blocks, the longest
+// listed first, and with regions the untouched regions of touched
+// blocks too. Where there are fewer, it adds blocks that could not be
+// judged, in list order (so that a processor that must make room always
+// can).
+func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim) []Victim {
 	obs := c.observer
 	if obs != nil && !obs.Watchable(p) {
 		obs = nil
 	}
-	start := len(out)
-	var judge, watch []*clockEntry
+	start, got := len(out), 0
+	var offered []*clockEntry
+	take := func(e *clockEntry, pages PageMask) {
+		for _, v := range out[start:] {
+			if v.Block == e.b {
+				return
+			}
+		}
+		if regions {
+			pages.And(&e.pages)
+			if pages.Empty() {
+				return
+			}
+			got += pages.Count()
+			offered = append(offered, e)
+		} else {
+			got++
+		}
+		out = append(out, Victim{Block: e.b, Pages: pages})
+	}
+	var judge, watch, young []*clockEntry
 	var call uint64
-	for round := 0; round < 8 && len(out)-start < n; round++ {
+	for round := 0; round < 8 && got < want; round++ {
 		c.mu.Lock()
 		s := c.procs[p]
 		if s == nil {
@@ -237,15 +378,22 @@ func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
 		if round == 0 {
 			s.calls++
 			call = s.calls
+			if regions {
+				s.asked += uint64(want)
+			}
 		}
 		s.balance()
-		judge, watch = judge[:0], watch[:0]
+		judge, watch, young = judge[:0], watch[:0], young[:0]
 		if obs != nil {
 			lookAhead := max(s.inactive.Len()/2, 2*n)
 			k := 0
 			for el := s.inactive.Front(); el != nil && k < lookAhead; el, k = el.Next(), k+1 {
 				if e := el.Value.(*clockEntry); e.watched {
-					if len(judge) < 2*n && e.watchedAt < call {
+					switch {
+					case e.watchedAt >= call:
+					case regions && !s.mature(e):
+						young = append(young, e)
+					case len(judge) < 2*n:
 						judge = append(judge, e)
 					}
 				} else {
@@ -257,18 +405,18 @@ func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
 		if len(judge) == 0 && len(watch) == 0 {
 			break
 		}
-		touched := make([]int, len(judge))
+		touched := make([]PageMask, len(judge))
 		for i, e := range judge {
 			touched[i] = obs.Touched(e.b, p)
 		}
 		watchedOK := make([]bool, len(watch))
 		for i, e := range watch {
-			watchedOK[i] = obs.Watch(e.b, p)
+			watchedOK[i] = obs.Watch(e.b, p, c.regions)
 		}
 		c.mu.Lock()
 		for i, e := range watch {
 			if watchedOK[i] && s.entries[e.b] == e && !e.active {
-				e.watched, e.watchedAt = true, s.calls
+				e.watched, e.watchedAt, e.watchedTurn = true, s.calls, s.asked
 			}
 		}
 		promoted := false
@@ -276,67 +424,132 @@ func (c *HintClock) Victims(p Processor, n int, out []*Block) []*Block {
 			if s.entries[e.b] != e || e.active || !e.watched {
 				continue // left, or promoted by an arrival, meanwhile
 			}
-			if touched[i] > 0 {
-				// The first touch seen keeps the block on probation
-				// (a block that just arrived is still being filled,
-				// or scanned); a second, a pass of the hand later,
-				// makes it active.
-				if e.referenced {
-					s.promote(e)
-				} else {
-					e.referenced, e.watched = true, false
-					s.inactive.MoveToBack(e.elem)
+			if touched[i].Empty() {
+				if got < want {
+					take(e, wholeBlock)
+					s.remember(e.b)
 				}
-				promoted = true
 				continue
 			}
-			if len(out)-start < n && !contains(out[start:], e.b) {
-				out = append(out, e.b)
-				s.remember(e.b)
+			if regions && got < want {
+				// The regions the program did not touch leave; those
+				// it did stay with the block.
+				take(e, untouchedRegions(&touched[i]))
 			}
+			// The first touch seen keeps the block on probation (a
+			// block that just arrived is still being filled, or
+			// scanned); a second, a pass of the hand later, makes it
+			// active.
+			if e.referenced {
+				s.promote(e)
+			} else {
+				e.referenced, e.watched = true, false
+				s.inactive.MoveToBack(e.elem)
+			}
+			promoted = true
 		}
 		c.mu.Unlock()
 		if !promoted {
 			break // what is left to judge was just watched
 		}
 	}
-	if len(out)-start < n {
-		// Nothing more judged untouched: the rest in list order,
-		// inactive first.
+	if got < want && len(young) > 0 {
+		// Judging regions: the best guess next is the blocks watched
+		// too recently to judge that were not touched yet, whole, then
+		// the untouched regions of those that were, in list order.
+		touched := make([]PageMask, len(young))
+		for i, e := range young {
+			touched[i] = obs.Touched(e.b, p)
+		}
 		c.mu.Lock()
 		if s := c.procs[p]; s != nil {
-			for _, l := range [...]*list.List{&s.inactive, &s.active} {
-				for el := l.Front(); el != nil && len(out)-start < n; el = el.Next() {
-					if b := el.Value.(*clockEntry).b; !contains(out[start:], b) {
-						out = append(out, b)
-						s.remember(b)
+			for _, whole := range [...]bool{true, false} {
+				for i, e := range young {
+					if got < want && s.entries[e.b] == e && e.watched && touched[i].Empty() == whole {
+						take(e, untouchedRegions(&touched[i]))
 					}
 				}
 			}
 		}
 		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if got < want {
+		// Nothing more judged untouched: the rest in list order,
+		// inactive first.
+		if s := c.procs[p]; s != nil {
+			for _, l := range [...]*list.List{&s.inactive, &s.active} {
+				for el := l.Front(); el != nil && got < want; el = el.Next() {
+					e := el.Value.(*clockEntry)
+					before := len(out)
+					take(e, wholeBlock)
+					if len(out) > before {
+						s.remember(e.b)
+					}
+				}
+			}
+		}
+	}
+	if s := c.procs[p]; s != nil {
+		// Offered pages go to the back of their list, so that where the
+		// server cannot take them (the block it serves, or one busy) it
+		// is offered others when it asks again; those it takes leave
+		// (LeftPages), with the block where nothing of it is left.
+		for _, e := range offered {
+			if s.entries[e.b] == e {
+				s.list(e).MoveToBack(e.elem)
+			}
+		}
+	}
 	return out
 }
 
-func contains(bs []*Block, b *Block) bool {
-	for _, x := range bs {
-		if x == b {
-			return true
+// RegionOf is the pages of the 64 KiB region (RegionPages) of a block
+// that holds page: what the server maps on a hint fault in a block
+// watched by region (Observer.Watch).
+func RegionOf(page int) PageMask {
+	var m PageMask
+	first := page &^ (RegionPages - 1)
+	m.FillRange(first, first+RegionPages)
+	return m
+}
+
+// untouchedRegions is every page of the 64 KiB regions of a block that
+// hold no page of touched.
+func untouchedRegions(touched *PageMask) PageMask {
+	var m PageMask
+	for r := 0; r < regionsPerBlock; r++ {
+		if regionBits(touched, r) == 0 {
+			m[r/4] |= uint64(0xffff) << (uint(r%4) * RegionPages)
 		}
 	}
-	return false
+	return m
 }
+
+// clockRegionsByDefault is what "clock" without a granularity evicts.
+const clockRegionsByDefault = false
 
 func init() {
 	if err := evictionRegistry.register("clock", func(arg string) (Eviction, error) {
 		c := NewHintClock()
-		switch arg {
-		case "":
-		case "copy":
-			c.copyAlways = true
-		default:
-			return nil, fmt.Errorf("%w: eviction policy \"clock:%s\": want clock, or clock:copy (no clean eviction)", core.ErrInvalidValue, arg)
+		c.regions = clockRegionsByDefault
+		if arg != "" {
+			for _, opt := range strings.Split(arg, ",") {
+				switch opt {
+				case "copy":
+					c.copyAlways = true
+				case "blocks":
+					c.regions = false
+				case "regions":
+					c.regions = true
+				default:
+					return nil, fmt.Errorf("%w: eviction policy \"clock:%s\": want clock, or clock: with a comma list of copy (no clean eviction) and blocks or regions (what leaves: whole 2 MiB blocks, or 64 KiB regions)", core.ErrInvalidValue, arg)
+				}
+			}
+		}
+		if c.regions {
+			return regionClock{c}, nil
 		}
 		return c, nil
 	}, true); err != nil {

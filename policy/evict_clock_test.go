@@ -11,28 +11,39 @@ import (
 )
 
 // pageTable is a fake Observer: a block's pages are mapped until Watch
-// unmaps them, and a touch maps them again.
+// unmaps them, and a touch maps them again (all of them, or those
+// touchPages names).
 type pageTable struct {
-	unmapped map[*Block]bool
-	watches  int
-	noHost   bool
+	mapped  map[*Block]PageMask // of the blocks watched; any other is mapped whole
+	watches int
+	regions int // watches that asked for regions
+	noHost  bool
 }
 
-func newPageTable() *pageTable { return &pageTable{unmapped: map[*Block]bool{}} }
+func newPageTable() *pageTable { return &pageTable{mapped: map[*Block]PageMask{}} }
 
 func (t *pageTable) Watchable(p Processor) bool { return p == core.CPU && !t.noHost }
-func (t *pageTable) Watch(b *Block, _ Processor) bool {
+func (t *pageTable) Watch(b *Block, _ Processor, regions bool) bool {
 	t.watches++
-	t.unmapped[b] = true
+	if regions {
+		t.regions++
+	}
+	t.mapped[b] = PageMask{}
 	return true
 }
-func (t *pageTable) Touched(b *Block, _ Processor) int {
-	if t.unmapped[b] {
-		return 0
+func (t *pageTable) Touched(b *Block, _ Processor) PageMask {
+	if m, ok := t.mapped[b]; ok {
+		return m
 	}
-	return b.Pages
+	return wholeBlock
 }
-func (t *pageTable) touch(b *Block) { delete(t.unmapped, b) }
+func (t *pageTable) touch(b *Block) { delete(t.mapped, b) }
+func (t *pageTable) touchPages(b *Block, pages PageMask) {
+	if m, ok := t.mapped[b]; ok {
+		m.Or(&pages)
+		t.mapped[b] = m
+	}
+}
 
 // clockRun drives an eviction policy as the server does, over a host of
 // capacity blocks: each step touches the hot blocks where they are
@@ -117,7 +128,7 @@ func TestHintClockWithoutObserverIsArrivalOrder(t *testing.T) {
 	for _, obs := range []struct {
 		name  string
 		table *pageTable
-	}{{"none", nil}, {"unwatchable", &pageTable{unmapped: map[*Block]bool{}, noHost: true}}} {
+	}{{"none", nil}, {"unwatchable", &pageTable{mapped: map[*Block]PageMask{}, noHost: true}}} {
 		t.Run(obs.name, func(t *testing.T) {
 			c := NewHintClock()
 			if obs.table != nil {
@@ -169,12 +180,12 @@ type callLog struct {
 	judged    int
 }
 
-func (l *callLog) Watch(b *Block, p Processor) bool {
+func (l *callLog) Watch(b *Block, p Processor, regions bool) bool {
 	l.watchedIn[b] = l.call
-	return l.pageTable.Watch(b, p)
+	return l.pageTable.Watch(b, p, regions)
 }
 
-func (l *callLog) Touched(b *Block, p Processor) int {
+func (l *callLog) Touched(b *Block, p Processor) PageMask {
 	l.judged++
 	require.NotEqual(l.t, l.call, l.watchedIn[b], "block %#x judged in the call that watched it: the program had no time to touch it", b.Addr)
 	return l.pageTable.Touched(b, p)
@@ -211,19 +222,157 @@ func TestHintClockJudgesOnlyWhatWasWatchedBeforeTheCall(t *testing.T) {
 	require.Positive(t, log.judged, "nothing was judged")
 }
 
-// TestHintClockCleanCopies: "clock" asks for clean eviction, "clock:copy"
-// does not, and any other argument is refused with the choices named.
+// regionPages is every page of the 64 KiB regions of a block for which
+// keep says yes, computed page by page.
+func regionPages(keep func(region int) bool) PageMask {
+	var m PageMask
+	for p := 0; p < core.PagesPerBlock; p++ {
+		if keep(p / 16) {
+			m.Set(p)
+		}
+	}
+	return m
+}
+
+// TestHintClockRegions: "clock:regions" judges what a watch saw by 64
+// KiB region. A watched block nothing of which was touched leaves whole;
+// one that was touched gives up its untouched regions and keeps the
+// others; one touched all over gives up nothing. Pages arriving on a
+// block while it is watched (mapped by the fault that brought them) are
+// touched, and do not end the watch of its other regions.
+func TestHintClockRegions(t *testing.T) {
+	ev, err := NewEviction("clock:regions")
+	require.NoError(t, err)
+	rc, ok := ev.(PageEviction)
+	require.True(t, ok, "clock:regions chooses pages")
+	table := newPageTable()
+	ev.(Observing).Observe(table)
+
+	var bs []*Block
+	for i := 0; i < 5; i++ {
+		bs = append(bs, &Block{Addr: uintptr(i) * core.BlockSize, Pages: core.PagesPerBlock})
+	}
+	region := func(r int) PageMask { return regionPages(func(x int) bool { return x == r }) }
+	for _, b := range bs[:4] {
+		rc.ArrivedPages(b, core.CPU, wholeBlock, CauseFault)
+	}
+	rc.ArrivedPages(bs[4], core.CPU, region(0), CauseFault)
+
+	// The first call has nothing watched long enough to judge: it
+	// watches every block and offers the oldest in list order, which
+	// goes to the back of the list (the server may not have taken it).
+	first := rc.VictimPages(core.CPU, 16, nil)
+	require.Len(t, first, 1)
+	require.Equal(t, bs[0], first[0].Block)
+	require.Equal(t, 5, table.watches)
+	require.Equal(t, 5, table.regions, "every watch asks for regions")
+
+	// The program runs: block 0's region 3 and block 1's regions 0 and 1
+	// are touched, block 2 not at all, block 3 all over; region 5 of
+	// block 4 arrives (and is mapped by its fault).
+	table.touchPages(bs[0], region(3))
+	r01 := region(0)
+	r1 := region(1)
+	r01.Or(&r1)
+	table.touchPages(bs[1], r01)
+	table.touch(bs[3])
+	rc.ArrivedPages(bs[4], core.CPU, region(5), CauseFault)
+	table.touchPages(bs[4], region(5))
+
+	want := (512 - 16) + (512 - 32) + 512 + 16
+	got := rc.VictimPages(core.CPU, want, nil)
+	require.Len(t, got, 4, "victims: %v", got)
+	expect := []Victim{
+		{bs[1], regionPages(func(r int) bool { return r != 0 && r != 1 })},
+		{bs[2], wholeBlock},
+		{bs[4], region(0)},
+		{bs[0], regionPages(func(r int) bool { return r != 3 })},
+	}
+	for i, v := range got {
+		require.Equal(t, expect[i].Block, v.Block, "victim %d", i)
+		require.Equal(t, expect[i].Pages, v.Pages, "victim %d (block %d): pages", i, v.Block.Addr/core.BlockSize)
+	}
+
+	// The blocks clock watches without asking for regions.
+	blocks := NewHintClock()
+	bt := newPageTable()
+	blocks.Observe(bt)
+	for _, b := range bs {
+		blocks.Arrived(b, core.CPU, b.Pages, CauseFault)
+	}
+	blocks.Victims(core.CPU, 1, nil)
+	require.Positive(t, bt.watches)
+	require.Zero(t, bt.regions)
+}
+
+// TestHintClockRegionsWaitForTheWatchToGrowOld: a call that comes soon
+// after the watch (pages worth less than an eighth of those listed asked
+// for since, fewer than 32 calls) judges nothing: it offers the blocks
+// not touched yet, whole, and leaves the touched ones watched. Once the
+// watch is old enough, the touched block gives up its untouched regions
+// and an untouched one leaves whole.
+func TestHintClockRegionsWaitForTheWatchToGrowOld(t *testing.T) {
+	ev, err := NewEviction("clock:regions")
+	require.NoError(t, err)
+	rc := ev.(PageEviction)
+	table := newPageTable()
+	ev.(Observing).Observe(table)
+	var bs []*Block
+	for i := 0; i < 4; i++ {
+		b := &Block{Addr: uintptr(i) * core.BlockSize, Pages: core.PagesPerBlock}
+		bs = append(bs, b)
+		rc.ArrivedPages(b, core.CPU, wholeBlock, CauseFault)
+	}
+	first := rc.VictimPages(core.CPU, 16, nil) // watches all; offers block 0, which goes to the back
+	require.Len(t, first, 1)
+	require.Equal(t, bs[0], first[0].Block)
+
+	region3 := regionPages(func(r int) bool { return r == 3 })
+	table.touchPages(bs[1], region3)
+	table.touch(bs[3])
+
+	soon := rc.VictimPages(core.CPU, 16, nil)
+	require.Len(t, soon, 1, "victims: %v", soon)
+	assert.Equal(t, bs[2], soon[0].Block, "the first block not touched yet, in list order")
+	assert.Equal(t, wholeBlock, soon[0].Pages)
+
+	later := rc.VictimPages(core.CPU, 600, nil)
+	require.Len(t, later, 2, "victims: %v", later)
+	assert.Equal(t, bs[1], later[0].Block)
+	assert.Equal(t, regionPages(func(r int) bool { return r != 3 }), later[0].Pages, "all but the touched region")
+	assert.Equal(t, bs[0], later[1].Block)
+	assert.Equal(t, wholeBlock, later[1].Pages)
+}
+
+// TestHintClockCleanCopies: "clock" asks for clean eviction, ":copy"
+// turns it off, ":regions" or ":blocks" choose what leaves, and any
+// other argument is refused with the choices named.
 func TestHintClockCleanCopies(t *testing.T) {
-	for spec, clean := range map[string]bool{"clock": true, "clock:copy": false} {
-		ev, err := NewEviction(spec)
+	for _, c := range []struct {
+		spec, name     string
+		clean, regions bool
+	}{
+		{"clock", "clock", true, clockRegionsByDefault},
+		{"clock:copy", "clock:copy", false, clockRegionsByDefault},
+		{"clock:regions", "clock" + map[bool]string{false: ":regions"}[clockRegionsByDefault], true, true},
+		{"clock:blocks", "clock" + map[bool]string{true: ":blocks"}[clockRegionsByDefault], true, false},
+		{"clock:copy,regions", "clock:" + map[bool]string{false: "regions,"}[clockRegionsByDefault] + "copy", false, true},
+		{"clock:blocks,copy", "clock:" + map[bool]string{true: "blocks,"}[clockRegionsByDefault] + "copy", false, false},
+	} {
+		ev, err := NewEviction(c.spec)
 		require.NoError(t, err)
-		assert.Equal(t, spec, ev.Name())
-		c, ok := ev.(CleanCopying)
-		require.True(t, ok, "%s is a CleanCopying", spec)
-		assert.Equal(t, clean, c.CleanCopies(), spec)
+		assert.Equal(t, c.name, ev.Name(), c.spec)
+		cc, ok := ev.(CleanCopying)
+		require.True(t, ok, "%s is a CleanCopying", c.spec)
+		assert.Equal(t, c.clean, cc.CleanCopies(), c.spec)
+		_, pages := ev.(PageEviction)
+		assert.Equal(t, c.regions, pages, "%s chooses pages", c.spec)
+		again, err := NewEviction(ev.Name())
+		require.NoError(t, err, "its name is a spec")
+		assert.Equal(t, ev.Name(), again.Name())
 	}
 	_, err := NewEviction("clock:dirty")
-	assert.ErrorContains(t, err, `"clock:dirty": want clock, or clock:copy`)
+	assert.ErrorContains(t, err, `"clock:dirty": want clock, or clock: with a comma list of copy (no clean eviction) and blocks or regions`)
 	lru, err := NewEviction("lru")
 	require.NoError(t, err)
 	_, ok := lru.(CleanCopying)

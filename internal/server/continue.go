@@ -5,6 +5,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -89,10 +90,17 @@ func (sess *session) hostViewMode(trackPrefetch bool) uffd.RegisterMode {
 
 // serveContinue answers a MINOR fault of view o.fv on page p, resident
 // in the view's own file: it maps p and every other page of the block
-// the file holds for the view. (Pages prefetched lazily, whose first
-// touch must show, are only in ranges registered without MINOR faults.)
+// the file holds for the view, or, on the host while an eviction policy
+// watches the block's use by region (watch.go), those of p's 64 KiB
+// region. (Pages prefetched lazily, whose first touch must show, are
+// only in ranges registered without MINOR faults.)
 func (o *mover) serveContinue(p int) error {
-	o.continuePages(o.fv, o.heldInOwnFile(o.fv.loc), p)
+	pages := o.heldInOwnFile(o.fv.loc)
+	if o.fv.loc == core.CPU && o.b.watchRegions.Load() {
+		region := policy.RegionOf(p)
+		pages.And(&region)
+	}
+	o.continuePages(o.fv, pages, p)
 	return nil
 }
 

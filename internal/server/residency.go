@@ -84,6 +84,12 @@ type block struct {
 	// a 2 MiB folio (migrate.go: moveWhole), so that a partial punch
 	// there checks that the kernel split it.
 	large uint64
+	// watchRegions is set once an eviction policy watches the block's
+	// host use by 64 KiB region (watch.go): a MINOR fault of the host
+	// view then maps its page's region only, not the whole block, so
+	// that the other regions' use still shows. Set by the observer's
+	// Watch, without the block's lock.
+	watchRegions atomic.Bool
 }
 
 // rangeTable is an immutable, sorted snapshot of a session's ranges. Faults

@@ -18,7 +18,10 @@ import (
 // maps it again (a MINOR fault that the server serves with one
 // UFFDIO_CONTINUE for the block, or that the kernel serves itself where
 // the host view does not register them); Touched reads the client's page
-// table with PAGEMAP_SCAN.
+// table with PAGEMAP_SCAN. A policy that judges 64 KiB regions asks Watch
+// for them: the server's MINOR fault on the block then maps the faulting
+// page's region only (serveContinue, block.watchRegions), from then on
+// (such a policy may read Touched more than once in a watch).
 //
 // Devices are not watched: a device process maps its own file, and only
 // it could drop those mappings (MsgDeviceHints), a round trip the
@@ -90,7 +93,7 @@ func watchedRange(b *policy.Block) (blockRef, uffd.PageRun, bool) {
 	return v, uffd.PageRun{Start: start, End: min(start+core.BlockSize, r.end())}, true
 }
 
-func (o useObserver) Watch(b *policy.Block, p policy.Processor) bool {
+func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bool {
 	v, run, ok := watchedRange(b)
 	if !ok || p != core.CPU {
 		return false
@@ -100,33 +103,37 @@ func (o useObserver) Watch(b *policy.Block, p policy.Processor) bool {
 		o.srv.warnWatchOnce(v.r.sess, err)
 		return false
 	}
+	// Set before the pages are unmapped, so that every hint fault after
+	// it maps one region (serveContinue).
+	v.b.watchRegions.Store(regions)
 	if _, err := client.PageOut([]uffd.PageRun{run}); err != nil {
+		v.b.watchRegions.Store(false)
 		o.srv.warnWatchOnce(v.r.sess, err)
 		return false
 	}
 	return true
 }
 
-func (o useObserver) Touched(b *policy.Block, p policy.Processor) int {
+func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask {
+	var touched core.PageMask
 	v, run, ok := watchedRange(b)
 	if !ok || p != core.CPU {
-		return 0
+		return touched
 	}
 	_, pagemap, err := v.r.sess.watch.open(v.r.sess.pid)
 	if err != nil {
-		return 0
+		return touched
 	}
-	var buf [8]uffd.PageRun
+	var buf [32]uffd.PageRun
 	present, err := uffd.ScanPresent(pagemap, run.Start, run.End, buf[:0])
 	if err != nil {
 		o.srv.warnWatchOnce(v.r.sess, err)
-		return 0
+		return touched
 	}
-	n := 0
 	for _, pr := range present {
-		n += int((pr.End - pr.Start) / core.PageSize)
+		touched.FillRange(int((pr.Start-run.Start)/core.PageSize), int((pr.End-run.Start)/core.PageSize))
 	}
-	return n
+	return touched
 }
 
 // warnWatchOnce logs, once per session, why its use cannot be watched.
