@@ -165,24 +165,21 @@ func NewHintClock() *HintClock { return &HintClock{procs: map[Processor]*clockPr
 // Name is the policy's spec: "clock", with the options that differ
 // from the defaults.
 func (c *HintClock) Name() string {
-	name := "clock"
+	var opts []string
 	if c.regions != clockRegionsByDefault {
-		name += ":" + clockGranularity(c.regions)
+		granularity := "blocks"
+		if c.regions {
+			granularity = "regions"
+		}
+		opts = append(opts, granularity)
 	}
 	if c.copyAlways {
-		if name == "clock" {
-			return "clock:copy"
-		}
-		name += ",copy"
+		opts = append(opts, "copy")
 	}
-	return name
-}
-
-func clockGranularity(regions bool) string {
-	if regions {
-		return "regions"
+	if len(opts) == 0 {
+		return "clock"
 	}
-	return "blocks"
+	return "clock:" + strings.Join(opts, ",")
 }
 
 // CleanCopies: clock asks for clean eviction (CleanCopying), unless
