@@ -88,6 +88,11 @@ type Observing interface {
 // program using a few pages of many blocks keeps those pages rather
 // than a few whole blocks. A block nothing of which was touched leaves
 // whole either way, so that sweeps keep their whole-block moves.
+// Regions do not resist scans as blocks do: asked for the few pages
+// each fault needs, a call comes a fault after the last, its watches are
+// mostly too young to judge, and its guesses from them take blocks in
+// use that the program has not come back to yet (docs/benchmarks.md);
+// so "clock" judges blocks.
 //
 // It asks for clean eviction (CleanCopying): a page the host reads back
 // keeps its device copy, and leaves the host again without a copy while
