@@ -134,11 +134,11 @@ type clockProc struct {
 	active   list.List // of *clockEntry, front = next to demote
 	ghost    list.List // of *Block, front = evicted longest ago
 	ghosts   map[*Block]*list.Element
-	// calls counts the calls of Victims begun: a call judges only the
-	// blocks watched before it began (watchedAt below its own number),
-	// so that the program has had the time between two calls to touch
-	// them, and no call judges what it, or one running beside it, has
-	// just unmapped.
+	// calls counts the calls of Victims and VictimPages begun: a call
+	// judges only the blocks watched before it began (watchedAt below
+	// its own number), so that the program has had the time between two
+	// calls to touch them, and no call judges what it, or one running
+	// beside it, has just unmapped.
 	calls uint64
 	// asked counts the pages asked for by VictimPages (regions): the
 	// processor's turnover, by which a watch grows old enough to judge
@@ -523,7 +523,7 @@ func untouchedRegions(touched *PageMask) PageMask {
 	var m PageMask
 	for r := 0; r < regionsPerBlock; r++ {
 		if regionBits(touched, r) == 0 {
-			m[r/4] |= uint64(0xffff) << (uint(r%4) * RegionPages)
+			m.FillRange(r*RegionPages, (r+1)*RegionPages)
 		}
 	}
 	return m
