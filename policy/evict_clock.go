@@ -479,10 +479,14 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 	defer c.mu.Unlock()
 	if got < want {
 		// Nothing more judged untouched: the rest in list order,
-		// inactive first.
+		// inactive first, two blocks at least (as AskVictims asks a
+		// block policy for two more than it needs): the first may be
+		// the block the server is serving, which it skips, and that
+		// block, sent to the back of its list, may be the only one
+		// there, ahead of the active blocks.
 		if s := c.procs[p]; s != nil {
 			for _, l := range [...]*list.List{&s.inactive, &s.active} {
-				for el := l.Front(); el != nil && got < want; el = el.Next() {
+				for el := l.Front(); el != nil && (got < want || regions && len(out)-start < 2); el = el.Next() {
 					e := el.Value.(*clockEntry)
 					before := len(out)
 					take(e, wholeBlock)

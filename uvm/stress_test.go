@@ -30,14 +30,35 @@ func TestConcurrentFaultsPrefetchesEvictionsAndKernels(t *testing.T) {
 					t.Skipf("no large folios here: %v", err)
 				}
 			}
-			stressFaultsPrefetchesEvictionsAndKernels(t, mode)
+			stressFaultsPrefetchesEvictionsAndKernels(t, mode, "")
 		})
 	}
 }
 
-func stressFaultsPrefetchesEvictionsAndKernels(t *testing.T, largeFolios string) {
+// TestConcurrentFaultsUnderEveryEviction: the same, with large folios,
+// under each eviction policy that can be chosen besides the default.
+// Each must make room on a full device whatever it lists: clock:regions
+// once offered the block being served, alone, again and again, and the
+// fault failed with the device full of active blocks.
+func TestConcurrentFaultsUnderEveryEviction(t *testing.T) {
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	for _, eviction := range []string{"lru", "2q", "clock:blocks", "clock:regions", "clock:copy"} {
+		t.Run(eviction, func(t *testing.T) {
+			stressFaultsPrefetchesEvictionsAndKernels(t, config.LargeFoliosAuto, eviction)
+		})
+	}
+}
+
+// stressFaultsPrefetchesEvictionsAndKernels runs the stress with large
+// folios as named and the eviction policy named ("": the default).
+func stressFaultsPrefetchesEvictionsAndKernels(t *testing.T, largeFolios, eviction string) {
 	cfg := DefaultServerConfig()
 	cfg.LargeFolios = largeFolios
+	if eviction != "" {
+		cfg.Eviction = eviction
+	}
 	cfg.Devices = config.DeviceSpecs(2, []int64{4 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2
 	s := newSession(t, cfg)
