@@ -342,7 +342,7 @@ func (c regionClock) VictimPages(p Processor, want int, out []Victim) []Victim {
 // listed first, and with regions the untouched regions of touched
 // blocks too. Where there are fewer, it adds blocks that could not be
 // judged, in list order (so that a processor that must make room always
-// can).
+// can), two at least where it chooses regions.
 func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim) []Victim {
 	obs := c.observer
 	if obs != nil && !obs.Watchable(p) {
