@@ -122,7 +122,10 @@ type clockEntry struct {
 	// watchedTurn is clockProc.asked when the watch was set (regions).
 	watchedTurn uint64
 	referenced  bool // touched once while watched on probation
-	elem        *list.Element
+	// offeredAt is clockProc.calls of the last call that offered the
+	// block in list order (regions; 0: none did, calls count from 1).
+	offeredAt uint64
+	elem      *list.Element
 	// pages is the block's pages on the processor, as ArrivedPages and
 	// LeftPages tell (every page where only Arrived tells).
 	pages PageMask
@@ -342,7 +345,8 @@ func (c regionClock) VictimPages(p Processor, want int, out []Victim) []Victim {
 // listed first, and with regions the untouched regions of touched
 // blocks too. Where there are fewer, it adds blocks that could not be
 // judged, in list order (so that a processor that must make room always
-// can), two at least where it chooses regions.
+// can; with regions, and a spare after a block offered so by the call
+// before).
 func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim) []Victim {
 	obs := c.observer
 	if obs != nil && !obs.Watchable(p) {
@@ -479,19 +483,30 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 	defer c.mu.Unlock()
 	if got < want {
 		// Nothing more judged untouched: the rest in list order,
-		// inactive first, two blocks at least (as AskVictims asks a
-		// block policy for two more than it needs): the first may be
-		// the block the server is serving, which it skips, and that
-		// block, sent to the back of its list, may be the only one
-		// there, ahead of the active blocks.
+		// inactive first. A block offered so by the call before and
+		// still listed is likely one the server cannot take (the block
+		// it is serving): sent to the back of its list, it may be the
+		// only one there, ahead of the active blocks, and be offered
+		// alone again and again. So after it comes one more block, a
+		// spare, which keeps its place and is not remembered, as
+		// AskVictims asks a block policy for more blocks than it needs.
 		if s := c.procs[p]; s != nil {
+			spare := false
 			for _, l := range [...]*list.List{&s.inactive, &s.active} {
-				for el := l.Front(); el != nil && (got < want || regions && len(out)-start < 2); el = el.Next() {
+				for el := l.Front(); el != nil && (got < want || spare && len(out)-start < 2); el = el.Next() {
 					e := el.Value.(*clockEntry)
-					before := len(out)
+					before, isSpare := len(out), got >= want
 					take(e, wholeBlock)
-					if len(out) > before {
+					switch {
+					case len(out) == before:
+					case isSpare:
+						if regions {
+							offered = offered[:len(offered)-1]
+						}
+					default:
 						s.remember(e.b)
+						spare = spare || regions && e.offeredAt != 0 && e.offeredAt == call-1
+						e.offeredAt = call
 					}
 				}
 			}
