@@ -354,23 +354,29 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 	}
 	start, got := len(out), 0
 	var offered []*clockEntry
-	take := func(e *clockEntry, pages PageMask) {
+	// take offers pages of e, and reports whether it did (not where e
+	// is offered already, or holds none of them). With regions, e goes
+	// to the back of its list afterwards unless it is a spare.
+	take := func(e *clockEntry, pages PageMask, spare bool) bool {
 		for _, v := range out[start:] {
 			if v.Block == e.b {
-				return
+				return false
 			}
 		}
 		if regions {
 			pages.And(&e.pages)
 			if pages.Empty() {
-				return
+				return false
 			}
 			got += pages.Count()
-			offered = append(offered, e)
+			if !spare {
+				offered = append(offered, e)
+			}
 		} else {
 			got++
 		}
 		out = append(out, Victim{Block: e.b, Pages: pages})
+		return true
 	}
 	var judge, watch, young []*clockEntry
 	var call uint64
@@ -432,7 +438,7 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 			}
 			if touched[i].Empty() {
 				if got < want {
-					take(e, wholeBlock)
+					take(e, wholeBlock, false)
 					s.remember(e.b)
 				}
 				continue
@@ -440,7 +446,7 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 			if regions && got < want {
 				// The regions the program did not touch leave; those
 				// it did stay with the block.
-				take(e, untouchedRegions(&touched[i]))
+				take(e, untouchedRegions(&touched[i]), false)
 			}
 			// The first touch seen keeps the block on probation (a
 			// block that just arrived is still being filled, or
@@ -472,7 +478,7 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 			for _, whole := range [...]bool{true, false} {
 				for i, e := range young {
 					if got < want && s.entries[e.b] == e && e.watched && touched[i].Empty() == whole {
-						take(e, untouchedRegions(&touched[i]))
+						take(e, untouchedRegions(&touched[i]), false)
 					}
 				}
 			}
@@ -495,15 +501,7 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 			for _, l := range [...]*list.List{&s.inactive, &s.active} {
 				for el := l.Front(); el != nil && (got < want || spare && len(out)-start < 2); el = el.Next() {
 					e := el.Value.(*clockEntry)
-					before, isSpare := len(out), got >= want
-					take(e, wholeBlock)
-					switch {
-					case len(out) == before:
-					case isSpare:
-						if regions {
-							offered = offered[:len(offered)-1]
-						}
-					default:
+					if isSpare := got >= want; take(e, wholeBlock, isSpare) && !isSpare {
 						s.remember(e.b)
 						spare = spare || regions && e.offeredAt != 0 && e.offeredAt == call-1
 						e.offeredAt = call
