@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"testing"
@@ -258,11 +259,17 @@ func TestAnatomyResume(t *testing.T) {
 	require.NoError(t, c.EnableAnatomy())
 	require.NoError(t, c.EnableAnatomy(), "a second call does nothing")
 
-	// The thread says it faulted and waits through raw pipe syscalls, not
-	// channels: between its fault and Sample it must fault nowhere else
-	// (as a thread blocked in a userfaultfd fault does not), and Go's
-	// scheduler, when a channel operation wakes a goroutine, may start an
-	// M on the waking thread and fault in fresh heap for it.
+	// Between its fault and Sample the thread must fault nowhere else, as
+	// a thread blocked in a userfaultfd fault does not. So it says it
+	// faulted and waits through raw pipe syscalls: not channels, whose
+	// wake-up may start an M on the waking thread and fault in fresh heap
+	// for it, and not unix.Write and unix.Read, whose entry to and exit
+	// from a syscall may run the scheduler on the thread's g0 stack and
+	// fault in a page of it. The collector is off for the while, so no
+	// preemption signal runs a handler on a fresh signal stack. A raw
+	// syscall that blocks keeps its P, so the test needs a second one.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	var notify, wake [2]int
 	require.NoError(t, unix.Pipe2(notify[:], unix.O_CLOEXEC))
 	require.NoError(t, unix.Pipe2(wake[:], unix.O_CLOEXEC))
@@ -277,8 +284,8 @@ func TestAnatomyResume(t *testing.T) {
 		defer runtime.UnlockOSThread()
 		msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.Gettid()))
 		touch(page) // the one fault
-		unix.Write(notify[1], msg)
-		unix.Read(wake[0], msg[:1]) // blocks: switched out until the test writes
+		unix.RawSyscall(unix.SYS_WRITE, uintptr(notify[1]), uintptr(unsafe.Pointer(&msg[0])), uintptr(len(msg)))
+		unix.RawSyscall(unix.SYS_READ, uintptr(wake[0]), uintptr(unsafe.Pointer(&msg[0])), 1) // blocks: switched out until the test writes
 	}()
 	msg := make([]byte, 4)
 	n, err := unix.Read(notify[0], msg)
@@ -289,7 +296,7 @@ func TestAnatomyResume(t *testing.T) {
 	require.True(t, ok, "thread %d's fault recorded", tid)
 	assert.Equal(t, uint64(addrOf(page)), addr)
 	assert.Less(t, entry, monotonic(t))
-	time.Sleep(10 * time.Millisecond) // the thread is surely asleep
+	waitAsleep(t, tid)
 	_, err = unix.Write(wake[1], []byte{1})
 	require.NoError(t, err)
 	<-done
@@ -376,5 +383,23 @@ func TestLoadRefusesZeroThreshold(t *testing.T) {
 //
 //go:norace
 func touch(b []byte) { b[0] = 1 }
+
+// waitAsleep returns once thread tid is asleep (state S in /proc), so
+// that its next run is a switch back in.
+func waitAsleep(t *testing.T, tid int) {
+	t.Helper()
+	thread, err := procfs.NewProc(tid) // /proc/TID is the thread's own view
+	require.NoError(t, err)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		stat, err := thread.Stat()
+		require.NoError(t, err)
+		if stat.State == "S" {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "thread %d in state %s, not asleep, after 3s", tid, stat.State)
+		runtime.Gosched()
+	}
+}
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
