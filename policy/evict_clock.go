@@ -379,6 +379,10 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 		return true
 	}
 	var judge, watch, young []*clockEntry
+	// What the observer said of them, reused by every round (a call
+	// comes with every fault over a full processor).
+	var touched []PageMask
+	var watchedOK []bool
 	var call uint64
 	for round := 0; round < 8 && got < want; round++ {
 		c.mu.Lock()
@@ -417,13 +421,13 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 		if len(judge) == 0 && len(watch) == 0 {
 			break
 		}
-		touched := make([]PageMask, len(judge))
-		for i, e := range judge {
-			touched[i] = obs.Touched(e.b, p)
+		touched = touched[:0]
+		for _, e := range judge {
+			touched = append(touched, obs.Touched(e.b, p))
 		}
-		watchedOK := make([]bool, len(watch))
-		for i, e := range watch {
-			watchedOK[i] = obs.Watch(e.b, p, c.regions)
+		watchedOK = watchedOK[:0]
+		for _, e := range watch {
+			watchedOK = append(watchedOK, obs.Watch(e.b, p, c.regions))
 		}
 		c.mu.Lock()
 		for i, e := range watch {
@@ -469,9 +473,9 @@ func (c *HintClock) choose(p Processor, n, want int, regions bool, out []Victim)
 		// Judging regions: the best guess next is the blocks watched
 		// too recently to judge that were not touched yet, whole, then
 		// the untouched regions of those that were, in list order.
-		touched := make([]PageMask, len(young))
-		for i, e := range young {
-			touched[i] = obs.Touched(e.b, p)
+		touched = touched[:0]
+		for _, e := range young {
+			touched = append(touched, obs.Touched(e.b, p))
 		}
 		c.mu.Lock()
 		if s := c.procs[p]; s != nil {
