@@ -41,6 +41,26 @@ func TestOversubscribedKernel(t *testing.T) {
 	require.Equal(t, wantFill(size, 6), a.Bytes())
 }
 
+// TestKernelWithinOneBlockLargerThanArena: a kernel writes one block,
+// whose 2 MiB do not fit its device's 1 MiB arena. No other block has
+// pages there to evict, so its faults make room by giving up the
+// block's own earlier pages; every byte comes back right.
+func TestKernelWithinOneBlockLargerThanArena(t *testing.T) {
+	const arena, size = 1 << 20, BlockSize
+	s := newSession(t, smallArenaConfig(arena))
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, nil, "fill", 1, rangeParams(a.Addr(), size, 9)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	in, err := s.Info()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, in.Devices[0].UsedBytes, int64(arena))
+	st, err := a.Stats()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, st.EvictedPages(0), uint64((size-arena)/PageSize), "what did not fit was evicted")
+	require.Equal(t, wantFill(size, 9), a.Bytes())
+}
+
 // TestPrefetchLargerThanArena: prefetching more than the arena holds keeps
 // the most recent part on the device and the rest, evicted, on the host.
 func TestPrefetchLargerThanArena(t *testing.T) {

@@ -105,11 +105,13 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 func (o *mover) blockIndex() int { return int((o.blockAddr - o.r.start) >> core.BlockShift) }
 
 // reserve reserves capacity on device location dst for need pages,
-// evicting other blocks' pages to the host if the arena is full. Once
-// the pages are accounted (the eviction policy told) or the unused part
-// released, the caller calls settled(dst).
-func (o *mover) reserve(dst core.Device, need int64) error {
-	err := o.reserveOrEvict(dst, need)
+// evicting other blocks' pages to the host if the arena is full, and
+// then, where no other block gives room, the mover's own block's pages
+// on dst other than those of keep (the pages this move brings or
+// needs). Once the pages are accounted (the eviction policy told) or
+// the unused part released, the caller calls settled(dst).
+func (o *mover) reserve(dst core.Device, need int64, keep core.PageMask) error {
+	err := o.reserveOrEvict(dst, need, keep)
 	if err == nil {
 		o.sess.srv.reserving[dst].Add(1)
 	}
@@ -124,7 +126,7 @@ func (o *mover) settled(dst core.Device) {
 
 // reserveOrEvict is reserve without the bookkeeping of moves in flight:
 // device memory keeps what it reserves, unlisted, for its life.
-func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
+func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) error {
 	arena := o.sess.srv.arenas[dst]
 	err := arena.Reserve(need)
 	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
@@ -138,9 +140,20 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
 	// again rather than fail a fault that a moment later could have been
 	// served. Only then, or with nothing left to evict and no other
 	// reservation in flight, it fails.
+	//
+	// Waiting alone can deadlock: where every block holding pages on dst
+	// is held by a mover that waits for room there (two kernel threads
+	// and a prefetch, each on its own block, on a device that their
+	// blocks fill), none of them ever finds a victim. A mover that
+	// finds none gives up its own block's other pages on dst, as a
+	// working set inside one block must anyway (overBudget does the
+	// same for the host).
 	started := time.Now()
 	for {
 		moved, busy := o.evict(dst, need)
+		if moved < need {
+			moved += o.evictOwn(dst, need-moved, keep)
+		}
 		err := arena.Reserve(need)
 		if err == nil {
 			return nil
@@ -156,6 +169,25 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64) error {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+}
+
+// evictOwn moves up to want of the mover's own block's pages on device
+// dst, other than those of keep, to the host, lowest first, and returns
+// how many left. The block's lock is held.
+func (o *mover) evictOwn(dst core.Device, want int64, keep core.PageMask) int64 {
+	if o.b == nil || o.r.kind == core.KindDevice || o.cause == policy.CauseEviction {
+		// No block of its own (an allocation), device memory (no other
+		// home), or an eviction to dst, whose own pages there would
+		// only go back where it is emptying.
+		return 0
+	}
+	pages := o.b.resident[dst.Slot()]
+	pages.AndNot(&keep)
+	victims := pages.Lowest(int(want))
+	if victims.Empty() {
+		return 0
+	}
+	return evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, dst, victims)
 }
 
 // victims asks the eviction policy for victims on from worth want pages:

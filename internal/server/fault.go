@@ -454,7 +454,7 @@ func (o *mover) servePending(p int) error {
 		if c == core.CPU || (populated && c == src) || (len(reserved) == 1 && reserved[0] == c) {
 			continue
 		}
-		if err := o.reserve(c, 1); err != nil {
+		if err := o.reserve(c, 1, one); err != nil {
 			for _, x := range reserved {
 				o.sess.srv.arenas[x].Release(1)
 				o.settled(x)

@@ -392,7 +392,11 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 	var arena *devmem.Arena
 	if dst != core.CPU && charged {
 		arena = o.sess.srv.arenas[dst]
-		err := o.reserve(dst, need)
+		// Demanded pages already on dst may only want mapping: they stay
+		// if the mover must give up pages of its own block for room.
+		keep := demand
+		keep.Or(&speculative)
+		err := o.reserve(dst, need, keep)
 		if err != nil && !speculative.Empty() {
 			// The prefetched pages do not fit (a whole block, say, on a
 			// full device whose other blocks are all in use): the
@@ -404,7 +408,7 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 			if need = int64(want.Count()); need == 0 {
 				return 0, nil
 			}
-			err = o.reserve(dst, need)
+			err = o.reserve(dst, need, demand)
 		}
 		if err != nil {
 			return 0, err

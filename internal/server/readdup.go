@@ -18,7 +18,7 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 	}
 	srv := o.sess.srv
 	if dst != core.CPU {
-		if err := o.reserve(dst, need); err != nil {
+		if err := o.reserve(dst, need, pages); err != nil {
 			return err
 		}
 		defer o.settled(dst)

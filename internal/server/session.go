@@ -446,7 +446,7 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 		// Device memory takes its capacity now, as cudaMalloc does,
 		// evicting managed pages if it must.
 		owner = core.Device(d)
-		if err := (&mover{sess: sess}).reserveOrEvict(owner, int64(length/core.PageSize)); err != nil {
+		if err := (&mover{sess: sess}).reserveOrEvict(owner, int64(length/core.PageSize), core.PageMask{}); err != nil {
 			if !errors.Is(err, core.ErrMemoryAllocation) {
 				err = fmt.Errorf("%w: %v", core.ErrMemoryAllocation, err)
 			}
