@@ -59,8 +59,9 @@ type Observing interface {
 //
 //   - A block arriving on a processor goes to the back of the inactive
 //     list, unwatched; one coming back soon after it was evicted (its
-//     name still in the ghost list, which holds as many names as there
-//     are blocks listed) goes to the back of the active list.
+//     name still in the ghost list, fewer blocks left since than are
+//     listed) goes to the back of the active list, and so does one
+//     coming back from further while the active list has room (near).
 //   - Blocks in the front half of the inactive list (the look-ahead),
 //     and at least twice the victims asked for, are watched: their pages
 //     are unmapped, so that a touch shows.
@@ -131,12 +132,22 @@ type clockEntry struct {
 	pages PageMask
 }
 
+// clockGhost is a name in the ghost list: a block evicted, and the
+// count of blocks departed when it was chosen.
+type clockGhost struct {
+	b        *Block
+	departed uint64
+}
+
 type clockProc struct {
 	entries  map[*Block]*clockEntry
 	inactive list.List // of *clockEntry, front = next to judge
 	active   list.List // of *clockEntry, front = next to demote
-	ghost    list.List // of *Block, front = evicted longest ago
+	ghost    list.List // of clockGhost, front = evicted longest ago
 	ghosts   map[*Block]*list.Element
+	// departed counts the blocks that left: how far back a name in the
+	// ghost list went (clockGhost.departed).
+	departed uint64
 	// calls counts the calls of Victims and VictimPages begun: a call
 	// judges only the blocks watched before it began (watchedAt below
 	// its own number), so that the program has had the time between two
@@ -254,13 +265,37 @@ func (c *HintClock) arrive(b *Block, p Processor, pages PageMask) {
 	if g := s.ghosts[b]; g != nil {
 		s.ghost.Remove(g)
 		delete(s.ghosts, b)
-		e.active = true
+		e.active = s.near(g.Value.(clockGhost)) || s.activeHasRoom()
+	}
+	if e.active {
 		e.elem = s.active.PushBack(e)
 	} else {
 		e.elem = s.inactive.PushBack(e)
 	}
 	s.entries[b] = e
 }
+
+// near reports whether a block coming back, not listed yet, came back
+// soon: no more blocks left since it was chosen than are listed with
+// it. One that comes back from
+// further than the processor holds (a sweep over more than fits, its
+// every block back a whole sweep later) would push out an active block
+// for one that leaves again before it is used: it goes on probation,
+// unless the active list has room, so that the blocks the active list
+// holds stay, as the optimum would keep any of them, and the others
+// miss, rather than every block of every sweep.
+func (s *clockProc) near(g clockGhost) bool {
+	return s.departed-g.departed <= uint64(len(s.entries)+1)
+}
+
+// activeHasRoom reports whether one more block in the active list keeps
+// it within three quarters of the blocks listed before it arrives, so
+// that balance demotes none for it: a block that came from far and took
+// the place of the active list's oldest would leave a sweep to miss
+// every block again. (Counted with the block arriving, a processor
+// briefly over its share, two blocks arriving at once, let one more in,
+// and balance then sent the oldest active block out.)
+func (s *clockProc) activeHasRoom() bool { return 4*(s.active.Len()+1) <= 3*len(s.entries) }
 
 func (c *HintClock) Left(b *Block, p Processor) {
 	c.mu.Lock()
@@ -273,6 +308,7 @@ func (c *HintClock) Left(b *Block, p Processor) {
 		s.list(e).Remove(e.elem)
 		s.pages -= e.pages.Count()
 		delete(s.entries, b)
+		s.departed++
 	}
 }
 
@@ -305,13 +341,14 @@ func (s *clockProc) balance() {
 // many names as there are blocks listed (at least 64).
 func (s *clockProc) remember(b *Block) {
 	if g := s.ghosts[b]; g != nil {
+		g.Value = clockGhost{b: b, departed: s.departed}
 		s.ghost.MoveToBack(g)
 	} else {
-		s.ghosts[b] = s.ghost.PushBack(b)
+		s.ghosts[b] = s.ghost.PushBack(clockGhost{b: b, departed: s.departed})
 	}
 	for s.ghost.Len() > max(len(s.entries), 64) {
 		f := s.ghost.Front()
-		delete(s.ghosts, f.Value.(*Block))
+		delete(s.ghosts, f.Value.(clockGhost).b)
 		s.ghost.Remove(f)
 	}
 }
