@@ -16,20 +16,30 @@ func smallArenaConfig(arena int64) ServerConfig {
 	return c
 }
 
+// fillOverArena has a kernel on device 0, whose arena holds arena
+// bytes, fill size bytes of new managed memory with v, and checks that
+// the arena never held more than it may and that its accounting matches
+// its files.
+func fillOverArena(t *testing.T, arena, size int64, v byte) (*Session, *Allocation) {
+	t.Helper()
+	s := newSession(t, smallArenaConfig(arena))
+	a, err := s.MallocManaged(size)
+	require.NoError(t, err)
+	require.NoError(t, s.Launch(0, nil, "fill", 1, rangeParams(a.Addr(), size, v)))
+	require.NoError(t, s.DeviceSynchronize(0))
+	in, err := s.Info()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, in.Devices[0].UsedBytes, arena)
+	assert.Equal(t, in.Devices[0].UsedBytes, in.Devices[0].FileBytes, "accounting matches the files")
+	return s, a
+}
+
 // TestOversubscribedKernel: a kernel writes a range three times its
 // device's arena; the oldest blocks are evicted to the host, the arena
 // never exceeds its capacity, and every byte comes back right.
 func TestOversubscribedKernel(t *testing.T) {
 	const arena, size = 8 << 20, 24 << 20
-	s := newSession(t, smallArenaConfig(arena))
-	a, err := s.MallocManaged(size)
-	require.NoError(t, err)
-	require.NoError(t, s.Launch(0, nil, "fill", 1, rangeParams(a.Addr(), size, 5)))
-	require.NoError(t, s.DeviceSynchronize(0))
-	in, err := s.Info()
-	require.NoError(t, err)
-	assert.LessOrEqual(t, in.Devices[0].UsedBytes, int64(arena))
-	assert.Equal(t, in.Devices[0].UsedBytes, in.Devices[0].FileBytes, "accounting matches the files")
+	s, a := fillOverArena(t, arena, size, 5)
 	st, err := a.Stats()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, st.EvictedPages(0), uint64((size-arena)/PageSize), "what did not fit was evicted")
@@ -47,14 +57,7 @@ func TestOversubscribedKernel(t *testing.T) {
 // block's own earlier pages; every byte comes back right.
 func TestKernelWithinOneBlockLargerThanArena(t *testing.T) {
 	const arena, size = 1 << 20, BlockSize
-	s := newSession(t, smallArenaConfig(arena))
-	a, err := s.MallocManaged(size)
-	require.NoError(t, err)
-	require.NoError(t, s.Launch(0, nil, "fill", 1, rangeParams(a.Addr(), size, 9)))
-	require.NoError(t, s.DeviceSynchronize(0))
-	in, err := s.Info()
-	require.NoError(t, err)
-	assert.LessOrEqual(t, in.Devices[0].UsedBytes, int64(arena))
+	_, a := fillOverArena(t, arena, size, 9)
 	st, err := a.Stats()
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, st.EvictedPages(0), uint64((size-arena)/PageSize), "what did not fit was evicted")
