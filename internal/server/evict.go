@@ -151,12 +151,20 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 	started := time.Now()
 	for {
 		moved, busy := o.evict(dst, need)
-		if moved < need {
-			moved += o.evictOwn(dst, need-moved, keep)
-		}
 		err := arena.Reserve(need)
 		if err == nil {
 			return nil
+		}
+		if moved == 0 {
+			// Only where no other block gave anything: a round that
+			// freed some but not all of need may have left enough
+			// beside what was free, and the mover's own pages are the
+			// ones its threads are using.
+			if moved = o.evictOwn(dst, need, keep); moved > 0 {
+				if err = arena.Reserve(need); err == nil {
+					return nil
+				}
+			}
 		}
 		// With nothing evictable and no other move holding room it
 		// has not yet accounted (a block arriving for the first time,
