@@ -59,7 +59,7 @@ type Observing interface {
 //
 //   - A block arriving on a processor goes to the back of the inactive
 //     list, unwatched; one coming back soon after it was evicted (its
-//     name still in the ghost list, fewer blocks left since than are
+//     name still in the ghost list, no more blocks left since than are
 //     listed) goes to the back of the active list, and so does one
 //     coming back from further while the active list has room (near).
 //   - Blocks in the front half of the inactive list (the look-ahead),
@@ -277,13 +277,13 @@ func (c *HintClock) arrive(b *Block, p Processor, pages PageMask) {
 
 // near reports whether a block coming back, not listed yet, came back
 // soon: no more blocks left since it was chosen than are listed with
-// it. One that comes back from
-// further than the processor holds (a sweep over more than fits, its
-// every block back a whole sweep later) would push out an active block
-// for one that leaves again before it is used: it goes on probation,
-// unless the active list has room, so that the blocks the active list
-// holds stay, as the optimum would keep any of them, and the others
-// miss, rather than every block of every sweep.
+// it. One that comes back from further than the processor holds (a
+// sweep over more than fits, its every block back a whole sweep later)
+// would push out an active block for one that leaves again before it
+// is used: it goes on probation, unless the active list has room, so
+// that the blocks the active list holds stay, as the optimum would keep
+// any of them, and the others miss, rather than every block of every
+// sweep.
 func (s *clockProc) near(g clockGhost) bool {
 	return s.departed-g.departed <= uint64(len(s.entries)+1)
 }
