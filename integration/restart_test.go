@@ -209,18 +209,18 @@ func TestDaemonReplaced(t *testing.T) {
 	}
 
 	repl := logFile(t, dir, "replacement")
+	defer func() {
+		// Before the directory goes: what every server said (the one
+		// SIGUSR2 starts, and the guard's, write to these too).
+		if t.Failed() {
+			t.Logf("the daemon's log:\n%s\nthe replacement's log:\n%s", lastBytes(derr.String(), 16<<10), lastBytes(repl.String(), 16<<10))
+		}
+	}()
 	replacement := exec.Command(filepath.Join(binDir, "uvm"), "serve", "--replace", "--socket", sock)
 	replacement.Stderr = repl.f
 	require.NoError(t, replacement.Start())
 	defer replacement.Process.Kill()
-	done := make(chan error, 1)
-	go func() { done <- daemon.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "the old daemon retires and exits 0: %s", derr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the old daemon did not retire: %s\nreplacement: %s", derr.String(), repl.String())
-	}
+	waitRetired(t, "the old daemon", daemon)
 	for _, c := range clients {
 		c.pass(t)
 		c.pass(t) // one begun after the replacement, whole
@@ -231,7 +231,7 @@ func TestDaemonReplaced(t *testing.T) {
 
 	// SIGUSR2: the daemon starts its own replacement from its binary.
 	require.NoError(t, replacement.Process.Signal(syscall.SIGUSR2))
-	require.NoError(t, replacement.Wait(), "the replacement retires and exits 0: %s", repl.String())
+	waitRetired(t, "the replacement", replacement)
 	for _, c := range clients {
 		c.pass(t)
 		c.pass(t)
@@ -303,6 +303,29 @@ func TestRunSurvivesServerKills(t *testing.T) {
 
 // logFileT is a file a child writes its standard error to.
 type logFileT struct{ f *os.File }
+
+// waitRetired wants a replaced daemon to retire and exit 0 within 30 s
+// (a server that did not retire once hung the test until go test's
+// timeout).
+func waitRetired(t *testing.T, name string, cmd *exec.Cmd) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "%s retires and exits 0", name)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s (pid %d) did not retire within 30s", name, cmd.Process.Pid)
+	}
+}
+
+// lastBytes is the end of s, at most n bytes of it.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "...\n" + s[len(s)-n:]
+}
 
 func logFile(t *testing.T, dir, name string) logFileT {
 	f, err := os.Create(filepath.Join(dir, name+".log"))
