@@ -159,18 +159,22 @@ func TestClockKeepsBlocksInUseThroughAScan(t *testing.T) {
 	assert.LessOrEqual(t, clock, uint64(14*BlockSize/PageSize), "clock evicted blocks in use")
 }
 
-// sweepRefetches runs, under a host budget of 8 blocks and the eviction
-// policy named, a program that writes 24 blocks and then adds one to
-// every page of them in order, sweeps times, as `uvm bench oversub`
-// does. It checks every page and returns the pages brought back to the
-// host from the device during the sweeps after the first two.
+// The sweep of sweepRefetches: sweepBlocks under a host budget of
+// sweepBudget blocks, the first sweepWarm sweeps not counted.
+const sweepBlocks, sweepBudget, sweepWarm = 24, 8, 2
+
+// sweepRefetches runs, under a host budget of sweepBudget blocks and the
+// eviction policy named, a program that writes sweepBlocks blocks and
+// then adds one to every page of them in order, sweeps times, as `uvm
+// bench oversub` does. It checks every page and returns the pages
+// brought back to the host from the device during the sweeps after the
+// first sweepWarm.
 func sweepRefetches(t *testing.T, eviction string, sweeps int) uint64 {
 	cfg := smallArenaConfig(128 << 20)
-	const blocks, budget, warm = 24, 8, 2
-	cfg.HostBudget = budget * BlockSize
+	cfg.HostBudget = sweepBudget * BlockSize
 	cfg.Eviction = eviction
 	s := newSession(t, cfg)
-	a, err := s.MallocManaged(blocks * BlockSize)
+	a, err := s.MallocManaged(sweepBlocks * BlockSize)
 	require.NoError(t, err)
 	b := a.Bytes()
 	for p := 0; p < len(b); p += PageSize {
@@ -178,7 +182,7 @@ func sweepRefetches(t *testing.T, eviction string, sweeps int) uint64 {
 	}
 	var before Stats
 	for sweep := 0; sweep < sweeps; sweep++ {
-		if sweep == warm {
+		if sweep == sweepWarm {
 			before, err = a.Stats()
 			require.NoError(t, err)
 		}
@@ -201,18 +205,18 @@ func sweepRefetches(t *testing.T, eviction string, sweeps int) uint64 {
 // clock keeps the blocks its active list took while it had room, and
 // only the others come back.
 func TestClockKeepsPartOfASweep(t *testing.T) {
-	const sweeps, blocks, budget = 8, 24, 8
+	const sweeps = 8
 	lru := sweepRefetches(t, "lru", sweeps)
 	clock := sweepRefetches(t, "clock", sweeps)
-	t.Logf("pages brought back over %d sweeps: lru %d, clock %d", sweeps-2, lru, clock)
-	all := uint64((sweeps - 2) * blocks * BlockSize / PageSize)
+	t.Logf("pages brought back over %d sweeps: lru %d, clock %d", sweeps-sweepWarm, lru, clock)
+	all := uint64((sweeps - sweepWarm) * sweepBlocks * BlockSize / PageSize)
 	assert.Greater(t, 10*lru, 9*all, "lru should bring back (nearly) every block of every sweep")
 	// The active list holds three quarters of the 8 blocks: those 6
 	// stay, and the other 18 come back on each sweep, 55,296 pages in
 	// all (measured: 55,296-56,320; 55,296-73,728 while a far block
 	// could take the place of an active one whenever two blocks were
 	// arriving at once). Wanted: fewer than 20 a sweep.
-	assert.Less(t, clock, all*(blocks-4)/blocks, "clock should keep some blocks through the sweeps")
+	assert.Less(t, clock, all*(sweepBlocks-4)/sweepBlocks, "clock should keep some blocks through the sweeps")
 }
 
 // hotRegionRefetches runs, under a host budget of four blocks and the

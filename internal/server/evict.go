@@ -146,8 +146,8 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 	// and a prefetch, each on its own block, on a device that their
 	// blocks fill), none of them ever finds a victim. A mover that
 	// finds none gives up its own block's other pages on dst, as a
-	// working set inside one block must anyway (overBudget does the
-	// same for the host).
+	// working set inside one block must anyway (as overBudget does for
+	// the host).
 	started := time.Now()
 	for {
 		moved, busy := o.evict(dst, need)
@@ -179,23 +179,26 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 	}
 }
 
-// evictOwn moves up to want of the mover's own block's pages on device
-// dst, other than those of keep, to the host, lowest first, and returns
-// how many left. The block's lock is held.
-func (o *mover) evictOwn(dst core.Device, want int64, keep core.PageMask) int64 {
+// evictOwn evicts up to want of the mover's own block's pages on
+// location from, other than those of keep, lowest first (evictPages:
+// to the host from a device, to a device from the host), and returns
+// how many left: where no other block gives room, for a device's
+// reservation (reserveOrEvict) and for the host's budget (overBudget).
+// The block's lock is held.
+func (o *mover) evictOwn(from core.Device, want int64, keep core.PageMask) int64 {
 	if o.b == nil || o.r.kind == core.KindDevice || o.cause == policy.CauseEviction {
 		// No block of its own (an allocation), device memory (no other
-		// home), or an eviction to dst, whose own pages there would
-		// only go back where it is emptying.
+		// home), or an eviction's own move, whose pages at its
+		// destination would only go back where it is emptying.
 		return 0
 	}
-	pages := o.b.resident[dst.Slot()]
+	pages := o.b.resident[from.Slot()]
 	pages.AndNot(&keep)
 	victims := pages.Lowest(int(want))
 	if victims.Empty() {
 		return 0
 	}
-	return evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, dst, victims)
+	return evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, from, victims)
 }
 
 // victims asks the eviction policy for victims on from worth want pages:
@@ -290,10 +293,6 @@ func (o *mover) overBudget(keep core.PageMask) {
 	}
 	// No other block can give more: the budget is below what this block
 	// holds on the host (a working set inside one block). Its other host
-	// pages go, lowest first, never those this move just brought.
-	pages := o.b.resident[core.CPU.Slot()]
-	pages.AndNot(&keep)
-	if victims := pages.Lowest(int(want - moved)); !victims.Empty() {
-		evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, core.CPU, victims)
-	}
+	// pages go, never those this move just brought.
+	o.evictOwn(core.CPU, want-moved, keep)
 }

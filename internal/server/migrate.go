@@ -381,8 +381,12 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 			o.collapseAll(dd)
 		}
 	}
-	want := demand
-	want.Or(&speculative)
+	// Demanded pages already on dst may only want mapping: they stay, as
+	// the others this move brings, if it must give up pages of its own
+	// block for room there (reserve).
+	keep := demand
+	keep.Or(&speculative)
+	want := keep
 	want.AndNot(&b.resident[dst.Slot()])
 	need := int64(want.Count())
 	if need == 0 {
@@ -392,10 +396,6 @@ func (o *mover) move(t target, demand, speculative core.PageMask, lead int) (int
 	var arena *devmem.Arena
 	if dst != core.CPU && charged {
 		arena = o.sess.srv.arenas[dst]
-		// Demanded pages already on dst may only want mapping: they stay
-		// if the mover must give up pages of its own block for room.
-		keep := demand
-		keep.Or(&speculative)
 		err := o.reserve(dst, need, keep)
 		if err != nil && !speculative.Empty() {
 			// The prefetched pages do not fit (a whole block, say, on a
