@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/proctest"
 	"github.com/softuvm/softuvm/internal/wire"
@@ -26,6 +27,7 @@ import (
 func init() {
 	testRoles["restart-sweeper"] = roleRestartSweeper
 	testRoles["staged-crash"] = roleStagedCrash
+	testRoles["whole-move-crash"] = roleWholeMoveCrash
 }
 
 // sweepPattern is what the host writes at byte i of pass gen: computed
@@ -226,6 +228,9 @@ func TestGuardKilled(t *testing.T) {
 func roleStagedCrash() int {
 	cfg := testServerConfig()
 	cfg.CopyDirectBelow = 1 << 40 // one goroutine: the crash comes at a known point
+	// 4 KiB folios: a whole block moving between files of large folios
+	// carries no page through the staging file (TestCrashInWholeMove).
+	cfg.LargeFolios = config.LargeFoliosOff
 	s, a, ok := patterned(cfg, 4<<20, func(i int) byte { return sweepPattern(3, i) })
 	if !ok {
 		return 1
@@ -257,6 +262,75 @@ func TestCrashWithPagesInFlight(t *testing.T) {
 	require.NoError(t, err, "child: %s; stderr: %s", out, stderr.String())
 	assert.Equal(t, "restarts 1\n", string(out), "the prefetch was sent again to the new server")
 	assert.Regexp(t, `[1-9][0-9]* put back from the staging file`, stderr.String())
+}
+
+// roleWholeMoveCrash fills 4 MiB on the host, prefetches it to device 0,
+// and back, with a server that kills itself in the first whole move
+// that writes its destination straight from its source (with large
+// folios and nothing mapping a destination by itself, each is one), at
+// the step
+// SOFTUVM_TEST_CRASH_IN_MOVE names. It prints the restarts and what its
+// location files hold, then checks every byte.
+func roleWholeMoveCrash() int {
+	cfg := testServerConfig()
+	cfg.LargeFolios = config.LargeFoliosAuto
+	cfg.CopyDirectBelow = 1 << 40 // one goroutine: the crash comes at a known point
+	s, a, ok := patterned(cfg, 4<<20, func(i int) byte { return sweepPattern(5, i) })
+	if !ok {
+		return 1
+	}
+	b := a.Bytes()
+	for _, to := range []Device{0, CPU} {
+		if err := a.Prefetch(to); err != nil {
+			fmt.Fprintf(os.Stderr, "prefetch to %v: %v\n", to, err)
+			return 1
+		}
+	}
+	fmt.Printf("restarts %d\n", s.ServerRestarts())
+	in, err := s.Info()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "info:", err)
+		return 1
+	}
+	for _, si := range in.Sessions {
+		if si.PID == os.Getpid() && si.Role == "client" {
+			fmt.Printf("file bytes %d\n", si.FileBytes)
+		}
+	}
+	for i := range b {
+		if want := sweepPattern(5, i); b[i] != want {
+			fmt.Fprintf(os.Stderr, "byte %#x is %#x, want %#x\n", i, b[i], want)
+			return 1
+		}
+	}
+	return 0
+}
+
+// TestCrashInWholeMove: a server dies in a whole block's move that
+// writes the destination from the source before it punches the source:
+// with the destination written but not yet recorded as whole (the new
+// server drops the destination's copy and keeps the source's), the same
+// with the destination's second half spoiled (a write cut short: keeping
+// that copy would lose the bytes), and recorded as whole (it drops the
+// source's). Either way the move's intent settles it, the prefetch is
+// sent again, no byte is lost, and the files hold one copy, 4 MiB (a
+// move left unsettled holds two).
+func TestCrashInWholeMove(t *testing.T) {
+	requireRoot(t)
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	for _, step := range []string{"written", "torn", "copied"} {
+		t.Run(step, func(t *testing.T) {
+			cmd := child(t, "whole-move-crash", config.CrashInMoveEnv+"="+step+":1")
+			var stderr syncBuffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			require.NoError(t, err, "child: %s; stderr: %s", out, stderr.String())
+			assert.Equal(t, "restarts 1\nfile bytes 4194304\n", string(out), "the prefetch was sent again to the new server, and one copy is left")
+			assert.Regexp(t, ` [1-9][0-9]* whole-block moves settled`, stderr.String())
+		})
+	}
 }
 
 // TestRapidKills: servers killed as soon as they have taken over are not

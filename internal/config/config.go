@@ -48,6 +48,14 @@ const (
 	// Nth punch of a migration's source, before the pages are installed
 	// (a test of the staging file); servers that take over do not see it.
 	CrashAfterPunchEnv = "SOFTUVM_TEST_CRASH_AFTER_PUNCH"
+	// CrashInMoveEnv=written:N makes a server kill itself in the Nth
+	// whole move that writes its destination from its source, right
+	// after the write; copied:N, after it recorded the write as done,
+	// before it punches the source; torn:N, as written:N after spoiling
+	// the second half of the destination, as an unfinished write would
+	// (tests of the staging file's move intents). Servers that take
+	// over do not see it.
+	CrashInMoveEnv = "SOFTUVM_TEST_CRASH_IN_MOVE"
 	// adoptFailEnv makes every server the guard starts fail before it
 	// takes over (a test of the guard's bounded retries).
 	AdoptFailEnv = "SOFTUVM_TEST_ADOPT_FAIL"

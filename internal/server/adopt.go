@@ -77,6 +77,7 @@ type restartStats struct {
 	lastPause      atomic.Int64  // from the death to service resumed, ns
 	adoptedPages   atomic.Int64  // pages found in the files
 	recoveredPages atomic.Int64  // pages put back from the staging file
+	settledMoves   atomic.Int64  // whole-block moves the staging file's intents finished or undid
 	rebuild        atomic.Int64  // time to rebuild residency, ns
 }
 
@@ -181,6 +182,27 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 // was punched and it never arrived. It returns the pages written.
 func (s *Server) recoverStaged(byID map[uint64]*session) int64 {
 	var n int64
+	for _, mv := range s.staging.moves() {
+		sess := byID[mv.session]
+		if sess == nil {
+			continue
+		}
+		// Unfinished: the source is whole, the destination perhaps
+		// partly written; finished copying: the destination is whole.
+		drop, keep := mv.dst, mv.src
+		if mv.copied {
+			drop, keep = mv.src, mv.dst
+		}
+		f, err := sess.file(drop)
+		if err == nil && f != nil {
+			err = f.Punch(mv.off, mv.length)
+		}
+		if err != nil {
+			s.logger.Printf("session %d: settle the move of %#x+%d from %v to %v, keeping %v's copy: %v", sess.id, mv.off, mv.length, mv.src, mv.dst, keep, err)
+			continue
+		}
+		s.restart.settledMoves.Add(1)
+	}
 	for _, in := range s.staging.intents() {
 		sess := byID[in.session]
 		if sess == nil {

@@ -106,8 +106,8 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 	}
 	st.listeners = nil
 	g.send([]byte{guardReady})
-	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file",
-		time.Since(end.died).Round(time.Millisecond), end.restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load())
+	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file, %d whole-block moves settled",
+		time.Since(end.died).Round(time.Millisecond), end.restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load(), srv.restart.settledMoves.Load())
 	return srv, paths, nil
 }
 

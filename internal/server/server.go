@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -89,6 +90,10 @@ type Server struct {
 	// crashAfterPunch counts down to a self-inflicted SIGKILL after a
 	// punch (tests only; 0: never).
 	crashAfterPunch atomic.Int64
+	// crashInMove counts down to one in a whole move, at the step
+	// crashMoveStep names (CrashInMoveEnv).
+	crashInMove   atomic.Int64
+	crashMoveStep string
 
 	listenersMu sync.Mutex
 	listeners   []net.Listener
@@ -164,6 +169,13 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		n, _ := strconv.Atoi(v)
 		s.crashAfterPunch.Store(int64(n))
 		os.Unsetenv(config.CrashAfterPunchEnv) // not for the guard and the servers it starts
+	}
+	if v := os.Getenv(config.CrashInMoveEnv); v != "" {
+		step, count, _ := strings.Cut(v, ":")
+		n, _ := strconv.Atoi(count)
+		s.crashMoveStep = step
+		s.crashInMove.Store(int64(n))
+		os.Unsetenv(config.CrashInMoveEnv)
 	}
 	for _, spec := range cfg.Devices {
 		a, err := devmem.NewArena(spec)
@@ -280,6 +292,25 @@ func multiNode() bool {
 		multiNodeMemo = err == nil && len(nodes) > 1
 	})
 	return multiNodeMemo
+}
+
+// inMove is where a test makes the server die in a whole move that
+// wrote its destination and has not punched its source: at step
+// "written" (the intent says copying) or "copied". At "written", the
+// test's step "torn" first calls tear, which spoils part of the
+// destination as a write the kernel did not finish would have.
+func (s *Server) inMove(step string, tear func()) {
+	want := s.crashMoveStep
+	if want == "torn" {
+		want = "written"
+	}
+	if want != step || s.crashInMove.Load() <= 0 || s.crashInMove.Add(-1) != 0 {
+		return
+	}
+	if s.crashMoveStep == "torn" && tear != nil {
+		tear()
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 }
 
 // afterPunch is where a test makes the server die with pages in flight.

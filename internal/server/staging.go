@@ -49,6 +49,20 @@ const (
 // is gone), session, file offset, length; 8 bytes each.
 const intentValid = 1
 
+// A whole block whose destination nobody can map without the server
+// moves without carrying its pages through a slot (copyWhole): the
+// destination is written from a mapping of the source, and the source is
+// punched only once the destination holds it all. The slot's intent then
+// carries no data, only the move, in two steps: while intentCopying the
+// source is whole and the destination may be partly written, so a new
+// server punches the destination; once intentCopied the destination is
+// whole, so it punches the source. The length word carries the source's
+// and the destination's location slots above its low 32 bits.
+const (
+	intentCopying = 2
+	intentCopied  = 3
+)
+
 func newStagingArea() (*stagingArea, error) {
 	f, err := devmem.CreateFile("softuvm-staging", stagingFileBytes)
 	if err != nil {
@@ -148,6 +162,47 @@ func (a *stagingArea) mark(buf []byte, session uint64, off int64, length int) {
 	atomic.StoreUint64(&rec[2], uint64(off))
 	atomic.StoreUint64(&rec[3], uint64(length))
 	atomic.StoreUint64(&rec[0], intentValid) // last: the record is whole
+}
+
+// markMove records in buf's slot that a whole move of [off, off+length)
+// of session's files from location src to dst is writing dst.
+func (a *stagingArea) markMove(buf []byte, session uint64, off int64, length int, src, dst core.Device) {
+	rec := a.intent(a.slotOf(buf))
+	atomic.StoreUint64(&rec[1], session)
+	atomic.StoreUint64(&rec[2], uint64(off))
+	atomic.StoreUint64(&rec[3], uint64(length)|uint64(src.Slot())<<32|uint64(dst.Slot())<<40)
+	atomic.StoreUint64(&rec[0], intentCopying)
+}
+
+// markCopied records that the move in buf's slot wrote all of its
+// destination, and is punching its source.
+func (a *stagingArea) markCopied(buf []byte) {
+	atomic.StoreUint64(&a.intent(a.slotOf(buf))[0], intentCopied)
+}
+
+// stagedMove is a whole move a dead server left unfinished (markMove).
+type stagedMove struct {
+	session  uint64
+	off      int64
+	length   int64
+	src, dst core.Device
+	copied   bool // the destination is whole
+}
+
+// moves returns the unfinished whole moves, as a dead server left them.
+func (a *stagingArea) moves() []stagedMove {
+	var out []stagedMove
+	for s := 0; s < stagingSlots; s++ {
+		rec := a.intent(s)
+		state := atomic.LoadUint64(&rec[0])
+		if state != intentCopying && state != intentCopied {
+			continue
+		}
+		w := atomic.LoadUint64(&rec[3])
+		out = append(out, stagedMove{session: rec[1], off: int64(rec[2]), length: int64(uint32(w)),
+			src: core.DeviceAtSlot(int(w >> 32 & 0xff)), dst: core.DeviceAtSlot(int(w >> 40 & 0xff)), copied: state == intentCopied})
+	}
+	return out
 }
 
 // clear voids buf's intent: its pages are installed, or back at their
