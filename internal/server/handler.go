@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -136,6 +137,11 @@ func (h *handler) run(ready chan<- error) {
 		}
 		if err != nil && n == 0 {
 			h.srv.logger.Printf("read userfaultfd of pid %d: %v", h.view.pid, err)
+			if errors.Is(err, syscall.EBADF) {
+				// Closed under it: nothing will ever be read again, and
+				// retrying would only repeat this line every millisecond.
+				return
+			}
 			time.Sleep(time.Millisecond)
 			continue
 		}

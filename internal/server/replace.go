@@ -128,6 +128,10 @@ func (s *Server) serveAsDaemon(paths []string, ready func(*Server)) {
 	}
 }
 
+// retireStopTimeout bounds how long a retiring server waits for its
+// handler threads to stop reading before it exits.
+const retireStopTimeout = 10 * time.Second
+
 // retire hands this server's place to the process at the other end of
 // successor: the guard gets the socket, the handler threads stop, and the
 // process exits without ending any session.
@@ -149,14 +153,28 @@ func (s *Server) retire(successor int) error {
 		}
 		s.guard.mu.Unlock()
 		syscall.Close(successor)
-		for _, sess := range s.sessionList() {
-			for l := range sess.views {
-				if v := sess.views[l].Load(); v != nil {
-					s.unwatch(v)
+		stopped := make(chan struct{})
+		go func() {
+			for _, sess := range s.sessionList() {
+				for l := range sess.views {
+					if v := sess.views[l].Load(); v != nil {
+						s.unwatch(v)
+					}
 				}
 			}
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+			s.logger.Printf("retiring: a new server takes over")
+		case <-time.After(retireStopTimeout):
+			// A handler busy with a fault that cannot end (it waits on
+			// a peer) would keep this process, and so the guard's link
+			// that the successor waits for, alive for ever. The new
+			// server wakes every thread blocked in a fault, so the
+			// faults it leaves are served again.
+			s.logger.Printf("retiring: handler threads still busy after %v; leaving them to the new server", retireStopTimeout)
 		}
-		s.logger.Printf("retiring: a new server takes over")
 		os.Exit(0)
 	}()
 	return nil
