@@ -107,6 +107,9 @@ type faultsReport struct {
 	Memcpy1TGBps      float64 `json:"memcpy_1t_gbps"`
 	D2HMemcpyFraction float64 `json:"d2h_memcpy_fraction"`
 	D2HFaults         uint64  `json:"d2h_faults"`
+	// D2HReadAhead counts the pages of the last run that came back read
+	// ahead of the copy (policy.ReadAhead), not on its faults.
+	D2HReadAhead uint64 `json:"d2h_read_ahead_pages"`
 	// The floor under any migration into fresh pages on this machine:
 	// writing into newly allocated pages of a memfd (pwrite), in GB/s.
 	FreshPageWriteGBps float64 `json:"fresh_page_write_gbps"`
@@ -534,6 +537,7 @@ func deviceToHost(s *uvm.Session, size int64, runs int, rep *faultsReport) error
 		d2h = append(d2h, float64(size)/secs/1e9)
 		mc = append(mc, float64(size)/mcSecs/1e9)
 		rep.D2HFaults = after.TotalFaults() - before.TotalFaults()
+		rep.D2HReadAhead = after.ReadAheadPages - before.ReadAheadPages
 	}
 	rep.D2HGBps, rep.Memcpy1TGBps = median(d2h), median(mc)
 	rep.D2HMemcpyFraction = rep.D2HGBps / rep.Memcpy1TGBps
@@ -603,7 +607,7 @@ func printFaultsReport(r faultsReport) {
 	fmt.Printf("  ratio                      %7.2f\n", r.FirstTouchRatio)
 	fmt.Printf("  UFFDIO_ZEROPAGE alone      %7.0f ns/page  (creating the pages, no faults: the floor)\n\n", r.ZeroPageFloorNS)
 	fmt.Printf("host copy of %s resident on device 0 into a warm buffer\n", uvm.FormatSize(r.SizeBytes))
-	fmt.Printf("  migrating copy             %7.2f GB/s  (%d faults)\n", r.D2HGBps, r.D2HFaults)
+	fmt.Printf("  migrating copy             %7.2f GB/s  (%d faults, %d pages read ahead)\n", r.D2HGBps, r.D2HFaults, r.D2HReadAhead)
 	fmt.Printf("  memcpy of a warm source    %7.2f GB/s  (same destination, same thread)\n", r.Memcpy1TGBps)
 	fmt.Printf("  fraction                   %7.2f\n", r.D2HMemcpyFraction)
 	fmt.Printf("  writing fresh memfd pages  %7.2f GB/s  (the ceiling of any copy into new pages here)\n", r.FreshPageWriteGBps)

@@ -184,6 +184,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	}
 	fmt.Fprintf(w, "\nmanaged allocations %d made, %s asked for (freed ones included)\n", st.Allocations, humanSize(st.AllocatedBytes))
 	fmt.Fprintf(w, "prefetched pages %d (used %d, unused %d, the rest not tracked or not yet known)\n", st.PrefetchedPages, st.PrefetchedUsed, st.PrefetchedUnused)
+	if st.ReadAheadPages > 0 {
+		fmt.Fprintf(w, "read ahead %d pages (%s of those prefetched: blocks moved ahead of a sweep)\n", st.ReadAheadPages, uvm.FormatSize(int64(st.ReadAheadPages)*uvm.PageSize))
+	}
 	if st.LaunchCopiedPages > 0 || st.LaunchCleanPages > 0 {
 		fmt.Fprintf(w, "launch coherence: pages copied to devices at launches %d, host copies dropped clean %d\n", st.LaunchCopiedPages, st.LaunchCleanPages)
 	}

@@ -26,6 +26,13 @@
 // them in (policy/coursework/cmd/uvm-coursework) for C programs and
 // daemons.
 //
+// Some policies can do more through an optional interface, asked for
+// with a type assertion: a PrefetchPolicy that implements ReadAhead asks
+// for the block after a host sweep's faulted one to be moved in the
+// background (density does), and an Eviction that implements
+// PageEviction or CleanCopying gives up pages rather than blocks, or
+// keeps device copies of pages the host only read.
+//
 // Each interface's documentation says when the server calls it, with
 // which lock held, and what it must not do: a policy runs on the fault
 // path or beside it, so it must be safe for concurrent use, must not

@@ -55,6 +55,8 @@ type PrefetchContext struct {
 	// before brought, on the same side: it is walking the memory, and
 	// will likely want the rest of the block.
 	Sweep bool
+	// Descending reports that the sweep runs toward lower addresses.
+	Descending bool
 }
 
 // PrefetchPolicy decides which pages of a block to bring to the faulting
@@ -74,6 +76,34 @@ type PrefetchPolicy interface {
 	// on the destination and the faulted pages themselves may be
 	// included; the caller removes them.
 	Expand(c *PrefetchContext) core.PageMask
+}
+
+// ReadAhead is implemented by a PrefetchPolicy that also asks for the
+// block after the faulted one, in the sweep's direction, to be brought to
+// the host in the background while it still works on this one: the page
+// cache's read-ahead, a block at a time. The server moves that block on
+// another thread, and the next one each time the host first faults on a
+// block it read ahead (a sweep then finds each block waiting, and its
+// fault only maps it). The server reads ahead only for the host: a
+// device's kernel works on its part of a range, and the block past it is
+// another device's. It brings a block only where all of it lives where
+// the faulted block came from (a block never touched is left to its
+// first toucher, which places it, and one that lives elsewhere to the
+// processor using it), the range has no advice there, and the host has
+// room to spare (a read-ahead never evicts).
+//
+// ReadsAhead is called after Expand, with the same context, with the
+// pages the fault brings (faulted and prefetched); the same rules of
+// concurrency apply. The lab's replay does not model it.
+type ReadAhead interface {
+	ReadsAhead(c *PrefetchContext, brought core.PageMask) bool
+}
+
+// ReadsAhead asks p, where it implements ReadAhead, whether the fault of
+// c, which brings brought, reads the next block ahead.
+func ReadsAhead(p PrefetchPolicy, c *PrefetchContext, brought core.PageMask) bool {
+	ra, ok := p.(ReadAhead)
+	return ok && ra.ReadsAhead(c, brought)
 }
 
 // PrefetchSpec selects a prefetch policy. It is plain data: it can be

@@ -72,6 +72,17 @@ func (d DensityPrefetch) Expand(c *PrefetchContext) (out PageMask) {
 	return out
 }
 
+// ReadsAhead reads the next block ahead of a sweep that brings this one
+// whole (policy.ReadAhead): the sweep will want it next, and moving it
+// while the processor works on this block takes the move off the
+// processor's path. Not where pages thrash (they are being left alone),
+// nor on a full processor: the block read ahead would push out one that
+// the eviction policy keeps (a sweep of three times the host's budget
+// moved a fifth more each way).
+func (d DensityPrefetch) ReadsAhead(c *PrefetchContext, brought PageMask) bool {
+	return c.Sweep && !c.Full && c.Thrashing.Empty() && brought.CountRange(0, c.Pages) == c.Pages
+}
+
 // region walks from leaf page up to the root and returns the last (that
 // is, largest) subtree dense enough to prefetch, clamped to the block.
 func (d DensityPrefetch) region(tree *PageMask, page, pages int) (first, outer int) {

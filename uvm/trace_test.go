@@ -165,6 +165,7 @@ func TestTraceHoldsWhatTheStatisticsCount(t *testing.T) {
 	assert.Equal(t, 1, c.kinds[trace.KindSessionEnd], "%v", c.kinds)
 	me := int32(os.Getpid())
 	var prev time.Duration
+	var readAhead uint64
 	for i, e := range c.events {
 		switch e.Kind {
 		case trace.KindAlloc:
@@ -187,13 +188,20 @@ func TestTraceHoldsWhatTheStatisticsCount(t *testing.T) {
 			require.GreaterOrEqual(t, e.Addr, uint64(addr), "migration %d", i)
 			require.LessOrEqual(t, e.Addr+e.MovedBytes(), uint64(addr)+size, "migration %d", i)
 			require.Positive(t, e.Pages)
-			require.Equal(t, trace.CauseFault, e.Cause, "this program only faults")
+			if e.Cause == trace.CausePrefetch {
+				// A block read ahead of the host's sweep back.
+				require.Equal(t, int32(CPU), e.To, "a read-ahead goes to the host: %+v", e)
+				readAhead += uint64(e.Pages)
+			} else {
+				require.Equal(t, trace.CauseFault, e.Cause, "this program only faults, and reads ahead: %+v", e)
+			}
 			require.Positive(t, e.Duration, "migration %d's copy time", i)
 		}
 		// Threads race to the writer, but not by much.
 		require.Greater(t, e.Time, prev-50*time.Millisecond, "event %d's time", i)
 		prev = max(prev, e.Time)
 	}
+	assert.Equal(t, st.ReadAheadPages, readAhead, "the trace's read-ahead is what the statistics count")
 	checkServerLog(t, log)
 }
 

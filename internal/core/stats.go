@@ -77,6 +77,8 @@ type Counters struct {
 	// kept a copy when the host read them back (clean eviction), and the
 	// host had not written them since.
 	EvictedClean atomic.Uint64
+	// ReadAhead counts pages read ahead of a sweep (among Prefetched).
+	ReadAhead atomic.Uint64
 	// Managed allocations made and the bytes they asked for. Only the
 	// server's and the sessions' counters count them (an allocation's
 	// own would be retired into its session's twice).
@@ -169,6 +171,10 @@ type Stats struct {
 	// EvictedCleanPages counts host pages evicted without a copy (clean
 	// eviction: the device's copy was current); they are among Evicted.
 	EvictedCleanPages uint64 `json:"evicted_clean_pages,omitempty"`
+	// ReadAheadPages counts the pages brought ahead of a sweep, a block
+	// past the faulted one (policy.ReadAhead); they are among
+	// PrefetchedPages.
+	ReadAheadPages uint64 `json:"read_ahead_pages,omitempty"`
 	// PrefetchedUsed and PrefetchedUnused count, among prefetched pages
 	// whose fate is known, those later touched and those that left
 	// (migrated, evicted, freed) untouched. They are only known for
@@ -305,6 +311,7 @@ func (c *Counters) AddFrom(o *Counters) {
 	c.LaunchClean.Add(o.LaunchClean.Load())
 	c.Discarded.Add(o.Discarded.Load())
 	c.EvictedClean.Add(o.EvictedClean.Load())
+	c.ReadAhead.Add(o.ReadAhead.Load())
 	c.Allocations.Add(o.Allocations.Load())
 	c.AllocatedBytes.Add(o.AllocatedBytes.Load())
 	c.Used.Add(o.Used.Load())
@@ -449,6 +456,7 @@ func (c *Counters) Snapshot() Stats {
 	s.LaunchCleanPages = c.LaunchClean.Load()
 	s.DiscardedPages = c.Discarded.Load()
 	s.EvictedCleanPages = c.EvictedClean.Load()
+	s.ReadAheadPages = c.ReadAhead.Load()
 	s.PrefetchedUsed = c.Used.Load()
 	s.PrefetchedUnused = c.Unused.Load()
 	s.FaultService = c.Service.Snapshot()

@@ -116,6 +116,8 @@ var (
 		"Populated pages a discard dropped without copying (their contents were no longer wanted).")
 	descEvictedClean = desc("evicted_clean_pages_total",
 		"Host pages evicted without a copy: a device kept a copy when the host read them back (clean eviction), and the host had not written them.")
+	descReadAhead = desc("read_ahead_pages_total",
+		"Pages read ahead of a sweep: a block past the faulted one, moved while the processor worked on that one (among the prefetched pages).")
 	descAllocations = desc("allocations_total",
 		"Managed allocations made, freed or not.")
 	descAllocatedBytes = desc("allocated_bytes_total",
@@ -151,7 +153,7 @@ var (
 		descFaults, descMigratedPages, descMigratedBytes, descPopulated, descEvicted,
 		descRemoteMapped, descReadDuplicated, descThrottles, descPins, descHintsArmed,
 		descCrossings, descCounterMigrated, descPrefetched, descPrefetchedUsed,
-		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descDiscarded, descEvictedClean, descAllocations,
+		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descDiscarded, descEvictedClean, descReadAhead, descAllocations,
 		descAllocatedBytes, descService, descServiceMax,
 	}
 	infoDescs = []*prometheus.Desc{
@@ -296,6 +298,7 @@ func collectStats(ch chan<- prometheus.Metric, s core.Stats, procs []core.Device
 	counter(ch, descLaunchClean, s.LaunchCleanPages)
 	counter(ch, descDiscarded, s.DiscardedPages)
 	counter(ch, descEvictedClean, s.EvictedCleanPages)
+	counter(ch, descReadAhead, s.ReadAheadPages)
 	counter(ch, descAllocations, s.Allocations)
 	counter(ch, descAllocatedBytes, s.AllocatedBytes)
 

@@ -87,6 +87,7 @@ func fakeStats() core.Stats {
 	c.LaunchClean.Store(305)
 	c.Discarded.Store(308)
 	c.EvictedClean.Store(309)
+	c.ReadAhead.Store(310)
 	c.Allocations.Store(306)
 	c.AllocatedBytes.Store(307 << 20)
 	return c.Snapshot()
@@ -141,7 +142,7 @@ func expectedSamples(withInfo bool) map[string]float64 {
 	}
 	for name, v := range map[string]float64{
 		"prefetched_pages_total": 301, "prefetched_used_pages_total": 302, "prefetched_unused_pages_total": 303,
-		"launch_copied_pages_total": 304, "launch_clean_pages_total": 305, "discarded_pages_total": 308, "evicted_clean_pages_total": 309,
+		"launch_copied_pages_total": 304, "launch_clean_pages_total": 305, "discarded_pages_total": 308, "evicted_clean_pages_total": 309, "read_ahead_pages_total": 310,
 		"allocations_total": 306, "allocated_bytes_total": 307 << 20,
 		"fault_service_max_seconds": maxNS.Seconds(),
 	} {

@@ -327,11 +327,18 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l, o.pageAddr(p), maxPinWaits)
 	}
 	extra := o.expand(l, m, faulted, &t)
+	from, populated := o.b.locationOfPage(p)
+	var err error
 	if m == core.CPU && o.cleanCopies() {
-		return o.serveCleanCopies(t, faulted, extra, p, false)
+		err = o.serveCleanCopies(t, faulted, extra, p, false)
+	} else {
+		o.cause = policy.CauseFault
+		err = o.moveTo(t, faulted, extra, p)
 	}
-	o.cause = policy.CauseFault
-	return o.moveTo(t, faulted, extra, p)
+	if err == nil && o.readAhead != 0 && l == core.CPU && m == l && populated && from != l {
+		o.r.readAheadFrom(l, from, o.blockIndex(), o.readAhead)
+	}
+	return err
 }
 
 // sweepState is what a range keeps per location to tell sweeps: the
@@ -348,16 +355,16 @@ type sweepState struct {
 // sweep reports whether location m's fault at page p of the mover's block
 // continues a sweep (policy.SweepStep, PrefetchContext.Sweep); full says
 // that m has no room to spare.
-func (o *mover) sweep(m core.Device, p int, full bool) bool {
+func (o *mover) sweep(m core.Device, p int, full bool) (sweeping, descending bool) {
 	l := m.Slot()
 	if l >= len(o.r.sweeps) {
-		return false
+		return false, false
 	}
 	st := &o.r.sweeps[l]
 	page := int64(o.pageAddr(p)-o.r.start) >> core.PageShift
 	n, sweeping := policy.SweepStep(st.lo.Load()-1, st.hi.Load()-1, st.run.Load(), page, full)
 	st.run.Store(n)
-	return sweeping
+	return sweeping, n < 0
 }
 
 // noteFetch records the pages of the block that location m's fault
@@ -381,8 +388,8 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	full := !o.sess.srv.roomFor(m, policy.FullRoomBlocks*core.BlockSize)
 	elsewhere, here := b.resident.Elsewhere(m), b.resident[m.Slot()]
 	*ctx = policy.PrefetchContext{Pages: b.pages, Faulted: faulted, ResidentOnDest: here, Populated: !elsewhere.Empty() || !here.Empty(),
-		Elsewhere: elsewhere, Full: full,
-		SourceLarge: o.largeElsewhere(m), Sweep: o.sweep(m, faulted.NextSet(0), full)}
+		Elsewhere: elsewhere, Full: full, SourceLarge: o.largeElsewhere(m)}
+	ctx.Sweep, ctx.Descending = o.sweep(m, faulted.NextSet(0), full)
 	if adv := b.advice; adv != nil {
 		p := faulted.NextSet(0)
 		ctx.DestIsPreferred = adv.preferred[p].Is(m)
@@ -392,6 +399,12 @@ func (o *mover) expand(l, m core.Device, faulted core.PageMask, t *target) core.
 	}
 	extra, brought := policy.Expanded(o.r.prefetch, ctx)
 	o.noteFetch(m, brought)
+	if policy.ReadsAhead(o.r.prefetch, ctx, brought) {
+		o.readAhead = 1
+		if ctx.Descending {
+			o.readAhead = -1
+		}
+	}
 	extra.And(&t.mapped)
 	return extra
 }
@@ -632,6 +645,9 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 		time.Sleep(time.Duration(d))
 	}
 	off := addr - r.start
+	// Before the block's lock, which a read-ahead of this block may hold
+	// while it moves it: the next one starts meanwhile.
+	r.readAheadReached(v.loc, int(off>>core.BlockShift))
 	b := r.block(int(off >> core.BlockShift))
 	b.mu.Lock()
 	if r.freed.Load() {

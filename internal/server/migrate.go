@@ -52,6 +52,9 @@ type mover struct {
 	// prefetched counts the pages this mover brought speculatively, for
 	// its fault's trace event.
 	prefetched int
+	// readAhead is the direction (+1, -1) in which the prefetch policy
+	// asked for the next block to be read ahead of this fault (0: not).
+	readAhead int
 }
 
 // retryAgain is how long an ioctl refused with EAGAIN (an mremap in

@@ -40,6 +40,9 @@ type managedRange struct {
 	// sweeps tells, per location, whether its faults sweep the range
 	// (mover.sweep).
 	sweeps []sweepState
+	// readAheads is, per location, the blocks read ahead of its sweep
+	// (readahead.go).
+	readAheads []readAheadState
 
 	// freed is set once, under sess.mu and then each block's lock; a
 	// fault that finds it set after taking a block lock must not touch

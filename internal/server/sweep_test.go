@@ -25,7 +25,7 @@ func (h sweepHarness) fault(m core.Device, page, brought int) bool {
 	bi := page / core.PagesPerBlock
 	o := &mover{r: h.r, b: &block{pages: core.PagesPerBlock}, blockAddr: h.r.start + uintptr(bi)*core.BlockSize}
 	p := page % core.PagesPerBlock
-	sweep := o.sweep(m, p, false)
+	sweep, _ := o.sweep(m, p, false)
 	var pages core.PageMask
 	pages.FillRange(p, min(p+brought, core.PagesPerBlock))
 	o.noteFetch(m, pages)
