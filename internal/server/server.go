@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,11 +296,11 @@ func multiNode() bool {
 }
 
 // inMove is where a test makes the server die in a whole move that
-// wrote its destination and has not punched its source: at step
-// "written" (the intent says copying) or "copied". At "written", the
-// test's step "torn" first calls tear, which spoils part of the
-// destination as a write the kernel did not finish would have.
-func (s *Server) inMove(step string, tear func()) {
+// wrote the block at off of its destination dst and has not punched its
+// source: at step "written" (the intent says copying) or "copied". At
+// "written", the test's step "torn" first spoils the block's second half
+// in dst, as a write the kernel did not finish would have.
+func (s *Server) inMove(step string, dst *devmem.File, off int64) {
 	want := s.crashMoveStep
 	if want == "torn" {
 		want = "written"
@@ -307,8 +308,8 @@ func (s *Server) inMove(step string, tear func()) {
 	if want != step || s.crashInMove.Load() <= 0 || s.crashInMove.Add(-1) != 0 {
 		return
 	}
-	if s.crashMoveStep == "torn" && tear != nil {
-		tear()
+	if s.crashMoveStep == "torn" {
+		dst.WriteAt(bytes.Repeat([]byte{0xee}, core.BlockSize/2), off+core.BlockSize/2)
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 }

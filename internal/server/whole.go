@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -262,9 +261,9 @@ func (o *mover) copyWhole(from core.Device, src *devmem.File, to core.Device, ds
 	_, err = dst.WriteBlock([][]byte{m.Bytes()}, off)
 	m.Unmap()
 	if err == nil {
-		srv.inMove("written", func() { dst.WriteAt(bytes.Repeat([]byte{0xee}, core.BlockSize/2), off+core.BlockSize/2) })
+		srv.inMove("written", dst, off)
 		srv.staging.markCopied(slot)
-		srv.inMove("copied", nil)
+		srv.inMove("copied", dst, off)
 		if err = src.Punch(off, core.BlockSize); err == nil {
 			srv.afterPunch()
 			return nil
