@@ -401,6 +401,15 @@ func (sess *session) resume(restarts int) {
 			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, v.loc, v.pid, err)
 		}
 	}
+	if len(views) > 1 {
+		// Once more after the devices mapped their ranges again: a
+		// kernel thread whose fault raced its mapping's replacement was
+		// left blocked with no message to serve (TestDaemonReplaced's C
+		// client hung about one run in 18 under load, and the next
+		// takeover's wake freed it). A thread the wake finds in a fault
+		// being served only faults again.
+		sess.wakeAll()
+	}
 	sess.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	wire.WriteMessage(sess.conn, wire.EncodeRestarted(uint32(os.Getpid()), uint32(restarts)), nil)
 	sess.conn.SetWriteDeadline(time.Time{})
