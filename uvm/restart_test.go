@@ -241,13 +241,7 @@ func roleStagedCrash() int {
 		return 1
 	}
 	fmt.Printf("restarts %d\n", s.ServerRestarts())
-	for i := range b {
-		if want := sweepPattern(3, i); b[i] != want {
-			fmt.Fprintf(os.Stderr, "byte %#x is %#x, want %#x\n", i, b[i], want)
-			return 1
-		}
-	}
-	return 0
+	return checkSweepPattern(b, 3)
 }
 
 // TestCrashWithPagesInFlight: a server dies between taking pages out of
@@ -297,8 +291,14 @@ func roleWholeMoveCrash() int {
 			fmt.Printf("file bytes %d\n", si.FileBytes)
 		}
 	}
+	return checkSweepPattern(b, 5)
+}
+
+// checkSweepPattern wants b to hold pass gen's sweepPattern; it returns a
+// role's exit code, naming the first wrong byte.
+func checkSweepPattern(b []byte, gen int) int {
 	for i := range b {
-		if want := sweepPattern(5, i); b[i] != want {
+		if want := sweepPattern(gen, i); b[i] != want {
 			fmt.Fprintf(os.Stderr, "byte %#x is %#x, want %#x\n", i, b[i], want)
 			return 1
 		}
