@@ -12,34 +12,26 @@ import (
 	"github.com/softuvm/softuvm/policy"
 )
 
-// readAheadPattern is byte i of the read-ahead tests' allocations.
-func readAheadPattern(i int) byte { return byte(i*13 + i/PageSize + 1) }
-
-// readAheadRange fills blocks blocks with readAheadPattern and moves them
-// whole to device 0. The host's writes are a sweep too, of blocks never
-// touched: none of them is read ahead (their first toucher places them).
-func readAheadRange(t *testing.T, s *Session, blocks int) (*Allocation, []byte) {
+// readAheadRange fills blocks blocks with a pattern (patternedManaged)
+// and moves them whole to device 0; it returns what they must hold. The
+// host's writes are a sweep too, of blocks never touched: none of them
+// is read ahead (their first toucher places them).
+func readAheadRange(t *testing.T, s *Session, blocks int) (*Allocation, []byte, []byte) {
 	t.Helper()
-	a, err := s.MallocManaged(int64(blocks) * BlockSize)
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Free() })
-	b := a.Bytes()
-	for i := range b {
-		b[i] = readAheadPattern(i)
-	}
+	a, b, want := patternedManaged(t, s, int64(blocks)*BlockSize, 13, 1)
 	require.NoError(t, a.Prefetch(0))
 	st, err := a.Stats()
 	require.NoError(t, err)
 	require.Zero(t, st.ReadAheadPages, "a first touch read ahead")
-	return a, b
+	return a, b, want
 }
 
-// readBlock reads every byte of block blk of b and wants the pattern.
-func readBlock(t *testing.T, b []byte, blk int) {
+// readBlock reads every byte of block blk of b and wants want's.
+func readBlock(t *testing.T, b, want []byte, blk int) {
 	t.Helper()
 	for i := blk * BlockSize; i < (blk+1)*BlockSize; i++ {
-		if b[i] != readAheadPattern(i) {
-			t.Fatalf("byte %#x of block %d reads %#x, want %#x", i, blk, b[i], readAheadPattern(i))
+		if b[i] != want[i] {
+			t.Fatalf("byte %#x of block %d reads %#x, want %#x", i, blk, b[i], want[i])
 		}
 	}
 }
@@ -65,10 +57,10 @@ func waitReadAhead(t *testing.T, a *Allocation, pages uint64, step string) {
 func TestReadAheadFollowsAHostSweep(t *testing.T) {
 	s := largeFolioSession(t, largeFolioConfig(t))
 	const blocks = 10
-	a, b := readAheadRange(t, s, blocks)
+	a, b, want := readAheadRange(t, s, blocks)
 	first := policy.SweepRun + 1 // the first block read ahead
 	for blk := range blocks {
-		readBlock(t, b, blk)
+		readBlock(t, b, want, blk)
 		if blk+1 >= first && blk+1 < blocks {
 			waitReadAhead(t, a, uint64(blk+2-first)*core.PagesPerBlock, fmt.Sprintf("after block %d", blk))
 		}
@@ -79,7 +71,7 @@ func TestReadAheadFollowsAHostSweep(t *testing.T) {
 	assert.Equal(t, uint64(blocks)*core.PagesPerBlock, st.MigratedPages(0, CPU), "every page came back once")
 	assert.Equal(t, uint64(blocks)*core.PagesPerBlock, st.MigratedPages(CPU, 0), "nothing went back to the device after the setup's prefetch")
 	for blk := range blocks {
-		readBlock(t, b, blk)
+		readBlock(t, b, want, blk)
 	}
 }
 
@@ -89,9 +81,9 @@ func TestReadAheadFollowsAHostSweep(t *testing.T) {
 func TestNoReadAheadOutOfASweep(t *testing.T) {
 	s := largeFolioSession(t, largeFolioConfig(t))
 	const blocks = 8
-	a, b := readAheadRange(t, s, blocks)
+	a, b, want := readAheadRange(t, s, blocks)
 	for _, blk := range []int{5, 1, 7, 3, 0, 6, 2, 4} {
-		readBlock(t, b, blk)
+		readBlock(t, b, want, blk)
 	}
 	st, err := a.Stats()
 	require.NoError(t, err)
@@ -102,15 +94,13 @@ func TestNoReadAheadOutOfASweep(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Free()
 	wb := w.Bytes()
-	for i := range wb {
-		wb[i] = readAheadPattern(i)
-	}
+	copy(wb, want)
 	require.NoError(t, w.Prefetch(0))
 	st, err = w.Stats()
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0), st.ReadAheadPages, "a first touch under a policy without ReadAhead")
 	for blk := range blocks {
-		readBlock(t, wb, blk)
+		readBlock(t, wb, want, blk)
 	}
 	st, err = w.Stats()
 	require.NoError(t, err)
@@ -152,9 +142,9 @@ func TestNoReadAheadOntoAFullHost(t *testing.T) {
 	cfg.HostBudget = 4 * BlockSize
 	s := largeFolioSession(t, cfg)
 	const blocks = 10
-	a, b := readAheadRange(t, s, blocks)
+	a, b, want := readAheadRange(t, s, blocks)
 	for blk := range blocks {
-		readBlock(t, b, blk)
+		readBlock(t, b, want, blk)
 	}
 	st, err := a.Stats()
 	require.NoError(t, err)

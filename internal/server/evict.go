@@ -160,10 +160,9 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 			// freed some but not all of need may have left enough
 			// beside what was free, and the mover's own pages are the
 			// ones its threads are using.
-			if moved = o.evictOwn(dst, need, keep); moved > 0 {
-				if err = arena.Reserve(need); err == nil {
-					return nil
-				}
+			moved = o.evictOwn(dst, need, keep)
+			if moved > 0 && arena.Reserve(need) == nil {
+				return nil
 			}
 		}
 		// With nothing evictable and no other move holding room it

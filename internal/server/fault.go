@@ -327,7 +327,13 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		o.sess.srv.logger.Printf("pid %d device %d: page %#x is pinned in host memory but the device has not mapped it after %d naps; migrating it", o.sess.pid, l, o.pageAddr(p), maxPinWaits)
 	}
 	extra := o.expand(l, m, faulted, &t)
-	from, populated := o.b.locationOfPage(p)
+	// Where the page comes from, asked only where read-ahead may follow:
+	// after the move it is here.
+	var from core.Device
+	populated := false
+	if o.readAhead != 0 && l == core.CPU && m == l {
+		from, populated = o.b.locationOfPage(p)
+	}
 	var err error
 	if m == core.CPU && o.cleanCopies() {
 		err = o.serveCleanCopies(t, faulted, extra, p, false)
@@ -335,8 +341,8 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 		o.cause = policy.CauseFault
 		err = o.moveTo(t, faulted, extra, p)
 	}
-	if err == nil && o.readAhead != 0 && l == core.CPU && m == l && populated && from != l {
-		o.r.readAheadFrom(l, from, o.blockIndex(), o.readAhead)
+	if err == nil && populated && from != core.CPU {
+		o.r.readAheadFrom(from, o.blockIndex(), o.readAhead)
 	}
 	return err
 }
@@ -647,7 +653,9 @@ func (sess *session) serveFaultMsg(v *view, h *handler, fr *faultRequest) {
 	off := addr - r.start
 	// Before the block's lock, which a read-ahead of this block may hold
 	// while it moves it: the next one starts meanwhile.
-	r.readAheadReached(v.loc, int(off>>core.BlockShift))
+	if v.loc == core.CPU {
+		r.readAheadReached(int(off >> core.BlockShift))
+	}
 	b := r.block(int(off >> core.BlockShift))
 	b.mu.Lock()
 	if r.freed.Load() {

@@ -33,15 +33,14 @@ import (
 // each adding to the next one's part pulled over the part after it too,
 // which its own kernel then faulted back.
 
-// maxReadAheads is how many read-aheads of one range may run at once
-// for one location: the block being read ahead when the processor
-// reaches it, and the next one, which starts then.
+// maxReadAheads is how many read-aheads of one range may run at once:
+// the block being read ahead when the host reaches it, and the next one,
+// which starts then.
 const maxReadAheads = 2
 
-// readAheadState is what a range keeps per location about its
-// read-ahead: the block last read ahead, plus one (0: none), the
-// direction of its sweep, the location the sweep reads from, and the
-// read-aheads running.
+// readAheadState is what a range keeps about the host's read-ahead: the
+// block last read ahead, plus one (0: none), the direction of the sweep,
+// the location it reads from, and the read-aheads running.
 type readAheadState struct {
 	block   atomic.Int64
 	dir     atomic.Int32
@@ -49,38 +48,30 @@ type readAheadState struct {
 	running atomic.Int32
 }
 
-// readAheadFrom starts reading block bi+dir ahead for location l: the
-// fault that brought block bi from location from continues a sweep in
-// direction dir. Only blocks that live at from are read ahead: a block
-// that lives elsewhere is another processor's (six devices each adding
-// to the next one's part of a range would each have pulled over the
-// part after it too).
-func (r *managedRange) readAheadFrom(l, from core.Device, bi, dir int) {
-	if l.Slot() < len(r.readAheads) {
-		r.readAheads[l.Slot()].from.Store(int32(from.Slot()))
-		r.startReadAhead(l, bi+dir, dir)
-	}
+// readAheadFrom starts reading block bi+dir ahead: the host's fault that
+// brought block bi from location from continues a sweep in direction
+// dir. Only blocks that live at from are read ahead: a block that lives
+// elsewhere is another processor's.
+func (r *managedRange) readAheadFrom(from core.Device, bi, dir int) {
+	r.readAhead.from.Store(int32(from.Slot()))
+	r.startReadAhead(bi+dir, dir)
 }
 
-// readAheadReached is called with each fault of location l on block bi,
-// before its lock: the first fault on a block read ahead starts the next
-// one.
-func (r *managedRange) readAheadReached(l core.Device, bi int) {
-	if l.Slot() >= len(r.readAheads) {
-		return
-	}
-	st := &r.readAheads[l.Slot()]
+// readAheadReached is called with each host fault on block bi, before
+// its lock: the first fault on a block read ahead starts the next one.
+func (r *managedRange) readAheadReached(bi int) {
+	st := &r.readAhead
 	if st.block.Load() == int64(bi)+1 && st.block.CompareAndSwap(int64(bi)+1, 0) {
 		dir := int(st.dir.Load())
-		r.startReadAhead(l, bi+dir, dir)
+		r.startReadAhead(bi+dir, dir)
 	}
 }
 
-func (r *managedRange) startReadAhead(l core.Device, bi, dir int) {
+func (r *managedRange) startReadAhead(bi, dir int) {
 	if bi < 0 || bi >= len(r.blocks) {
 		return
 	}
-	st := &r.readAheads[l.Slot()]
+	st := &r.readAhead
 	if st.running.Add(1) > maxReadAheads {
 		st.running.Add(-1)
 		return
@@ -90,50 +81,51 @@ func (r *managedRange) startReadAhead(l core.Device, bi, dir int) {
 	from := core.DeviceAtSlot(int(st.from.Load()))
 	go func() {
 		defer st.running.Add(-1)
-		r.readAhead(l, from, bi)
+		r.readBlockAhead(from, bi)
 	}()
 }
 
-// readAhead moves block bi to location l's file where it qualifies (see
-// above); otherwise it leaves it. A failure is only logged: nobody waits
-// on a read-ahead, and the block's fault will move what it needs.
-func (r *managedRange) readAhead(l, from core.Device, bi int) {
+// readBlockAhead moves block bi to the host's file where it qualifies
+// (see above); otherwise it leaves it. A failure is only logged: nobody
+// waits on a read-ahead, and the block's fault will move what it needs.
+func (r *managedRange) readBlockAhead(from core.Device, bi int) {
 	sess := r.sess
 	addr := r.start + uintptr(bi)<<core.BlockShift
 	length := min(uintptr(core.BlockSize), r.end()-addr)
+	host := core.CPU.Slot()
 	err := r.eachBlock(addr, length, true, func(o *mover, pages core.PageMask) error {
-		if !o.mayReadAhead(l, from) {
+		if !o.mayReadAhead(from) {
 			return nil
 		}
 		o.cause = policy.CausePrefetch
-		// Into the file only, unmapped: the processor's first touch of
-		// the block is then a minor fault, which maps it and starts the
+		// Into the file only, unmapped: the host's first touch of the
+		// block is then a minor fault, which maps it and starts the
 		// next read-ahead (readAheadReached). Mapped now, the block
 		// would raise no fault, and the sweep would next fault, and
 		// wait, on the block after it.
-		before := o.b.resident[l.Slot()].Count()
+		before := o.b.resident[host].Count()
 		var none core.PageMask
-		err := o.moveTo(target{dst: l}, none, pages, -1)
-		if n := o.b.resident[l.Slot()].Count() - before; n > 0 {
+		err := o.moveTo(target{dst: core.CPU}, none, pages, -1)
+		if n := o.b.resident[host].Count() - before; n > 0 {
 			r.stats.ReadAhead.Add(uint64(n))
 		}
 		return err
 	})
 	if err != nil && !r.freed.Load() {
-		sess.srv.logger.Printf("pid %d: read-ahead of %#x+%d to %v: %v", sess.pid, addr, length, l, err)
+		sess.srv.logger.Printf("pid %d: read-ahead of %#x+%d to the host: %v", sess.pid, addr, length, err)
 	}
 }
 
-// mayReadAhead reports whether the mover's block may be read ahead to l
-// by a sweep reading from location from: managed memory all of which
-// lives at from, no advice, launch model or thrashing deciding its
-// pages, and room at l to spare (policy.FullRoomBlocks).
-func (o *mover) mayReadAhead(l, from core.Device) bool {
+// mayReadAhead reports whether the mover's block may be read ahead to
+// the host by a sweep reading from location from: managed memory all of
+// which lives at from, no advice, launch model or thrashing deciding its
+// pages, and room on the host to spare (policy.FullRoomBlocks).
+func (o *mover) mayReadAhead(from core.Device) bool {
 	b, srv := o.b, o.sess.srv
-	if o.r.kind != core.KindManaged || b.advice != nil || o.sess.launch != nil || !b.resident[l.Slot()].Empty() {
+	if o.r.kind != core.KindManaged || b.advice != nil || o.sess.launch != nil {
 		return false
 	}
-	if !srv.roomFor(l, policy.FullRoomBlocks*core.BlockSize) {
+	if !srv.roomFor(core.CPU, policy.FullRoomBlocks*core.BlockSize) {
 		// A read-ahead never evicts: under a sweep larger than the
 		// room, a block brought early pushed out one the eviction
 		// policy kept (uvm bench oversub moved a fifth more).
@@ -146,13 +138,18 @@ func (o *mover) mayReadAhead(l, from core.Device) bool {
 			return false
 		}
 	}
-	// A block nobody touched yet is left to its first toucher, which
-	// places it: processors filling their own parts of one range in
-	// turn would each have pulled the next one's part to themselves.
+	// All at from, none elsewhere. A block nobody touched yet is left
+	// to its first toucher, which places it: processors filling their
+	// own parts of one range in turn would each have pulled the next
+	// one's part to themselves.
 	for x := range b.resident {
-		if n := b.resident[x].Count(); n != 0 && (x != from.Slot() || n != b.pages) {
+		want := 0
+		if x == from.Slot() {
+			want = b.pages
+		}
+		if b.resident[x].Count() != want {
 			return false
 		}
 	}
-	return b.resident[from.Slot()].Count() == b.pages
+	return true
 }

@@ -40,9 +40,8 @@ type managedRange struct {
 	// sweeps tells, per location, whether its faults sweep the range
 	// (mover.sweep).
 	sweeps []sweepState
-	// readAheads is, per location, the blocks read ahead of its sweep
-	// (readahead.go).
-	readAheads []readAheadState
+	// readAhead is the host's read-ahead of its sweeps (readahead.go).
+	readAhead readAheadState
 
 	// freed is set once, under sess.mu and then each block's lock; a
 	// fault that finds it set after taking a block lock must not touch

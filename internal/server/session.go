@@ -457,11 +457,10 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 		sess: sess, start: start, fileOff: int64(start), length: length, size: int64(r.Size), flags: r.Flags,
 		kind: r.Kind, owner: owner, launch: rangeLaunch{attach: attachOf(r.Flags)},
 		prefetch: prefetch, trackPrefetch: r.TrackPrefetch || sess.srv.cfg.TrackPrefetchUse,
-		stats:      core.NewCounters(sess.srv.locations()),
-		sweeps:     make([]sweepState, sess.srv.locations()),
-		readAheads: make([]readAheadState, sess.srv.locations()),
-		blocks:     make([]atomic.Pointer[block], (length+core.BlockSize-1)/core.BlockSize),
-		born:       time.Now(),
+		stats:  core.NewCounters(sess.srv.locations()),
+		sweeps: make([]sweepState, sess.srv.locations()),
+		blocks: make([]atomic.Pointer[block], (length+core.BlockSize-1)/core.BlockSize),
+		born:   time.Now(),
 	}, nil
 }
 
