@@ -24,9 +24,10 @@ import (
 // take.
 type Observer interface {
 	// Watchable reports whether processor p's use can be watched at all:
-	// not where the kernel would swap pages it is told to reclaim, not
-	// for a device (its process maps its own file, which reclaim cannot
-	// unmap from outside).
+	// not where the kernel would swap pages it is told to reclaim. The
+	// host and devices alike (a device's process is unmapped from
+	// outside, as the client is); Watch still says no for a device with
+	// no process.
 	Watchable(p Processor) bool
 	// Watch unmaps b's pages on p from p's page table, leaving them
 	// where they are, and reports whether it did (false for a block

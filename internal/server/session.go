@@ -96,9 +96,11 @@ type session struct {
 	adoptedViews map[core.Device]*KeptView
 	// peers is which devices reach which devices' memory (peer.go).
 	peers peerTable
-	// watch holds what an eviction policy's hint faults on the client
-	// need (watch.go); watchWarned says why they cannot be had was logged.
+	// watch and deviceWatch hold what an eviction policy's hint faults
+	// on the client and on each device process need (watch.go);
+	// watchWarned says why they cannot be had was logged.
 	watch       sessionWatch
+	deviceWatch [core.MaxDevices]sessionWatch
 	watchWarned atomic.Bool
 }
 
@@ -638,7 +640,12 @@ func (sess *session) deviceFileBytes() []int64 {
 func (s *Server) endSession(sess *session) {
 	close(sess.remaps.quit)
 	sess.stopAccessSampler()
-	defer sess.watch.close()
+	defer func() {
+		sess.watch.close()
+		for i := range sess.deviceWatch {
+			sess.deviceWatch[i].close()
+		}
+	}()
 	// Device processes first: they map the client's ranges.
 	for l := len(sess.views) - 1; l >= 0; l-- {
 		if v := sess.views[l].Load(); v != nil {

@@ -10,33 +10,38 @@ import (
 	"github.com/softuvm/softuvm/uffd"
 )
 
-// useObserver is the server's policy.Observer: hint faults on the host,
-// as the access mode of traces arms pages (accesstrace.go), but for the
-// blocks an eviction policy is about to judge. Watch unmaps a block's
-// pages from the client with process_madvise(MADV_PAGEOUT), which leaves
-// a tmpfs page in its file while no swap is on; the client's next touch
+// useObserver is the server's policy.Observer: hint faults, as the
+// access mode of traces arms pages (accesstrace.go), but for the blocks
+// an eviction policy is about to judge. Watch unmaps a block's pages
+// from the process that uses them (the client for the host, the device
+// process for a device) with process_madvise(MADV_PAGEOUT), which leaves
+// a tmpfs page in its file while no swap is on; the process's next touch
 // maps it again (a MINOR fault that the server serves with one
 // UFFDIO_CONTINUE for the block, or that the kernel serves itself where
-// the host view does not register them); Touched reads the client's page
-// table with PAGEMAP_SCAN. A policy that judges 64 KiB regions asks Watch
-// for them: the server's MINOR fault on the block then maps the faulting
-// page's region only (serveContinue, block.watchRegions), from then on
-// (such a policy may read Touched more than once in a watch).
+// the view does not register them); Touched reads that process's page
+// table with PAGEMAP_SCAN. Device processes map their files at the
+// client's addresses, so one run of addresses serves both. A policy that
+// judges 64 KiB regions asks Watch for them: the server's MINOR fault of
+// the host on the block then maps the faulting page's region only
+// (serveContinue, block.watchRegions), from then on (such a policy may
+// read Touched more than once in a watch). A device's fault maps the
+// block whole: its regions all show as touched, and it gives up blocks.
 //
-// Devices are not watched: a device process maps its own file, and only
-// it could drop those mappings (MsgDeviceHints), a round trip the
-// eviction path should not wait for. Nor is the host while swap is on
-// (reclaim would swap the pages out), under the launch coherence model
-// (unmapping would hide the CPU's writes from the dirty tracking), or in
-// ranges that audit prefetched pages by their mappings.
+// Not watched: any processor while swap is on (reclaim would swap the
+// pages out), memory under the launch coherence model (unmapping would
+// hide the CPU's writes from the dirty tracking), ranges that audit
+// prefetched pages by their mappings, and a device with no process.
 type useObserver struct{ srv *Server }
 
-// sessionWatch is what a session needs for watching: a pidfd and the
-// client's pagemap, opened on first use (mu guards them; a leaf lock,
-// taken with no other held or under a block's).
+// sessionWatch is what watching one process of a session needs (the
+// client, or a device process): a pidfd and the process's pagemap,
+// opened on first use and again when the process is another (a device
+// restarted). mu guards them; a leaf lock, taken with no other held or
+// under a block's.
 type sessionWatch struct {
 	mu      sync.Mutex
-	opened  bool
+	pid     int
+	ended   bool
 	client  *uffd.Process
 	pagemap *os.File
 	err     error
@@ -45,8 +50,12 @@ type sessionWatch struct {
 func (w *sessionWatch) open(pid int) (*uffd.Process, *os.File, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.opened {
-		w.opened = true
+	if w.ended {
+		return nil, nil, fmt.Errorf("session ended")
+	}
+	if w.pid != pid {
+		w.closeLocked()
+		w.pid = pid
 		w.client, w.err = uffd.OpenProcess(pid)
 		if w.err == nil {
 			if w.pagemap, w.err = os.Open(fmt.Sprintf("/proc/%d/pagemap", pid)); w.err != nil {
@@ -58,28 +67,42 @@ func (w *sessionWatch) open(pid int) (*uffd.Process, *os.File, error) {
 	return w.client, w.pagemap, w.err
 }
 
-func (w *sessionWatch) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func (w *sessionWatch) closeLocked() {
 	if w.client != nil {
 		w.client.Close()
 		w.pagemap.Close()
 		w.client, w.pagemap = nil, nil
 	}
-	w.opened = true
-	w.err = fmt.Errorf("session ended")
+}
+
+func (w *sessionWatch) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closeLocked()
+	w.ended = true
+}
+
+// watchOf returns what watching processor p of the session needs: its
+// process's pid and watch state. No device process: ok is false.
+func (sess *session) watchOf(p core.Device) (pid int, w *sessionWatch, ok bool) {
+	if p == core.CPU {
+		return sess.pid, &sess.watch, true
+	}
+	v := sess.viewRef(p)
+	if v == nil {
+		return 0, nil, false
+	}
+	defer v.release()
+	return v.pid, &sess.deviceWatch[int(p)], true
 }
 
 func (o useObserver) Watchable(p policy.Processor) bool {
-	if p != core.CPU {
-		return false
-	}
 	swap, err := uffd.SwapTotal()
 	return err == nil && swap == 0
 }
 
 // watchedRange returns b's block and the run of client addresses its
-// pages span, where b may be watched on the host.
+// pages span, where b may be watched.
 func watchedRange(b *policy.Block) (blockRef, uffd.PageRun, bool) {
 	v, ok := b.Owner().(blockRef)
 	if !ok || v.b.ref != b {
@@ -95,20 +118,29 @@ func watchedRange(b *policy.Block) (blockRef, uffd.PageRun, bool) {
 
 func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bool {
 	v, run, ok := watchedRange(b)
-	if !ok || p != core.CPU {
+	if !ok {
 		return false
 	}
-	client, _, err := v.r.sess.watch.open(v.r.sess.pid)
+	pid, w, ok := v.r.sess.watchOf(p)
+	if !ok {
+		return false
+	}
+	proc, _, err := w.open(pid)
 	if err != nil {
-		o.srv.warnWatchOnce(v.r.sess, err)
+		o.srv.warnWatchOnce(v.r.sess, p, err)
 		return false
 	}
 	// Set before the pages are unmapped, so that every hint fault after
-	// it maps one region (serveContinue).
-	v.b.watchRegions.Store(regions)
-	if _, err := client.PageOut([]uffd.PageRun{run}); err != nil {
-		v.b.watchRegions.Store(false)
-		o.srv.warnWatchOnce(v.r.sess, err)
+	// it maps one region (serveContinue). The host's only.
+	host := p == core.CPU
+	if host {
+		v.b.watchRegions.Store(regions)
+	}
+	if _, err := proc.PageOut([]uffd.PageRun{run}); err != nil {
+		if host {
+			v.b.watchRegions.Store(false)
+		}
+		o.srv.warnWatchOnce(v.r.sess, p, err)
 		return false
 	}
 	return true
@@ -117,17 +149,21 @@ func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bo
 func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask {
 	var touched core.PageMask
 	v, run, ok := watchedRange(b)
-	if !ok || p != core.CPU {
+	if !ok {
 		return touched
 	}
-	_, pagemap, err := v.r.sess.watch.open(v.r.sess.pid)
+	pid, w, ok := v.r.sess.watchOf(p)
+	if !ok {
+		return touched
+	}
+	_, pagemap, err := w.open(pid)
 	if err != nil {
 		return touched
 	}
 	var buf [32]uffd.PageRun
 	present, err := uffd.ScanPresent(pagemap, run.Start, run.End, buf[:0])
 	if err != nil {
-		o.srv.warnWatchOnce(v.r.sess, err)
+		o.srv.warnWatchOnce(v.r.sess, p, err)
 		return touched
 	}
 	for _, pr := range present {
@@ -137,9 +173,13 @@ func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask 
 }
 
 // warnWatchOnce logs, once per session, why its use cannot be watched.
-func (s *Server) warnWatchOnce(sess *session, err error) {
+func (s *Server) warnWatchOnce(sess *session, p core.Device, err error) {
 	if sess.watchWarned.CompareAndSwap(false, true) {
-		s.logger.Printf("pid %d: eviction %s cannot watch the client's use of its memory (blocks go in arrival order): %v", sess.pid, s.eviction.Name(), err)
+		who := "the client's"
+		if p != core.CPU {
+			who = fmt.Sprintf("device %d's", p)
+		}
+		s.logger.Printf("pid %d: eviction %s cannot watch %s use of its memory (blocks go in arrival order): %v", sess.pid, s.eviction.Name(), who, err)
 	}
 }
 
@@ -150,7 +190,7 @@ func (s *Server) evictionUse() string {
 		return ""
 	}
 	if (useObserver{s}).Watchable(core.CPU) {
-		return "host use watched with hint faults"
+		return "host and device use watched with hint faults"
 	}
-	return "host use not watched while swap is on: blocks leave in arrival order"
+	return "use not watched while swap is on: blocks leave in arrival order"
 }
