@@ -24,8 +24,9 @@ import (
 // judges 64 KiB regions asks Watch for them: the server's MINOR fault of
 // the host on the block then maps the faulting page's region only
 // (serveContinue, block.watchRegions), from then on (such a policy may
-// read Touched more than once in a watch). A device's fault maps the
-// block whole: its regions all show as touched, and it gives up blocks.
+// read Touched more than once in a watch). A device's MINOR fault, where
+// the server serves it, maps the block whole: its regions then all show
+// as touched, and it gives up whole blocks.
 //
 // Not watched: any processor while swap is on (reclaim would swap the
 // pages out), memory under the launch coherence model (unmapping would
@@ -42,7 +43,7 @@ type sessionWatch struct {
 	mu      sync.Mutex
 	pid     int
 	ended   bool
-	client  *uffd.Process
+	proc    *uffd.Process
 	pagemap *os.File
 	err     error
 }
@@ -56,22 +57,22 @@ func (w *sessionWatch) open(pid int) (*uffd.Process, *os.File, error) {
 	if w.pid != pid {
 		w.closeLocked()
 		w.pid = pid
-		w.client, w.err = uffd.OpenProcess(pid)
+		w.proc, w.err = uffd.OpenProcess(pid)
 		if w.err == nil {
 			if w.pagemap, w.err = os.Open(fmt.Sprintf("/proc/%d/pagemap", pid)); w.err != nil {
-				w.client.Close()
-				w.client = nil
+				w.proc.Close()
+				w.proc = nil
 			}
 		}
 	}
-	return w.client, w.pagemap, w.err
+	return w.proc, w.pagemap, w.err
 }
 
 func (w *sessionWatch) closeLocked() {
-	if w.client != nil {
-		w.client.Close()
+	if w.proc != nil {
+		w.proc.Close()
 		w.pagemap.Close()
-		w.client, w.pagemap = nil, nil
+		w.proc, w.pagemap = nil, nil
 	}
 }
 
