@@ -31,7 +31,10 @@ type Observer interface {
 	Watchable(p Processor) bool
 	// Watch unmaps b's pages on p from p's page table, leaving them
 	// where they are, and reports whether it did (false for a block
-	// freed, or of a range whose pages must stay mapped). With regions,
+	// freed, or of a range whose pages must stay mapped). Where
+	// unmapping every page would cost a reclaim pass per page (a block
+	// held in 4 KiB folios), it unmaps a sample instead: one page of
+	// each 64 KiB region, a page further on at each watch. With regions,
 	// the policy will ask which 64 KiB regions were touched, not only
 	// whether any page was: where the server itself maps pages again on
 	// their hint fault (a host view registered for MINOR faults), it
@@ -39,11 +42,12 @@ type Observer interface {
 	// block at the first, so that the block's other regions still show
 	// whether they are used (more faults, for a finer sight).
 	Watch(b *Block, p Processor, regions bool) bool
-	// Touched returns the pages of b that p has mapped again since
-	// Watch: those it touched since, or that the server mapped for it
-	// (with every page of a region it mapped on a touch, where Watch
-	// asked for regions; with the whole block where it did not and the
-	// server maps pages on their hint fault).
+	// Touched returns the pages of b that Watch unmapped and p has
+	// mapped again since: those it touched, or that the server mapped
+	// for it on a touch (every unmapped page of the touched region,
+	// where Watch asked for regions; else every unmapped page of the
+	// block, where the server maps pages on their hint fault). So a
+	// region reads as touched where any of its pages does.
 	Touched(b *Block, p Processor) PageMask
 }
 

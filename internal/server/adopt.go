@@ -318,7 +318,7 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 				b := mr.block(bi)
 				b.mu.Lock()
 				b.resident[l].Set(page % core.PagesPerBlock)
-				b.large = ^uint64(0) // the dead server's folios are not known
+				b.large.Store(^uint64(0)) // the dead server's folios are not known
 				b.mu.Unlock()
 				if mr.kind == core.KindManaged {
 					var one core.PageMask

@@ -92,10 +92,16 @@ func (sess *session) hostViewMode(trackPrefetch bool) uffd.RegisterMode {
 // in the view's own file: it maps p and every other page of the block
 // the file holds for the view, or, on the host while an eviction policy
 // watches the block's use by region (watch.go), those of p's 64 KiB
-// region. (Pages prefetched lazily, whose first touch must show, are
+// region; of a block watched by a sample, only the sample's pages. (Pages prefetched lazily, whose first touch must show, are
 // only in ranges registered without MINOR faults.)
 func (o *mover) serveContinue(p int) error {
 	pages := o.heldInOwnFile(o.fv.loc)
+	if sample, ok := o.b.watchedSample(o.fv.loc); ok {
+		// A sampled watch left the other pages mapped: UFFDIO_CONTINUE
+		// would fail on each of them.
+		sample.Set(p)
+		pages.And(&sample)
+	}
 	if o.fv.loc == core.CPU && o.b.watchRegions.Load() {
 		region := policy.RegionOf(p)
 		pages.And(&region)

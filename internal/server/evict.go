@@ -23,13 +23,24 @@ type blockRef struct {
 const evictWait = time.Second
 
 // arrived tells the eviction policy that pages of managed block b now
-// live on p: by page where it chooses pages, else by count.
+// live on p: by page where it chooses pages, else by count. A sampled
+// watch of b on p ends: the pages that arrived may be unmapped there,
+// and the next MINOR fault maps every page the file holds
+// (serveContinue), where a sample would leave them to a fault each.
 func (s *Server) arrived(b *block, p core.Device, pages core.PageMask, cause policy.Cause) {
+	b.watchSample.And(^(uint64(1) << p.Slot()))
 	if s.pageEviction != nil {
 		s.pageEviction.ArrivedPages(b.ref, p, pages, cause)
 		return
 	}
 	s.eviction.Arrived(b.ref, p, pages.Count(), cause)
+}
+
+// left tells the eviction policy that none of block b is left on p,
+// and ends a sampled watch of b on p (as arrived does).
+func (s *Server) left(b *block, p core.Device) {
+	b.watchSample.And(^(uint64(1) << p.Slot()))
+	s.eviction.Left(b.ref, p)
 }
 
 // leftPages tells a policy that chooses pages that pages of b left p
@@ -244,7 +255,7 @@ func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 				// Gone since the policy last heard: it forgets them.
 				srv.leftPages(v.b, from, vic.Pages)
 				if freed || v.b.resident[from.Slot()].Empty() {
-					srv.eviction.Left(vic.Block, from)
+					srv.left(v.b, from)
 				}
 			} else {
 				n = evictPages(v, from, pages)

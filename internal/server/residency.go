@@ -83,15 +83,22 @@ type block struct {
 	// (fault.go cleanCopy).
 	hostWrote core.PageMask
 	// large has bit l set while location l's file may hold the block in
-	// a 2 MiB folio (migrate.go: moveWhole), so that a partial punch
-	// there checks that the kernel split it.
-	large uint64
+	// a 2 MiB folio (whole.go: moveWhole), so that a partial punch there
+	// checks that the kernel split it. Written under mu; atomic so that
+	// the use observer, which holds no block lock, can read it (watch.go).
+	large atomic.Uint64
 	// watchRegions is set once an eviction policy watches the block's
 	// host use by 64 KiB region (watch.go): a MINOR fault of the host
 	// view then maps its page's region only, not the whole block, so
 	// that the other regions' use still shows. Set by the observer's
 	// Watch, without the block's lock.
 	watchRegions atomic.Bool
+	// watchSample is what the observer's last Watch of the block
+	// unmapped on each processor (watch.go): bit l set where it unmapped
+	// only a sample, one page of each 64 KiB region, the page at offset
+	// watchSample>>watchPhaseShift in each; clear where it unmapped the
+	// whole block. Set by Watch, without the block's lock.
+	watchSample atomic.Uint64
 }
 
 // rangeTable is an immutable, sorted snapshot of a session's ranges. Faults

@@ -28,6 +28,20 @@ import (
 // the server serves it, maps the block whole: its regions then all show
 // as touched, and it gives up whole blocks.
 //
+// A block held in 4 KiB folios is watched by a sample, one page of each
+// 64 KiB region (watchSamplePages), not whole: MADV_PAGEOUT puts every
+// folio it unmaps through reclaim (isolated from its LRU list, unmapped
+// from every mapping, offered to a writeback that has no swap to write
+// to, put back), which cost 0.6-1.3 ms for the 512 folios of a block,
+// against 45-50 us for its 32 sampled pages (docs/benchmarks.md). A
+// region touched anywhere is most likely touched again on its sampled
+// page within the watch, as the program keeps using it; one used only
+// on its other pages looks untouched, and the block comes back from
+// the ghost list when it is missed. The sample's page moves on by one
+// with every watch, so that no page is always unsampled. A block that
+// may be one 2 MiB folio (block.large) is unmapped whole: one folio is
+// as cheap, and a sample would split it.
+//
 // Not watched: any processor while swap is on (reclaim would swap the
 // pages out), memory under the launch coherence model (unmapping would
 // hide the CPU's writes from the dirty tracking), ranges that audit
@@ -132,12 +146,17 @@ func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bo
 		return false
 	}
 	// Set before the pages are unmapped, so that every hint fault after
-	// it maps one region (serveContinue). The host's only.
+	// it maps what it should (serveContinue): one region (the host's
+	// only), and of a sampled block only the sample.
 	host := p == core.CPU
 	if host {
 		v.b.watchRegions.Store(regions)
 	}
-	if _, err := proc.PageOut([]uffd.PageRun{run}); err != nil {
+	runs := []uffd.PageRun{run}
+	if sample, ok := v.b.setWatchSample(p); ok {
+		runs = sampleRuns(run.Start, sample, runs[:0])
+	}
+	if _, err := proc.PageOut(runs); err != nil {
 		if host {
 			v.b.watchRegions.Store(false)
 		}
@@ -170,7 +189,71 @@ func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask 
 	for _, pr := range present {
 		touched.FillRange(int((pr.Start-run.Start)/core.PageSize), int((pr.End-run.Start)/core.PageSize))
 	}
+	if sample, ok := v.b.watchedSample(p); ok {
+		touched.And(&sample) // the other pages were never unmapped
+	}
 	return touched
+}
+
+// watchPhaseShift is where block.watchSample keeps the sample's page
+// offset within each region, above a bit per processor.
+const watchPhaseShift = 32
+
+// watchSamplePages is the sample a watch at phase unmaps of a block of
+// pages pages: the page at offset phase of each 64 KiB region (the last
+// page of a region the block's end cuts short of it).
+func watchSamplePages(phase, pages int) core.PageMask {
+	var m core.PageMask
+	for first := 0; first < pages; first += policy.RegionPages {
+		m.Set(min(first+phase, pages-1))
+	}
+	return m
+}
+
+// setWatchSample records what a Watch of the block on p is about to
+// unmap, and returns the sample, or false where it unmaps the whole
+// block: a block that may be one 2 MiB folio there (block.large).
+func (b *block) setWatchSample(p core.Device) (core.PageMask, bool) {
+	bit := uint64(1) << p.Slot()
+	sampled := b.pages < core.PagesPerBlock || b.large.Load()&bit == 0
+	for {
+		old := b.watchSample.Load()
+		phase := old >> watchPhaseShift
+		next := old &^ bit & (1<<watchPhaseShift - 1)
+		if sampled {
+			phase = (phase + 1) % policy.RegionPages
+			next |= bit
+		}
+		if b.watchSample.CompareAndSwap(old, next|phase<<watchPhaseShift) {
+			if !sampled {
+				return core.PageMask{}, false
+			}
+			return watchSamplePages(int(phase), b.pages), true
+		}
+	}
+}
+
+// watchedSample returns the sample the last Watch of the block on p
+// unmapped, or false where it unmapped the whole block (or none did).
+// Where another processor's watch came since, its phase is the one
+// given: pages that p's watch left mapped then look touched, and the
+// block is kept for a round (only blocks duplicated for reading are
+// watched on two processors).
+func (b *block) watchedSample(p core.Device) (core.PageMask, bool) {
+	ws := b.watchSample.Load()
+	if ws&(1<<p.Slot()) == 0 {
+		return core.PageMask{}, false
+	}
+	return watchSamplePages(int(ws>>watchPhaseShift), b.pages), true
+}
+
+// sampleRuns appends to out a run of one page for each page of sample in
+// the block that starts at start.
+func sampleRuns(start uintptr, sample core.PageMask, out []uffd.PageRun) []uffd.PageRun {
+	for p, q := sample.NextRun(0); p >= 0; p, q = sample.NextRun(q) {
+		out = append(out, uffd.PageRun{Start: start + uintptr(p)*core.PageSize, End: start + uintptr(q)*core.PageSize})
+	}
+	return out
 }
 
 // warnWatchOnce logs, once per session, why its use cannot be watched.

@@ -53,7 +53,7 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 		if err := dstFile.Allocate(off, core.BlockSize); err != nil {
 			return done, err
 		}
-		o.b.large |= 1 << t.dst.Slot()
+		o.b.large.Or(1 << t.dst.Slot())
 		done.FillRange(0, core.PagesPerBlock)
 		o.wakeTarget(rn, t, addr, span)
 		return done, nil
@@ -70,12 +70,12 @@ func (o *mover) moveWhole(rn run, t target, dstFile *devmem.File) (core.PageMask
 	err = o.copyWhole(rn.src, srcFile, t.dst, dstFile, off)
 	if err == nil {
 		done = fullBlock()
-		o.b.large &^= 1 << rn.src.Slot()
-		o.b.large |= 1 << t.dst.Slot()
+		o.b.large.And(^uint64(1 << rn.src.Slot()))
+		o.b.large.Or(1 << t.dst.Slot())
 	} else if srcFile.Large() {
 		// copyWhole put the block back in one folio: a later partial
 		// move must rebuild it first (punchPages).
-		o.b.large |= 1 << rn.src.Slot()
+		o.b.large.Or(1 << rn.src.Slot())
 	}
 	o.released(rn.src, done)
 	o.releaseWhole(holders, addr, span, done.Empty())
@@ -130,7 +130,7 @@ func (o *mover) moveWholeInstalled(rn run, t target) (core.PageMask, error) {
 		return done, err
 	}
 	o.sess.srv.afterPunch()
-	o.b.large &^= 1 << rn.src.Slot()
+	o.b.large.And(^uint64(1 << rn.src.Slot()))
 	for i, b := range bufs {
 		got, _, ierr := o.install(t.via, installCopy, i*stagingSlotPages, (i+1)*stagingSlotPages, b, false)
 		done.Or(&got)
@@ -380,7 +380,7 @@ func (o *mover) punchPages(l core.Device, f *devmem.File, first, outer int) erro
 	if first == 0 && outer == o.b.pages {
 		err := f.Punch(off, length)
 		if err == nil {
-			o.b.large &^= 1 << l.Slot()
+			o.b.large.And(^uint64(1 << l.Slot()))
 		}
 		return err
 	}
@@ -396,7 +396,7 @@ func (o *mover) breakLarge(l core.Device, f *devmem.File, first, outer int) erro
 	if err := o.rebuildBlock(l, f, first, outer); err != nil {
 		return err
 	}
-	o.b.large &^= 1 << l.Slot()
+	o.b.large.And(^uint64(1 << l.Slot()))
 	return nil
 }
 
@@ -407,7 +407,7 @@ func (o *mover) breakLarge(l core.Device, f *devmem.File, first, outer int) erro
 // rest of the folio in 4 KiB folios, which costs more than the move.
 func (o *mover) largeElsewhere(m core.Device) bool {
 	b := o.b
-	if b.large == 0 || !o.folioBlock() || !o.wholeFits(m) {
+	if b.large.Load() == 0 || !o.folioBlock() || !o.wholeFits(m) {
 		return false
 	}
 	if f, err := o.sess.file(m); err != nil || !f.Large() {
@@ -446,7 +446,7 @@ func (o *mover) wholeFits(m core.Device) bool {
 // aligned 2 MiB of the file, since a 2 MiB folio is made only by a
 // block that moves whole (wholeRun).
 func (o *mover) mayBeLarge(l core.Device) bool {
-	return o.b.large&(1<<l.Slot()) != 0 && o.folioBlock()
+	return o.b.large.Load()&(1<<l.Slot()) != 0 && o.folioBlock()
 }
 
 // rebuildBlock makes location l's copy of the block 4 KiB folios,

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"io"
+	"log"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/uffd"
+)
+
+// watchHarness is a session whose client is this process: two host
+// blocks of a file that takes large folios, mapped and every page
+// touched, block 0 written in 64 KiB pieces (4 KiB folios) and block 1
+// whole (one 2 MiB folio).
+type watchHarness struct {
+	obs     useObserver
+	r       *managedRange
+	mem     []byte
+	pagemap *os.File
+}
+
+func newWatchHarness(t *testing.T) *watchHarness {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a tmpfs of its own for large folios")
+	}
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		t.Skipf("no large folios here: %v", err)
+	}
+	swap, err := uffd.SwapTotal()
+	require.NoError(t, err)
+	if swap != 0 {
+		t.Skip("swap is on: MADV_PAGEOUT would swap the pages out")
+	}
+	const size = 2 * core.BlockSize
+	f, err := devmem.CreateLargeFolioFile("watch-test", size)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	piece := make([]byte, policy.RegionPages*core.PageSize)
+	for off := 0; off < core.BlockSize; off += len(piece) {
+		for i := range piece {
+			piece[i] = watchTestByte(off + i)
+		}
+		_, err := f.WriteAt(piece, int64(off))
+		require.NoError(t, err)
+	}
+	whole := make([]byte, core.BlockSize)
+	for i := range whole {
+		whole[i] = watchTestByte(core.BlockSize + i)
+	}
+	_, err = f.WriteAt(whole, core.BlockSize)
+	require.NoError(t, err)
+	m, err := f.Map(0, size)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Unmap() })
+	mem := m.Bytes()
+	var sum byte
+	for p := 0; p < size; p += core.PageSize {
+		sum += mem[p]
+	}
+	watchSink = sum
+	pagemap, err := os.Open("/proc/self/pagemap")
+	require.NoError(t, err)
+	t.Cleanup(func() { pagemap.Close() })
+
+	srv := &Server{logger: log.New(io.Discard, "", 0)}
+	sess := &session{srv: srv, host: f, pid: os.Getpid()}
+	t.Cleanup(sess.watch.close)
+	r := &managedRange{sess: sess, start: m.Addr(), length: size, kind: core.KindManaged, blocks: make([]atomic.Pointer[block], 2)}
+	for i := 0; i < 2; i++ {
+		b := r.block(i)
+		b.resident[core.CPU.Slot()].FillRange(0, core.PagesPerBlock)
+	}
+	r.block(1).large.Store(1 << core.CPU.Slot())
+	return &watchHarness{obs: useObserver{srv}, r: r, mem: mem, pagemap: pagemap}
+}
+
+var watchSink byte
+
+// watchTestByte is what the harness writes at offset off of its file.
+func watchTestByte(off int) byte { return byte(off/core.PageSize*7 + off%251) }
+
+// unmapped returns the pages of block i that this process does not map.
+func (h *watchHarness) unmapped(t *testing.T, i int) core.PageMask {
+	t.Helper()
+	start := h.r.start + uintptr(i)*core.BlockSize
+	present, err := uffd.ScanPresent(h.pagemap, start, start+core.BlockSize, nil)
+	require.NoError(t, err)
+	var m core.PageMask
+	m.FillRange(0, core.PagesPerBlock)
+	for _, pr := range present {
+		var run core.PageMask
+		run.FillRange(int((pr.Start-start)/core.PageSize), int((pr.End-start)/core.PageSize))
+		m.AndNot(&run)
+	}
+	return m
+}
+
+func (h *watchHarness) touch(i, page int) {
+	watchSink += h.mem[i*core.BlockSize+page*core.PageSize+5]
+}
+
+// pageSet is a mask of the pages given.
+func pageSet(pages ...int) core.PageMask {
+	var m core.PageMask
+	for _, p := range pages {
+		m.Set(p)
+	}
+	return m
+}
+
+// TestWatchSamplesBlocksInSmallFolios: a block held in 4 KiB folios is
+// watched by unmapping one page of each 64 KiB region, at an offset that
+// moves on with every watch; Touched then tells which of those the
+// program touched again, and no other page (the others were never
+// unmapped). A block in one 2 MiB folio is unmapped whole. No byte
+// changes.
+func TestWatchSamplesBlocksInSmallFolios(t *testing.T) {
+	h := newWatchHarness(t)
+	small, large := h.r.block(0), h.r.block(1)
+
+	for watch, phase := range []int{1, 2} {
+		require.True(t, h.obs.Watch(small.ref, core.CPU, false))
+		var sample []int
+		for region := 0; region < core.PagesPerBlock/policy.RegionPages; region++ {
+			sample = append(sample, region*policy.RegionPages+phase)
+		}
+		want := pageSet(sample...)
+		if watch > 0 {
+			// The first watch's sample is still unmapped, but for the
+			// page touched since.
+			for _, p := range sample {
+				if p-1 != 5*policy.RegionPages+1 {
+					want.Set(p - 1)
+				}
+			}
+		}
+		assert.Equal(t, want, h.unmapped(t, 0), "watch %d of the block in 4 KiB folios: unmapped pages", watch)
+		assert.Equal(t, core.PageMask{}, h.obs.Touched(small.ref, core.CPU), "watch %d: touched before any touch", watch)
+
+		// The sample's page of region 5 and a page of region 7 outside
+		// the sample: only the first is seen.
+		h.touch(0, 5*policy.RegionPages+phase)
+		h.touch(0, 7*policy.RegionPages+(phase+3)%policy.RegionPages)
+		assert.Equal(t, pageSet(5*policy.RegionPages+phase), h.obs.Touched(small.ref, core.CPU), "watch %d: touched", watch)
+	}
+
+	require.True(t, h.obs.Watch(large.ref, core.CPU, false))
+	var all core.PageMask
+	all.FillRange(0, core.PagesPerBlock)
+	assert.Equal(t, all, h.unmapped(t, 1), "the block in one 2 MiB folio is unmapped whole")
+	assert.Equal(t, core.PageMask{}, h.obs.Touched(large.ref, core.CPU), "the whole block: touched before any touch")
+	h.touch(1, 300)
+	touched := h.obs.Touched(large.ref, core.CPU)
+	assert.True(t, touched.Test(300), "the whole block's touched page (%d pages touched)", touched.Count())
+
+	for off := range h.mem {
+		if h.mem[off] != watchTestByte(off) {
+			t.Fatalf("byte %#x is %d after the watches, want %d", off, h.mem[off], watchTestByte(off))
+		}
+	}
+}
