@@ -33,8 +33,9 @@ type Observer interface {
 	// where they are, and reports whether it did (false for a block
 	// freed, or of a range whose pages must stay mapped). Where
 	// unmapping every page would cost a reclaim pass per page (a block
-	// held in 4 KiB folios), it unmaps a sample instead: one page of
-	// each 64 KiB region, a page further on at each watch. With regions,
+	// held in 4 KiB folios) and regions is false, it unmaps a sample
+	// instead: one page of each 64 KiB region, a page further on at each
+	// watch. With regions,
 	// the policy will ask which 64 KiB regions were touched, not only
 	// whether any page was: where the server itself maps pages again on
 	// their hint fault (a host view registered for MINOR faults), it

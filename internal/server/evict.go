@@ -24,9 +24,9 @@ const evictWait = time.Second
 
 // arrived tells the eviction policy that pages of managed block b now
 // live on p: by page where it chooses pages, else by count. A sampled
-// watch of b on p ends: the pages that arrived may be unmapped there,
-// and the next MINOR fault maps every page the file holds
-// (serveContinue), where a sample would leave them to a fault each.
+// watch of b on p ends, so that Touched reads the whole block again and
+// the pages that arrived count as touched where they were mapped, as
+// they do in a block unmapped whole.
 func (s *Server) arrived(b *block, p core.Device, pages core.PageMask, cause policy.Cause) {
 	b.watchSample.And(^(uint64(1) << p.Slot()))
 	if s.pageEviction != nil {

@@ -40,7 +40,8 @@ import (
 // the ghost list when it is missed. The sample's page moves on by one
 // with every watch, so that no page is always unsampled. A block that
 // may be one 2 MiB folio (block.large) is unmapped whole: one folio is
-// as cheap, and a sample would split it.
+// as cheap, and a sample would split it. So is every block a policy
+// watches by region: it must see every region's use.
 //
 // Not watched: any processor while swap is on (reclaim would swap the
 // pages out), memory under the launch coherence model (unmapping would
@@ -147,13 +148,13 @@ func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bo
 	}
 	// Set before the pages are unmapped, so that every hint fault after
 	// it maps what it should (serveContinue): one region (the host's
-	// only), and of a sampled block only the sample.
+	// only), and of a sampled block what the page table lacks.
 	host := p == core.CPU
 	if host {
 		v.b.watchRegions.Store(regions)
 	}
 	runs := []uffd.PageRun{run}
-	if sample, ok := v.b.setWatchSample(p); ok {
+	if sample, ok := v.b.setWatchSample(p, regions); ok {
 		runs = sampleRuns(run.Start, sample, runs[:0])
 	}
 	if _, err := proc.PageOut(runs); err != nil {
@@ -212,10 +213,13 @@ func watchSamplePages(phase, pages int) core.PageMask {
 
 // setWatchSample records what a Watch of the block on p is about to
 // unmap, and returns the sample, or false where it unmaps the whole
-// block: a block that may be one 2 MiB folio there (block.large).
-func (b *block) setWatchSample(p core.Device) (core.PageMask, bool) {
+// block: a block that may be one 2 MiB folio there (block.large), and
+// any block where the policy judges regions (a region used only off its
+// sampled page would look unused, and leave: clock:regions lost the
+// regions in use more often than clock:blocks).
+func (b *block) setWatchSample(p core.Device, regions bool) (core.PageMask, bool) {
 	bit := uint64(1) << p.Slot()
-	sampled := b.pages < core.PagesPerBlock || b.large.Load()&bit == 0
+	sampled := !regions && (b.pages < core.PagesPerBlock || b.large.Load()&bit == 0)
 	for {
 		old := b.watchSample.Load()
 		phase := old >> watchPhaseShift

@@ -25,9 +25,16 @@ type watchHarness struct {
 	r       *managedRange
 	mem     []byte
 	pagemap *os.File
+	// view is the host view over the mapping, registered for MINOR
+	// faults (minor), as the server's is where the host file takes
+	// large folios.
+	view *view
 }
 
-func newWatchHarness(t *testing.T) *watchHarness {
+// newWatchHarness makes the harness; with minor, its mapping is
+// registered for MINOR faults (then nothing may touch an unmapped page:
+// no thread serves the fault).
+func newWatchHarness(t *testing.T, minor bool) *watchHarness {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a tmpfs of its own for large folios")
@@ -71,6 +78,19 @@ func newWatchHarness(t *testing.T) *watchHarness {
 	require.NoError(t, err)
 	t.Cleanup(func() { pagemap.Close() })
 
+	var u *uffd.FD
+	if minor {
+		if u, err = uffd.Open(0); err != nil {
+			t.Skipf("no userfaultfd here: %v", err)
+		}
+		t.Cleanup(func() { u.Close() })
+		if _, err := u.Handshake(uffd.FeatureMinorShmem); err != nil {
+			t.Skipf("no MINOR faults on shared memory here: %v", err)
+		}
+		_, err = u.Register(m.Addr(), size, uffd.RegisterMinor)
+		require.NoError(t, err)
+	}
+
 	srv := &Server{logger: log.New(io.Discard, "", 0)}
 	sess := &session{srv: srv, host: f, pid: os.Getpid()}
 	t.Cleanup(sess.watch.close)
@@ -80,7 +100,7 @@ func newWatchHarness(t *testing.T) *watchHarness {
 		b.resident[core.CPU.Slot()].FillRange(0, core.PagesPerBlock)
 	}
 	r.block(1).large.Store(1 << core.CPU.Slot())
-	return &watchHarness{obs: useObserver{srv}, r: r, mem: mem, pagemap: pagemap}
+	return &watchHarness{obs: useObserver{srv}, r: r, mem: mem, pagemap: pagemap, view: &view{sess: sess, loc: core.CPU, pid: sess.pid, uffd: u}}
 }
 
 var watchSink byte
@@ -124,7 +144,7 @@ func pageSet(pages ...int) core.PageMask {
 // unmapped). A block in one 2 MiB folio is unmapped whole. No byte
 // changes.
 func TestWatchSamplesBlocksInSmallFolios(t *testing.T) {
-	h := newWatchHarness(t)
+	h := newWatchHarness(t, false)
 	small, large := h.r.block(0), h.r.block(1)
 
 	for watch, phase := range []int{1, 2} {
@@ -165,6 +185,32 @@ func TestWatchSamplesBlocksInSmallFolios(t *testing.T) {
 	for off := range h.mem {
 		if h.mem[off] != watchTestByte(off) {
 			t.Fatalf("byte %#x is %d after the watches, want %d", off, h.mem[off], watchTestByte(off))
+		}
+	}
+}
+
+// TestHintFaultInSampledBlockMapsWhatTheViewLacks: the server's answer
+// to a MINOR fault in a block watched by samples maps every page the
+// view lacks, the samples of earlier watches too, in one go. Mapping
+// only the current sample left the others to a fault each, and a block
+// watched at every eviction then faulted page by page (gzip in
+// TestRunRealPrograms: 16 times the faults and bytes).
+func TestHintFaultInSampledBlockMapsWhatTheViewLacks(t *testing.T) {
+	h := newWatchHarness(t, true)
+	small := h.r.block(0)
+	require.True(t, h.obs.Watch(small.ref, core.CPU, false))
+	require.True(t, h.obs.Watch(small.ref, core.CPU, false))
+	unmapped := h.unmapped(t, 0)
+	require.Equal(t, 2*core.PagesPerBlock/policy.RegionPages, unmapped.Count(), "two watches' samples unmapped")
+
+	o := &mover{sess: h.r.sess, r: h.r, b: small, blockAddr: h.r.start, fv: h.view}
+	require.NoError(t, o.serveContinue(5*policy.RegionPages+2))
+	// require: touching a page left unmapped would wait forever on its
+	// MINOR fault.
+	require.Equal(t, core.PageMask{}, h.unmapped(t, 0), "pages still unmapped after the hint fault")
+	for off := 0; off < core.BlockSize; off++ {
+		if h.mem[off] != watchTestByte(off) {
+			t.Fatalf("byte %#x is %d after the hint fault, want %d", off, h.mem[off], watchTestByte(off))
 		}
 	}
 }
