@@ -278,7 +278,7 @@ func (s *Server) evictionUse() string {
 		return ""
 	}
 	if (useObserver{s}).Watchable(core.CPU) {
-		return "host and device use watched with hint faults"
+		return "host and device use watched with hint faults (a block in 4 KiB folios by a page of each 64 KiB region)"
 	}
 	return "use not watched while swap is on: blocks leave in arrival order"
 }
