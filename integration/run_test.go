@@ -281,8 +281,13 @@ func TestRunRealPrograms(t *testing.T) {
 		// is its writable data segment (796 KiB past RELRO), which the
 		// preload library adopts before main at a 512 KiB threshold. It
 		// lies in one 2 MiB block, so the budget evicts pages of the
-		// block being served: 640 KiB moves about 360 MiB each way in
-		// 13 s; 256 KiB moves 17 GiB each way in 9 minutes.
+		// block being served: 640 KiB moved about 360 MiB each way in
+		// 13 s when first measured, with eviction in arrival order;
+		// under clock, which watches the block by samples at every
+		// eviction, the first 10 MB of it move 586-747 MiB each way in
+		// 9-10 s, and the whole run takes 86 s (130 s when clock
+		// unmapped the block whole: docs/benchmarks.md, "Watching a
+		// sample"); 256 KiB moved 17 GiB each way in 9 minutes.
 		{name: "gzip", argv: []string{"gzip", "-c", logs}, flags: []string{"--min-size", "512KiB", "--host-budget", "640KiB"}, migrates: true},
 		// zstd mallocs its window and tables (32 MiB, 8 MiB, ten 128 KiB
 		// buffers...): 64 KiB catches them all.
