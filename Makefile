@@ -25,7 +25,7 @@ HAVE_JEMALLOC := $(shell echo '\043include <jemalloc/jemalloc.h>' | $(CC) -fsynt
 PRELOAD_CFLAGS := $(if $(HAVE_JEMALLOC),-DUVM_PRELOAD_JEMALLOC)
 LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a $(BIN)/libuvm-preload.so
 
-.PHONY: all build lib demo test fuzz bench lint generate help clean install
+.PHONY: all build lib demo test fuzz bench lint generate help clean install FORCE
 
 all: build demo ## build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
 
@@ -39,7 +39,17 @@ $(BIN)/obj/%.o: libuvm/src/%.c libuvm/src/internal.h libuvm/src/wire_gen.h libuv
 	@mkdir -p $(BIN)/obj
 	$(CC) $(LIBUVM_CFLAGS) -c -o $@ $<
 
-$(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h
+# The preload object depends on the flags it was built with, kept in a
+# file rewritten only when they change: a jemalloc header installed (or
+# removed) since the last build then rebuilds it, where make would
+# relink the old object, built without the managed heap, and `uvm run`
+# would manage no small allocation.
+PRELOAD_FLAGS := $(BIN)/obj/preload.flags
+$(PRELOAD_FLAGS): FORCE
+	@mkdir -p $(BIN)/obj
+	@echo '$(PRELOAD_CFLAGS)' | cmp -s - $@ || echo '$(PRELOAD_CFLAGS)' > $@
+
+$(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h $(PRELOAD_FLAGS)
 	@mkdir -p $(BIN)/obj
 	$(CC) $(LIBUVM_CFLAGS) $(PRELOAD_CFLAGS) -Ilibuvm/src -c -o $@ $<
 
