@@ -411,7 +411,7 @@ func (o *mover) handOff(dst core.Device, written core.PageMask) error {
 		srv.hostPages.Add(-int64(n))
 		o.r.stats.LaunchClean.Add(uint64(n))
 		if b.resident[core.CPU.Slot()].Empty() {
-			srv.left(b, core.CPU)
+			srv.eviction.Left(b.ref, core.CPU)
 		}
 	}
 	dirty := dup

@@ -97,7 +97,7 @@ func (sess *session) hostViewMode(trackPrefetch bool) uffd.RegisterMode {
 // only in ranges registered without MINOR faults.)
 func (o *mover) serveContinue(p int) error {
 	pages := o.heldInOwnFile(o.fv.loc)
-	if _, ok := o.b.watchedSample(o.fv.loc); ok {
+	if o.b.sampledOn(o.fv.loc) {
 		// A sampled watch left most pages mapped, on each of which
 		// UFFDIO_CONTINUE would fail (a call a page), and earlier
 		// watches' samples, a page further on each, may still be
@@ -132,18 +132,12 @@ func (o *mover) unmappedInView() (core.PageMask, bool) {
 	if err != nil {
 		return unmapped, false
 	}
-	var buf [32]uffd.PageRun
-	start := o.pageAddr(0)
-	present, err := uffd.ScanPresent(pagemap, start, o.pageAddr(o.b.pages), buf[:0])
+	mapped, err := mappedPages(pagemap, o.pageAddr(0), o.b.pages)
 	if err != nil {
 		return unmapped, false
 	}
 	unmapped.FillRange(0, o.b.pages)
-	for _, pr := range present {
-		var run core.PageMask
-		run.FillRange(int((pr.Start-start)/core.PageSize), int((pr.End-start)/core.PageSize))
-		unmapped.AndNot(&run)
-	}
+	unmapped.AndNot(&mapped)
 	return unmapped, true
 }
 

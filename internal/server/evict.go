@@ -26,21 +26,16 @@ const evictWait = time.Second
 // live on p: by page where it chooses pages, else by count. A sampled
 // watch of b on p ends, so that Touched reads the whole block again and
 // the pages that arrived count as touched where they were mapped, as
-// they do in a block unmapped whole.
+// they do in a block unmapped whole. (A block that leaves p needs no
+// such end: the policy forgets it, and its next watch there, after it
+// arrives again, sets the state anew.)
 func (s *Server) arrived(b *block, p core.Device, pages core.PageMask, cause policy.Cause) {
-	b.watchSample.And(^(uint64(1) << p.Slot()))
+	b.endSampledWatch(p)
 	if s.pageEviction != nil {
 		s.pageEviction.ArrivedPages(b.ref, p, pages, cause)
 		return
 	}
 	s.eviction.Arrived(b.ref, p, pages.Count(), cause)
-}
-
-// left tells the eviction policy that none of block b is left on p,
-// and ends a sampled watch of b on p (as arrived does).
-func (s *Server) left(b *block, p core.Device) {
-	b.watchSample.And(^(uint64(1) << p.Slot()))
-	s.eviction.Left(b.ref, p)
 }
 
 // leftPages tells a policy that chooses pages that pages of b left p
@@ -255,7 +250,7 @@ func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 				// Gone since the policy last heard: it forgets them.
 				srv.leftPages(v.b, from, vic.Pages)
 				if freed || v.b.resident[from.Slot()].Empty() {
-					srv.left(v.b, from)
+					srv.eviction.Left(vic.Block, from)
 				}
 			} else {
 				n = evictPages(v, from, pages)

@@ -630,7 +630,7 @@ func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
 		srv.hostPages.Add(-int64(pages.Count()))
 	}
 	if b.resident[l.Slot()].Empty() {
-		srv.left(b, l)
+		srv.eviction.Left(b.ref, l)
 	}
 }
 
@@ -706,7 +706,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 	if rn.populated {
 		srv.leftPages(b, rn.src, done)
 		if b.resident[rn.src.Slot()].Empty() {
-			srv.left(b, rn.src)
+			srv.eviction.Left(b.ref, rn.src)
 		}
 	}
 	cause := o.arrivalCause()

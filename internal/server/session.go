@@ -532,7 +532,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		for l := range b.resident {
 			resident[l] += int64(b.resident[l].Count())
 			if !b.resident[l].Empty() {
-				sess.srv.left(b, core.DeviceAtSlot(l))
+				sess.srv.eviction.Left(b.ref, core.DeviceAtSlot(l))
 			}
 		}
 		if n := b.prefetchPending.Count(); n > 0 {

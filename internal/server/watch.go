@@ -181,19 +181,27 @@ func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask 
 	if err != nil {
 		return touched
 	}
-	var buf [32]uffd.PageRun
-	present, err := uffd.ScanPresent(pagemap, run.Start, run.End, buf[:0])
+	touched, err = mappedPages(pagemap, run.Start, v.b.pages)
 	if err != nil {
 		o.srv.warnWatchOnce(v.r.sess, p, err)
-		return touched
-	}
-	for _, pr := range present {
-		touched.FillRange(int((pr.Start-run.Start)/core.PageSize), int((pr.End-run.Start)/core.PageSize))
+		return core.PageMask{}
 	}
 	if sample, ok := v.b.watchedSample(p); ok {
 		touched.And(&sample) // the other pages were never unmapped
 	}
 	return touched
+}
+
+// mappedPages returns the pages of the block of pages pages at start
+// that the process whose pagemap file pagemap is maps (PAGEMAP_SCAN).
+func mappedPages(pagemap *os.File, start uintptr, pages int) (core.PageMask, error) {
+	var mapped core.PageMask
+	var buf [32]uffd.PageRun
+	present, err := uffd.ScanPresent(pagemap, start, start+uintptr(pages)*core.PageSize, buf[:0])
+	for _, pr := range present {
+		mapped.FillRange(int((pr.Start-start)/core.PageSize), int((pr.End-start)/core.PageSize))
+	}
+	return mapped, err
 }
 
 // watchPhaseShift is where block.watchSample keeps the sample's page
@@ -249,6 +257,17 @@ func (b *block) watchedSample(p core.Device) (core.PageMask, bool) {
 		return core.PageMask{}, false
 	}
 	return watchSamplePages(int(ws>>watchPhaseShift), b.pages), true
+}
+
+// sampledOn reports whether the last Watch of the block on p unmapped a
+// sample (watchedSample without making it: the MINOR fault's question).
+func (b *block) sampledOn(p core.Device) bool {
+	return b.watchSample.Load()&(1<<p.Slot()) != 0
+}
+
+// endSampledWatch forgets that the block's watch on p was sampled.
+func (b *block) endSampledWatch(p core.Device) {
+	b.watchSample.And(^(uint64(1) << p.Slot()))
 }
 
 // sampleRuns appends to out a run of one page for each page of sample in
