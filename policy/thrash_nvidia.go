@@ -21,6 +21,23 @@ type nvidiaBlock struct {
 	throttles  [PagesPerBlock]uint8
 	pinnedTill [PagesPerBlock]int64
 	pinnedMax  int64 // the latest pinnedTill: no page is pinned after it
+	// near counts the pages whose count is at least Threshold-1, those
+	// Avoid marks even unpinned: with none near and none pinned, Avoid,
+	// asked at every fault, marks nothing without reading 512 pages.
+	near int
+}
+
+// setCount sets page p's count, keeping near.
+func (n *NvidiaThrashing) setCount(th *nvidiaBlock, p int, c uint8) {
+	was := int(th.count[p]) >= n.Spec.Threshold-1
+	th.count[p] = c
+	if is := int(c) >= n.Spec.Threshold-1; is != was {
+		if is {
+			th.near++
+		} else {
+			th.near--
+		}
+	}
 }
 
 func (n *NvidiaThrashing) Name() string { return "nvidia:" + n.Spec.String() }
@@ -36,10 +53,10 @@ func (n *NvidiaThrashing) Migrated(state any, pages PageMask, now Clock) {
 	for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
 		if th.last[p] != 0 && t-th.last[p] <= lapse {
 			if th.count[p] < 255 {
-				th.count[p]++
+				n.setCount(th, p, th.count[p]+1)
 			}
 		} else {
-			th.count[p] = 1
+			n.setCount(th, p, 1)
 		}
 		th.last[p] = t
 	}
@@ -57,7 +74,7 @@ func (n *NvidiaThrashing) Check(state any, f ThrashFault) ThrashHint {
 	if int(th.count[p]) < n.Spec.Threshold || now-th.last[p] > time.Duration(n.Spec.Lapse).Microseconds() {
 		return ThrashNone
 	}
-	th.count[p] = 0
+	n.setCount(th, p, 0)
 	th.throttles[p]++
 	if int(th.throttles[p]) >= n.Spec.PinThreshold && f.HostPreferred {
 		th.throttles[p] = 0
@@ -81,6 +98,9 @@ func (n *NvidiaThrashing) PinnedUntil(state any) Clock {
 func (n *NvidiaThrashing) Avoid(state any, pages int, now Clock, out *PageMask) {
 	th := state.(*nvidiaBlock)
 	t := micros(now)
+	if th.near == 0 && th.pinnedMax <= t {
+		return
+	}
 	for p := 0; p < pages; p++ {
 		if th.pinnedTill[p] > t || int(th.count[p]) >= n.Spec.Threshold-1 {
 			out.Set(p)
