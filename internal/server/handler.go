@@ -106,6 +106,9 @@ func (s *Server) unwatch(v *view) {
 		}
 		<-h.done
 	}
+	if len(v.handlers) > 0 && v.handlers[0].place != nil {
+		v.handlers[0].place.close()
+	}
 	v.handlers = nil
 }
 

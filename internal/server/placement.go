@@ -21,7 +21,8 @@ import (
 //
 // A handler that serves a fault looks up which CPU the faulting thread
 // ran on (field 39 of /proc/PID/task/TID/stat, cached per thread for a
-// few milliseconds) and wakes that CPU's handler if it was parked. A
+// few milliseconds; the file stays open, as opening it cost five system
+// calls to the one read) and wakes that CPU's handler if it was parked. A
 // handler that served a fault from another CPU and has seen none from its
 // own for parkAfter parks itself, as long as another handler waits. Every
 // handler starts waiting, so the first faults are served locally wherever
@@ -34,6 +35,8 @@ const (
 	// read again.
 	threadCPUFresh    = 2 * time.Millisecond
 	maxTrackedThreads = 4096
+	// maxStatFiles is how many threads' stat files stay open.
+	maxStatFiles = 64
 )
 
 // placement tracks where a session's threads fault and which handlers
@@ -43,6 +46,11 @@ type placement struct {
 	byCPU   map[int]*handler   // guarded by mu
 	waiting int                // handlers not parked, guarded by mu
 	threads map[uint32]seenCPU // guarded by mu
+	// stats holds threads' /proc/PID/task/TID/stat open, each read again
+	// at offset 0. Guarded by mu; an os.File may be closed while another
+	// handler reads it (the read then fails, and the thread's file is
+	// opened again).
+	stats map[uint32]*os.File
 }
 
 type seenCPU struct {
@@ -51,20 +59,65 @@ type seenCPU struct {
 }
 
 func newPlacement(hs []*handler) *placement {
-	p := &placement{byCPU: map[int]*handler{}, threads: map[uint32]seenCPU{}, waiting: len(hs)}
+	p := &placement{byCPU: map[int]*handler{}, threads: map[uint32]seenCPU{}, stats: map[uint32]*os.File{}, waiting: len(hs)}
 	for _, h := range hs {
 		p.byCPU[h.cpu] = h
 	}
 	return p
 }
 
-// threadCPU reads the processor field of /proc/PID/task/TID/stat.
-func threadCPU(pid, tid int) (int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
-	if err != nil {
+// threadCPU reads the processor field of /proc/PID/task/TID/stat,
+// through the file p keeps open for the thread.
+func (p *placement) threadCPU(pid int, tid uint32) (int, error) {
+	p.mu.Lock()
+	f := p.stats[tid]
+	p.mu.Unlock()
+	if f == nil {
+		var err error
+		if f, err = os.Open("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.FormatUint(uint64(tid), 10) + "/stat"); err != nil {
+			return 0, err
+		}
+		p.mu.Lock()
+		if len(p.stats) >= maxStatFiles {
+			p.closeStatsLocked()
+		}
+		if old := p.stats[tid]; old != nil {
+			old.Close() // another handler opened it meanwhile
+		}
+		p.stats[tid] = f
+		p.mu.Unlock()
+	}
+	var buf [1024]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 {
+		// The thread is gone (ESRCH), or another handler closed the
+		// file: open it anew next time.
+		p.mu.Lock()
+		if p.stats[tid] == f {
+			delete(p.stats, tid)
+			f.Close()
+		}
+		p.mu.Unlock()
+		if err == nil {
+			err = fmt.Errorf("empty stat of thread %d", tid)
+		}
 		return 0, err
 	}
-	return parseStatCPU(b)
+	return parseStatCPU(buf[:n])
+}
+
+// close closes the threads' stat files: the view's handlers have stopped.
+func (p *placement) close() {
+	p.mu.Lock()
+	p.closeStatsLocked()
+	p.mu.Unlock()
+}
+
+func (p *placement) closeStatsLocked() {
+	for _, f := range p.stats {
+		f.Close()
+	}
+	clear(p.stats)
 }
 
 // parseStatCPU returns field 39 (processor) of a /proc stat line. The
@@ -141,7 +194,7 @@ func (p *placement) cpuOf(pid int, tid uint32, now time.Time) (int, bool) {
 	if ok && now.Sub(seen.at) < threadCPUFresh {
 		return seen.cpu, true
 	}
-	cpu, err := threadCPU(pid, int(tid))
+	cpu, err := p.threadCPU(pid, tid)
 	if err != nil {
 		return 0, false
 	}
