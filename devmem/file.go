@@ -38,11 +38,16 @@ type File struct {
 	// in 4 KiB folios.
 	large bool
 	// fill is the userfaultfd that puts partial pieces of a large file
-	// in 4 KiB folios (large.go: fillPages).
+	// in 4 KiB folios, and the windows of the file registered with it
+	// that they are copied into (large.go: fillPages).
 	fill struct {
 		once sync.Once
 		fd   *uffd.FD
 		err  error
+		mu   sync.Mutex
+		// windows maps each fillWindowSize of the file that a fill
+		// reached, by index, to its window's address. Guarded by mu.
+		windows map[int64]uintptr
 	}
 }
 
@@ -147,6 +152,14 @@ func (f *File) Close() error {
 		return nil
 	}
 	if f.fill.fd != nil {
+		// The windows are mappings of the file: its pages would outlive
+		// the descriptor.
+		f.fill.mu.Lock()
+		for i, addr := range f.fill.windows {
+			_ = memsys.Munmap(addr, f.fillWindowSpan(i))
+		}
+		f.fill.windows = nil
+		f.fill.mu.Unlock()
 		_ = f.fill.fd.Close()
 	}
 	if err := memsys.Close(f.fd); err != nil {

@@ -259,3 +259,52 @@ func TestLargeFolioPartialWriteShowsOnlyWholePages(t *testing.T) {
 	want = append(want, bytes.Repeat([]byte{9}, PageSize-2)...)
 	assert.Equal(t, want, got)
 }
+
+// TestLargeFolioFillsThroughKeptWindows writes pages of partial 2 MiB
+// pieces in three places, two of them a window (1 GiB) apart, punches
+// them, and writes them again: the fill windows stay mapped between
+// writes, and must neither keep what a punch freed nor stop a page from
+// coming back. A page written over while present (it stays mapped in
+// its window) must take the new bytes in place. Every byte is read
+// back through the file.
+func TestLargeFolioFillsThroughKeptWindows(t *testing.T) {
+	f := newLargeFile(t)
+	offs := []int64{3<<30 + 5*PageSize, 3<<30 + 6<<20 + 7*PageSize, 4<<30 + 10<<20 + 100*PageSize}
+	page := func(b byte) []byte { return bytes.Repeat([]byte{b}, PageSize) }
+	allocated := func() int64 {
+		n, err := f.AllocatedBytes()
+		require.NoError(t, err)
+		return n
+	}
+	base := allocated()
+	for round := byte(1); round <= 3; round++ {
+		for i, off := range offs {
+			_, err := f.WriteAt(page(round*16+byte(i)), off)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, base+int64(len(offs))*PageSize, allocated(), "round %d: one page each, no large folio", round)
+		// Written again while present: in place.
+		_, err := f.WriteAt(page(0xee), offs[1])
+		require.NoError(t, err)
+		for i, off := range offs {
+			want := page(round*16 + byte(i))
+			if i == 1 {
+				want = page(0xee)
+			}
+			got := make([]byte, PageSize)
+			_, err := f.ReadAt(got, off)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "round %d, page %d", round, i)
+		}
+		for _, off := range offs {
+			require.NoError(t, f.Punch(off, PageSize))
+		}
+		assert.Equal(t, base, allocated(), "round %d: the punches freed every page the windows map", round)
+		for _, off := range offs {
+			assert.Empty(t, presentPages(t, f, off&^(LargeFolioSize-1), LargeFolioSize), "round %d", round)
+		}
+	}
+	f.fill.mu.Lock()
+	assert.Len(t, f.fill.windows, 2, "one window per GiB written")
+	f.fill.mu.Unlock()
+}
