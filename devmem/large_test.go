@@ -308,3 +308,69 @@ func TestLargeFolioFillsThroughKeptWindows(t *testing.T) {
 	assert.Len(t, f.fill.windows, 2, "one window per GiB written")
 	f.fill.mu.Unlock()
 }
+
+// shmemPmdMapped returns the ShmemPmdMapped figure, in KiB, of the
+// mapping of this process that starts at addr (/proc/self/smaps).
+func shmemPmdMapped(t *testing.T, addr uintptr) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	head := fmt.Sprintf("%x-", addr)
+	in := false
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) > 0 && line[0] != ' ' && bytes.IndexByte(line, ':') > bytes.IndexByte(line, ' ') {
+			in = bytes.HasPrefix(line, []byte(head)) // a mapping's first line: "start-end perms ..."
+			continue
+		}
+		var kb int
+		if in {
+			if _, err := fmt.Sscanf(string(line), "ShmemPmdMapped: %d kB", &kb); err == nil {
+				return kb
+			}
+		}
+	}
+	t.Fatalf("no ShmemPmdMapped line for the mapping at %#x", addr)
+	return 0
+}
+
+// TestMapBlockToCopyMapsAWholeFolioHuge: a block written whole (one 2 MiB
+// folio) is mapped with one huge entry at its first touch, which Map
+// never does for a file of large folios; a block in 4 KiB folios is
+// mapped and read all the same; every byte of both reads right; and an
+// offset that is not a whole block is refused with its value.
+func TestMapBlockToCopyMapsAWholeFolioHuge(t *testing.T) {
+	f := newLargeFile(t)
+	whole := make([]byte, LargeFolioSize)
+	for i := range whole {
+		whole[i] = byte(i*7 + i>>12)
+	}
+	const at = 10 * LargeFolioSize
+	_, err := f.WriteAt(whole, at)
+	require.NoError(t, err)
+	const small = 12 * LargeFolioSize
+	for off := 0; off < LargeFolioSize; off += 64 << 10 { // partial writes: 4 KiB folios
+		_, err := f.WriteAt(whole[off:off+64<<10], small+int64(off))
+		require.NoError(t, err)
+	}
+
+	m, err := f.MapBlockToCopy(at)
+	require.NoError(t, err)
+	require.Equal(t, whole, m.Bytes(), "the block written whole")
+	assert.Equal(t, 2048, shmemPmdMapped(t, m.Addr()), "one huge entry")
+	require.NoError(t, m.Unmap())
+
+	plain, err := f.Map(at, LargeFolioSize)
+	require.NoError(t, err)
+	require.Equal(t, whole, plain.Bytes())
+	assert.Equal(t, 0, shmemPmdMapped(t, plain.Addr()), "Map keeps 4 KiB entries")
+	require.NoError(t, plain.Unmap())
+
+	m, err = f.MapBlockToCopy(small)
+	require.NoError(t, err)
+	require.Equal(t, whole, m.Bytes(), "the block in 4 KiB folios")
+	assert.Equal(t, 0, shmemPmdMapped(t, m.Addr()))
+	require.NoError(t, m.Unmap())
+
+	_, err = f.MapBlockToCopy(at + PageSize)
+	assert.ErrorContains(t, err, fmt.Sprintf("%#x", at+PageSize))
+}

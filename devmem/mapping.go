@@ -43,6 +43,39 @@ func (f *File) Map(off, length int64) (*Mapping, error) {
 	return &Mapping{addr: addr, length: length, name: f.name, off: off}, nil
 }
 
+// MapBlockToCopy maps the whole, aligned 2 MiB at off of a file whose
+// every page there is present, to copy it out: where the 2 MiB is one
+// large folio the kernel maps it with one huge entry at the first touch.
+// Map keeps every mapping of a file of large folios from huge entries
+// (noCollapse: khugepaged would fill its holes with zeros), and a block
+// copied through 512 entries cost 1.3-1.5 times as much to map, read
+// and unmap, most of it in the TLB misses of the read and in the
+// unmap, which frees the page table and so flushes every CPU that ran
+// the process (benchmarks.md, "Whole blocks read through a huge
+// entry"). A block with no hole has nothing for khugepaged to fill, and
+// the mapping lives for one copy. On a file without large folios it is
+// Map.
+func (f *File) MapBlockToCopy(off int64) (*Mapping, error) {
+	if !f.large {
+		return f.Map(off, LargeFolioSize)
+	}
+	if !whole(off, LargeFolioSize) {
+		return nil, fmt.Errorf("map %s %#x+%d to copy: want %d bytes at a multiple of it", f.name, off, LargeFolioSize, LargeFolioSize)
+	}
+	if err := f.checkRange("map", off, LargeFolioSize, true); err != nil {
+		return nil, err
+	}
+	fd, err := f.sysfd("map")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := memsys.Mmap(0, LargeFolioSize, memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, off)
+	if err != nil {
+		return nil, fmt.Errorf("map %s %#x+%d: %w", f.name, off, LargeFolioSize, err)
+	}
+	return &Mapping{addr: addr, length: LargeFolioSize, name: f.name, off: off}, nil
+}
+
 // MapFixed maps [off, off+length) of the file (page-aligned) shared and
 // read-write at addr, replacing whatever was mapped there. addr must lie
 // inside a reservation made by ReserveAddressSpace: MAP_FIXED silently

@@ -253,7 +253,9 @@ func (o *mover) copyWhole(from core.Device, src *devmem.File, to core.Device, ds
 		return fmt.Errorf("%w: staging area closed", core.ErrInternal)
 	}
 	defer srv.staging.Put(slot) // voids the intent
-	m, err := src.Map(off, core.BlockSize)
+	// Every page of the block is there (a whole, populated run), so the
+	// mapping may take a huge entry.
+	m, err := src.MapBlockToCopy(off)
 	if err != nil {
 		return err
 	}
