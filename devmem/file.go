@@ -45,9 +45,9 @@ type File struct {
 		fd   *uffd.FD
 		err  error
 		mu   sync.Mutex
-		// windows maps each fillWindowSize of the file that a fill
-		// reached, by index, to its window's address. Guarded by mu.
-		windows map[int64]uintptr
+		// windows holds the window of each fillWindowSize of the file
+		// that a fill reached, by index. Guarded by mu.
+		windows map[int64]*Mapping
 	}
 }
 
@@ -155,8 +155,8 @@ func (f *File) Close() error {
 		// The windows are mappings of the file: its pages would outlive
 		// the descriptor.
 		f.fill.mu.Lock()
-		for i, addr := range f.fill.windows {
-			_ = memsys.Munmap(addr, f.fillWindowSpan(i))
+		for _, w := range f.fill.windows {
+			_ = w.Unmap()
 		}
 		f.fill.windows = nil
 		f.fill.mu.Unlock()

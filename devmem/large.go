@@ -244,48 +244,33 @@ func (f *File) filler() (*uffd.FD, error) {
 
 // fillWindow returns the address at which the fill window maps offset
 // off of the file, mapping the window of the fillWindowSize around it
-// on first use: a mapping with 4 KiB faults only (MADV_NOHUGEPAGE),
-// registered for missing faults on u. A window stays for the file's
-// life, and so do the pages fillPages copied into it (a punch unmaps
-// them here as from every other mapping): a window mapped, registered
-// and unmapped per call cost four more system calls and a TLB flush of
-// the server's threads on each 4 KiB move's one copy, a third of the
+// on first use (Map: 4 KiB faults only) and registering it for missing
+// faults on u. A window stays for the file's life; each fill zaps the
+// entries its copies made (fillPages). A window mapped, registered and
+// unmapped per call cost four more system calls and a TLB flush of the
+// server's threads on each 4 KiB move's one copy, a third of the
 // server's samples in fillPages under gawk at a quarter of its peak.
 func (f *File) fillWindow(u *uffd.FD, off int64) (uintptr, error) {
 	i := off / fillWindowSize
+	start := i * fillWindowSize
 	f.fill.mu.Lock()
 	defer f.fill.mu.Unlock()
-	if addr, ok := f.fill.windows[i]; ok {
-		return addr + uintptr(off-i*fillWindowSize), nil
+	if w, ok := f.fill.windows[i]; ok {
+		return w.addr + uintptr(off-start), nil
 	}
-	fd, err := f.sysfd("write in 4 KiB folios")
+	w, err := f.Map(start, min(fillWindowSize, f.size-start))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("write %s %#x in 4 KiB folios: a window: %w", f.name, off, err)
 	}
-	start, span := i*fillWindowSize, f.fillWindowSpan(i)
-	addr, err := memsys.Mmap(0, span, memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, start)
-	if err != nil {
-		return 0, fmt.Errorf("write %s %#x in 4 KiB folios: map a window: %w", f.name, off, err)
-	}
-	if err := memsys.MadviseNoHugepage(addr, span); err != nil {
-		_ = memsys.Munmap(addr, span)
-		return 0, fmt.Errorf("write %s %#x in 4 KiB folios: window without large folios: %w", f.name, off, err)
-	}
-	if _, err := u.Register(addr, span, uffd.RegisterMissing); err != nil {
-		_ = memsys.Munmap(addr, span)
+	if _, err := u.Register(w.addr, uintptr(w.length), uffd.RegisterMissing); err != nil {
+		_ = w.Unmap()
 		return 0, fmt.Errorf("write %s %#x in 4 KiB folios: %w", f.name, off, err)
 	}
 	if f.fill.windows == nil {
-		f.fill.windows = map[int64]uintptr{}
+		f.fill.windows = map[int64]*Mapping{}
 	}
-	f.fill.windows[i] = addr
-	return addr + uintptr(off-start), nil
-}
-
-// fillWindowSpan is the length of fill window i: fillWindowSize, less
-// where the file ends first.
-func (f *File) fillWindowSpan(i int64) uintptr {
-	return uintptr(min(fillWindowSize, f.size-i*fillWindowSize))
+	f.fill.windows[i] = w
+	return w.addr + uintptr(off-start), nil
 }
 
 // fillPages puts src (whole pages) at off (page-aligned, within one

@@ -25,6 +25,20 @@ type Mapping struct {
 // read-write, at an address the kernel picks. Stores through it reach
 // the file's pages directly, and a Punch of the range by anyone zaps it.
 func (f *File) Map(off, length int64) (*Mapping, error) {
+	m, err := f.mapShared(off, length)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.noCollapse(m.addr, length); err != nil {
+		m.Unmap()
+		return nil, err
+	}
+	return m, nil
+}
+
+// mapShared is Map without the MADV_NOHUGEPAGE of a file of large
+// folios (noCollapse).
+func (f *File) mapShared(off, length int64) (*Mapping, error) {
 	if err := f.checkRange("map", off, length, true); err != nil {
 		return nil, err
 	}
@@ -35,10 +49,6 @@ func (f *File) Map(off, length int64) (*Mapping, error) {
 	addr, err := memsys.Mmap(0, uintptr(length), memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, off)
 	if err != nil {
 		return nil, fmt.Errorf("map %s %#x+%d: %w", f.name, off, length, err)
-	}
-	if err := f.noCollapse(addr, length); err != nil {
-		memsys.Munmap(addr, uintptr(length))
-		return nil, err
 	}
 	return &Mapping{addr: addr, length: length, name: f.name, off: off}, nil
 }
@@ -62,18 +72,7 @@ func (f *File) MapBlockToCopy(off int64) (*Mapping, error) {
 	if !whole(off, LargeFolioSize) {
 		return nil, fmt.Errorf("map %s %#x+%d to copy: want %d bytes at a multiple of it", f.name, off, LargeFolioSize, LargeFolioSize)
 	}
-	if err := f.checkRange("map", off, LargeFolioSize, true); err != nil {
-		return nil, err
-	}
-	fd, err := f.sysfd("map")
-	if err != nil {
-		return nil, err
-	}
-	addr, err := memsys.Mmap(0, LargeFolioSize, memsys.ProtRead|memsys.ProtWrite, memsys.MapShared, fd, off)
-	if err != nil {
-		return nil, fmt.Errorf("map %s %#x+%d: %w", f.name, off, LargeFolioSize, err)
-	}
-	return &Mapping{addr: addr, length: LargeFolioSize, name: f.name, off: off}, nil
+	return f.mapShared(off, LargeFolioSize)
 }
 
 // MapFixed maps [off, off+length) of the file (page-aligned) shared and

@@ -265,9 +265,13 @@ func (b *block) sampledOn(p core.Device) bool {
 	return b.watchSample.Load()&(1<<p.Slot()) != 0
 }
 
-// endSampledWatch forgets that the block's watch on p was sampled.
+// endSampledWatch forgets that the block's watch on p was sampled. It
+// is called at every arrival, mostly of blocks not sampled there, which
+// it then leaves unwritten.
 func (b *block) endSampledWatch(p core.Device) {
-	b.watchSample.And(^(uint64(1) << p.Slot()))
+	if bit := uint64(1) << p.Slot(); b.watchSample.Load()&bit != 0 {
+		b.watchSample.And(^bit)
+	}
 }
 
 // sampleRuns appends to out a run of one page for each page of sample in
