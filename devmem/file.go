@@ -49,6 +49,12 @@ type File struct {
 		// that a fill reached, by index. Guarded by mu.
 		windows map[int64]*Mapping
 	}
+	// blockWriters counts the WriteBlockUnseen calls under way, which
+	// choose between pwrite and a mapping by it.
+	blockWriters atomic.Int32
+	// mappedBlockWrites counts the blocks WriteBlockUnseen wrote through
+	// a mapping (its tests read it).
+	mappedBlockWrites atomic.Uint64
 }
 
 // CreateFile creates an anonymous memory file of the given size; name

@@ -374,3 +374,87 @@ func TestMapBlockToCopyMapsAWholeFolioHuge(t *testing.T) {
 	_, err = f.MapBlockToCopy(at + PageSize)
 	assert.ErrorContains(t, err, fmt.Sprintf("%#x", at+PageSize))
 }
+
+// blockPattern is the content of test block i: every byte depends on the
+// block and on its place in it.
+func blockPattern(i int) []byte {
+	b := make([]byte, LargeFolioSize)
+	for j := range b {
+		b[j] = byte(j*13 + j>>12 + i*71 + 1)
+	}
+	return b
+}
+
+// WriteBlockUnseen writes with pwrite alone, and through a mapping while
+// another writer holds the file: either way the block arrives whole, as
+// one large folio, over holes and over pages present before.
+func TestWriteBlockUnseenThroughAMapping(t *testing.T) {
+	f := newLargeFile(t)
+	saved := mappedWritesFromCPUs
+	mappedWritesFromCPUs = 0 // take the mapping on this machine too
+	t.Cleanup(func() { mappedWritesFromCPUs = saved })
+	check := func(i int, off int64, want []byte) {
+		t.Helper()
+		got := make([]byte, LargeFolioSize)
+		_, err := f.ReadAt(got, off)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got), "block %d's bytes", i)
+		assert.Len(t, presentPages(t, f, off, LargeFolioSize), LargeFolioSize/PageSize, "block %d's pages", i)
+	}
+
+	// Alone: pwrite.
+	require.NoError(t, f.WriteBlockUnseen(blockPattern(0), 0))
+	check(0, 0, blockPattern(0))
+	require.Zero(t, f.mappedBlockWrites.Load(), "a writer alone writes with pwrite")
+
+	// Another writer under way: through a mapping, into a hole, then
+	// over a block that held 4 KiB pages already.
+	f.blockWriters.Add(1)
+	require.NoError(t, f.WriteBlockUnseen(blockPattern(1), 2*LargeFolioSize))
+	_, err := f.WriteAt(blockPattern(9)[:3*PageSize], 3*LargeFolioSize+5*PageSize)
+	require.NoError(t, err)
+	require.NoError(t, f.WriteBlockUnseen(blockPattern(2), 3*LargeFolioSize))
+	f.blockWriters.Add(-1)
+	require.EqualValues(t, 2, f.mappedBlockWrites.Load())
+	check(1, 2*LargeFolioSize, blockPattern(1))
+	check(2, 3*LargeFolioSize, blockPattern(2))
+	heads, tails := folioHeads(t, f, 2*LargeFolioSize, LargeFolioSize)
+	assert.Equal(t, 1, heads, "one folio written through the mapping")
+	assert.Equal(t, LargeFolioSize/PageSize-1, tails)
+
+	// Many at once, each into its own block.
+	const writers, each = 6, 3
+	errs := make(chan error, writers)
+	start := make(chan struct{})
+	for w := range writers {
+		go func() {
+			<-start
+			for k := range each {
+				i := 10 + w*each + k
+				if err := f.WriteBlockUnseen(blockPattern(i), int64(i)*LargeFolioSize); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	close(start)
+	for range writers {
+		require.NoError(t, <-errs)
+	}
+	for i := 10; i < 10+writers*each; i++ {
+		check(i, int64(i)*LargeFolioSize, blockPattern(i))
+	}
+	t.Logf("%d of %d blocks written at once went through a mapping", f.mappedBlockWrites.Load()-2, writers*each)
+
+	// Refused: not an aligned block, or past the end.
+	f.blockWriters.Add(1)
+	defer f.blockWriters.Add(-1)
+	err = f.WriteBlockUnseen(blockPattern(0), 4*LargeFolioSize+PageSize)
+	assert.ErrorContains(t, err, fmt.Sprintf("%#x", 4*LargeFolioSize+PageSize))
+	err = f.WriteBlockUnseen(blockPattern(0), FileSize)
+	assert.ErrorContains(t, err, fmt.Sprintf("%#x", FileSize))
+	err = f.WriteBlockUnseen(blockPattern(0)[:PageSize], 4*LargeFolioSize)
+	assert.ErrorContains(t, err, "want 2097152 bytes")
+}

@@ -260,7 +260,9 @@ func (o *mover) copyWhole(from core.Device, src *devmem.File, to core.Device, ds
 		return err
 	}
 	srv.staging.markMove(slot, o.sess.id, off, core.BlockSize, from, to)
-	_, err = dst.WriteBlock([][]byte{m.Bytes()}, off)
+	// Sealed: nobody sees the destination's pages before the move is
+	// done, so several movers may write into one file at once.
+	err = dst.WriteBlockUnseen(m.Bytes(), off)
 	m.Unmap()
 	if err == nil {
 		srv.inMove("written", dst, off)
