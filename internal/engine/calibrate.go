@@ -109,20 +109,31 @@ func (k *calibrator) measureInBackground() {
 //     pages, several times slower than one thread's copy, so the paper's
 //     first condition gives one producer, and the pipeline never beat the
 //     direct path by 10% on either machine.
-//   - Block movers: two (2 and 9 measured): movers each allocate their
-//     own pages, and two never take more memory bandwidth than is there.
+//   - Block movers: two, or half the CPUs up to 8 where that is more
+//     (defaultBlockMovers).
 //   - No non-temporal stores: ordinary stores are never wrong; the others
 //     pay only where measured.
 func defaultCalibration(cpus int, source string) config.CopyCalibration {
 	cpus = max(cpus, 1)
 	c := config.CopyCalibration{
-		CPUs: cpus, CopyProducers: min(2, cpus), MigrationProducers: 1, BlockMovers: min(2, cpus),
+		CPUs: cpus, CopyProducers: min(2, cpus), MigrationProducers: 1, BlockMovers: defaultBlockMovers(cpus),
 		DirectBelow: math.MaxInt64, CopyDirectBelow: 2 << 20, Source: source,
 	}
 	if c.CopyProducers < 2 {
 		c.CopyDirectBelow = math.MaxInt64
 	}
 	return c
+}
+
+// defaultBlockMovers is the block movers of the defaults: two, and
+// half the CPUs, at most 8, where that is more. Movers of one file took
+// turns on its inode lock until WriteBlockUnseen, so two were all that
+// paid; since then the calibration chose 12 and 13 of 16 CPUs, and with
+// the defaults of 16 CPUs 8 movers ran `Prefetch` at 16.0-17.7 GB/s
+// where 2 ran it at 6.5-7.6 (docs/benchmarks.md, "Several movers into
+// one file"). Half the CPUs leaves the other half to the program.
+func defaultBlockMovers(cpus int) int {
+	return max(min(2, cpus), min(cpus/2, 8))
 }
 
 // setIdlePriority puts the calling thread (which the caller has locked)

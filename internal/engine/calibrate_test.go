@@ -200,7 +200,7 @@ func TestDefaultCalibration(t *testing.T) {
 	for _, cpus := range []int{1, 2, 16, 128} {
 		c := defaultCalibration(cpus, "defaults (test)")
 		assert.Equal(t, min(2, cpus), c.CopyProducers, "cpus %d", cpus)
-		assert.Equal(t, min(2, cpus), c.BlockMovers, "cpus %d", cpus)
+		assert.Equal(t, map[int]int{1: 1, 2: 2, 16: 8, 128: 8}[cpus], c.BlockMovers, "cpus %d", cpus)
 		assert.Equal(t, 1, c.MigrationProducers)
 		assert.Equal(t, int64(math.MaxInt64), c.DirectBelow)
 		assert.Zero(t, c.NonTemporalAbove)
