@@ -337,9 +337,15 @@ func TestLargeFolioDeviceFaultsTakeWholeBlocks(t *testing.T) {
 	a, b, want := patternedManaged(t, s, size, 11, 3)
 	// A thread interrupted while it waits in a fault faults again (the
 	// Go runtime preempts with signals), and a sweep shows only after
-	// policy.SweepRun faults, which bring pieces.
+	// policy.SweepRun faults, which bring pieces. The device's workers
+	// each sweep a part of the range, and a block split between two
+	// parts may be faulted on by both: on 16 CPUs (16 workers, half a
+	// block each) the device took 17-20 faults.
 	const duplicates = 2
+	workers, err := s.DeviceGetAttribute(AttrWorkerCount, 0)
+	require.NoError(t, err)
 	most := uint64(blocks + 2*policy.SweepRun + duplicates)
+	mostDevice := most + uint64(workers-1)
 	faults := func(before, after Stats, p Device) ProcessorFaults {
 		b, f := before.FaultsBy(p), after.FaultsBy(p)
 		return ProcessorFaults{Processor: p, Missing: f.Missing - b.Missing, Minor: f.Minor - b.Minor, WriteProtect: f.WriteProtect - b.WriteProtect}
@@ -373,7 +379,7 @@ func TestLargeFolioDeviceFaultsTakeWholeBlocks(t *testing.T) {
 			assert.LessOrEqual(t, minflt, dev.Total()+processFaults, "pass %d: the device process's minor faults beyond those the server served", pass)
 		}
 		assert.LessOrEqual(t, dev.WriteProtect, uint64(duplicates), "pass %d: the device's write-protect faults", pass)
-		assert.LessOrEqual(t, dev.Total(), most, "pass %d: the device's faults, sweeping %d blocks", pass, blocks)
+		assert.LessOrEqual(t, dev.Total(), mostDevice, "pass %d: the device's faults, sweeping %d blocks with %d workers", pass, blocks, workers)
 		assert.LessOrEqual(t, host.Total(), most, "pass %d: the host's faults, sweeping %d blocks", pass, blocks)
 	}
 	// The blocks are on the host again; on the device, each was one
