@@ -56,6 +56,7 @@ func ListenUnix(path string) (*net.UnixListener, error) {
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 && dir != os.TempDir() {
 		os.Chmod(dir, 0o700)
 	}
+	removeStaleMonitors(dir)
 	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.Dial("unixpacket", path); err == nil {
 			c.Close()
@@ -75,6 +76,36 @@ func ListenUnix(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("%w: chmod %s: %v", core.ErrInitialization, path, err)
 	}
 	return l, nil
+}
+
+// removeStaleMonitors removes from dir the monitor sockets of private
+// servers (config.PrivateServerSocketPath: uvm-PID.sock) whose process
+// PID is gone and on which nobody listens. A server that exits removes
+// its own, but one killed with SIGKILL, or with the process it served,
+// leaves it behind; the restart tests and benchmarks kill hundreds, and
+// /run is memory. A socket whose process is gone but whose server still
+// listens (an orphaned `uvm run` server) is kept: `uvm stat` finds it
+// there.
+func removeStaleMonitors(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "uvm-%d.sock", &pid); err != nil || pid <= 0 || e.Name() != fmt.Sprintf("uvm-%d.sock", pid) {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // alive, or not ours to ask about
+		}
+		path := filepath.Join(dir, e.Name())
+		if c, err := net.Dial("unixpacket", path); err == nil {
+			c.Close()
+			continue
+		}
+		os.Remove(path)
+	}
 }
 
 // dupCloexec returns a duplicate of f's descriptor that this process owns
