@@ -93,12 +93,43 @@ func RunServeRole() int {
 	}
 	ready.Write([]byte{'k'})
 	ready.Close()
+	starterGone := parentGone(os.Getppid())
 	select {
 	case <-sigs:
 	case <-srv.Done():
+	case <-starterGone:
+		// The process that started this server (`uvm run`) ended
+		// without closing it: killed with SIGKILL, say, which left this
+		// server serving nobody, forever. Its program may still run:
+		// serve it to its end, then go.
+		for srv.SessionCount() > 0 {
+			select {
+			case <-sigs:
+			case <-srv.Done():
+			case <-srv.idle:
+				continue
+			}
+			break
+		}
 	}
 	srv.Close()
 	return 0
+}
+
+// parentGone returns a channel closed once this process's parent, which
+// was parent, has ended: the process was handed to another (init, or a
+// subreaper). Checked twice a second: a pidfd would tell at once, but
+// raw system calls stay in uffd and memsys, and a server serving nobody
+// for half a second more costs nothing.
+func parentGone(parent int) <-chan struct{} {
+	gone := make(chan struct{})
+	go func() {
+		for os.Getppid() == parent {
+			time.Sleep(500 * time.Millisecond)
+		}
+		close(gone)
+	}()
+	return gone
 }
 
 // Listen serves clients and monitors on a Unix socket at path (created
