@@ -82,6 +82,15 @@ func CreateLargeFolioFile(name string, size int64) (*File, error) {
 // tmpfs mounted huge=always or within_size).
 func (f *File) Large() bool { return f.large }
 
+// checkOneBlock refuses [off, off+length) for op unless it is one whole,
+// aligned large folio.
+func (f *File) checkOneBlock(op string, off, length int64) error {
+	if length != LargeFolioSize || !whole(off, length) {
+		return fmt.Errorf("%s %s %#x+%d: want %d bytes at a multiple of it", op, f.name, off, length, LargeFolioSize)
+	}
+	return nil
+}
+
 // whole reports whether [off, off+length) covers only whole, aligned
 // large folios.
 func whole(off, length int64) bool {
@@ -199,8 +208,8 @@ func (f *File) WriteBlockUnseen(b []byte, off int64) error {
 		_, err := f.WriteBlock([][]byte{b}, off)
 		return err
 	}
-	if int64(len(b)) != LargeFolioSize || off%LargeFolioSize != 0 {
-		return fmt.Errorf("write block %s %#x+%d: want %d bytes at a multiple of it", f.name, off, len(b), LargeFolioSize)
+	if err := f.checkOneBlock("write block", off, int64(len(b))); err != nil {
+		return err
 	}
 	fd, err := f.sysfd("write block")
 	if err != nil {

@@ -69,8 +69,8 @@ func (f *File) MapBlockToCopy(off int64) (*Mapping, error) {
 	if !f.large {
 		return f.Map(off, LargeFolioSize)
 	}
-	if !whole(off, LargeFolioSize) {
-		return nil, fmt.Errorf("map %s %#x+%d to copy: want %d bytes at a multiple of it", f.name, off, LargeFolioSize, LargeFolioSize)
+	if err := f.checkOneBlock("map to copy", off, LargeFolioSize); err != nil {
+		return nil, err
 	}
 	return f.mapShared(off, LargeFolioSize)
 }

@@ -794,7 +794,7 @@ func TestRunServerEndsAfterUVMRunIsKilled(t *testing.T) {
 	var server, program int
 	eventually(t, 20*time.Second, func() bool {
 		server, _ = proctest.ServerChild(cmd.Process.Pid)
-		program = childNamed(cmd.Process.Pid, "python3")
+		program, _ = proctest.Child("/usr/bin/python3", cmd.Process.Pid)
 		return server != 0 && program != 0
 	}, "uvm run started no server and program")
 	// Its process group holds its guard, which would start it again.
@@ -823,29 +823,4 @@ func TestRunServerEndsAfterUVMRunIsKilled(t *testing.T) {
 	assert.False(t, waitExit(t, server, 2*time.Second), "the server stays while the program runs")
 	require.NoError(t, syscall.Kill(program, syscall.SIGKILL))
 	assert.True(t, waitExit(t, server, 30*time.Second), "the server %d outlived uvm run and its program", server)
-}
-
-// childNamed returns a child of process parent whose command is name, or 0.
-func childNamed(parent int, name string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		fields := strings.Fields(s[close+1:])
-		if len(fields) > 1 && s[open+1:close] == name && fields[1] == strconv.Itoa(parent) {
-			return pid
-		}
-	}
-	return 0
 }

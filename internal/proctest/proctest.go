@@ -15,6 +15,12 @@ import (
 // fault server's argv[0]) whose parent is one of parents, or 0 if there
 // is none.
 func ServerChild(parents ...int) (int, error) {
+	return Child("softuvm-server", parents...)
+}
+
+// Child returns the pid of a live process whose argv[0] is argv0 and
+// whose parent is one of parents, or 0 if there is none.
+func Child(argv0 string, parents ...int) (int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -25,7 +31,7 @@ func ServerChild(parents ...int) (int, error) {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cmdline), "softuvm-server\x00") {
+		if err != nil || !strings.HasPrefix(string(cmdline), argv0+"\x00") {
 			continue
 		}
 		state, ppid, ok := stateAndParent(filepath.Join("/proc", e.Name(), "stat"))
