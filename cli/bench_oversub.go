@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,10 +80,11 @@ type oversubVariant struct {
 	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
 	HostToDeviceBytes uint64 `json:"host_to_device_bytes,omitempty"`
 	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
-	// Cgroup: the peaks of memory and of memory plus swap in the last
-	// measured run.
+	// Cgroup: the peaks in the last measured run of memory, and of
+	// memory plus swap (v1) or swap (v2).
 	PeakMemoryBytes     int64 `json:"peak_memory_bytes,omitempty"`
 	PeakMemorySwapBytes int64 `json:"peak_memory_swap_bytes,omitempty"`
+	PeakSwapBytes       int64 `json:"peak_swap_bytes,omitempty"`
 }
 
 type oversubOptions struct {
@@ -97,7 +99,7 @@ type oversubOptions struct {
 func benchOversub(args []string) error {
 	fs := newFlagSet("bench oversub", "[--json] [--budget SIZE] [--size SIZE] [--sweeps N] [--runs N] [--no-cgroup] [--uvm PATH]",
 		"Sweep an array larger than a host budget (by default three times it) with a C program, three ways in alternation: plain, under `uvm run --host-budget BUDGET`, "+
-			"and plain in a memory cgroup (v1) limited to BUDGET with zram swap, which the benchmark sets up and tears down where the machine allows it (root, a memory controller, zram). "+
+			"and plain in a memory cgroup (v1 or v2) limited to BUDGET with zram swap, which the benchmark sets up and tears down where the machine allows it (root, a memory controller, zram). "+
 			"Each run checks every word of the array. Reports medians of each variant's sweep and wall times and the ratios managed/unmanaged (goal at most 2.5) and managed/cgroup (goal below 1)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	budgetText := fs.String("budget", "16MiB", "the host budget of the managed variant, and the memory limit of the cgroup")
@@ -310,7 +312,7 @@ func oversubBench(o oversubOptions) (rep oversubReport, err error) {
 				return exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", cg.procs(), prog}, args...)...)
 			},
 			after: func(v *oversubVariant) error {
-				v.PeakMemoryBytes, v.PeakMemorySwapBytes = cg.peaks()
+				v.PeakMemoryBytes, v.PeakMemorySwapBytes, v.PeakSwapBytes = cg.peaks()
 				return nil
 			}})
 	}
@@ -403,36 +405,51 @@ func readOversubStats(path string, size int64, v *oversubVariant) error {
 	return nil
 }
 
-// oversubCgroup is the cgroup variant's setup: a memory cgroup (v1)
-// limited to the budget, and a zram swap device. teardown undoes what
-// was done, in reverse.
+// oversubCgroup is the cgroup variant's setup: a memory cgroup (v1, or
+// v2 where the memory controller is on the unified hierarchy, as on most
+// machines now) limited to the budget, and a zram swap device. teardown
+// undoes what was done, in reverse.
 type oversubCgroup struct {
 	dir       string // the cgroup
+	v2        bool   // on the unified hierarchy: memory.max, memory.swap.max, memory.peak
 	limit     int64
-	memsw     bool // the controller accounts swap (memory.memsw.*)
+	memsw     bool // swap is accounted: v1 memory.memsw.*, v2 memory.swap.*
 	zram      int  // the zram device's number
 	hotAdded  bool // zram device added by us: removed again
 	swapDev   string
 	algorithm string
 	diskSize  int64
 	undo      []func() error // in the order done
+	// v2: memory.peak and memory.swap.peak kept open from resetPeaks to
+	// peaks, since a write resets the peak only as that open file reads
+	// it (Linux 6.12 and later; before, the write fails and the peak is
+	// the cgroup's since it was made).
+	peakFiles [2]*os.File
 }
 
 func (c *oversubCgroup) procs() string { return filepath.Join(c.dir, "cgroup.procs") }
 
 func (c *oversubCgroup) describe() string {
-	memsw := "swap not accounted"
-	if c.memsw {
-		memsw = fmt.Sprintf("memory+swap limit %s", uvm.FormatSize(c.limit+c.diskSize))
+	swap := "swap not accounted"
+	switch {
+	case c.memsw && c.v2:
+		swap = fmt.Sprintf("swap limit %s", uvm.FormatSize(c.diskSize))
+	case c.memsw:
+		swap = fmt.Sprintf("memory+swap limit %s", uvm.FormatSize(c.limit+c.diskSize))
+	}
+	version := "v1"
+	if c.v2 {
+		version = "v2"
 	}
 	// Swap readahead (pages read per swap-in: 2^page-cluster) changes
 	// what a swap-in costs; the benchmark leaves it as the machine has it.
 	cluster, _ := os.ReadFile("/proc/sys/vm/page-cluster")
-	return fmt.Sprintf("memory cgroup v1 %s, limit %s, %s; swap on zram%d (%s, %s), vm.page-cluster %s", c.dir, uvm.FormatSize(c.limit), memsw, c.zram, c.algorithm,
+	return fmt.Sprintf("memory cgroup %s %s, limit %s, %s; swap on zram%d (%s, %s), vm.page-cluster %s", version, c.dir, uvm.FormatSize(c.limit), swap, c.zram, c.algorithm,
 		uvm.FormatSize(c.diskSize), strings.TrimSpace(string(cluster)))
 }
 
 func (c *oversubCgroup) teardown() error {
+	c.closePeakFiles()
 	var errs []error
 	for i := len(c.undo) - 1; i >= 0; i-- {
 		if err := c.undo[i](); err != nil {
@@ -443,24 +460,91 @@ func (c *oversubCgroup) teardown() error {
 	return errors.Join(errs...)
 }
 
-func (c *oversubCgroup) resetPeaks() {
-	os.WriteFile(filepath.Join(c.dir, "memory.max_usage_in_bytes"), []byte("0"), 0)
-	if c.memsw {
-		os.WriteFile(filepath.Join(c.dir, "memory.memsw.max_usage_in_bytes"), []byte("0"), 0)
+func (c *oversubCgroup) closePeakFiles() {
+	for i, f := range c.peakFiles {
+		if f != nil {
+			f.Close()
+			c.peakFiles[i] = nil
+		}
 	}
 }
 
-func (c *oversubCgroup) peaks() (mem, memsw int64) {
-	read := func(name string) int64 {
-		b, _ := os.ReadFile(filepath.Join(c.dir, name))
+// resetPeaks starts the peaks that peaks then reads afresh.
+func (c *oversubCgroup) resetPeaks() {
+	if !c.v2 {
+		os.WriteFile(filepath.Join(c.dir, "memory.max_usage_in_bytes"), []byte("0"), 0)
+		if c.memsw {
+			os.WriteFile(filepath.Join(c.dir, "memory.memsw.max_usage_in_bytes"), []byte("0"), 0)
+		}
+		return
+	}
+	c.closePeakFiles()
+	for i, name := range []string{"memory.peak", "memory.swap.peak"} {
+		f, err := os.OpenFile(filepath.Join(c.dir, name), os.O_RDWR, 0)
+		if err != nil {
+			continue // a kernel before 5.19 (memory.peak) or 6.5 (memory.swap.peak)
+		}
+		f.WriteString("reset\n")
+		c.peakFiles[i] = f
+	}
+}
+
+// peaks reads the peaks since resetPeaks: of memory, and on v1 of memory
+// plus swap (memsw), on v2 of swap alone.
+func (c *oversubCgroup) peaks() (mem, memsw, swap int64) {
+	parse := func(b []byte) int64 {
 		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return n
+	}
+	if c.v2 {
+		read := func(f *os.File) int64 {
+			if f == nil {
+				return 0
+			}
+			b := make([]byte, 32)
+			n, _ := f.ReadAt(b, 0)
+			return parse(b[:n])
+		}
+		return read(c.peakFiles[0]), 0, read(c.peakFiles[1])
+	}
+	read := func(name string) int64 {
+		b, _ := os.ReadFile(filepath.Join(c.dir, name))
+		return parse(b)
 	}
 	mem = read("memory.max_usage_in_bytes")
 	if c.memsw {
 		memsw = read("memory.memsw.max_usage_in_bytes")
 	}
-	return mem, memsw
+	return mem, memsw, 0
+}
+
+// oomKills is how many processes the cgroup's OOM killer has killed.
+func (c *oversubCgroup) oomKills() int64 {
+	name := "memory.oom_control"
+	if c.v2 {
+		name = "memory.events"
+	}
+	b, _ := os.ReadFile(filepath.Join(c.dir, name))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cgroupPeaks says a cgroup variant's peaks, "" where none was read.
+func cgroupPeaks(mem, memsw, swap int64) string {
+	switch {
+	case memsw > 0:
+		return fmt.Sprintf("peak memory %s, memory+swap %s", humanSize(uint64(mem)), humanSize(uint64(memsw)))
+	case swap > 0:
+		return fmt.Sprintf("peak memory %s, swap %s", humanSize(uint64(mem)), humanSize(uint64(swap)))
+	case mem > 0:
+		return fmt.Sprintf("peak memory %s", humanSize(uint64(mem)))
+	}
+	return ""
 }
 
 func writeSys(path, value string) error {
@@ -487,11 +571,13 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 		return nil, fmt.Sprintf(format, a...)
 	}
 
-	// The memory controller, on a v1 hierarchy: mounted, or mounted here.
-	mount, err := memoryCgroupV1()
+	// The memory controller: on a mounted v1 hierarchy, on the unified
+	// (v2) one, or on a v1 hierarchy mounted here.
+	mount, v2, err := memoryCgroupMount()
 	if err != nil {
 		return fail("%v", err)
 	}
+	c.v2 = v2
 	if mount == "" {
 		dir, err := os.MkdirTemp("", "uvm-bench-memcg-")
 		if err != nil {
@@ -499,7 +585,7 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 		}
 		if err := syscall.Mount("cgroup", dir, "cgroup", 0, "memory"); err != nil {
 			os.Remove(dir)
-			return fail("no memory cgroup v1 mounted, and mounting one at %s failed: %v (is the memory controller on cgroup v2?)", dir, err)
+			return fail("the memory controller is on no mounted hierarchy, and mounting a v1 one at %s failed: %v", dir, err)
 		}
 		mount = dir
 		c.undo = append(c.undo, func() error {
@@ -508,6 +594,21 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 			}
 			return os.Remove(dir)
 		})
+	}
+	if v2 {
+		// A v2 cgroup has the memory controller only where its parent
+		// hands it down.
+		control := filepath.Join(mount, "cgroup.subtree_control")
+		b, err := os.ReadFile(control)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if !slices.Contains(strings.Fields(string(b)), "memory") {
+			if err := writeSys(control, "+memory"); err != nil {
+				return fail("%v", err)
+			}
+			c.undo = append(c.undo, func() error { return writeSys(control, "-memory") })
+		}
 	}
 
 	// A zram device of our own: hot-added, else zram0 if unused.
@@ -578,6 +679,20 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 	}
 	cgDir := c.dir
 	c.undo = append(c.undo, func() error { return removeCgroup(cgDir) })
+	if c.v2 {
+		if err := writeSys(filepath.Join(c.dir, "memory.max"), strconv.FormatInt(budget, 10)); err != nil {
+			return fail("%v", err)
+		}
+		// Swap: room for the whole array (memory.swap.max exists where
+		// the kernel accounts swap).
+		if _, err := os.Stat(filepath.Join(c.dir, "memory.swap.max")); err == nil {
+			c.memsw = true
+			if err := writeSys(filepath.Join(c.dir, "memory.swap.max"), strconv.FormatInt(c.diskSize, 10)); err != nil {
+				return fail("%v", err)
+			}
+		}
+		return c, ""
+	}
 	if err := writeSys(filepath.Join(c.dir, "memory.limit_in_bytes"), strconv.FormatInt(budget, 10)); err != nil {
 		return fail("%v", err)
 	}
@@ -592,37 +707,52 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 	return c, ""
 }
 
-// memoryCgroupV1 finds where the memory controller's v1 hierarchy is
-// mounted: "" if nowhere (but it is enabled and free to mount).
-func memoryCgroupV1() (string, error) {
+// memoryCgroupMount finds where a cgroup with the memory controller can
+// be made: the mount of a v1 hierarchy that has it; else the unified (v2)
+// hierarchy's mount, where the controller is on it (v2 true); else "" if
+// the controller is enabled but on no mounted hierarchy, free to mount.
+func memoryCgroupMount() (mount string, v2 bool, err error) {
 	mounts, err := os.ReadFile("/proc/mounts")
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
+	unified := ""
 	for _, line := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 4 && f[2] == "cgroup" {
-			for _, opt := range strings.Split(f[3], ",") {
-				if opt == "memory" {
-					return f[1], nil
-				}
+		if len(f) < 4 {
+			continue
+		}
+		switch f[2] {
+		case "cgroup":
+			if slices.Contains(strings.Split(f[3], ","), "memory") {
+				return f[1], false, nil
 			}
+		case "cgroup2":
+			if unified == "" {
+				unified = f[1]
+			}
+		}
+	}
+	if unified != "" {
+		b, err := os.ReadFile(filepath.Join(unified, "cgroup.controllers"))
+		if err == nil && slices.Contains(strings.Fields(string(b)), "memory") {
+			return unified, true, nil
 		}
 	}
 	cgroups, err := os.ReadFile("/proc/cgroups")
 	if err != nil {
-		return "", fmt.Errorf("no cgroups here: %v", err)
+		return "", false, fmt.Errorf("no cgroups here: %v", err)
 	}
 	for _, line := range strings.Split(string(cgroups), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 4 && f[0] == "memory" {
 			if f[3] != "1" {
-				return "", fmt.Errorf("the memory cgroup controller is disabled (/proc/cgroups)")
+				return "", false, fmt.Errorf("the memory cgroup controller is disabled (/proc/cgroups)")
 			}
-			return "", nil
+			return "", false, nil
 		}
 	}
-	return "", fmt.Errorf("the kernel has no memory cgroup controller (/proc/cgroups)")
+	return "", false, fmt.Errorf("the kernel has no memory cgroup controller (/proc/cgroups)")
 }
 
 type zramDevice struct{ path, tmp string }
@@ -734,8 +864,8 @@ func printOversubReport(r oversubReport) {
 	if r.Cgroup != nil {
 		row("memory cgroup of "+uvm.FormatSize(r.BudgetBytes)+", zram swap", r.Cgroup)
 		fmt.Printf("    %s\n", r.CgroupSetup)
-		if r.Cgroup.PeakMemorySwapBytes > 0 {
-			fmt.Printf("    peak memory %s, memory+swap %s\n", humanSize(uint64(r.Cgroup.PeakMemoryBytes)), humanSize(uint64(r.Cgroup.PeakMemorySwapBytes)))
+		if peaks := cgroupPeaks(r.Cgroup.PeakMemoryBytes, r.Cgroup.PeakMemorySwapBytes, r.Cgroup.PeakSwapBytes); peaks != "" {
+			fmt.Printf("    %s\n", peaks)
 		}
 	} else {
 		fmt.Printf("  memory cgroup variant skipped: %s\n", r.CgroupSkipped)

@@ -103,9 +103,12 @@ func TestBenchOversub(t *testing.T) {
 		if rep.Cgroup.PeakMemorySwapBytes > 0 {
 			assert.Greater(t, rep.Cgroup.PeakMemorySwapBytes, int64(2<<20), "the rest went to swap")
 		}
+		if rep.Cgroup.PeakSwapBytes > 0 { // cgroup v2
+			assert.Greater(t, rep.Cgroup.PeakSwapBytes, int64(2<<20), "the rest went to swap")
+		}
 		require.NotNil(t, rep.ManagedToCgroup)
 		require.NotNil(t, rep.GoalCgroupMet)
-		mount, err := memoryCgroupV1()
+		mount, _, err := memoryCgroupMount()
 		require.NoError(t, err)
 		if mount != "" {
 			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")

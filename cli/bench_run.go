@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -94,9 +93,11 @@ type runBenchVariant struct {
 	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
 	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
 	Faults            uint64 `json:"faults,omitempty"`
-	// Cgroup: the peaks of memory and memory plus swap of the last run.
+	// Cgroup: the peaks of the last run of memory, and of memory plus
+	// swap (v1) or swap (v2).
 	PeakMemoryBytes     int64 `json:"peak_memory_bytes,omitempty"`
 	PeakMemorySwapBytes int64 `json:"peak_memory_swap_bytes,omitempty"`
+	PeakSwapBytes       int64 `json:"peak_swap_bytes,omitempty"`
 }
 
 func (v *runBenchVariant) ok() bool { return v.Failed == "" && len(v.Runs) > 0 }
@@ -120,7 +121,7 @@ func benchRun(args []string) error {
 	fs := newFlagSet("bench run", "[--json] [--programs LIST] [--budget-fraction F] [--eviction LIST] [--runs N] [--size NAME=SIZE,...] [--timeout D] [--no-cgroup] [--uvm PATH] [--trace DIR]",
 		"Run the real programs of cli/workloads ("+strings.Join(workloads.Names(), ", ")+") three ways, alternating, after a warm-up run of each way: "+
 			"plain; under `uvm run --host-budget B`, where B is --budget-fraction of the plain run's peak RSS (the program's own, measured through a small C wrapper built at run time with $CC, cc or gcc; rounded up to a MiB, at least 4 MiB), once per eviction policy of --eviction; "+
-			"and plain in a memory cgroup (v1) limited to B with zram swap, set up and torn down as `uvm bench oversub` does (root). Every run's output is checked against the plain run's. "+
+			"and plain in a memory cgroup (v1 or v2) limited to B with zram swap, set up and torn down as `uvm bench oversub` does (root). Every run's output is checked against the plain run's. "+
 			"Reports the median wall times, their ratios to plain (goal: at most 3) and to the cgroup (goal: below 1), and the bytes moved each way")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	programs := fs.String("programs", "all", "the programs to run, a comma list of "+strings.Join(workloads.Names(), ", "))
@@ -357,9 +358,9 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 		variants = append(variants, runBenchVariantSpec{v: v,
 			run: func(ctx context.Context, dir string) (*workloads.Run, error) {
 				cg.resetPeaks()
-				kills := oomKills(cg.dir)
+				kills := cg.oomKills()
 				r, err := w.RunWrapped(ctx, dir, prefix)
-				if n := oomKills(cg.dir); err == nil && n > kills {
+				if n := cg.oomKills(); err == nil && n > kills {
 					// Reported as such: not a failure of the program.
 					if r.Signal != "" {
 						err = fmt.Errorf("killed by the cgroup's OOM killer (%s) after %.1fs: the kernel gave up reclaiming", r.Signal, r.Wall.Seconds())
@@ -370,7 +371,7 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 				}
 				return r, err
 			},
-			after: func(*workloads.Run) { v.PeakMemoryBytes, v.PeakMemorySwapBytes = cg.peaks() }})
+			after: func(*workloads.Run) { v.PeakMemoryBytes, v.PeakMemorySwapBytes, v.PeakSwapBytes = cg.peaks() }})
 	}
 
 	// Round 0 warms every variant up (plain's was its warm-up run);
@@ -522,8 +523,8 @@ func printRunBenchReport(out io.Writer, r runBenchReport) {
 				ratio = fmt.Sprintf("%6.2fx plain", p.CgroupToPlain)
 			}
 			row(p.Cgroup, ratio)
-			if p.Cgroup.PeakMemorySwapBytes > 0 {
-				fmt.Fprintf(out, "  %-28s peak memory %s, memory+swap %s\n", "", humanSize(uint64(p.Cgroup.PeakMemoryBytes)), humanSize(uint64(p.Cgroup.PeakMemorySwapBytes)))
+			if peaks := cgroupPeaks(p.Cgroup.PeakMemoryBytes, p.Cgroup.PeakMemorySwapBytes, p.Cgroup.PeakSwapBytes); peaks != "" {
+				fmt.Fprintf(out, "  %-28s %s\n", "", peaks)
 			}
 		} else if p.CgroupSkipped != "" && r.CgroupSkipped == "" {
 			fmt.Fprintf(out, "  cgroup variant skipped: %s\n", p.CgroupSkipped)
@@ -532,17 +533,6 @@ func printRunBenchReport(out io.Writer, r runBenchReport) {
 }
 
 // oomKills is the cgroup's count of OOM kills (memory.oom_control).
-func oomKills(dir string) int64 {
-	b, _ := os.ReadFile(filepath.Join(dir, "memory.oom_control"))
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line

@@ -98,7 +98,7 @@ func TestBenchRun(t *testing.T) {
 		assert.Empty(t, p.Cgroup.Failed)
 		assert.Len(t, p.Cgroup.Runs, 1)
 		assert.Contains(t, p.GoalCgroupMet, "lru")
-		mount, err := memoryCgroupV1()
+		mount, _, err := memoryCgroupMount()
 		require.NoError(t, err)
 		if mount != "" {
 			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
