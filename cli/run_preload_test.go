@@ -92,6 +92,58 @@ int main(void)
 }
 `
 
+// forkAfterSmallMallocs fills 2,000 small allocations (jemalloc's, in
+// managed memory, where the library has jemalloc), forks, and has the
+// child check every byte and allocate more before the parent checks its
+// exit.
+const forkAfterSmallMallocs = `#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#define N 2000
+static int check(char **p)
+{
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < 32 + i % 200; j++)
+			if (p[i][j] != (char)(i + j))
+				return 1;
+	return 0;
+}
+int main(void)
+{
+	char *p[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = malloc(32 + i % 200);
+		if (!p[i])
+			return 1;
+		for (int j = 0; j < 32 + i % 200; j++)
+			p[i][j] = (char)(i + j);
+	}
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		return 2;
+	if (pid == 0) {
+		char *more = malloc(100);
+		if (!more || check(p))
+			_exit(3);
+		printf("child ok\n");
+		fflush(stdout);
+		_exit(0);
+	}
+	int status;
+	if (waitpid(pid, &status, 0) != pid)
+		return 4;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		printf("child ended with status %#x\n", status);
+		return 5;
+	}
+	printf("parent %s\n", check(p) ? "bad" : "ok");
+	return 0;
+}
+`
+
 // TestRunBuildsPreloadOnFirstUse: a lone uvm builds the library into
 // $XDG_CACHE_HOME/softuvm on its first run, and the program's large
 // allocation is managed memory through it; the second run reuses it.
@@ -150,6 +202,16 @@ func TestRunBuildsPreloadOnFirstUse(t *testing.T) {
 	again, err := filepath.Glob(filepath.Join(cache, "softuvm", "*"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{filepath.Dir(lib)}, again, "nothing else in the cache")
+
+	// A program that forks, under the library built here: its child
+	// has its copy of the heap before jemalloc's fork handler touches it.
+	forker := filepath.Join(dir, "forker")
+	require.NoError(t, os.WriteFile(forker+".c", []byte(forkAfterSmallMallocs), 0o644))
+	out, err = exec.Command(cc, "-O0", "-o", forker, forker+".c").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	forked := runLone(t, env, uvmBin, "run", "--quiet", "--", forker)
+	assert.Equal(t, 0, forked.code, "stdout:\n%sstderr:\n%s", forked.stdout, forked.stderr)
+	assert.Equal(t, "child ok\nparent ok\n", forked.stdout)
 }
 
 // TestRunWithoutCompiler: a lone uvm with no C compiler, or with one that

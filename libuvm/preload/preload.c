@@ -1259,7 +1259,7 @@ static void adopt_statics(void)
 	}
 }
 
-__attribute__((constructor)) static void preload_init(void)
+UVM_PRELOAD_CONSTRUCTOR static void preload_init(void)
 {
 	pthread_atfork(before_fork, parent_after_fork, child_after_fork);
 	je_load();

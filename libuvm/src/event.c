@@ -337,4 +337,4 @@ static void atfork_child(void)
 	}
 }
 
-__attribute__((constructor)) static void install_event_fork_handler(void) { pthread_atfork(NULL, NULL, atfork_child); }
+UVM_CORE_CONSTRUCTOR static void install_event_fork_handler(void) { pthread_atfork(NULL, NULL, atfork_child); }

@@ -30,6 +30,19 @@
 
 #define UVM_HIDDEN __attribute__((visibility("hidden")))
 
+/* The library's own constructors run before the preload library's, by
+ * priority, not by the order the objects happen to be linked in. Above
+ * all for fork: the preload library's constructor loads jemalloc, whose
+ * arenas live in managed memory, and managed memory is MADV_DONTFORK, so
+ * a child has it only once session.c's child handler has mapped the
+ * child's copy back. Child handlers run in the order they were
+ * registered, so session.c must register before jemalloc does. (The
+ * preload library built by `uvm run` linked preload.o first, and every
+ * program under it that forked, bash among them, crashed in jemalloc's
+ * child handler.) Priorities up to 100 are the C library's. */
+#define UVM_CORE_CONSTRUCTOR __attribute__((constructor(200)))
+#define UVM_PRELOAD_CONSTRUCTOR __attribute__((constructor(300)))
+
 /* Every constant shared with the Go side (the wire protocol's codes, the
  * layout of memory) is generated from its Go definition. */
 #include "wire_gen.h"

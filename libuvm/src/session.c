@@ -972,4 +972,4 @@ static void atfork_child(void)
 
 /* The handlers are installed when the library is loaded, before any
  * thread of the program could fork with a session half made. */
-__attribute__((constructor)) static void install_fork_handlers(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+UVM_CORE_CONSTRUCTOR static void install_fork_handlers(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }

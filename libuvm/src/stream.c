@@ -102,7 +102,7 @@ static void queue_init(struct queue *q, int device, uint32_t id, bool is_default
 	q->is_default = is_default;
 }
 
-__attribute__((constructor)) static void init_default_queues(void)
+UVM_CORE_CONSTRUCTOR static void init_default_queues(void)
 {
 	for (int i = 0; i < UVM_MAX_DEVICES; i++)
 		queue_init(&defaults[i], i, 0, true);
@@ -850,7 +850,7 @@ static void atfork_child(void)
 	workers = 0;
 }
 
-__attribute__((constructor)) static void install_stream_fork_handler(void) { pthread_atfork(NULL, NULL, atfork_child); }
+UVM_CORE_CONSTRUCTOR static void install_stream_fork_handler(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
 /* uvm__stream_ids names stream's device and its id on the wire (0: the
  * default stream), for uvmStreamAttachMemAsync. */
