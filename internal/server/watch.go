@@ -1,9 +1,11 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
@@ -284,7 +286,12 @@ func sampleRuns(start uintptr, sample core.PageMask, out []uffd.PageRun) []uffd.
 }
 
 // warnWatchOnce logs, once per session, why its use cannot be watched.
+// A process that has exited (ESRCH: a client's forked child, a program
+// ending) has no use left to watch, and is not worth a line.
 func (s *Server) warnWatchOnce(sess *session, p core.Device, err error) {
+	if errors.Is(err, syscall.ESRCH) {
+		return
+	}
 	if sess.watchWarned.CompareAndSwap(false, true) {
 		who := "the client's"
 		if p != core.CPU {

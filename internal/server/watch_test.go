@@ -1,10 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"log"
 	"os"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -213,4 +216,20 @@ func TestHintFaultInSampledBlockMapsWhatTheViewLacks(t *testing.T) {
 			t.Fatalf("byte %#x is %d after the hint fault, want %d", off, h.mem[off], watchTestByte(off))
 		}
 	}
+}
+
+// A session whose process has exited says nothing of its watch: the
+// error of a watch on a gone process (a forked child that exited) is
+// ESRCH, and the one warning a session gets is kept for a real cause.
+func TestWarnWatchOnceQuietForAGoneProcess(t *testing.T) {
+	var out strings.Builder
+	srv := &Server{logger: log.New(&out, "", 0), eviction: policy.NewLRU()}
+	sess := &session{srv: srv, pid: 12345}
+	gone := fmt.Errorf("PAGEMAP_SCAN of %#x-%#x: %w", 0x600000000000, 0x600000200000, syscall.ESRCH)
+	srv.warnWatchOnce(sess, core.CPU, gone)
+	assert.Empty(t, out.String(), "a gone process is not warned of")
+	srv.warnWatchOnce(sess, core.CPU, fmt.Errorf("process_madvise(MADV_PAGEOUT): %w", syscall.EPERM))
+	assert.Equal(t, "pid 12345: eviction lru cannot watch the client's use of its memory (blocks go in arrival order): process_madvise(MADV_PAGEOUT): operation not permitted\n", out.String())
+	srv.warnWatchOnce(sess, core.CPU, fmt.Errorf("again: %w", syscall.EINVAL))
+	assert.Equal(t, 1, strings.Count(out.String(), "\n"), "once per session")
 }
