@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -133,6 +134,12 @@ func runRun(args []string) error {
 		fmt.Fprintf(os.Stderr, "uvm run: %s: %s\n", argv[0], what)
 		return exitStatus(status)
 	}
+	if staticallyLinked(path) {
+		// Not refused: the program still runs, as it would without uvm
+		// run, but a silent summary of nothing would mislead.
+		fmt.Fprintf(os.Stderr, "uvm run: warning: %s is statically linked (no ELF interpreter), so %s cannot be loaded into it: it runs, but none of its memory is managed or measured\n",
+			path, preloadName)
+	}
 	lib, err := findPreload(*preload)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "uvm run: %v\n", err)
@@ -264,6 +271,28 @@ func serverStats(proc *server.ServerProcess) (uvm.Stats, uint64, error) {
 // library built from the sources in this binary (package libuvm) in the
 // user's cache directory, building it there on first use. A flag or
 // variable that names a missing file is an error, not a reason to build.
+// staticallyLinked says whether path is an ELF executable with no
+// interpreter (PT_INTERP): the dynamic loader never runs for it, so
+// LD_PRELOAD means nothing there (a static C program, most Go programs).
+// A script or anything that is not ELF is not: its interpreter is what
+// runs.
+func staticallyLinked(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return false
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
 func findPreload(flagPath string) (string, error) {
 	check := func(p, from string) (string, error) {
 		abs, err := filepath.Abs(p)

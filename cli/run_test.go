@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -129,4 +130,36 @@ func TestRunReportAndSummary(t *testing.T) {
 	assert.Contains(t, b.String(), "uvm run: prog was killed by SIGKILL (status 137)")
 	assert.Contains(t, b.String(), "faults               none")
 	assert.Contains(t, b.String(), "fault service        no faults")
+}
+
+// staticallyLinked tells a program LD_PRELOAD cannot reach (no ELF
+// interpreter) from one it can, and from a script.
+func TestStaticallyLinked(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	assert.False(t, staticallyLinked(script), "a script: its interpreter runs")
+	assert.False(t, staticallyLinked(filepath.Join(dir, "missing")), "nothing there")
+	sh, err := exec.LookPath("sh")
+	require.NoError(t, err)
+	assert.False(t, staticallyLinked(sh), "%s is dynamically linked", sh)
+
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build a static program")
+	}
+	src := filepath.Join(dir, "p.c")
+	require.NoError(t, os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644))
+	dynamic := filepath.Join(dir, "dynamic")
+	out, err := exec.Command(cc, "-o", dynamic, src).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.False(t, staticallyLinked(dynamic))
+	for _, flag := range []string{"-static", "-static-pie"} {
+		static := filepath.Join(dir, "static"+flag)
+		if out, err := exec.Command(cc, flag, "-o", static, src).CombinedOutput(); err != nil {
+			t.Logf("cc %s: %v: %s (no static C library here?)", flag, err, out)
+			continue
+		}
+		assert.True(t, staticallyLinked(static), "cc %s", flag)
+	}
 }
