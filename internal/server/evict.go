@@ -283,6 +283,17 @@ func (s *Server) roomiestDevice(n int64) (core.Device, bool) {
 	return best, room > 0
 }
 
+// devicesFull reports whether no device has room for a block (on an arena
+// smaller than two blocks, for half of it) without evicting anything.
+func (s *Server) devicesFull() bool {
+	for _, a := range s.arenas {
+		if a.FreeBytes() >= min(core.BlockSize, a.Capacity()/2) {
+			return false
+		}
+	}
+	return true
+}
+
 // overBudget moves host pages to devices while the host holds more than
 // the host budget. It runs after pages arrived on the host, those of
 // keep, which stay.
@@ -294,6 +305,16 @@ func (o *mover) overBudget(keep core.PageMask) {
 	}
 	moved, _ := o.evict(core.CPU, want) // the budget is soft: busy blocks go next time
 	if moved >= want {
+		return
+	}
+	if srv.devicesFull() {
+		// The victims had nowhere to go: the budget waits until a
+		// block's worth of room appears. The block's own pages would
+		// fit in the few pages that a move back to the host just freed,
+		// but they are the pages the program is using: taking them, a
+		// page each fault, made a program larger than the budget and
+		// the arenas together fault on nearly every write
+		// (TestHostBudgetBeyondTheArena).
 		return
 	}
 	// No other block can give more: the budget is below what this block
