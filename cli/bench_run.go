@@ -532,7 +532,6 @@ func printRunBenchReport(out io.Writer, r runBenchReport) {
 	}
 }
 
-// oomKills is the cgroup's count of OOM kills (memory.oom_control).
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line

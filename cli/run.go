@@ -266,11 +266,6 @@ func serverStats(proc *server.ServerProcess) (uvm.Stats, uint64, error) {
 	return st, in.Restart.Restarts, err
 }
 
-// findPreload finds libuvm-preload.so: the flag, $UVM_PRELOAD, next to
-// this executable, or in ../lib from it (an installed prefix); else the
-// library built from the sources in this binary (package libuvm) in the
-// user's cache directory, building it there on first use. A flag or
-// variable that names a missing file is an error, not a reason to build.
 // staticallyLinked says whether path is an ELF executable with no
 // interpreter (PT_INTERP): the dynamic loader never runs for it, so
 // LD_PRELOAD means nothing there (a static C program, most Go programs).
@@ -293,6 +288,11 @@ func staticallyLinked(path string) bool {
 	return true
 }
 
+// findPreload finds libuvm-preload.so: the flag, $UVM_PRELOAD, next to
+// this executable, or in ../lib from it (an installed prefix); else the
+// library built from the sources in this binary (package libuvm) in the
+// user's cache directory, building it there on first use. A flag or
+// variable that names a missing file is an error, not a reason to build.
 func findPreload(flagPath string) (string, error) {
 	check := func(p, from string) (string, error) {
 		abs, err := filepath.Abs(p)
