@@ -32,7 +32,7 @@ func init() {
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
 		{"bench", "faults|launch|oversub|run [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run)", runBench},
 		{"trace", "record|export|plot|summary|replay [flags]", "record every fault and migration of a program (or of a server's clients) to a file; export it for Perfetto or as CSV, draw it, sum it up, or replay other policies over it", runTrace},
-		{"lab", "grade ASSIGNMENT FILE.go | score ...", "grade a course assignment's policy (lab/course): replayed on the shipped traces against its baseline and oracle, and run live; or score every policy over traces", runLab},
+		{"lab", "grade ASSIGNMENT FILE.go | score ... | bound ... -- PROGRAM", "grade a course assignment's policy (lab/course): replayed on the shipped traces against its baseline and oracle, and run live; score every policy over traces; or bound what any eviction can do on a program's every reference (valgrind)", runLab},
 		{"help", "[COMMAND]", "show help", nil},
 	}
 }

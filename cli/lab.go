@@ -12,7 +12,7 @@ import (
 	"github.com/softuvm/softuvm/lab/course"
 )
 
-const labUsage = `Usage: uvm lab grade|score [flags]
+const labUsage = `Usage: uvm lab grade|score|bound [flags]
 
   grade ASSIGNMENT FILE.go [--traces DIR] [--src DIR] [--no-live] [--json]
                  grade a course assignment (lab/course): build FILE.go, which
@@ -24,6 +24,10 @@ const labUsage = `Usage: uvm lab grade|score [flags]
   score [flags] TRACE...
                  replay every registered policy of each kind on each trace,
                  scored against the oracles (uvm lab score -h)
+  bound [flags] -- PROGRAM [ARGS...]
+                 run a program under valgrind and count the faults its
+                 heap would take at each budget with LRU and with Belady's
+                 MIN, on every reference it made (uvm lab bound -h)
 
 The course kit's guide is lab/course/README.md.`
 
@@ -40,8 +44,10 @@ func runLab(args []string) error {
 		return runLabGrade(args[1:])
 	case "score":
 		return runLabScore(args[1:])
+	case "bound":
+		return runLabBound(args[1:])
 	}
-	fmt.Fprintf(os.Stderr, "uvm lab: unknown subcommand %q: want grade or score\n", args[0])
+	fmt.Fprintf(os.Stderr, "uvm lab: unknown subcommand %q: want grade, score or bound\n", args[0])
 	return errUsage
 }
 

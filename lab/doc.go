@@ -22,4 +22,10 @@
 // The oracles are "opt" (eviction: Belady's MIN) and "oracle" (prefetch:
 // exactly the pages of the block needed soon). The course kit (lab/course)
 // builds on this package.
+//
+// RefStream (bound.go) is the other view: a program's every data
+// reference, read from valgrind's lackey tool, on which LRU's and MIN's
+// misses are counted per page or granule at any capacity (uvm lab bound):
+// the bound of eviction on all a program touched, not only on what a
+// trace holds.
 package lab

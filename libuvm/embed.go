@@ -136,12 +136,18 @@ func Preload(opt Options) (string, error) {
 // executable bin with the C compiler Preload uses. With no C compiler
 // the error wraps ErrNoCompiler; a failed command is a *BuildError with
 // the compiler's output.
-func BuildProgram(bin, src string) error {
+func BuildProgram(bin, src string) error { return buildOne(bin, src) }
+
+// BuildLibrary compiles the one C source file src (-O2 -fPIC) into the
+// shared library lib, for LD_PRELOAD, as BuildProgram builds programs.
+func BuildLibrary(lib, src string) error { return buildOne(lib, src, "-shared", "-fPIC") }
+
+func buildOne(out, src string, flags ...string) error {
 	cc, err := compiler()
 	if err != nil {
 		return err
 	}
-	args := append(cc[1:len(cc):len(cc)], "-O2", "-o", bin, src)
+	args := append(append(cc[1:len(cc):len(cc)], flags...), "-O2", "-o", out, src)
 	if out, err := exec.Command(cc[0], args...).CombinedOutput(); err != nil {
 		return &BuildError{Command: strings.Join(append(cc[:1:1], args...), " "), Err: err, Output: string(out)}
 	}
