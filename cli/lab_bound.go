@@ -187,20 +187,19 @@ func measureBound(argv []string, o boundOptions) (*BoundReport, error) {
 		return nil, err
 	}
 	rep := BoundReport{Command: argv, Allocator: o.allocator, Loads: stream.Loads, Stores: stream.Stores, FaultCost: o.faultCost}
-	for i, gb := range o.granules {
-		g, err := stream.Granules(spans, gb)
-		if err != nil {
-			return nil, err
-		}
-		if i == 0 {
-			// The footprint in pages, whatever the first granule.
-			pages, err := stream.Granules(spans, lab.PageSize)
-			if err != nil {
+	pages, err := stream.Granules(spans, lab.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	rep.HeapBytes = pages.Footprint()
+	if rep.HeapBytes == 0 {
+		return nil, fmt.Errorf("%s made no reference to its heap that valgrind saw: nothing to bound", argv[0])
+	}
+	for _, gb := range o.granules {
+		g := pages
+		if gb != lab.PageSize {
+			if g, err = stream.Granules(spans, gb); err != nil {
 				return nil, err
-			}
-			rep.HeapBytes = pages.Footprint()
-			if rep.HeapBytes == 0 {
-				return nil, fmt.Errorf("%s made no reference to its heap that valgrind saw: nothing to bound", argv[0])
 			}
 		}
 		table := BoundTable{GranuleBytes: gb, References: g.References()}
