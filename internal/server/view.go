@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -171,6 +172,34 @@ func (sess *session) readDeviceReplies(v *view) {
 	sess.detach(v)
 }
 
+// staleViewWait bounds how long a device process's hello waits for the
+// view of its slot's exited process to go.
+const staleViewWait = 5 * time.Second
+
+// awaitExitedView lets the view of location l go first where its process
+// has exited. A client that restarts a device process (DeviceReset, then
+// a launch) reaps the old one before it starts the new, but the old view
+// leaves only when this server's reader of its connection has seen the
+// end and detached it; on a loaded machine the new process's hello came
+// first and was refused ("already has a process"). So: if the slot's
+// view belongs to a process that no longer exists, wait (up to wait) for
+// its connection's end, then for its detach. A view whose process lives
+// is left alone: the hello is refused, as it should be. Called without
+// sess.mu, which a detach's users may need.
+func (sess *session) awaitExitedView(l core.Device, wait time.Duration) {
+	old := sess.views[l.Slot()].Load()
+	if old == nil || !errors.Is(syscall.Kill(old.pid, 0), syscall.ESRCH) {
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-old.connDone:
+		sess.detach(old) // the reader's detach: this waits for it to finish
+	case <-timer.C:
+	}
+}
+
 func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error) {
 	srv := sess.srv
 	buf := make([]byte, wire.MaxMessageSize)
@@ -212,6 +241,8 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 	}
 	v := &view{sess: sess, loc: l, pid: int(dh.Pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{}),
 		minorOwn: sess.deviceMinor(l, u)}
+
+	sess.awaitExitedView(l, staleViewWait)
 
 	// The range table is frozen while the device maps it: an allocation
 	// meanwhile would be missed.
