@@ -120,13 +120,17 @@ func parseLackeyRef(text []byte) (addr, size uint64, err error) {
 // Span is a range of addresses [Start, End).
 type Span struct{ Start, End uint64 }
 
-// HeapSpans picks from a /proc/PID/maps text the mappings a program's
-// heap lives in: those writable, private and anonymous (no file, no
-// [name]: malloc's arenas and brk heap under valgrind, the program's
-// .bss, its threads' stacks), but the one holding stack (an address on
+// NotHeap picks from a /proc/PID/maps text, read at a program's exit,
+// the mappings that are not its heap: those of files (its executable and
+// libraries, their data segments, locale files), the kernel's ([stack],
+// [vdso], [vvar]) but [heap], and the one holding stack (an address on
 // the main thread's stack, whose mapping valgrind leaves unnamed).
-// These are what `uvm run` makes managed.
-func HeapSpans(maps []byte, stack uint64) ([]Span, error) {
+// Everything else the program referenced is heap: malloc's arenas and
+// brk heap, anonymous mmaps (CPython's arenas, threads' stacks), and
+// those it unmapped before its exit, which the maps no longer show. This
+// is what `uvm run` makes managed (but a data segment of at least
+// --min-size, which --statics makes managed and this counts as not heap).
+func NotHeap(maps []byte, stack uint64) ([]Span, error) {
 	var out []Span
 	for i, line := range bytes.Split(maps, []byte{'\n'}) {
 		fields := bytes.Fields(line)
@@ -136,27 +140,23 @@ func HeapSpans(maps []byte, stack uint64) ([]Span, error) {
 		if len(fields) < 5 {
 			return nil, fmt.Errorf("maps line %d %q: want ADDRESSES PERMS OFFSET DEV INODE [PATH]", i+1, line)
 		}
-		perms := fields[1]
-		if len(fields) > 5 || len(perms) < 4 || perms[1] != 'w' || perms[3] != 'p' {
-			continue
-		}
 		lo, hi, ok := bytes.Cut(fields[0], []byte{'-'})
 		start, err1 := strconv.ParseUint(string(lo), 16, 64)
 		end, err2 := strconv.ParseUint(string(hi), 16, 64)
 		if !ok || err1 != nil || err2 != nil || end <= start {
 			return nil, fmt.Errorf("maps line %d %q: bad address range", i+1, line)
 		}
-		if stack >= start && stack < end {
-			continue
+		named := len(fields) > 5 && string(fields[5]) != "[heap]"
+		if named || (stack >= start && stack < end) {
+			out = append(out, Span{start, end})
 		}
-		out = append(out, Span{start, end})
 	}
 	return out, nil
 }
 
-// Granules is the stream of one granule size over some spans: the
-// references to granules (GranuleBytes of aligned address space) of the
-// spans, collapsed as RefStream's pages are.
+// Granules is the stream of one granule size: the references to
+// granules (GranuleBytes of aligned address space) outside some spans,
+// collapsed as RefStream's pages are.
 type Granules struct {
 	GranuleBytes int64
 	seq          []uint32 // granule ids; storeBit: a store
@@ -167,10 +167,10 @@ type Granules struct {
 	lruFaults []int64
 }
 
-// Granules restricts the stream to the references inside spans (all of
-// them where spans is nil) and groups their pages into granules of
+// Granules restricts the stream to the references outside exclude (all
+// of them where exclude is nil) and groups their pages into granules of
 // granuleBytes, a power of two multiple of PageSize.
-func (r *RefStream) Granules(spans []Span, granuleBytes int64) (*Granules, error) {
+func (r *RefStream) Granules(exclude []Span, granuleBytes int64) (*Granules, error) {
 	if granuleBytes < PageSize || granuleBytes&(granuleBytes-1) != 0 {
 		return nil, fmt.Errorf("granule %d bytes: want a power of two of at least %d", granuleBytes, PageSize)
 	}
@@ -178,23 +178,20 @@ func (r *RefStream) Granules(spans []Span, granuleBytes int64) (*Granules, error
 	for PageSize<<shift < granuleBytes {
 		shift++
 	}
-	inSpans := func(page uint64) bool {
-		if spans == nil {
-			return true
-		}
+	excluded := func(page uint64) bool {
 		a := page * PageSize
-		for _, s := range spans {
+		for _, s := range exclude {
 			if a >= s.Start && a < s.End {
 				return true
 			}
 		}
 		return false
 	}
-	// granuleOf[id]: the granule id of page id, or -1 outside the spans.
+	// granuleOf[id]: the granule id of page id, or -1 where excluded.
 	granuleOf := make([]int32, len(r.pages))
 	ids := map[uint64]int32{}
 	for i, p := range r.pages {
-		if !inSpans(p) {
+		if excluded(p) {
 			granuleOf[i] = -1
 			continue
 		}

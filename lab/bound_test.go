@@ -167,13 +167,12 @@ func TestBoundLoop(t *testing.T) {
 
 func TestBoundGranulesAndSpans(t *testing.T) {
 	// Pages 0-15 are one 64 KiB granule, 16-31 another; page 40 lies
-	// outside the span given.
+	// in the span excluded.
 	refs := []int{0, 15, 16, 40, 1, 31, 40, 0}
 	r, err := ReadLackey(strings.NewReader(lackeyOf(refs, nil)))
 	require.NoError(t, err)
 	base := uint64(0x10000000)
-	spans := []Span{{base, base + 32*PageSize}}
-	g, err := r.Granules(spans, 16*PageSize)
+	g, err := r.Granules([]Span{{base + 40*PageSize, base + 41*PageSize}}, 16*PageSize)
 	require.NoError(t, err)
 	require.Equal(t, int64(2*16*PageSize), g.Footprint())
 	// Granules referenced: A A B A B A, collapsed: A B A B A.
@@ -203,18 +202,20 @@ func TestReadLackeyCrossingsAndErrors(t *testing.T) {
 	require.ErrorContains(t, err, "want ADDR,SIZE")
 }
 
-func TestHeapSpans(t *testing.T) {
+func TestNotHeap(t *testing.T) {
 	maps := `00400000-00401000 r-xp 00000000 fe:00 12 /usr/bin/prog
+00401000-00402000 rw-p 00001000 fe:00 12 /usr/bin/prog
 004ae000-004b6000 rw-p 00000000 00:00 0 
+01000000-01100000 rw-p 00000000 00:00 0                          [heap]
 05400000-06500000 rw-p 00000000 00:00 0 
 06500000-06600000 rw-s 00000000 00:01 9 /memfd:x (deleted)
-07000000-07100000 r--p 00000000 00:00 0 
 1ffefef000-1fff001000 rw-p 00000000 00:00 0 
 7ffffcd99000-7ffffcdba000 rw-p 00000000 00:00 0                          [stack]
 `
-	spans, err := HeapSpans([]byte(maps), 0x1fff000010)
+	spans, err := NotHeap([]byte(maps), 0x1fff000010)
 	require.NoError(t, err)
-	require.Equal(t, []Span{{0x4ae000, 0x4b6000}, {0x5400000, 0x6500000}}, spans)
-	_, err = HeapSpans([]byte("zz rw-p 0 0 0\n"), 0)
+	require.Equal(t, []Span{{0x400000, 0x401000}, {0x401000, 0x402000}, {0x6500000, 0x6600000}, {0x1ffefef000, 0x1fff001000}, {0x7ffffcd99000, 0x7ffffcdba000}}, spans,
+		"files, the kernel's mappings and the main stack; not anonymous memory nor [heap]")
+	_, err = NotHeap([]byte("zz rw-p 0 0 0\n"), 0)
 	require.ErrorContains(t, err, "bad address range")
 }
