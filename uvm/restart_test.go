@@ -181,6 +181,12 @@ func TestServerKilledUnderLoad(t *testing.T) {
 		// Service resumed: a pass begun before or after the kill ends,
 		// every byte right.
 		sw.nextPass(60 * time.Second)
+		// And the new server took over before the next kill: a pass that
+		// began before this kill may end before then, and a kill of a
+		// server still taking over is a kill of no server in service
+		// (the guard starts another; one takeover for two kills).
+		require.Eventually(t, func() bool { return len(pauses(sw.stderr.String())) == k+1 }, 60*time.Second, 10*time.Millisecond,
+			"kill %d: no takeover logged; stderr: %s", k+1, sw.stderr.String())
 	}
 	sw.finish()
 	ps := pauses(sw.stderr.String())
