@@ -87,7 +87,7 @@ type BoundRow struct {
 
 func runLabBound(args []string) error {
 	fs := newFlagSet("lab bound", "[--budget LIST] [--granule LIST] [--fault-cost D] [--allocator jemalloc|system] [--json] [--] PROGRAM [ARGS...]",
-		"Run PROGRAM once under valgrind's lackey tool, which reports every load and store it makes, and count the faults its heap would take at each host budget: with least-recently-used eviction, and with Belady's MIN, the eviction that knows the future (no policy takes fewer). This is the bound of eviction on the program's whole reference stream, where uvm lab score sees only what a trace recorded. The heap (what uvm run makes managed) is every page referenced outside the mappings of files, the kernel's and the main stack at the program's exit, so that memory it unmapped before (CPython's arenas) counts; the maps come from /proc/self/maps through a small library preloaded into the program (built at run time with $CC, cc or gcc). Valgrind slows a program 50-200 times: give it an input that runs a fraction of a second plain. The program's standard input is this command's, its standard output is discarded, its standard error passed through. Cold faults (the first reference to each granule) are counted apart: every policy takes them")
+		"Run PROGRAM once under valgrind's lackey tool, which reports every load and store it makes, and count the faults its heap would take at each host budget: with least-recently-used eviction, and with Belady's MIN, the eviction that knows the future (no policy takes fewer). This is the bound of eviction on the program's whole reference stream, where uvm lab score sees only what a trace recorded. The heap (what uvm run makes managed) is every page referenced outside the mappings of files, the kernel's and the main stack at the program's exit, so that memory it unmapped before (CPython's arenas) counts; the maps come from /proc/self/maps through a small library preloaded into the program (built at run time with $CC, cc or gcc). Every reference passes through valgrind and a pipe as a line of text, so a program runs thousands of times slower than plain (0.1 s plain took about 10 minutes on a 2-CPU VM): give it a small input. The program's standard input is this command's, its standard output is discarded, its standard error passed through. Cold faults (the first reference to each granule) are counted apart: every policy takes them")
 	budgets := fs.String("budget", "25%,50%,75%", "host budgets, a comma list of sizes (4MiB) or percentages of the heap's footprint (25%)")
 	granules := fs.String("granule", "4KiB,64KiB", "the units that move, a comma list of sizes (powers of two, at least 4KiB): a miss brings one granule")
 	faultCost := fs.Duration("fault-cost", 0, "the least one fault costs (uvm bench faults' p50, say): adds the least time MIN's faults take")
@@ -255,7 +255,7 @@ func lackeyRun(valgrind string, argv, preload []string, mapsFile string) (*lab.R
 					fmt.Fprintf(os.Stderr, "\r%-72s\r", "")
 					return
 				case <-tick.C:
-					fmt.Fprintf(os.Stderr, "\r%-72s", fmt.Sprintf("uvm lab bound: %s under valgrind, %s of references read (%v)",
+					fmt.Fprintf(os.Stderr, "\r%-72s", fmt.Sprintf("uvm lab bound: %s under valgrind, %s of lackey output read (%v)",
 						filepath.Base(argv[0]), core.FormatSize(counted.n.Load()), time.Since(started).Round(time.Second)))
 				}
 			}
