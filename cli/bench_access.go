@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -119,9 +118,7 @@ func benchAccess(args []string) error {
 	}
 
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(os.Stdout, rep)
 	}
 	fmt.Printf("access counting: %s\n", rep.Mode)
 	if rep.CountingOverheadUS != nil {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -260,9 +259,7 @@ func benchLaunch(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(os.Stdout, rep)
 	}
 	fmt.Printf("machine: %d CPUs, Linux %s, %s; device 0 has %d workers; thrashing detection %s\n\n", rep.Machine.CPUs, rep.Machine.Kernel, rep.Machine.Go, rep.Workers, rep.Thrashing)
 	fmt.Printf("null launch + synchronize against a pipe round trip of %.2f us (same run, from CPU %d):\n", rep.PipeRTTUS, rep.MeasureCPU)

@@ -151,9 +151,7 @@ func benchOversub(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(os.Stdout, rep)
 	}
 	printOversubReport(rep)
 	return nil

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -108,9 +107,7 @@ func benchRestart(args []string) error {
 		rep.AdoptedPagesPerSec = float64(rep.AdoptedPages) / (rep.RebuildP50MS / 1e3)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(os.Stdout, rep)
 	}
 	fmt.Printf("server killed %d times under %s of managed memory (half on the host, half on device 0)\n", rep.Kills, uvm.FormatSize(size))
 	fmt.Printf("  pause seen by a client (kill to answer)  p50 %.1f ms, max %.1f ms\n", rep.PauseP50MS, rep.PauseMaxMS)

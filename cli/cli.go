@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -168,6 +169,14 @@ func policyHint(err error) error {
 	}
 	self, _ := os.Executable()
 	return fmt.Errorf("%w (this uvm is %s; for a policy of your own, build a uvm whose main imports the policy's package and calls cli.Main, see package cli)", err, self)
+}
+
+// writeJSON writes v to w as indented JSON: what every command's --json
+// prints.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // newFlagSet makes a flag set whose usage names the command.

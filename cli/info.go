@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -111,9 +110,7 @@ func runInfo(args []string) error {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(mi)
+		return writeJSON(os.Stdout, mi)
 	}
 	fmt.Printf("kernel          %s\n", mi.Kernel)
 	fmt.Printf("userfaultfd     /dev/userfaultfd: %s\n", mi.OpenDevice)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -56,9 +55,7 @@ func runLabScore(args []string) error {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(scores)
+		return writeJSON(os.Stdout, scores)
 	}
 	writeScores(scores)
 	return nil

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -211,9 +210,7 @@ func runRun(args []string) error {
 		os.Stderr.WriteString(b.String())
 	}
 	if jsonOut != nil {
-		enc := json.NewEncoder(jsonOut)
-		enc.SetIndent("", "  ")
-		err := enc.Encode(rep)
+		err := writeJSON(jsonOut, rep)
 		if cerr := jsonOut.Close(); err == nil {
 			err = cerr
 		}

@@ -310,7 +310,7 @@ func (g *Granules) belady(capacity int) (misses, writeBacks int64) {
 	seen := make([]bool, g.count)
 	dirty := make([]bool, g.count)
 	nextOf := make([]int32, g.count) // the live heap entry's key
-	h := &furthestFirst{}
+	h := &optHeap{}                  // the replay's MIN heap; entries name a granule by page, b unused
 	size := 0
 	for i, v := range g.seq {
 		x := v &^ storeBit
@@ -321,12 +321,12 @@ func (g *Granules) belady(capacity int) (misses, writeBacks int64) {
 			seen[x] = true
 			if size == capacity {
 				for {
-					e := heap.Pop(h).(nextUse)
-					if resident[e.granule] && nextOf[e.granule] == e.next {
-						resident[e.granule] = false
-						if dirty[e.granule] {
+					e := heap.Pop(h).(optEntry)
+					if resident[e.page] && int(nextOf[e.page]) == e.next {
+						resident[e.page] = false
+						if dirty[e.page] {
 							writeBacks++
-							dirty[e.granule] = false
+							dirty[e.page] = false
 						}
 						break
 					}
@@ -340,32 +340,13 @@ func (g *Granules) belady(capacity int) (misses, writeBacks int64) {
 			dirty[x] = true
 		}
 		nextOf[x] = next[i]
-		heap.Push(h, nextUse{next: next[i], granule: x})
+		heap.Push(h, optEntry{next: int(next[i]), page: int(x)})
 		if h.Len() > 4*capacity+1024 {
 			// Drop the stale entries, so that the heap stays a few times
 			// the capacity however long the stream.
-			*h = slices.DeleteFunc(*h, func(e nextUse) bool { return !resident[e.granule] || nextOf[e.granule] != e.next })
+			*h = slices.DeleteFunc(*h, func(e optEntry) bool { return !resident[e.page] || int(nextOf[e.page]) != e.next })
 			heap.Init(h)
 		}
 	}
 	return misses, writeBacks
-}
-
-type nextUse struct {
-	next    int32
-	granule uint32
-}
-
-// furthestFirst is a max-heap of next uses.
-type furthestFirst []nextUse
-
-func (h furthestFirst) Len() int           { return len(h) }
-func (h furthestFirst) Less(i, j int) bool { return h[i].next > h[j].next }
-func (h furthestFirst) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *furthestFirst) Push(x any)        { *h = append(*h, x.(nextUse)) }
-func (h *furthestFirst) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }
