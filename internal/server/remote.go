@@ -1,7 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -323,6 +328,55 @@ func (b *block) compactMaps(l core.Device) {
 	b.maps = nil
 }
 
+// A device process maps each remote run as a mapping of its own, and
+// one between two runs of its own file splits that file's mapping: a
+// run costs up to two of the process's mappings, which Linux bounds
+// (vm.max_map_count, 65530 by default). Advice that alternates page by
+// page wants more than that (a hundred thousand runs and more), so a
+// view maps remote runs while it has mappings to spare, and its own file
+// beyond: policy's wish to map a page remotely is a hint, and a page the
+// device touches there migrates to it instead. The first view to run
+// out says so in the log.
+
+// mappingReserve is what a device process keeps for mappings of its
+// own that come after its layout: its threads' stacks, its allocator's
+// arenas, remote runs and peers' memory mapped later.
+const mappingReserve = 4096
+
+// remoteRunBudget is how many remote runs the process pid may map on
+// top of what it maps now.
+func remoteRunBudget(pid int) int {
+	limit, err := readIntFile("/proc/sys/vm/max_map_count")
+	if err != nil || limit <= 0 {
+		limit = 65530 // Linux's default
+	}
+	used := 0
+	if maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid)); err == nil {
+		used = bytes.Count(maps, []byte{'\n'})
+	}
+	return max(0, (limit-used-mappingReserve)/2)
+}
+
+// readIntFile reads a file that holds one decimal integer (a sysctl).
+func readIntFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// mapsFull marks view v as out of mappings for remote runs (what found
+// out names the occasion), and says so once per server.
+func (sess *session) mapsFull(v *view, what string) {
+	if v.mapsFull.Swap(true) || sess.srv.mapsFullLogged.Swap(true) {
+		return
+	}
+	sess.srv.logger.Printf("pid %d device %d (pid %d): %s wants more remote mappings than the process may have (vm.max_map_count); "+
+		"where advice or policy would map another location's memory it maps its own, and pages migrate on touch (raise vm.max_map_count to map them all)",
+		sess.pid, v.loc, v.pid, what)
+}
+
 // remapBlock brings device view l's mapping of block bi in line with
 // policy, run by run, asking the device process to map each. It waits
 // for the device; it holds no block lock meanwhile, and v.reqMu keeps one
@@ -348,7 +402,12 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
 			return nil
 		}
 		o := mover{sess: sess, r: r, b: b, blockAddr: blockAddr}
-		first, outer, to, found := o.mismatch(l, 0, sess.srv.nowMicros())
+		now := sess.srv.nowMicros()
+		first, outer, to, found := o.mismatch(l, 0, now)
+		for found && to != l && v.mapsFull.Load() {
+			// Out of mappings: only runs back to its own file.
+			first, outer, to, found = o.mismatch(l, outer, now)
+		}
 		if !found {
 			b.mu.Unlock()
 			return nil
@@ -375,6 +434,13 @@ func (sess *session) remapBlock(r *managedRange, bi int, l core.Device) error {
 			o.mapOwnResident(l, first, outer)
 		}
 		b.mu.Unlock()
+		if errors.Is(err, errViewGone) {
+			return nil // its successor maps what the table says
+		}
+		if errors.Is(err, core.ErrMemoryAllocation) && to != l {
+			sess.mapsFull(v, fmt.Sprintf("mapping %v's memory over %#x+%d", to, o.pageAddr(first), (outer-first)*core.PageSize))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("map %v's file over %#x+%d in device %d: %w", to, o.pageAddr(first), (outer-first)*core.PageSize, l, err)
 		}

@@ -376,8 +376,10 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 		return msg;
 	}
 	return NULL;
-fail:
+fail:;
+	int e = errno; /* for the caller, which tells ENOMEM apart */
 	munmap(scratch, length);
+	errno = e;
 	return msg;
 }
 
@@ -463,25 +465,48 @@ static void attach(void)
 
 	/* No kernel runs yet, so nothing touches a run between its mapping
 	 * and its registration. Later runs map over earlier ones (remote
-	 * mappings over the device's own file). */
+	 * mappings over the device's own file). The flags after the runs
+	 * say how to register them, and how many runs follow in
+	 * device-layout messages (a long layout comes in pieces). */
 	char msg[512];
 	uint32_t runs = uvm__get_u32(&r);
 	struct uvm_reader first_run = r;
-	for (uint32_t i = 0; i < runs && !r.err; i++) { /* the flags after the runs say how to register them */
+	for (uint32_t i = 0; i < runs && !r.err; i++) {
 		uvm__get_u64(&r);
 		uvm__get_u64(&r);
 		uvm__get_i32(&r);
 	}
 	minor_remote = uvm__get_u8(&r) == 1;
 	minor_own = uvm__get_u8(&r) == 1;
+	uint32_t more = uvm__get_u32(&r);
 	if (r.err || r.n != 0)
 		setup_fail(UVM_WIRE_INTERNAL, "the layout in the device hello reply is truncated or has trailing bytes");
 	r = first_run;
-	for (uint32_t i = 0; i < runs; i++) {
-		uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
-		int32_t file = uvm__get_i32(&r);
-		if (map_fixed(addr, length, file, msg, sizeof msg))
-			setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+	for (;;) {
+		for (uint32_t i = 0; i < runs; i++) {
+			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
+			int32_t file = uvm__get_i32(&r);
+			if (map_fixed(addr, length, file, msg, sizeof msg))
+				setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+		}
+		if (more == 0)
+			break;
+		int extra[8], nextra = 0;
+		n = uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, extra, 8, &nextra);
+		for (int i = 0; i < nextra; i++)
+			close(extra[i]);
+		if (n <= 0)
+			setup_fail(UVM_WIRE_INITIALIZATION, "the fault server sent %u runs of the layout fewer than it announced (%s)", more,
+				   n == 0 ? "it closed the connection" : strerror((int)-n));
+		if (!uvm__parse_header(server_buf, (size_t)n, &h, &r))
+			setup_fail(UVM_WIRE_INTERNAL, "the fault server sent a malformed message where %u runs of the layout were due", more);
+		if (h.type != UVM_MSG_DEVICE_LAYOUT)
+			setup_fail(UVM_WIRE_INTERNAL, "the fault server sent a message of type %u where %u runs of the layout were due", h.type, more);
+		runs = uvm__get_u32(&r);
+		/* A run: address, length, file. */
+		if (r.err || runs == 0 || runs > more || r.n != (size_t)runs * (8 + 8 + 4))
+			setup_fail(UVM_WIRE_INTERNAL, "a device-layout message of %u runs is malformed (%u were due)", runs, more);
+		more -= runs;
 	}
 
 	uvm__msg_start(&m, UVM_MSG_DEVICE_READY, 2, 0);
@@ -545,7 +570,9 @@ static void *serve_server(void *arg)
 					 (unsigned long)length, UVM_BLOCK_SIZE);
 				err = msg;
 			} else if (!(err = check_run(addr, length, file, msg, sizeof msg)) && (err = map_over(addr, length, file, wp, msg, sizeof msg)))
-				status = UVM_WIRE_INTERNAL;
+				/* Out of mappings (vm.max_map_count) is no fault of
+				 * the process: the server maps its own file instead. */
+				status = errno == ENOMEM ? UVM_WIRE_MEMORY_ALLOCATION : UVM_WIRE_INTERNAL;
 		} else if (h.type == UVM_MSG_DEVICE_UNMAP) {
 			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
 			if (r.err || r.n)

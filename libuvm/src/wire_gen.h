@@ -47,6 +47,7 @@ enum uvm_msg_type {
 	UVM_MSG_DEVICE_TRACE     = 28, /* "device-trace" */
 	UVM_MSG_DEVICE_REPORT    = 29, /* "device-report" */
 	UVM_MSG_DISCARD          = 30, /* "discard" */
+	UVM_MSG_DEVICE_LAYOUT    = 31, /* "device-layout" */
 };
 
 /* Reply status codes (wire.errorCode). */

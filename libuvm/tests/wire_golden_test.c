@@ -326,6 +326,14 @@ static void test_read(void)
 		EXPECT(&f, "run 1's file", uvm__get_i32(&r), UVM_CPU);
 		EXPECT(&f, "minor remote", uvm__get_u8(&r), 1);
 		EXPECT(&f, "minor own", uvm__get_u8(&r), 1);
+		EXPECT(&f, "the runs to follow", uvm__get_u32(&r), 1);
+		expect_end(&f, &r);
+	}
+	if (open_msg("device-layout-request", &f, &r, UVM_MSG_DEVICE_LAYOUT, 1, 0)) {
+		EXPECT(&f, "the run count", uvm__get_u32(&r), 1);
+		EXPECT(&f, "run 0's address", uvm__get_u64(&r), ADDR2 + UVM_BLOCK_SIZE);
+		EXPECT(&f, "run 0's length", uvm__get_u64(&r), UVM_PAGE_SIZE);
+		EXPECT(&f, "run 0's file", uvm__get_i32(&r), 0);
 		expect_end(&f, &r);
 	}
 	expect_empty("device-ready-reply", UVM_MSG_DEVICE_READY, 2);
