@@ -471,7 +471,7 @@ func (sess *session) mapInDevices(r *managedRange) error {
 func (sess *session) unmapInDevices(r *managedRange) {
 	for l := 1; l < len(sess.views); l++ {
 		if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
-			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap); err != nil {
+			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap); err != nil && !errors.Is(err, errViewGone) {
 				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.start, r.length, l-1, err)
 			}
 			v.release()
