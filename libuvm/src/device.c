@@ -14,10 +14,13 @@
  *
  * A device process that dies (a kernel crashed in it, or someone killed
  * it) is found out by the next synchronize (the end of file on a stream)
- * or launch (a failed write, or waitpid), and reported by the next
- * synchronize as uvmErrorLaunchFailure, naming the kernel. The next
- * launch forks a new process, which maps the device's file again: the
- * data it held is in the server's file, nothing is lost.
+ * or launch (a failed write, or waitpid). That, a kernel's error in a
+ * synchronize's answer, and a launch that could not be written fail the
+ * device, as a kernel fault does a CUDA context: every synchronize
+ * reports uvmErrorLaunchFailure, naming the kernel, and no launch is
+ * written, until uvmDeviceReset. The next launch after it forks a new
+ * process, which maps the device's file again: the data the dead one
+ * held is in the server's file, nothing is lost.
  *
  * Streams, their queues of host-side work and launches are stream.c's;
  * this file writes launches and synchronizes on a device's sockets.
@@ -204,10 +207,14 @@ struct uvm_device {
 	uint32_t next_stream; /* the last stream id given out (atomic) */
 	uint32_t seq;
 	unsigned flags; /* uvmSetDeviceFlags (atomic) */
-	/* A death (or errors of destroyed streams) not yet reported by a
-	 * synchronize. */
+	/* Errors of destroyed streams not yet reported by a synchronize. */
 	uvmError_t pending;
 	char pending_msg[1024];
+	/* The device's failure: a launch that failed (a kernel's crash or
+	 * error, the death of the process, a launch that could not be
+	 * written), reported by every synchronize until a reset. */
+	uvmError_t failed;
+	char failed_msg[1024];
 	struct outstanding outstanding[MAX_OUTSTANDING];
 	size_t noutstanding;
 	uint64_t more_outstanding; /* launches beyond those listed */
@@ -319,9 +326,55 @@ static void describe_kernel(uintptr_t k, char *out, size_t cap)
 	snprintf(out, cap, "%#lx", (unsigned long)k);
 }
 
-/* ---- deaths ---- */
+/* ---- deaths and failures ---- */
 
-static void add_pending(struct uvm_device *d, uvmError_t code, const char *msg, size_t n);
+/* append adds msg (n bytes) to the message buf (cap bytes, used so
+ * far), after "; ", as far as it fits. */
+static void append(char *buf, size_t cap, const char *msg, size_t n)
+{
+	size_t used = strlen(buf);
+	if (used && used + 2 < cap) {
+		memcpy(buf + used, "; ", 2);
+		used += 2;
+	}
+	if (n > cap - 1 - used)
+		n = cap - 1 - used;
+	memcpy(buf + used, msg, n);
+	buf[used + n] = '\0';
+}
+
+/* fail_locked records a failure of the device (the first one's code
+ * stays; the messages of later ones are added, as far as they fit).
+ * d->mu is held. */
+static void fail_locked(struct uvm_device *d, uvmError_t code, const char *msg, size_t n)
+{
+	if (!d->failed)
+		d->failed_msg[0] = '\0';
+	append(d->failed_msg, sizeof d->failed_msg, msg, n);
+	if (!d->failed)
+		d->failed = code ? code : uvmErrorLaunchFailure;
+}
+
+void uvm__device_fail(int index, uvmError_t code, const char *msg)
+{
+	struct uvm_device *d = &devices[index];
+	pthread_mutex_lock(&d->mu);
+	fail_locked(d, code, msg, strlen(msg));
+	pthread_mutex_unlock(&d->mu);
+}
+
+uvmError_t uvm__device_failure(int index, struct uvm_errs *e)
+{
+	if (index < 0 || index >= UVM_MAX_DEVICES)
+		return uvmSuccess;
+	struct uvm_device *d = &devices[index];
+	pthread_mutex_lock(&d->mu);
+	uvmError_t code = d->failed;
+	if (code && e)
+		uvm__errs_add(e, code, d->failed_msg, strlen(d->failed_msg));
+	pthread_mutex_unlock(&d->mu);
+	return code;
+}
 
 /* reap collects the exit status of device process pid, which is dying
  * (its sockets closed); one that does not die within ms milliseconds is
@@ -486,11 +539,10 @@ static void died(struct uvm_device *d, int index, bool reaped, bool known, int s
 		}
 	}
 	char msg[sizeof how + sizeof what + 128];
-	snprintf(msg, sizeof msg, "device %d: its process (pid %d) %s %s; the device's memory is intact and the next launch starts a new process",
+	snprintf(msg, sizeof msg,
+		 "device %d: its process (pid %d) %s %s; the device's memory is intact, and after uvmDeviceReset the next launch starts a new process",
 		 index, (int)d->pid, how, what);
-	/* A second death before a synchronize (a restart that died too) is
-	 * appended, as far as it fits. */
-	add_pending(d, uvmErrorLaunchFailure, msg, strlen(msg));
+	fail_locked(d, uvmErrorLaunchFailure, msg, strlen(msg));
 	close_conns(d);
 	__atomic_store_n(&d->pid, 0, __ATOMIC_RELAXED);
 }
@@ -618,8 +670,10 @@ static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, in
 		pid_t r = waitpid(d->pid, &status, WNOHANG);
 		if (r == 0 || (r < 0 && errno == EINTR))
 			return uvmSuccess;
-		/* Dead since the last look: reported by the next synchronize. */
+		/* Dead since the last look: the device has failed, and the
+		 * launch with it. */
 		died(d, index, true, r == d->pid, status);
+		return uvm__fail(d->failed, "uvmLaunchKernel on device %d: %s", index, d->failed_msg);
 	}
 	struct timespec start, now;
 	clock_gettime(CLOCK_MONOTONIC, &start);
@@ -670,7 +724,7 @@ static uvmError_t stream_sock_of(struct uvm_device *d, int index, uint32_t id, b
 	if (e) {
 		sock_unref(k);
 		died(d, index, false, false, 0);
-		return uvm__fail(uvmErrorLaunchFailure, "open stream %u on device %d: its process is gone (%s)", id, index, strerror(e));
+		return uvm__fail(uvmErrorLaunchFailure, "open stream %u on device %d (%s): %s", id, index, strerror(e), d->failed_msg);
 	}
 	d->socks[d->nsocks++] = k;
 	*out = k;
@@ -708,15 +762,9 @@ static void forget_launches(struct uvm_device *d, uint32_t stream)
  * one's code stays), as far as the message fits. d->mu is held. */
 static void add_pending(struct uvm_device *d, uvmError_t code, const char *msg, size_t n)
 {
-	size_t used = d->pending ? strlen(d->pending_msg) : 0;
-	if (used && used + 2 < sizeof d->pending_msg) {
-		memcpy(d->pending_msg + used, "; ", 2);
-		used += 2;
-	}
-	if (n > sizeof d->pending_msg - 1 - used)
-		n = sizeof d->pending_msg - 1 - used;
-	memcpy(d->pending_msg + used, msg, n);
-	d->pending_msg[used + n] = '\0';
+	if (!d->pending)
+		d->pending_msg[0] = '\0';
+	append(d->pending_msg, sizeof d->pending_msg, msg, n);
 	if (!d->pending)
 		d->pending = code;
 }
@@ -936,9 +984,12 @@ void uvm__device_sync(int index, uint32_t stream, enum uvm_wait how, bool take, 
 			uvm__errs_add(&e, uvmErrorUnknown, msg, (size_t)len);
 			p[i].sent = false;
 		} else if (h.status != UVM_WIRE_OK) {
+			/* A kernel's error fails the device. */
 			uint32_t len;
 			const uint8_t *msg = uvm__get_bytes(&r, &len);
-			uvm__errs_add(&e, uvm__from_wire(h.status), msg ? (const char *)msg : "", msg ? len : 0);
+			pthread_mutex_lock(&d->mu);
+			fail_locked(d, uvm__from_wire(h.status), msg ? (const char *)msg : "", msg ? len : 0);
+			pthread_mutex_unlock(&d->mu);
 		}
 	}
 	pthread_mutex_lock(&d->mu);
@@ -1021,6 +1072,8 @@ void uvm__device_reset(int index)
 	}
 	d->pending = uvmSuccess;
 	d->pending_msg[0] = '\0';
+	d->failed = uvmSuccess;
+	d->failed_msg[0] = '\0';
 	d->noutstanding = 0;
 	d->more_outstanding = 0;
 	__atomic_store_n(&d->flags, 0, __ATOMIC_RELAXED);
@@ -1040,6 +1093,10 @@ uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, un
 	struct uvm_device *d = &devices[index];
 	pthread_mutex_lock(&d->mu);
 	struct stream_sock *k = NULL;
+	if (d->failed) {
+		err = uvm__fail(d->failed, "uvmLaunchKernel on device %d: it failed earlier (uvmDeviceReset clears that): %s", index, d->failed_msg);
+		goto out;
+	}
 	if ((err = ensure_running(s, d, index)) || (err = stream_sock_of(d, index, stream, true, &k)))
 		goto out;
 	note_launch(d, stream, (uintptr_t)kernel);
@@ -1085,6 +1142,7 @@ static void atfork_child(void)
 		d->control = -1;
 		d->pid = 0;
 		d->pending = uvmSuccess;
+		d->failed = uvmSuccess;
 		d->noutstanding = 0;
 		d->more_outstanding = 0;
 	}

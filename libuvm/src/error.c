@@ -101,6 +101,8 @@ const char *uvmGetErrorName(uvmError_t err)
 		return "uvmErrorPeerAccessNotEnabled";
 	case uvmErrorLaunchFailure:
 		return "uvmErrorLaunchFailure";
+	case uvmErrorNotPermitted:
+		return "uvmErrorNotPermitted";
 	case uvmErrorNotSupported:
 		return "uvmErrorNotSupported";
 	case uvmErrorServerGone:
@@ -133,7 +135,9 @@ const char *uvmGetErrorString(uvmError_t err)
 	case uvmErrorPeerAccessNotEnabled:
 		return "peer access has not been enabled";
 	case uvmErrorLaunchFailure:
-		return "unspecified launch failure: a kernel crashed or its device process died";
+		return "unspecified launch failure: a kernel crashed, or its device process died or could not start";
+	case uvmErrorNotPermitted:
+		return "operation not permitted: a host function may not call the API";
 	case uvmErrorNotSupported:
 		return "operation not supported";
 	case uvmErrorServerGone:

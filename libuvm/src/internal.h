@@ -344,9 +344,24 @@ UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 
 /* uvm__current_device is the calling thread's current device. */
 UVM_HIDDEN int uvm__current_device(void);
-/* uvm__stream_wait waits for stream's queued work (NULL: the current
- * device's default stream), for the Async calls that run in stream order. */
-UVM_HIDDEN uvmError_t uvm__stream_wait(uvmStream_t stream, const char *what);
+/* uvm__stream_sync_before waits, as a synchronous call (a copy, a fill)
+ * issued on stream does, for the work before it: stream (NULL and
+ * uvmStreamLegacy: device's legacy default stream, with every
+ * blocking stream of the device; uvmStreamPerThread: the thread's, with
+ * the legacy one), then likewise device other's legacy stream (-1: none).
+ * device is the device of the special handles (NULL, uvmStreamLegacy,
+ * uvmStreamPerThread). Their errors stay for their synchronizes; a
+ * device that failed fails
+ * the call (what names it), which then must not run. */
+UVM_HIDDEN uvmError_t uvm__stream_sync_before(uvmStream_t stream, int device, int other, const char *what);
+/* uvm__streams_sync_all waits for every stream of every device, kernels
+ * included, leaving their errors for their synchronizes: memory is not
+ * freed under work that may use it, as cudaFree synchronizes. */
+UVM_HIDDEN void uvm__streams_sync_all(void);
+/* uvm__refuse_in_host_fn refuses fn when the calling thread runs the
+ * program's host function (uvmErrorNotPermitted): the API may block on
+ * the very stream that runs it. */
+UVM_HIDDEN uvmError_t uvm__refuse_in_host_fn(const char *fn);
 /* uvm__in_device_fork is true in the thread that forks a device process
  * (and so in that process): fork handlers leave such a fork alone. */
 UVM_HIDDEN extern __thread bool uvm__in_device_fork;
@@ -419,9 +434,10 @@ UVM_HIDDEN uint32_t uvm__device_new_stream(int d);
 UVM_HIDDEN uvmError_t uvm__device_launch(int d, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t n,
 					 int cpu);
 /* uvm__device_sync waits (how) for the kernels written on stream of
- * device d (UVM_ALL_STREAMS: every stream) and adds their errors to *e,
- * with the death of a process not reported yet if take_pending. The
- * errors go to *e while the stream is still held, under e_mu if not
+ * device d (UVM_ALL_STREAMS: every stream). A kernel that failed, or the
+ * death of the process, fails the device (uvm__device_fail); other
+ * errors (a malformed answer; with take_pending, those of destroyed
+ * streams) go to *e, while the stream is still held, under e_mu if not
  * NULL, so that a synchronize after this one finds them there. */
 UVM_HIDDEN void uvm__device_sync(int d, uint32_t stream, enum uvm_wait how, bool take_pending, struct uvm_errs *e, pthread_mutex_t *e_mu);
 /* uvm__device_stream_idle says that no kernel written on stream of d
@@ -432,46 +448,52 @@ UVM_HIDDEN bool uvm__device_stream_idle(int d, uint32_t stream);
 UVM_HIDDEN void uvm__device_stream_end(int d, uint32_t stream);
 /* uvm__device_add_pending adds errors for d's next synchronize. */
 UVM_HIDDEN void uvm__device_add_pending(int d, const struct uvm_errs *e);
+/* uvm__device_fail records that a launch on device d failed (code, and
+ * msg), as it was written or as it ran: the device has failed, as a CUDA
+ * context does on a kernel fault. Every later synchronize of it and of
+ * its streams, and every event of it, reports the failure, and the
+ * device takes no work, until uvmDeviceReset (uvm__device_reset). */
+UVM_HIDDEN void uvm__device_fail(int d, uvmError_t code, const char *msg);
+/* uvm__device_failure returns device d's failure (uvmSuccess if none),
+ * adding its message to *e if e is not NULL. */
+UVM_HIDDEN uvmError_t uvm__device_failure(int d, struct uvm_errs *e);
 /* uvm__device_reset ends d's process, forgets its errors and flags. */
 UVM_HIDDEN void uvm__device_reset(int d);
 /* uvm__device_kernel_name names a kernel as launches do ("c:0x..."). */
 UVM_HIDDEN void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap);
 
 /* The stream's queue (stream.c). stream NULL is the current device's
- * default stream. uvm__stream_enqueue_host queues fn(arg) (a copy of
- * size bytes of it, 16-byte aligned) on stream, to run after the
+ * legacy default stream. uvm__stream_enqueue_host queues fn(arg) (a copy
+ * of size bytes of it, 16-byte aligned) on stream, to run after the
  * stream's work queued before it, kernels included; its error goes to
  * the stream's next synchronize. With no device at all, fn runs now. */
 UVM_HIDDEN uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size);
 /* uvm__stream_device says which device stream belongs to;
  * uvm__stream_lookup also its id in the device's process (0 for the
- * default stream), as launches and synchronizes name it. */
+ * legacy default stream), as launches and synchronizes name it. */
 UVM_HIDDEN uvmError_t uvm__stream_device(uvmStream_t stream, const char *what, int *device);
 UVM_HIDDEN uvmError_t uvm__stream_lookup(uvmStream_t stream, const char *what, int *device, uint32_t *id);
-/* uvm__streams_drain waits for every stream of device d to run what is
- * queued on it (not for its kernels). */
-UVM_HIDDEN void uvm__streams_drain(int d);
-/* uvm__streams_drain_all drains every device's streams, if any has
- * work queued: memory is not freed under queued copies, as cudaFree
- * synchronizes. */
-UVM_HIDDEN void uvm__streams_drain_all(void);
 
-/* Events (event.c), seen by stream.c. */
-struct uvm_event;
-/* uvm__event_new_record starts a record of ev on a stream of device d
- * and returns its number. */
-UVM_HIDDEN uint64_t uvm__event_new_record(struct uvm_event *ev, int d);
-/* uvm__event_complete says that record gen of ev is complete, now. */
-UVM_HIDDEN void uvm__event_complete(struct uvm_event *ev, uint64_t gen);
-/* uvm__event_wait blocks until record gen of ev (or a later one) is complete. */
-UVM_HIDDEN void uvm__event_wait(struct uvm_event *ev, uint64_t gen);
-UVM_HIDDEN void uvm__event_ref(struct uvm_event *ev);
-UVM_HIDDEN void uvm__event_unref(struct uvm_event *ev);
-/* uvm__stream_record records ev on stream (stream.c). */
-UVM_HIDDEN uvmError_t uvm__stream_record(uvmStream_t stream, struct uvm_event *ev, const char *what);
-/* uvm__stream_wait_event makes later work on stream wait for record gen
- * of ev (stream.c). */
-UVM_HIDDEN uvmError_t uvm__stream_wait_event(uvmStream_t stream, struct uvm_event *ev, uint64_t gen, const char *what);
+/* A mark (stream.c): a point in a stream's order, complete once the work
+ * queued on the stream before it has finished, with the time it did.
+ * Events are marks. */
+struct uvm_mark;
+UVM_HIDDEN void uvm__mark_hold(struct uvm_mark *m);
+/* uvm__mark_put lets m go (NULL: nothing). */
+UVM_HIDDEN void uvm__mark_put(struct uvm_mark *m);
+UVM_HIDDEN bool uvm__mark_done(const struct uvm_mark *m);
+UVM_HIDDEN void uvm__mark_wait(struct uvm_mark *m, enum uvm_wait how);
+/* uvm__mark_ns is when m completed (CLOCK_MONOTONIC nanoseconds). */
+UVM_HIDDEN uint64_t uvm__mark_ns(struct uvm_mark *m);
+/* uvm__mark_device is the device of the stream m was placed on. */
+UVM_HIDDEN int uvm__mark_device(const struct uvm_mark *m);
+/* uvm__mark_forked makes m anew in a fork's child, complete: nothing
+ * there would complete it. */
+UVM_HIDDEN void uvm__mark_forked(struct uvm_mark *m);
+/* uvm__stream_record places a new mark at stream's end (*out, held). */
+UVM_HIDDEN uvmError_t uvm__stream_record(uvmStream_t stream, const char *what, struct uvm_mark **out);
+/* uvm__stream_wait_mark makes later work on stream wait for m. */
+UVM_HIDDEN uvmError_t uvm__stream_wait_mark(uvmStream_t stream, struct uvm_mark *m, const char *what);
 
 /* props.c: whether the host may touch managed memory while kernels run
  * (uvmDevAttrConcurrentManagedAccess). */
