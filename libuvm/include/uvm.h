@@ -221,14 +221,20 @@ uvmError_t uvmHostGetDevicePointer(void **pDevice, void *pHost, unsigned int fla
 uvmError_t uvmHostRegister(void *ptr, size_t size, unsigned int flags);
 uvmError_t uvmHostUnregister(void *ptr);
 
-/* Migration, advice and attributes. */
+/* Migration, advice and attributes. Under the launch coherence model
+ * (concurrentManagedAccess 0) uvmMemPrefetchAsync is refused, and so is
+ * uvmMemAdvise's preferred location or accessed-by naming a device, with
+ * uvmErrorInvalidDevice, as CUDA refuses them on such a device. */
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream);
 /* Attaches the managed allocation at devPtr (length 0 or its size) to the
  * host, every stream or stream alone (uvmMemAttachGlobal, Host, Single),
- * as cudaStreamAttachMemAsync. Under the launch coherence model
+ * as cudaStreamAttachMemAsync: in stream order, once the work queued on
+ * stream before it has finished. Under the launch coherence model
  * (UVM_COHERENCE=launch) it says which launches hand the memory to their
- * device and which synchronize gives it back; under the fault model it
- * changes nothing. It takes effect at the next launch. */
+ * device and which synchronize gives it back: once it takes effect,
+ * memory attached to the host is the CPU's whatever kernels run, and
+ * memory attached to one stream is the CPU's while that stream has no
+ * kernel running. Under the fault model it changes nothing. */
 uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags);
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device);
 /* Discards the contents of the whole pages inside [devPtr, devPtr+count)

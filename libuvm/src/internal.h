@@ -468,6 +468,11 @@ UVM_HIDDEN void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t ca
  * stream's work queued before it, kernels included; its error goes to
  * the stream's next synchronize. With no device at all, fn runs now. */
 UVM_HIDDEN uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size);
+/* uvm__stream_order_host is uvm__stream_enqueue_host for what must take
+ * effect in stream order but costs little: on a stream with nothing in
+ * flight it runs at once, on the calling thread, and returns fn's error
+ * (uvmStreamAttachMemAsync: the next launch on any stream sees it). */
+UVM_HIDDEN uvmError_t uvm__stream_order_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size);
 /* uvm__stream_device says which device stream belongs to;
  * uvm__stream_lookup also its id in the device's process (0 for the
  * legacy default stream), as launches and synchronizes name it. */

@@ -343,6 +343,11 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 		return err;
 	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
 		return err;
+	if (uvm__launch_model())
+		return uvm__fail(uvmErrorInvalidDevice,
+				 "uvmMemPrefetchAsync to device %d: under the launch coherence model (UVM_COHERENCE=launch) devices have "
+				 "concurrentManagedAccess 0, and CUDA refuses a prefetch on such a device; a launch hands a kernel its memory",
+				 dstDevice);
 	/* In stream order: after the work queued before it, kernels
 	 * included. */
 	return uvm__stream_enqueue_host(stream, "uvmMemPrefetchAsync", run_prefetch, &a, sizeof a);
@@ -421,6 +426,11 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 		return err;
 	if (!uses_device)
 		device = uvmCpuDeviceId; /* ignored, as cudaMemAdvise ignores it */
+	if (device >= 0 && (advice == uvmMemAdviseSetPreferredLocation || advice == uvmMemAdviseSetAccessedBy) && uvm__launch_model())
+		return uvm__fail(uvmErrorInvalidDevice,
+				 "uvmMemAdvise %s device %d: under the launch coherence model (UVM_COHERENCE=launch) devices have "
+				 "concurrentManagedAccess 0, and CUDA refuses this advice for such a device",
+				 advice == uvmMemAdviseSetPreferredLocation ? "uvmMemAdviseSetPreferredLocation on" : "uvmMemAdviseSetAccessedBy by", device);
 	uint64_t start, length;
 	if ((err = managed_page_range("uvmMemAdvise", devPtr, count, &start, &length)))
 		return err;

@@ -173,6 +173,7 @@ struct op {
 		struct {
 			uvmError_t (*fn)(void *arg);
 			const char *what;
+			bool now_if_idle; /* run at once on a stream with nothing in flight */
 		} host;
 		struct {
 			uvmHostFn_t fn;                /* uvmLaunchHostFunc's, or */
@@ -1393,6 +1394,10 @@ static uvmError_t submit(struct queue *q, uvmStream_t handle, struct op *op, con
 			 * start a worker to find that out. */
 			mark_complete(op->u.mark);
 			op_free(op);
+		} else if (op && op->kind == OP_HOST && op->u.host.now_if_idle && !waits && !in_flight(q)) {
+			/* The stream reaches it now: the caller sees it done. */
+			err = op->u.host.fn(op->data);
+			op_free(op);
 		} else if (op) {
 			enqueue(q, op);
 		} else if (!waits && !q->worker) {
@@ -1465,7 +1470,19 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 
 /* ---- host work, host functions, marks ---- */
 
+static uvmError_t enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size, bool now_if_idle);
+
 uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size)
+{
+	return enqueue_host(stream, what, fn, arg, size, false);
+}
+
+uvmError_t uvm__stream_order_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size)
+{
+	return enqueue_host(stream, what, fn, arg, size, true);
+}
+
+static uvmError_t enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size, bool now_if_idle)
 {
 	if (uvm__device_process >= 0)
 		return uvm__refuse_in_device(what);
@@ -1489,6 +1506,7 @@ uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmErr
 	}
 	op->u.host.fn = fn;
 	op->u.host.what = what;
+	op->u.host.now_if_idle = now_if_idle;
 	memcpy(op->data, arg, size);
 	return submit(q, stream, op, NULL, w);
 }
