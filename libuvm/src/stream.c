@@ -521,6 +521,24 @@ static uint64_t queued_now(struct queue *q)
 	return t;
 }
 
+/* drain_queues waits (how) until each of qs has run what was queued on
+ * it at the call (what it queues meanwhile is not waited for). */
+static void drain_queues(struct queue **qs, size_t n, enum uvm_wait how)
+{
+	uint64_t few[16], *targets = n <= 16 ? few : uvm__sys_malloc(n * sizeof *targets);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t = queued_now(qs[i]);
+		if (targets)
+			targets[i] = t;
+		else
+			drain_wait(qs[i], t, how);
+	}
+	for (size_t i = 0; targets && i < n; i++)
+		drain_wait(qs[i], targets[i], how);
+	if (targets != few)
+		uvm__sys_free(targets);
+}
+
 /* in_flight says whether q has work that may not have finished: queued
  * operations, or kernels written since its last synchronize. q->mu is
  * held. */
@@ -1082,18 +1100,7 @@ static struct queue **order_set(struct queue *q, size_t *n)
  * to *e. */
 static void host_wait(struct queue **qs, size_t n, enum uvm_wait how, struct uvm_errs *e)
 {
-	uint64_t few[16], *targets = n <= 16 ? few : uvm__sys_malloc(n * sizeof *targets);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t t = queued_now(qs[i]);
-		if (targets)
-			targets[i] = t;
-		else
-			drain_wait(qs[i], t, how);
-	}
-	for (size_t i = 0; targets && i < n; i++)
-		drain_wait(qs[i], targets[i], how);
-	if (targets != few)
-		uvm__sys_free(targets);
+	drain_queues(qs, n, how);
 	for (size_t i = 0; i < n; i++) {
 		if (uvm__device_stream_idle(qs[i]->device, qs[i]->id))
 			continue;
@@ -1199,18 +1206,7 @@ static uvmError_t device_wait(int dev, enum uvm_wait how)
 	if (!qs)
 		return uvm__fail(uvmErrorMemoryAllocation, "synchronize device %d: no memory to list its streams", dev);
 	struct uvm_errs e = {0};
-	uint64_t few[16], *targets = n <= 16 ? few : uvm__sys_malloc(n * sizeof *targets);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t t = queued_now(qs[i]);
-		if (targets)
-			targets[i] = t;
-		else
-			drain_wait(qs[i], t, how);
-	}
-	for (size_t i = 0; targets && i < n; i++)
-		drain_wait(qs[i], targets[i], how);
-	if (targets != few)
-		uvm__sys_free(targets);
+	drain_queues(qs, n, how);
 	uvm__device_sync(dev, UVM_ALL_STREAMS, how, true, &e, NULL);
 	for (size_t i = 0; i < n; i++) {
 		pthread_mutex_lock(&qs[i]->mu);
@@ -1313,8 +1309,8 @@ uvmError_t uvmDeviceReset(void)
 	/* Queued work runs first: it may hold marks others wait for. */
 	size_t n = 0;
 	struct queue **all = device_queues(dev, &n);
-	for (size_t i = 0; all && i < n; i++)
-		drain_wait(all[i], queued_now(all[i]), UVM_WAIT_BLOCK);
+	if (all)
+		drain_queues(all, n, UVM_WAIT_BLOCK);
 	/* The device's streams die with its process: created ones' handles
 	 * become invalid, per-thread ones are made anew at their next use. */
 	pthread_mutex_lock(&streams_mu);

@@ -10,6 +10,7 @@
 #ifndef UVM_GATE_H
 #define UVM_GATE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -124,6 +125,47 @@ static __attribute__((unused)) bool all_bytes(const void *p, size_t n, unsigned 
 			fprintf(stderr, "byte %zu is %#x, want %#x\n", i, b[i], v);
 			return false;
 		}
+	return true;
+}
+
+/* A thread that launches a gated kernel on stream (of device 0), filling
+ * out[0..n) with value + i, says so, then synchronizes the stream: a
+ * stream the test's own thread must not wait for. */
+struct gated_thread {
+	struct flag f;
+	uvmStream_t stream;
+	uint32_t *out;
+	uint32_t n, value;
+	bool launched;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int failures;
+};
+
+static __attribute__((unused)) void *gated_thread_main(void *arg)
+{
+	struct gated_thread *t = arg;
+	struct gate_params g = gate_of(t->f, t->out, t->n, t->value);
+	t->failures += uvmLaunchKernel(0, t->stream, 1, gate, &g, sizeof g) != uvmSuccess;
+	pthread_mutex_lock(&t->mu);
+	t->launched = true;
+	pthread_cond_broadcast(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+	t->failures += uvmStreamSynchronize(t->stream) != uvmSuccess;
+	return NULL;
+}
+
+/* gated_thread_start starts t and returns once its kernel is launched. */
+static __attribute__((unused)) bool gated_thread_start(struct gated_thread *t, pthread_t *th)
+{
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	if (pthread_create(th, NULL, gated_thread_main, t) != 0)
+		return false;
+	pthread_mutex_lock(&t->mu);
+	while (!t->launched)
+		pthread_cond_wait(&t->cv, &t->mu);
+	pthread_mutex_unlock(&t->mu);
 	return true;
 }
 

@@ -236,44 +236,19 @@ static void test_event_on_legacy_stream(void)
 
 /* ---- per-thread default streams ---- */
 
-struct gated_thread {
-	struct flag f;
-	uint32_t *out;
-	bool launched;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int failures;
-};
-
-/* launch_gated launches a gated kernel on the thread's own default
- * stream, says so, and waits for it. */
-static void *launch_gated(void *arg)
-{
-	struct gated_thread *t = arg;
-	struct gate_params g = gate_of(t->f, t->out, N, 77);
-	t->failures += uvmLaunchKernel(0, uvmStreamPerThread, 1, gate, &g, sizeof g) != uvmSuccess;
-	pthread_mutex_lock(&t->mu);
-	t->launched = true;
-	pthread_cond_broadcast(&t->cv);
-	pthread_mutex_unlock(&t->mu);
-	t->failures += uvmStreamSynchronize(uvmStreamPerThread) != uvmSuccess;
-	return NULL;
-}
-
 /* A thread's default stream does not wait for another thread's, and is
  * ordered with the legacy stream both ways. */
 static void test_per_thread_streams(void)
 {
-	struct gated_thread t = {.f = flag_new(), .out = zeroed_managed(), .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	struct gated_thread t = {.f = flag_new(), .stream = uvmStreamPerThread, .out = zeroed_managed(), .n = N, .value = 77};
 	uint32_t *a = zeroed_managed(), *b = zeroed_managed();
 	if (!t.f.p || !t.out || !a || !b)
 		return;
 	pthread_t th;
-	CHECK(pthread_create(&th, NULL, launch_gated, &t) == 0);
-	pthread_mutex_lock(&t.mu);
-	while (!t.launched)
-		pthread_cond_wait(&t.cv, &t.mu);
-	pthread_mutex_unlock(&t.mu);
+	if (!gated_thread_start(&t, &th)) {
+		CHECK(!"pthread_create");
+		return;
+	}
 	/* This thread's own default stream runs and synchronizes while the
 	 * other thread's kernel is gated. */
 	struct fill_params fa = {.out = a, .n = N, .value = 5};

@@ -17,37 +17,14 @@
 
 static const uint32_t N = 16 * 1024;
 
-struct gated {
-	struct flag f;
-	uint32_t *out;
-	bool launched;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int failures;
-};
-
-/* other_thread launches a gated kernel on its default stream (NULL),
- * says so, and waits for it with a synchronize of NULL. */
-static void *other_thread(void *arg)
-{
-	struct gated *g = arg;
-	struct gate_params p = gate_of(g->f, g->out, N, 40);
-	g->failures += uvmLaunchKernel(0, NULL, 1, gate, &p, sizeof p) != uvmSuccess;
-	pthread_mutex_lock(&g->mu);
-	g->launched = true;
-	pthread_cond_broadcast(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-	g->failures += uvmStreamSynchronize(NULL) != uvmSuccess;
-	return NULL;
-}
-
 /* Each thread's NULL is its own stream: this thread's work, its
  * synchronize, copy and fill do not wait for the other thread's gated
  * kernel. uvmStreamLegacy is still the legacy stream, which waits for
  * this thread's default stream. */
 static void test_null_is_the_thread_stream(void)
 {
-	struct gated g = {.f = flag_new(), .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	/* NULL: the other thread's own stream. */
+	struct gated_thread g = {.f = flag_new(), .stream = NULL, .n = N, .value = 40};
 	uint32_t *a, *b, *dev;
 	CHECK_OK(uvmMallocManaged((void **)&g.out, N * sizeof *g.out, uvmMemAttachGlobal));
 	CHECK_OK(uvmMallocManaged((void **)&a, N * sizeof *a, uvmMemAttachGlobal));
@@ -56,11 +33,10 @@ static void test_null_is_the_thread_stream(void)
 	if (!g.f.p || !g.out || !a || !b || !dev)
 		return;
 	pthread_t t;
-	CHECK(pthread_create(&t, NULL, other_thread, &g) == 0);
-	pthread_mutex_lock(&g.mu);
-	while (!g.launched)
-		pthread_cond_wait(&g.cv, &g.mu);
-	pthread_mutex_unlock(&g.mu);
+	if (!gated_thread_start(&g, &t)) {
+		CHECK(!"pthread_create");
+		return;
+	}
 
 	for (uint32_t i = 0; i < N; i++)
 		a[i] = 7 + i;
