@@ -26,6 +26,7 @@ func init() {
 		}
 	})
 	testRoles["touch-during-kernel"] = roleTouchDuringKernel
+	testRoles["attach-in-stream-order"] = roleAttachInStreamOrder
 }
 
 func paramU64(p []byte, i int) uint64 {
@@ -239,6 +240,148 @@ func TestLaunchModelRefusesTheCPUDuringAKernel(t *testing.T) {
 			assert.Contains(t, out, "SIGBUS", "the thread dies of SIGBUS: %s", out)
 			assert.Contains(t, out, `while kernel "waitFlag" (device 0 stream 0) may use it`, "%s", out)
 			assert.True(t, strings.Contains(out, "managed allocation 0x"), "the message names the allocation: %s", out)
+		})
+	}
+}
+
+// roleAttachInStreamOrder: a launch-model client that attaches memory to
+// the host on the legacy stream, synchronizes it and touches the memory
+// while a kernel that took it at its launch still runs on a
+// non-blocking stream; then after an unsynchronized kernel on a blocking
+// stream. It says "touched" at the end: a touch refused kills it with
+// SIGBUS first.
+func roleAttachInStreamOrder() int {
+	s, err := Connect(Config{Server: "private", Private: launchConfig("")})
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 2 }
+	if err != nil {
+		return fail(err)
+	}
+	defer s.Close()
+	flagMem, err := s.HostAlloc(PageSize, HostAllocMapped)
+	if err != nil {
+		return fail(err)
+	}
+	flag := (*atomic.Uint32)(flagMem.Pointer())
+	x, err := s.MallocManaged(4 * PageSize)
+	if err != nil {
+		return fail(err)
+	}
+	nb, err := s.StreamCreateWithFlags(0, StreamNonBlocking)
+	if err != nil {
+		return fail(err)
+	}
+	fillBytes(x.Bytes(), 1)
+	if err := s.Launch(0, nb, "waitFlag", 1, params(uint64(flagMem.Addr()))); err != nil { // takes x: global
+		return fail(err)
+	}
+	for flag.Load() != 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	legacy := s.DefaultStream(0)
+	if err := s.StreamAttachMemAsync(legacy, x.Addr(), 0, AttachHost); err != nil {
+		return fail(err)
+	}
+	if err := s.StreamSynchronize(legacy); err != nil {
+		return fail(err)
+	}
+	if err := allBytes(x.Bytes(), 1); err != nil {
+		return fail(err)
+	}
+	fillBytes(x.Bytes(), 2)
+	flag.Store(2)
+	if err := s.StreamSynchronize(nb); err != nil {
+		return fail(err)
+	}
+
+	// A kernel on a blocking stream takes it, and is never synchronized
+	// by itself.
+	s1, err := s.StreamCreate(0)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.StreamAttachMemAsync(s1, x.Addr(), 0, AttachGlobal); err != nil {
+		return fail(err)
+	}
+	if err := s.Launch(0, s1, "addOne", 2, rangeParams(x.Addr(), x.Size(), 0)); err != nil {
+		return fail(err)
+	}
+	if err := s.StreamAttachMemAsync(legacy, x.Addr(), 0, AttachHost); err != nil {
+		return fail(err)
+	}
+	if err := s.StreamSynchronize(legacy); err != nil {
+		return fail(err)
+	}
+	if err := allBytes(x.Bytes(), 3); err != nil {
+		return fail(fmt.Errorf("after the kernel: %w", err))
+	}
+	fillBytes(x.Bytes(), 4)
+	fmt.Fprintln(os.Stderr, "touched")
+	return 0
+}
+
+// allBytes says which byte of b is not v, if one is not.
+func allBytes(b []byte, v byte) error {
+	for i, x := range b {
+		if x != v {
+			return fmt.Errorf("byte %d is %d, want %d", i, x, v)
+		}
+	}
+	return nil
+}
+
+// TestLaunchModelAttachmentInStreamOrder: an attachment takes effect when
+// its stream reaches it, and then frees the memory of running kernels
+// that took it: the CPU may touch memory attached to the host on the
+// legacy stream, once that stream is synchronized, while such a kernel
+// runs (in a child: a refused touch is SIGBUS).
+func TestLaunchModelAttachmentInStreamOrder(t *testing.T) {
+	requireRoot(t)
+	cmd := child(t, "attach-in-stream-order")
+	stderr, err := os.Create(t.TempDir() + "/stderr")
+	require.NoError(t, err)
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	stop := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	err = cmd.Wait()
+	stop.Stop()
+	b, rerr := os.ReadFile(stderr.Name())
+	require.NoError(t, rerr)
+	require.NoError(t, err, "%s", b)
+	assert.Contains(t, string(b), "touched")
+}
+
+// TestLaunchModelRefusals: what CUDA refuses without concurrent managed
+// access is refused under the launch model, and allowed under the fault
+// model.
+func TestLaunchModelRefusals(t *testing.T) {
+	for _, model := range []string{"launch", "fault"} {
+		t.Run(model, func(t *testing.T) {
+			cfg := launchConfig("")
+			cfg.Coherence = model
+			cfg.Devices = twoDeviceConfig().Devices
+			s := newSession(t, cfg)
+			a, err := s.MallocManaged(4 * PageSize)
+			require.NoError(t, err)
+			st, err := s.StreamCreate(0)
+			require.NoError(t, err)
+			check := func(err error, what string) {
+				t.Helper()
+				if model == "fault" {
+					require.NoError(t, err, what)
+					return
+				}
+				require.ErrorIs(t, err, ErrInvalidDevice, what)
+				assert.Contains(t, err.Error(), "concurrent managed access 0", what)
+			}
+			check(s.Prefetch(a.Addr(), a.Size(), 0), "prefetch to a device")
+			check(s.Prefetch(a.Addr(), a.Size(), CPU), "prefetch to the CPU")
+			check(s.PrefetchAsync(a.Addr(), a.Size(), 0, st), "an asynchronous prefetch")
+			check(s.MemAdvise(a.Addr(), a.Size(), AdviseSetPreferredLocation, 1), "preferred location on a device")
+			check(s.MemAdvise(a.Addr(), a.Size(), AdviseSetAccessedBy, 0), "accessed by a device")
+			require.NoError(t, s.MemAdvise(a.Addr(), a.Size(), AdviseSetPreferredLocation, CPU))
+			require.NoError(t, s.MemAdvise(a.Addr(), a.Size(), AdviseSetReadMostly, 0))
+			require.NoError(t, s.StreamSynchronize(st))
 		})
 	}
 }

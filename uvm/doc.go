@@ -54,12 +54,32 @@
 // runs it with nthreads threads on a device, asynchronously, with its
 // parameters copied. Its accesses to pages that live elsewhere fault and
 // bring them over, as a GPU's do. StreamCreate makes a stream; work on a
-// stream runs in order (PrefetchAsync too), and StreamSynchronize,
-// DeviceSynchronize and DefaultStreamSynchronize wait for it and report
-// the errors of its kernels: a panic, naming the kernel, the device and
-// the thread, or the death of the device process, after which the next
-// launch starts a new one with nothing lost. Devices, DeviceCount and
-// DeviceGetAttribute describe the devices; DeviceReset stops one.
+// stream runs in order (PrefetchAsync, MemcpyAsync, LaunchHostFunc and
+// the other stream-ordered calls too), and StreamSynchronize,
+// DeviceSynchronize and DefaultStreamSynchronize wait for it; StreamQuery
+// asks. Events (EventRecord, EventSynchronize, EventElapsedTime) mark
+// points in a stream.
+//
+// The order between streams is CUDA's. A device's default stream (a nil
+// *Stream in Launch; DefaultStream) is its legacy default stream: its
+// work waits for the work submitted before it on every blocking stream
+// of the device, and their later work waits for it; a stream made with
+// StreamNonBlocking takes no part. The synchronous calls are issued on
+// the legacy streams (of every device: a Session has no current device):
+// a kernel, then a Memcpy or Memset of what it wrote, sees the kernel's
+// result; MemcpyPeer waits for the legacy streams of its two devices;
+// Free, FreeHost and HostUnregister wait for every stream's kernels, as
+// cudaFree. Go has no per-thread default stream: a goroutine's own
+// blocking stream orders its work as one would.
+//
+// A launch that fails (a kernel's panic, naming the kernel, the device
+// and the thread; the death of the device process; a launch that cannot
+// be written) fails its device, as a kernel fault does a CUDA context:
+// every later synchronize of the device and of its streams, and every
+// event of the device, reports it (ErrLaunchFailure), and the device
+// takes no work, until DeviceReset, after which the next launch starts a
+// new process with nothing lost. Devices, DeviceCount and
+// DeviceGetAttribute describe the devices.
 //
 // # Advice
 //
@@ -67,7 +87,14 @@
 // reader gets a write-protected copy; a write keeps the writer's only),
 // AdviseSetPreferredLocation (devices map the page there and bring it
 // there), AdviseSetAccessedBy (a device maps the page wherever it lives
-// and does not fault on it), and their Unset forms. RangeAttribute and
+// and does not fault on it), and their Unset forms. Under the launch
+// coherence model (Config.Coherence "launch": devices without concurrent
+// managed access, as GPUs that cannot fault) a launch hands a kernel its
+// managed memory and the CPU may not touch it until a synchronize;
+// StreamAttachMemAsync, in stream order, keeps memory on the host or
+// with one stream; and what CUDA refuses there is refused
+// (ErrInvalidDevice): Prefetch, PrefetchAsync, and preferred-location or
+// accessed-by advice naming a device. RangeAttribute and
 // RangeAttributes answer cuMemRangeGetAttribute. Discard drops a range's
 // contents everywhere, as cudaMemDiscardBatchAsync: it reads as zeros
 // after, and holds no memory until touched again.
