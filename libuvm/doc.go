@@ -25,4 +25,9 @@
 //
 // This package imports nothing of the module; package cli uses it only
 // when no library is found in the places it looks first.
+//
+// The C files call each other one way, down the layers SourceLayers
+// lists (layers.go): wire and session at the bottom, device processes,
+// then streams, memory and events above them, the preload library on
+// top. `make lint` checks every call (internal/lint TestLibuvmLayers).
 package libuvm

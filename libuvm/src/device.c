@@ -1,6 +1,11 @@
 /*
- * device.c: devices, streams and launches, the program's side
- * (uvm/device.go). The device's side is devproc.c.
+ * device.c: device processes, the program's side (uvm/device.go): their
+ * start, their sockets, launches and synchronizes as messages, deaths, a
+ * device's failure, and how synchronizes wait (uvmSetDeviceFlags). The
+ * device's side is devproc.c; streams, their order and the synchronize
+ * calls are stream.c's, which calls this file (libuvm/layers.go); the
+ * current device and which devices exist are session.c's, attributes
+ * props.c's.
  *
  * Each device runs kernels in a process of its own, forked from the
  * program at the device's first launch so that the program's function
@@ -71,107 +76,6 @@ _Static_assert(sizeof(uintptr_t) == 8, "stream handles pack a slot and a generat
 /* How long to retry a start the server refuses because the dead
  * process's view is still attached (it notices the death on its own). */
 #define RESTART_RETRY_MS 2000
-
-/* ---- the current device ---- */
-
-static __thread int current_device;
-
-int uvm__current_device(void) { return current_device; }
-
-uvmError_t uvm__refuse_in_device(const char *fn)
-{
-	return uvm__fail(uvmErrorNotSupported, "%s called in device %d's process (by a kernel): kernels cannot use the host API", fn,
-			 uvm__device_process);
-}
-
-/* get_session returns the session in *sp and checks that device d is one
- * of its devices; what says what was being done, for the message. */
-static uvmError_t get_device(int d, const char *what, struct uvm_session **sp)
-{
-	uvmError_t err;
-	struct uvm_session *s = uvm__session(&err);
-	if (!s)
-		return err;
-	if (sp)
-		*sp = s;
-	if (d >= 0 && d < s->ndevices)
-		return uvmSuccess;
-	if (s->ndevices == 0)
-		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: there are no devices (the server was started with UVM_DEVICES=0)", what, d);
-	if (s->ndevices == 1)
-		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want device 0, the only one", what, d);
-	return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want a device from 0 to %d", what, d, s->ndevices - 1);
-}
-
-uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp) { return get_device(d, what, sp); }
-
-uvmError_t uvmGetDeviceCount(int *count)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmGetDeviceCount");
-	if (!count)
-		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceCount: count is NULL; want a pointer to an int");
-	uvmError_t err;
-	struct uvm_session *s = uvm__session(&err);
-	if (!s)
-		return err;
-	*count = s->ndevices;
-	return uvm__ok();
-}
-
-uvmError_t uvmSetDevice(int device)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmSetDevice");
-	uvmError_t err = get_device(device, "uvmSetDevice:", NULL);
-	if (err)
-		return err;
-	current_device = device;
-	return uvm__ok();
-}
-
-uvmError_t uvmGetDevice(int *device)
-{
-	if (!device)
-		return uvm__fail(uvmErrorInvalidValue, "uvmGetDevice: device is NULL; want a pointer to an int");
-	*device = current_device;
-	return uvm__ok();
-}
-
-uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmDeviceGetAttribute");
-	if (!value)
-		return uvm__fail(uvmErrorInvalidValue, "uvmDeviceGetAttribute: value is NULL; want a pointer to an int");
-	struct uvm_session *s = NULL;
-	uvmError_t err = get_device(device, "uvmDeviceGetAttribute: attribute of", &s);
-	if (err)
-		return err;
-	const struct uvm_device_info *info = &s->devices[device];
-	switch (attr) {
-	case uvmDevAttrMultiProcessorCount:
-		*value = info->workers;
-		return uvm__ok();
-	case uvmDevAttrCanMapHostMemory:
-		*value = 1;
-		return uvm__ok();
-	case uvmDevAttrConcurrentManagedAccess:
-		*value = uvm__concurrent_managed_access();
-		return uvm__ok();
-	case uvmDevAttrPageableMemoryAccess:
-		*value = 0;
-		return uvm__ok();
-	case uvmDevAttrArenaCapacityMiB:
-		*value = info->capacity >> 20 > INT_MAX ? INT_MAX : (int)(info->capacity >> 20);
-		return uvm__ok();
-	}
-	return uvm__fail(uvmErrorInvalidValue,
-			 "uvmDeviceGetAttribute: device attribute %d: want uvmDevAttrMultiProcessorCount (%d), uvmDevAttrCanMapHostMemory (%d), "
-			 "uvmDevAttrPageableMemoryAccess (%d), uvmDevAttrConcurrentManagedAccess (%d) or uvmDevAttrArenaCapacityMiB (%d)",
-			 (int)attr, uvmDevAttrMultiProcessorCount, uvmDevAttrCanMapHostMemory, uvmDevAttrPageableMemoryAccess,
-			 uvmDevAttrConcurrentManagedAccess, uvmDevAttrArenaCapacityMiB);
-}
 
 /* ---- device processes ---- */
 
@@ -264,7 +168,7 @@ static bool symbol_of(const char *path, uintptr_t off, char *name, size_t cap, u
 		return false;
 	}
 	size_t size = (size_t)st.st_size;
-	const uint8_t *b = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	const uint8_t *b = uvm__sys_mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (b == MAP_FAILED)
 		return false;
@@ -305,7 +209,7 @@ static bool symbol_of(const char *path, uintptr_t off, char *name, size_t cap, u
 		}
 	}
 out:
-	munmap((void *)b, size);
+	uvm__sys_munmap((void *)b, size);
 	return found;
 }
 
@@ -870,8 +774,8 @@ uvmError_t uvmSetDeviceFlags(unsigned int flags)
 		return uvm__fail(uvmErrorInvalidValue, "uvmSetDeviceFlags: flags %#x: %#x names several ways to wait; want at most one of uvmDeviceScheduleSpin (%#x), "
 				 "uvmDeviceScheduleYield (%#x) and uvmDeviceScheduleBlockingSync (%#x)",
 				 flags, sched, uvmDeviceScheduleSpin, uvmDeviceScheduleYield, uvmDeviceScheduleBlockingSync);
-	int dev = current_device;
-	uvmError_t err = get_device(dev, "uvmSetDeviceFlags:", NULL);
+	int dev = uvm__current_device();
+	uvmError_t err = uvm__check_device(dev, "uvmSetDeviceFlags:", NULL);
 	if (err)
 		return err;
 	__atomic_store_n(&devices[dev].flags, flags, __ATOMIC_RELAXED);
@@ -884,8 +788,8 @@ uvmError_t uvmGetDeviceFlags(unsigned int *flags)
 		return uvm__refuse_in_device("uvmGetDeviceFlags");
 	if (!flags)
 		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceFlags: flags is NULL; want a pointer to an unsigned int");
-	int dev = current_device;
-	uvmError_t err = get_device(dev, "uvmGetDeviceFlags:", NULL);
+	int dev = uvm__current_device();
+	uvmError_t err = uvm__check_device(dev, "uvmGetDeviceFlags:", NULL);
 	if (err)
 		return err;
 	*flags = __atomic_load_n(&devices[dev].flags, __ATOMIC_RELAXED);
@@ -1087,7 +991,7 @@ void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap) { snprin
 uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t paramsSize, int cpu)
 {
 	struct uvm_session *s = NULL;
-	uvmError_t err = get_device(index, "uvmLaunchKernel on", &s);
+	uvmError_t err = uvm__check_device(index, "uvmLaunchKernel on", &s);
 	if (err)
 		return err;
 	struct uvm_device *d = &devices[index];

@@ -311,7 +311,7 @@ static const char *map_fixed(uint64_t addr, uint64_t length, int32_t file, char 
 	if (check_run(addr, length, file, msg, cap))
 		return msg;
 	void *at = (void *)(uintptr_t)addr;
-	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[file + 1], (off_t)addr) == MAP_FAILED)
+	if (uvm__sys_mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[file + 1], (off_t)addr) == MAP_FAILED)
 		snprintf(msg, cap, "map processor %d's file over %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
 	else if (madvise(at, length, MADV_NOHUGEPAGE) < 0)
 		snprintf(msg, cap, "keep %#lx+%lu from khugepaged: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
@@ -336,7 +336,7 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 	bool any = false;
 	for (int i = 0; i < UVM_PAGE_MASK_WORDS; i++)
 		any |= wp[i] != 0;
-	void *scratch = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[file + 1], (off_t)addr);
+	void *scratch = uvm__sys_mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[file + 1], (off_t)addr);
 	if (scratch == MAP_FAILED) {
 		snprintf(msg, cap, "map processor %d's file at %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
 		return msg;
@@ -367,7 +367,7 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 		}
 		p = q;
 	}
-	if (mremap(scratch, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)addr) == MAP_FAILED) {
+	if (uvm__sys_mremap(scratch, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)addr) == MAP_FAILED) {
 		snprintf(msg, cap, "move the new mapping over %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 		goto fail;
 	}
@@ -378,7 +378,7 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 	return NULL;
 fail:;
 	int e = errno; /* for the caller, which tells ENOMEM apart */
-	munmap(scratch, length);
+	uvm__sys_munmap(scratch, length);
 	errno = e;
 	return msg;
 }
@@ -388,7 +388,7 @@ fail:;
  * checked the run. */
 static const char *unmap(uint64_t addr, uint64_t length, char *msg, size_t cap)
 {
-	if (mmap((void *)(uintptr_t)addr, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+	if (uvm__sys_mmap((void *)(uintptr_t)addr, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
 		snprintf(msg, cap, "unmap %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 		return msg;
 	}
@@ -646,7 +646,7 @@ static void install_crash_handlers(void)
  * Returns the stack, for kernel_thread_end. */
 static void *kernel_thread_start(void)
 {
-	void *p = mmap(NULL, ALT_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = uvm__sys_mmap(NULL, ALT_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL; /* the crash is still fatal, only not reported as precisely */
 	stack_t ss = {.ss_sp = p, .ss_size = ALT_STACK_SIZE};
@@ -660,7 +660,7 @@ static void kernel_thread_end(void *altstack)
 		return;
 	stack_t ss = {.ss_flags = SS_DISABLE};
 	sigaltstack(&ss, NULL);
-	munmap(altstack, ALT_STACK_SIZE);
+	uvm__sys_munmap(altstack, ALT_STACK_SIZE);
 }
 
 static void run_threads(uvmKernel_t fn, uintptr_t kernel, uint32_t stream, unsigned first, unsigned outer, unsigned n, const void *params)
@@ -959,8 +959,8 @@ static void *serve_stream(void *arg)
 	report_flush(); /* the stream's kernels since its last synchronize */
 	close(st->sock);
 	kernel_thread_end(altstack);
-	munmap(st->buf, STREAM_BUF_SIZE);
-	munmap(st->params, uvmMaxKernelParams);
+	uvm__sys_munmap(st->buf, STREAM_BUF_SIZE);
+	uvm__sys_munmap(st->params, uvmMaxKernelParams);
 	uvm__sys_free(st->chunks);
 	uvm__sys_free(st);
 	return NULL;
@@ -974,15 +974,15 @@ static bool start_stream(uint32_t id, int sock)
 		return false;
 	st->sock = sock;
 	st->id = id;
-	st->buf = mmap(NULL, STREAM_BUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	st->params = mmap(NULL, uvmMaxKernelParams, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	st->buf = uvm__sys_mmap(NULL, STREAM_BUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	st->params = uvm__sys_mmap(NULL, uvmMaxKernelParams, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	st->chunks = uvm__sys_calloc(nworkers ? nworkers : 1, sizeof *st->chunks);
 	pthread_t t;
 	if (st->buf == MAP_FAILED || st->params == MAP_FAILED || !st->chunks || pthread_create(&t, NULL, serve_stream, st) != 0) {
 		if (st->buf != MAP_FAILED)
-			munmap(st->buf, STREAM_BUF_SIZE);
+			uvm__sys_munmap(st->buf, STREAM_BUF_SIZE);
 		if (st->params != MAP_FAILED)
-			munmap(st->params, uvmMaxKernelParams);
+			uvm__sys_munmap(st->params, uvmMaxKernelParams);
 		uvm__sys_free(st->chunks);
 		uvm__sys_free(st);
 		return false;
@@ -1055,10 +1055,10 @@ void uvm__device_main(int device, int nwork, int server, int control, int stream
 	 * them at the same addresses. The client's own are MADV_DONTFORK, so
 	 * what the fork left here is at most a reservation in progress: map
 	 * over it rather than fail. */
-	if (mmap((void *)UVM_WINDOW_START, UVM_WINDOW_SIZE, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+	if (uvm__sys_mmap((void *)UVM_WINDOW_START, UVM_WINDOW_SIZE, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
 		setup_fail(UVM_WIRE_INITIALIZATION, "reserve the managed window %#lx+%#lx: %s", UVM_WINDOW_START, UVM_WINDOW_SIZE,
 			   strerror(errno));
-	server_buf = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	server_buf = uvm__sys_mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (server_buf == MAP_FAILED)
 		setup_fail(UVM_WIRE_MEMORY_ALLOCATION, "map a message buffer: %s", strerror(errno));
 

@@ -158,3 +158,9 @@ uvmError_t uvmGetLastError(void)
 uvmError_t uvmPeekAtLastError(void) { return last_error; }
 
 const char *uvmGetLastErrorMessage(void) { return last_message; }
+
+uvmError_t uvm__refuse_in_device(const char *fn)
+{
+	return uvm__fail(uvmErrorNotSupported, "%s called in device %d's process (by a kernel): kernels cannot use the host API", fn,
+			 uvm__device_process);
+}

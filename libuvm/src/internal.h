@@ -1,15 +1,22 @@
 /*
  * internal.h: what libuvm's source files share. Nothing here is API.
  *
+ * The files call each other down the layers libuvm/layers.go lists
+ * (`make lint` checks): wire and session at the bottom, then the launch
+ * model's requests and the device process's side, the program's side of
+ * device processes (device.c), streams and properties, memory and events,
+ * and the preload library on top.
+ *
  * Rules every file follows:
- *  - Never call malloc/calloc/realloc/free: libuvm-preload.so replaces
- *    them, and a call from inside the library would recurse into the
- *    managed allocator. Use uvm__sys_malloc and friends (glibc's own
- *    allocator, reached by its __libc_ names), or mmap.
+ *  - Never call malloc/calloc/realloc/free, mmap/munmap/mremap:
+ *    libuvm-preload.so replaces them, and a call from inside the library
+ *    would recurse into the managed allocator. Use uvm__sys_malloc and
+ *    friends (glibc's own allocator, reached by its __libc_ names) and
+ *    uvm__sys_mmap and friends (the system calls).
  *  - Report every failure through uvm__fail, which records the thread's
  *    last error and message and returns the code.
- *  - Lock order: a device's mu, then streams_mu (device.c), before any
- *    session lock; init_mu, then allocs_mu (the fork handlers hold both
+ *  - Lock order: a device's order_mu, streams_mu, a stream queue's mu
+ *    (stream.c), then a device's mu (device.c), before any session lock; init_mu, then allocs_mu (the fork handlers hold both
  *    across a fork); files_mu, then req_mu. allocs_mu is never held
  *    across a request to the server.
  */
@@ -75,6 +82,9 @@ static inline uvmError_t uvm__ok(void) { return uvmSuccess; }
 /* uvm__from_wire maps a server status code (enum uvm_wire_status) to a
  * code. */
 UVM_HIDDEN uvmError_t uvm__from_wire(uint32_t status);
+/* uvm__refuse_in_device refuses fn in a device process (called by a
+ * kernel): its session is a stale copy. */
+UVM_HIDDEN uvmError_t uvm__refuse_in_device(const char *fn);
 
 /* ---- glibc's allocator, never the interposed one (sysalloc.c) ---- */
 
@@ -82,6 +92,11 @@ UVM_HIDDEN void *uvm__sys_malloc(size_t n);
 UVM_HIDDEN void *uvm__sys_calloc(size_t k, size_t n);
 UVM_HIDDEN void *uvm__sys_realloc(void *p, size_t n);
 UVM_HIDDEN void uvm__sys_free(void *p);
+/* mmap, munmap and mremap by the system call: the preload library
+ * replaces the C library's (mremap takes its fifth argument always). */
+UVM_HIDDEN void *uvm__sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+UVM_HIDDEN int uvm__sys_munmap(void *addr, size_t len);
+UVM_HIDDEN void *uvm__sys_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 /* uvm__slot_take picks the slot of a new handle in a table of handle
  * slots (streams, events) of elem bytes each, slots the address of the
  * table's pointer: a freed one, else the next,
@@ -270,6 +285,12 @@ UVM_HIDDEN uvmError_t uvm__request(struct uvm_session *s, struct uvm_msg *req, c
 				   int *rfds, int maxrfds, int *nrfds, const char *what);
 UVM_HIDDEN uint32_t uvm__next_seq(struct uvm_session *s);
 
+/* uvm__current_device is the calling thread's current device. */
+UVM_HIDDEN int uvm__current_device(void);
+/* uvm__check_device checks that d is a device of the session (whose
+ * pointer goes to *sp if sp is not NULL); what starts the message. */
+UVM_HIDDEN uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp);
+
 /* ---- allocations (session.c) ---- */
 
 struct uvm_alloc {
@@ -340,28 +361,8 @@ UVM_HIDDEN extern size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
  * this way, before main. The range is never freed. */
 UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 
-/* ---- devices (device.c) ---- */
+/* ---- device processes (devproc.c, device.c) and the launch model's requests (coherence.c) ---- */
 
-/* uvm__current_device is the calling thread's current device. */
-UVM_HIDDEN int uvm__current_device(void);
-/* uvm__stream_sync_before waits, as a synchronous call (a copy, a fill)
- * issued on stream does, for the work before it: stream (NULL and
- * uvmStreamLegacy: device's legacy default stream, with every
- * blocking stream of the device; uvmStreamPerThread: the thread's, with
- * the legacy one), then likewise device other's legacy stream (-1: none).
- * device is the device of the special handles (NULL, uvmStreamLegacy,
- * uvmStreamPerThread). Their errors stay for their synchronizes; a
- * device that failed fails
- * the call (what names it), which then must not run. */
-UVM_HIDDEN uvmError_t uvm__stream_sync_before(uvmStream_t stream, int device, int other, const char *what);
-/* uvm__streams_sync_all waits for every stream of every device, kernels
- * included, leaving their errors for their synchronizes: memory is not
- * freed under work that may use it, as cudaFree synchronizes. */
-UVM_HIDDEN void uvm__streams_sync_all(void);
-/* uvm__refuse_in_host_fn refuses fn when the calling thread runs the
- * program's host function (uvmErrorNotPermitted): the API may block on
- * the very stream that runs it. */
-UVM_HIDDEN uvmError_t uvm__refuse_in_host_fn(const char *fn);
 /* uvm__in_device_fork is true in the thread that forks a device process
  * (and so in that process): fork handlers leave such a fork alone. */
 UVM_HIDDEN extern __thread bool uvm__in_device_fork;
@@ -385,6 +386,10 @@ UVM_HIDDEN void uvm__device_main(int device, int workers, int server, int contro
  * (stream UVM_ALL_STREAMS: every stream of the device). */
 UVM_HIDDEN uvmError_t uvm__coherence_before_launch(int device, uint32_t stream, const char *kernel);
 UVM_HIDDEN uvmError_t uvm__coherence_after_sync(int device, uint32_t stream);
+/* uvm__coherence_attach tells the server that the managed allocation at
+ * addr is attached (flags) to stream of device (-1, 0: none), as the
+ * stream reaches the attachment (uvmStreamAttachMemAsync, memory.c). */
+UVM_HIDDEN uvmError_t uvm__coherence_attach(uint64_t addr, unsigned flags, int device, uint32_t stream);
 /* uvm__stream_ids names stream's device and its id on the wire (stream.c). */
 UVM_HIDDEN uvmError_t uvm__stream_ids(uvmStream_t stream, const char *what, int *device, uint32_t *id);
 /* uvm__launch_model reports whether the session runs the launch model. */
@@ -422,10 +427,6 @@ enum uvm_wait { UVM_WAIT_SPIN, UVM_WAIT_YIELD, UVM_WAIT_BLOCK };
 UVM_HIDDEN enum uvm_wait uvm__wait_mode(int device);
 /* uvm__wait_pause is one turn of a spinning or yielding wait. */
 UVM_HIDDEN void uvm__wait_pause(enum uvm_wait how);
-UVM_HIDDEN uvmError_t uvm__refuse_in_device(const char *fn);
-/* uvm__check_device checks that d is a device of the session (whose
- * pointer goes to *sp if sp is not NULL); what starts the message. */
-UVM_HIDDEN uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp);
 /* uvm__device_new_stream gives out a stream id of device d. */
 UVM_HIDDEN uint32_t uvm__device_new_stream(int d);
 /* uvm__device_launch writes a launch on stream of device d, starting the
@@ -479,6 +480,23 @@ UVM_HIDDEN uvmError_t uvm__stream_order_host(uvmStream_t stream, const char *wha
 UVM_HIDDEN uvmError_t uvm__stream_device(uvmStream_t stream, const char *what, int *device);
 UVM_HIDDEN uvmError_t uvm__stream_lookup(uvmStream_t stream, const char *what, int *device, uint32_t *id);
 
+/* uvm__stream_sync_before waits, as a synchronous call (a copy, a fill)
+ * issued on stream does, for the work before it: stream (NULL and
+ * uvmStreamLegacy: device's legacy default stream, with every blocking
+ * stream of the device; uvmStreamPerThread: the thread's, with the
+ * legacy one; device names the device of these handles), then likewise
+ * device other's legacy stream (-1: none). Their errors stay for their
+ * synchronizes; a device that failed fails the call (what names it),
+ * which then must not run. */
+UVM_HIDDEN uvmError_t uvm__stream_sync_before(uvmStream_t stream, int device, int other, const char *what);
+/* uvm__streams_sync_all waits for every stream of every device, kernels
+ * included, leaving their errors for their synchronizes: memory is not
+ * freed under work that may use it, as cudaFree synchronizes. */
+UVM_HIDDEN void uvm__streams_sync_all(void);
+/* uvm__refuse_in_host_fn refuses fn when the calling thread runs the
+ * program's host function (uvmErrorNotPermitted): the API may block on
+ * the very stream that runs it. */
+UVM_HIDDEN uvmError_t uvm__refuse_in_host_fn(const char *fn);
 /* A mark (stream.c): a point in a stream's order, complete once the work
  * queued on the stream before it has finished, with the time it did.
  * Events are marks. */

@@ -230,7 +230,7 @@ uvmError_t uvmHostRegister(void *ptr, size_t size, unsigned int flags)
 	struct uvm_alloc a;
 	if ((err = uvm__allocate(size, UVM_KIND_PINNED_HOST, uvmCpuDeviceId, flags, copy_in, ptr, &a)))
 		return err;
-	if (mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)a.addr) == MAP_FAILED) {
+	if (uvm__sys_mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)a.addr) == MAP_FAILED) {
 		int e = errno;
 		uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmHostRegister");
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostRegister %p+%zu: map the pinned pages: %s", ptr, size, strerror(e));
@@ -257,13 +257,13 @@ uvmError_t uvmHostUnregister(void *ptr)
 	uvm__streams_sync_all();
 	/* The program gets ordinary memory back with the same contents: a
 	 * private copy moved over the alias in one step. */
-	void *copy = mmap(NULL, a.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *copy = uvm__sys_mmap(NULL, a.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (copy == MAP_FAILED)
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostUnregister %p: %s", ptr, strerror(errno));
 	memcpy(copy, ptr, a.length);
-	if (mremap(copy, a.length, a.length, MREMAP_MAYMOVE | MREMAP_FIXED, ptr) == MAP_FAILED) {
+	if (uvm__sys_mremap(copy, a.length, a.length, MREMAP_MAYMOVE | MREMAP_FIXED, ptr) == MAP_FAILED) {
 		int e = errno;
-		munmap(copy, a.length);
+		uvm__sys_munmap(copy, a.length);
 		return uvm__fail(uvmErrorUnknown, "uvmHostUnregister %p: move the copy back: %s", ptr, strerror(e));
 	}
 	err = uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST) | REGISTERED_BIT, "uvmHostUnregister");
@@ -411,6 +411,55 @@ uvmError_t uvmMemDiscardAsync(const void *devPtr, size_t count, uvmStream_t stre
 		return uvmSuccess;
 	/* In stream order: kernels queued before it finish writing first. */
 	return uvm__stream_enqueue_host(stream, "uvmMemDiscardAsync", run_discard, &a, sizeof a);
+}
+
+/* An attachment queued on a stream. */
+struct attach_args {
+	uint64_t addr;
+	unsigned flags;
+	int device;
+	uint32_t id;
+};
+
+static uvmError_t run_attach(void *arg)
+{
+	const struct attach_args *a = arg;
+	return uvm__coherence_attach(a->addr, a->flags, a->device, a->id);
+}
+
+uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags)
+{
+	const char *what = "uvmStreamAttachMemAsync";
+	uintptr_t p = (uintptr_t)devPtr;
+	struct uvm_alloc alloc;
+	if (!devPtr || !uvm__alloc_lookup(p, &alloc) || alloc.kind != UVM_KIND_MANAGED)
+		return uvm__fail(uvmErrorInvalidValue, "%s: %p is not managed memory (want a pointer uvmMallocManaged returned)", what, devPtr);
+	if (p != alloc.addr)
+		return uvm__fail(uvmErrorInvalidValue, "%s: %p is inside the allocation at %p, which is attached whole: pass its start", what, devPtr,
+				 (void *)alloc.addr);
+	if (length != 0 && length != alloc.size)
+		return uvm__fail(uvmErrorInvalidValue, "%s: length %zu: want 0 or the allocation's size, %zu", what, length, alloc.size);
+	switch (flags) {
+	case uvmMemAttachGlobal:
+	case uvmMemAttachHost:
+		break;
+	case uvmMemAttachSingle:
+		if (!stream || stream == uvmStreamLegacy)
+			return uvm__fail(uvmErrorInvalidValue, "%s: uvmMemAttachSingle with the legacy default stream: want a stream uvmStreamCreate made", what);
+		break;
+	default:
+		return uvm__fail(uvmErrorInvalidValue, "%s: flags %#x: want uvmMemAttachGlobal (%#x), uvmMemAttachHost (%#x) or uvmMemAttachSingle (%#x)", what,
+				 flags, uvmMemAttachGlobal, uvmMemAttachHost, uvmMemAttachSingle);
+	}
+	struct attach_args args = {.addr = alloc.addr, .flags = flags, .device = -1, .id = 0};
+	if (stream) {
+		uvmError_t err = uvm__stream_ids(stream, what, &args.device, &args.id);
+		if (err)
+			return err;
+	}
+	/* In stream order: it takes effect once the work queued on the
+	 * stream before it has finished, as CUDA's. */
+	return uvm__stream_order_host(stream, what, run_attach, &args, sizeof args);
 }
 
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device)

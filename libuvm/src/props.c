@@ -1,11 +1,12 @@
 /*
- * props.c: device properties, memory information, peer access, and the
- * attributes of a pointer: what a program asks about devices and memory
- * rather than does with them.
+ * props.c: device attributes and properties, memory information, peer
+ * access, and the attributes of a pointer: what a program asks about
+ * devices and memory rather than does with them.
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,42 @@
 
 int uvm__concurrent_managed_access(void) { return !uvm__launch_model(); }
 
-/* ---- device properties ---- */
+/* ---- device attributes and properties ---- */
+
+uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmDeviceGetAttribute");
+	if (!value)
+		return uvm__fail(uvmErrorInvalidValue, "uvmDeviceGetAttribute: value is NULL; want a pointer to an int");
+	struct uvm_session *s = NULL;
+	uvmError_t err = uvm__check_device(device, "uvmDeviceGetAttribute: attribute of", &s);
+	if (err)
+		return err;
+	const struct uvm_device_info *info = &s->devices[device];
+	switch (attr) {
+	case uvmDevAttrMultiProcessorCount:
+		*value = info->workers;
+		return uvm__ok();
+	case uvmDevAttrCanMapHostMemory:
+		*value = 1;
+		return uvm__ok();
+	case uvmDevAttrConcurrentManagedAccess:
+		*value = uvm__concurrent_managed_access();
+		return uvm__ok();
+	case uvmDevAttrPageableMemoryAccess:
+		*value = 0;
+		return uvm__ok();
+	case uvmDevAttrArenaCapacityMiB:
+		*value = info->capacity >> 20 > INT_MAX ? INT_MAX : (int)(info->capacity >> 20);
+		return uvm__ok();
+	}
+	return uvm__fail(uvmErrorInvalidValue,
+			 "uvmDeviceGetAttribute: device attribute %d: want uvmDevAttrMultiProcessorCount (%d), uvmDevAttrCanMapHostMemory (%d), "
+			 "uvmDevAttrPageableMemoryAccess (%d), uvmDevAttrConcurrentManagedAccess (%d) or uvmDevAttrArenaCapacityMiB (%d)",
+			 (int)attr, uvmDevAttrMultiProcessorCount, uvmDevAttrCanMapHostMemory, uvmDevAttrPageableMemoryAccess,
+			 uvmDevAttrConcurrentManagedAccess, uvmDevAttrArenaCapacityMiB);
+}
 
 uvmError_t uvmGetDeviceProperties(uvmDeviceProp *prop, int device)
 {
@@ -204,7 +240,7 @@ uvmError_t uvmMemGetInfo(size_t *free, size_t *total)
 	uvmError_t err = uvm__check_device(dev, "uvmMemGetInfo: memory of", &s);
 	if (err)
 		return err;
-	uint8_t *reply = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *reply = uvm__sys_mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (reply == MAP_FAILED)
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmMemGetInfo: map a buffer for the server's answer: %s", strerror(errno));
 	uint8_t q[UVM_WIRE_HEADER];
@@ -222,7 +258,7 @@ uvmError_t uvmMemGetInfo(size_t *free, size_t *total)
 			*free = used < cap ? (size_t)(cap - used) : 0;
 		}
 	}
-	munmap(reply, UVM_MAX_MESSAGE);
+	uvm__sys_munmap(reply, UVM_MAX_MESSAGE);
 	return err ? err : uvm__ok();
 }
 

@@ -528,25 +528,30 @@ static void test_device_flags(void)
 	CHECK(spin > 5 && spin > 4 * blocking);
 	CHECK(yield > 1 && yield > 4 * blocking);
 
-	/* Events follow the device's flags, unless made to block. */
+	/* Events follow the device's flags, unless made to block: up to
+	 * three tries, as above, a spinning thread getting little of a busy
+	 * machine's CPUs. */
 	uvmEvent_t e, eb;
 	unsigned ms = 100;
 	CHECK_OK(uvmEventCreate(&e));
 	CHECK_OK(uvmEventCreateWithFlags(&eb, uvmEventBlockingSync));
 	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleSpin));
-	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
-	CHECK_OK(uvmEventRecord(e, NULL));
-	double before = thread_cpu_ms();
-	CHECK_OK(uvmEventSynchronize(e));
-	double spun = thread_cpu_ms() - before;
-	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
-	CHECK_OK(uvmEventRecord(eb, NULL));
-	before = thread_cpu_ms();
-	CHECK_OK(uvmEventSynchronize(eb));
-	double slept = thread_cpu_ms() - before;
+	double spun = 0, slept = 0;
+	for (int try = 0; try < 3 && !(slept < 10 && spun > 5 && spun > 4 * slept); try++) {
+		CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+		CHECK_OK(uvmEventRecord(e, NULL));
+		double before = thread_cpu_ms();
+		CHECK_OK(uvmEventSynchronize(e));
+		spun = thread_cpu_ms() - before;
+		CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+		CHECK_OK(uvmEventRecord(eb, NULL));
+		before = thread_cpu_ms();
+		CHECK_OK(uvmEventSynchronize(eb));
+		slept = thread_cpu_ms() - before;
+		if (!(slept < 10 && spun > 5 && spun > 4 * slept))
+			fprintf(stderr, "try %d: CPU time of 100 ms event waits: spinning %.2f ms, blocking %.2f ms\n", try + 1, spun, slept);
+	}
 	CHECK(slept < 10 && spun > 5 && spun > 4 * slept);
-	if (!(slept < 10 && spun > 5 && spun > 4 * slept))
-		fprintf(stderr, "CPU time of 100 ms event waits: spinning %.2f ms, blocking %.2f ms\n", spun, slept);
 	CHECK_OK(uvmEventDestroy(e));
 	CHECK_OK(uvmEventDestroy(eb));
 
