@@ -440,7 +440,7 @@ func (dp *deviceProc) synchronize(stream uint32) error {
 		states = append(states, ss)
 		marks = append(marks, dp.barrierLocked(ss, true))
 		if stream == 0 {
-			marks = append(marks, dp.legacyMarksLocked()...)
+			marks = append(marks, dp.legacyMarksLocked(ss, false)...)
 		}
 	}
 	mode := dp.waitMode()

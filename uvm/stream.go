@@ -300,7 +300,7 @@ func (s *Session) quiesceAll() {
 	for _, dp := range s.deviceProcs() {
 		dp.mu.Lock()
 		for _, ss := range dp.states {
-			if m := dp.endMarkLocked(ss); m != nil {
+			if m := dp.endMarkLocked(ss, false); m != nil {
 				marks = append(marks, m)
 			}
 		}
@@ -324,7 +324,7 @@ func (s *Session) waitLegacy(what string, devs ...*deviceProc) error {
 			continue
 		}
 		dp.mu.Lock()
-		marks = append(marks, dp.legacyMarksLocked()...)
+		marks = append(marks, dp.legacyMarksLocked(nil, false)...)
 		dp.mu.Unlock()
 	}
 	for _, m := range marks {
@@ -361,9 +361,11 @@ func (s *Session) afterWaits(marks []*marker) {
 // endMarkLocked returns a marker that completes once everything
 // submitted on the stream so far has finished, nil if nothing is in
 // flight: the one already at its end, or one placed now (queued behind
-// its queue, or written after its launches), with a reader for its
-// answer. dp.mu is held.
-func (dp *deviceProc) endMarkLocked(ss *streamState) *marker {
+// its queue, or written after its launches). With reader, a goroutine
+// reads its answer, for a waiter that does not read (an executor's
+// wait, a query); a synchronize's await reads it itself, on its own
+// thread, which costs no wake-up. dp.mu is held.
+func (dp *deviceProc) endMarkLocked(ss *streamState, reader bool) *marker {
 	var m *marker
 	switch {
 	case ss.destroyed:
@@ -375,7 +377,9 @@ func (dp *deviceProc) endMarkLocked(ss *streamState) *marker {
 		dp.enqueueLocked(ss, &streamOp{kind: opMark, m: m})
 	default:
 		m = dp.tailLocked(ss)
-		dp.ensureReaderLocked(ss)
+		if reader {
+			dp.ensureReaderLocked(ss)
+		}
 	}
 	if m == nil || m.isDone() {
 		return nil
@@ -396,7 +400,7 @@ func (dp *deviceProc) orderLocked(ss *streamState) {
 		return
 	}
 	if ss.id != 0 {
-		if m := dp.endMarkLocked(dp.def); m != nil && m != ss.waited {
+		if m := dp.endMarkLocked(dp.def, true); m != nil && m != ss.waited {
 			dp.enqueueLocked(ss, &streamOp{kind: opWait, m: m})
 			ss.waited = m
 		}
@@ -406,7 +410,7 @@ func (dp *deviceProc) orderLocked(ss *streamState) {
 		if b == ss || b.nonBlocking || b.dead {
 			continue
 		}
-		if m := dp.endMarkLocked(b); m != nil && m != b.legacyWaits {
+		if m := dp.endMarkLocked(b, true); m != nil && m != b.legacyWaits {
 			dp.enqueueLocked(ss, &streamOp{kind: opWait, m: m})
 			b.legacyWaits = m
 		}
@@ -414,15 +418,16 @@ func (dp *deviceProc) orderLocked(ss *streamState) {
 }
 
 // legacyMarksLocked returns markers after the work submitted so far on
-// the legacy stream and on every blocking stream of the device: what a
-// synchronous call issued on the legacy stream waits for. dp.mu is held.
-func (dp *deviceProc) legacyMarksLocked() []*marker {
+// the legacy stream and on every blocking stream of the device but skip:
+// what a synchronous call issued on the legacy stream waits for. reader
+// is endMarkLocked's. dp.mu is held.
+func (dp *deviceProc) legacyMarksLocked(skip *streamState, reader bool) []*marker {
 	var marks []*marker
 	for _, ss := range dp.states {
-		if ss.nonBlocking || ss.dead {
+		if ss == skip || ss.nonBlocking || ss.dead {
 			continue
 		}
-		if m := dp.endMarkLocked(ss); m != nil {
+		if m := dp.endMarkLocked(ss, reader); m != nil {
 			marks = append(marks, m)
 		}
 	}
@@ -910,9 +915,9 @@ func (s *Session) StreamQuery(st *Stream) error {
 	if err := dp.refuseFailed("query stream on"); err != nil {
 		return err
 	}
-	marks := []*marker{dp.endMarkLocked(ss)}
+	marks := []*marker{dp.endMarkLocked(ss, true)}
 	if st.id == 0 {
-		marks = append(marks, dp.legacyMarksLocked()...)
+		marks = append(marks, dp.legacyMarksLocked(ss, true)...)
 	}
 	for _, m := range marks {
 		if m != nil && !m.isDone() {
