@@ -875,7 +875,8 @@ func (s *Session) LaunchHostFunc(st *Stream, fn func()) error {
 
 // StreamAddCallback is LaunchHostFunc with fn(st, status), as
 // cudaStreamAddCallback: status is nil, or the error of the work before
-// it (the device's failure). flags must be 0.
+// it (the device's failure, else an operation queued before it that
+// failed and no synchronize has reported yet). flags must be 0.
 func (s *Session) StreamAddCallback(st *Stream, fn func(st *Stream, status error), flags uint32) error {
 	if flags != 0 {
 		return fmt.Errorf("%w: stream callback flags %#x: want 0", ErrInvalidValue, flags)
@@ -890,6 +891,9 @@ func (s *Session) StreamAddCallback(st *Stream, fn func(st *Stream, status error
 	return s.queueHost(st, "add a callback to", func() error {
 		dp.mu.Lock()
 		status := dp.failed
+		if ss := dp.state(st.id); status == nil && len(ss.errs) > 0 {
+			status = ss.errs[0] // an operation queued before it failed
+		}
 		dp.mu.Unlock()
 		fn(st, status)
 		return nil

@@ -354,7 +354,9 @@ uvmError_t uvmStreamWaitEvent(uvmStream_t stream, uvmEvent_t event, unsigned int
  * after it waits until it returns. It must not call this API (the call
  * fails with uvmErrorNotPermitted), nor wait for work that is not
  * before it. A callback gets the stream as given, and uvmSuccess or the
- * error of the work before it (the device's failure). flags: 0. */
+ * error of the work before it (the device's failure, else that of an
+ * operation queued before it that no synchronize has reported yet).
+ * flags: 0. */
 typedef void (*uvmHostFn_t)(void *userData);
 typedef void (*uvmStreamCallback_t)(uvmStream_t stream, uvmError_t status, void *userData);
 uvmError_t uvmLaunchHostFunc(uvmStream_t stream, uvmHostFn_t fn, void *userData);
