@@ -1063,11 +1063,14 @@ uvmError_t uvmStreamDestroy(uvmStream_t stream)
 
 /* ---- waiting for streams ---- */
 
-/* order_set returns the queues a synchronize of q waits for, held: q,
- * and for the legacy stream every blocking stream of its device (work
- * on the legacy stream waits for theirs, so waiting for it is waiting
- * for them), for a per-thread stream the legacy stream too. */
-static struct queue **order_set(struct queue *q, size_t *n)
+/* order_set returns the queues a wait for q waits for, held: q, and for
+ * the legacy stream every blocking stream of its device (work on the
+ * legacy stream waits for theirs, so waiting for it is waiting for
+ * them). as_work: the wait is for new work issued on q (a synchronous
+ * copy), which on a per-thread stream waits for the legacy stream too;
+ * a synchronize of a per-thread stream waits for its own work alone,
+ * which waited for the legacy stream's as it was queued. */
+static struct queue **order_set(struct queue *q, bool as_work, size_t *n)
 {
 	if (q->kind == Q_LEGACY) {
 		struct queue **all = device_queues(q->device, n);
@@ -1089,7 +1092,7 @@ static struct queue **order_set(struct queue *q, size_t *n)
 	queue_hold(q);
 	qs[0] = q;
 	*n = 1;
-	if (q->kind == Q_PER_THREAD)
+	if (q->kind == Q_PER_THREAD && as_work)
 		qs[(*n)++] = &defaults[q->device];
 	return qs;
 }
@@ -1118,7 +1121,7 @@ static uvmError_t sync_queue(struct queue *q, enum uvm_wait how)
 {
 	struct uvm_errs e = {0};
 	size_t n = 0;
-	struct queue **qs = order_set(q, &n);
+	struct queue **qs = order_set(q, false, &n);
 	if (!qs)
 		return uvm__fail(uvmErrorMemoryAllocation, "synchronize stream %u of device %d: no memory to list the streams", q->id, q->device);
 	/* q itself (qs[0]) as a synchronize always waited for it: one round
@@ -1167,7 +1170,7 @@ uvmError_t uvmStreamQuery(uvmStream_t stream)
 		return err;
 	}
 	size_t n = 0;
-	struct queue **qs = order_set(q, &n);
+	struct queue **qs = order_set(q, false, &n);
 	if (!qs) {
 		queue_put(q);
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmStreamQuery: no memory to list the streams");
@@ -1266,7 +1269,7 @@ uvmError_t uvm__stream_sync_before(uvmStream_t stream, int device, int other, co
 		if ((err = queue_of(i == 0 ? stream : NULL, devs[i], w, &q)))
 			return err;
 		size_t n = 0;
-		struct queue **qs = order_set(q, &n);
+		struct queue **qs = order_set(q, true, &n);
 		queue_put(q);
 		if (!qs)
 			return uvm__fail(uvmErrorMemoryAllocation, "%s: no memory to list device %d's streams", what, devs[i]);

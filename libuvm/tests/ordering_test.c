@@ -280,6 +280,21 @@ static void test_per_thread_streams(void)
 	CHECK_OK(uvmLaunchKernel(0, uvmStreamPerThread, 2, copy_kernel, &ab, sizeof ab));
 	CHECK_OK(uvmStreamSynchronize(uvmStreamPerThread));
 	CHECK(filled(b, N, 9));
+
+	/* Its synchronize waits for its own work, not for legacy work
+	 * queued after it. */
+	struct flag f = flag_new();
+	struct fill_params fd = {.out = b, .n = N, .value = 12};
+	struct gate_params g = gate_of(f, NULL, 0, 0);
+	CHECK_OK(uvmLaunchKernel(0, uvmStreamPerThread, 2, slow_fill, &fd, sizeof fd));
+	CHECK_OK(uvmLaunchKernel(0, NULL, 1, gate, &g, sizeof g));
+	CHECK_OK(uvmStreamSynchronize(uvmStreamPerThread));
+	CHECK(filled(b, N, 12));
+	CHECK(uvmStreamQuery(NULL) == uvmErrorNotReady);
+	flag_set(f);
+	CHECK_OK(uvmStreamSynchronize(NULL));
+	CHECK(f.p[1] == 0);
+	CHECK_OK(uvmFreeHost(f.p));
 	CHECK_OK(uvmFree(a));
 	CHECK_OK(uvmFree(b));
 	CHECK_OK(uvmFree(t.out));
