@@ -213,22 +213,7 @@ func TestLaunchModelRefusesTheCPUDuringAKernel(t *testing.T) {
 	requireRoot(t)
 	for _, model := range []string{"launch", "fault"} {
 		t.Run(model, func(t *testing.T) {
-			cmd := child(t, "touch-during-kernel", "TOUCH_COHERENCE="+model)
-			// A file, not a pipe: the private server and its guard
-			// outlive a child that dies, and would hold a pipe open.
-			stderr, err := os.Create(t.TempDir() + "/stderr")
-			require.NoError(t, err)
-			defer stderr.Close()
-			cmd.Stderr = stderr
-			require.NoError(t, cmd.Start())
-			// A touch that is neither refused nor served would fault
-			// for ever: end it rather than the test.
-			stop := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
-			err = cmd.Wait()
-			stop.Stop()
-			b, rerr := os.ReadFile(stderr.Name())
-			require.NoError(t, rerr)
-			out := string(b)
+			out, err := runChildRole(t, "touch-during-kernel", "TOUCH_COHERENCE="+model)
 			if model == "fault" {
 				require.NoError(t, err, "%s", out)
 				assert.Contains(t, out, "touched, value 2")
@@ -336,7 +321,19 @@ func allBytes(b []byte, v byte) error {
 // runs (in a child: a refused touch is SIGBUS).
 func TestLaunchModelAttachmentInStreamOrder(t *testing.T) {
 	requireRoot(t)
-	cmd := child(t, "attach-in-stream-order")
+	out, err := runChildRole(t, "attach-in-stream-order")
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, out, "touched")
+}
+
+// runChildRole runs role in a child and returns its standard error and how
+// it ended. The standard error is a file, not a pipe: the private server
+// and its guard outlive a child that dies, and would hold a pipe open. A
+// touch that is neither refused nor served would fault for ever: a
+// child still running after a minute is killed rather than the test.
+func runChildRole(t *testing.T, role string, env ...string) (string, error) {
+	t.Helper()
+	cmd := child(t, role, env...)
 	stderr, err := os.Create(t.TempDir() + "/stderr")
 	require.NoError(t, err)
 	defer stderr.Close()
@@ -347,8 +344,7 @@ func TestLaunchModelAttachmentInStreamOrder(t *testing.T) {
 	stop.Stop()
 	b, rerr := os.ReadFile(stderr.Name())
 	require.NoError(t, rerr)
-	require.NoError(t, err, "%s", b)
-	assert.Contains(t, string(b), "touched")
+	return string(b), err
 }
 
 // TestLaunchModelRefusals: what CUDA refuses without concurrent managed
