@@ -153,6 +153,36 @@ func TestLegacyOrderBetweenKernels(t *testing.T) {
 	sameBytes(t, wantFill(ordSize, 20), a.Bytes(), "s1's copy waited for the legacy stream's kernel")
 }
 
+// TestBlockingStreamsDoNotWaitForEachOther: two goroutines' own
+// streams, blocking both, do not wait for each other (Go's stand-in for
+// C's per-thread default streams), and each waits for the legacy
+// stream's work before it.
+func TestBlockingStreamsDoNotWaitForEachOther(t *testing.T) {
+	s := newSession(t, testServerConfig())
+	s1, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	s2, err := s.StreamCreate(0)
+	require.NoError(t, err)
+	f := newFlag(t, s)
+	a, b, c := managed(t, s), managed(t, s), managed(t, s)
+	slowFill(t, s, 0, nil, c.Addr(), 6) // the legacy stream's, before both
+	require.NoError(t, s.Launch(0, s1, "st-waitThenFill", 1, f.params(a.Addr(), ordSize, 5)))
+	done := make(chan error, 1)
+	go func() { // another goroutine's stream
+		if err := s.Launch(0, s2, "st-copy", 1, stCopyParams(b.Addr(), c.Addr(), ordSize)); err != nil {
+			done <- err
+			return
+		}
+		done <- s.StreamSynchronize(s2)
+	}()
+	within(t, 20*time.Second, "a stream beside another's gated kernel", f.set, func() { require.NoError(t, <-done) })
+	sameBytes(t, wantFill(ordSize, 6), b.Bytes(), "s2's copy waited for the legacy stream's kernel")
+	require.ErrorIs(t, s.StreamQuery(s1), ErrNotReady)
+	f.set()
+	require.NoError(t, s.StreamSynchronize(s1))
+	sameBytes(t, wantFill(ordSize, 5), a.Bytes(), "the gated kernel's output")
+}
+
 // TestEventOnLegacyStream: an event recorded on the legacy stream
 // completes after the work of every blocking stream before it, and not
 // after a non-blocking stream's; its time is when that work finished.
