@@ -266,7 +266,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 		budget = uvm.FormatSize(base.HostBudget)
 	}
 	fs.StringVar(&f.hostBudget, "host-budget", budget, "managed memory kept on the host; above it, pages go to the device with the most room (empty: unbounded)")
-	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms")
+	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms (pages bouncing between processors) and refault=on,refault-distance=100,core=97,core-age=4 (a processor over its capacity: a resident core of the pages it evicted too early)")
 	fs.IntVar(&f.copyThreads, "copy-threads", base.CopyProducers, "the copy engine's producer threads per bulk move (0: calibrated at start)")
 	access := base.AccessCounting
 	if access == "" {

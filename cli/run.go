@@ -511,6 +511,9 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 		fmt.Fprintf(w, ", host budget %s", humanSize(uint64(r.HostBudget)))
 	}
 	fmt.Fprintln(w)
+	for _, rf := range r.Stats.Refaults {
+		fmt.Fprintf(w, "  %-20s %d pages, %s\n", fmt.Sprintf("refaults on %v", rf.Processor), rf.Pages, refaultDetail(rf))
+	}
 	if n := r.Stats.DiscardedPages; n > 0 {
 		fmt.Fprintf(w, "  %-20s %d pages (%s) dropped without a copy: freed heap memory, uvmMemDiscard\n", "discarded", n, humanSize(n*uvm.PageSize))
 	}

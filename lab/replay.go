@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 )
@@ -67,8 +69,13 @@ type sim struct {
 	evictsOwn bool
 	keep      core.PageMask
 	observer  AccessObserver
-	res       *Result
-	measured  costSamples
+	// refaulting is the thrashing policy where it answers refaults, and
+	// ws the processors' refault stamps and resident cores
+	// (workingset.go).
+	refaulting policy.Refaulting
+	ws         *workingset.Set[*simBlock]
+	res        *Result
+	measured   costSamples
 }
 
 // AccessObserver is an optional interface of an eviction policy that
@@ -192,10 +199,16 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 		o.Observe(hintFaults{s})
 	}
 	// Thrashing: the header records the spec as ThrashingSpec.String
-	// writes it, which ParseThrashingSpec reads back.
-	ts, err := policy.ParseThrashingSpec(pick(cfg.Thrashing, "thrashing"))
+	// writes it, which ParseThrashingSpec reads back. A recorded spec
+	// that says nothing of refaults was written by a server that had no
+	// answer to them: its replay has none either.
+	thrashingSpec := pick(cfg.Thrashing, "thrashing")
+	ts, err := policy.ParseThrashingSpec(thrashingSpec)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Thrashing == "" && thrashingSpec != "" && !strings.Contains(thrashingSpec, "refault") {
+		ts.Refault = false
 	}
 	if ts.Enabled {
 		if s.thrashing, err = policy.NewThrashing(ts); err != nil {
@@ -250,6 +263,7 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	if s.thrashing != nil {
 		s.res.Thrashing = s.thrashing.Name()
 	}
+	s.setRefaultLimits()
 	if cfg.Costs != nil {
 		s.res.Costs = *cfg.Costs
 		if s.res.Costs.Source == "" {
@@ -480,7 +494,7 @@ func (s *sim) fault(b *simBlock, p core.Device, x int, write bool) {
 	src, populated := b.locationOfPage(x)
 	var faulted core.PageMask
 	faulted.Set(x)
-	o := mover{s: s, b: b, cause: policy.CauseFault, fault: true, via: true}
+	o := mover{s: s, b: b, cause: policy.CauseFault, fault: true, via: true, demand: faulted}
 	if populated && src != p && s.thrashing != nil && b.thrash != nil {
 		f := policy.ThrashFault{Processor: p, Page: x, HostPreferred: true, Now: s.now}
 		switch s.thrashing.Check(b.thrash, f) {

@@ -81,6 +81,13 @@ type Result struct {
 	NapTime       time.Duration `json:"nap_ns"`
 	RemoteTouches uint64        `json:"remote_touches"`
 	Launches      uint64        `json:"launches"`
+	// The resident core (workingset.go): pages back after an eviction,
+	// those back soon, pages protected, and protected pages evicted
+	// where nothing else could give room.
+	Refaulted       uint64 `json:"refaulted_pages"`
+	RefaultedRecent uint64 `json:"refaulted_recent_pages"`
+	Protected       uint64 `json:"protected_pages"`
+	Demoted         uint64 `json:"demoted_pages"`
 	// Unserved counts references to no allocation of the trace (or to a
 	// device the replay lacks); Refused, faults a full device could not
 	// take (the server fails them: SIGBUS); BadVictims, victims an

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 )
 
@@ -69,6 +70,9 @@ type simBlock struct {
 	// 2 MiB folio (server: block.large).
 	large  uint64
 	thrash any
+	// ws is the block's refault stamps and protected pages
+	// (workingset.go).
+	ws workingset.Block
 }
 
 func (b *simBlock) firstPage() int { return b.index * core.PagesPerBlock }
@@ -179,12 +183,7 @@ func (s *sim) dropPages(b *simBlock, gone core.PageMask) {
 		s.used[l] -= int64(x.Count())
 		b.resident[l].AndNot(&x)
 		b.unmapped[l].AndNot(&x)
-		if s.pageEviction != nil {
-			s.pageEviction.LeftPages(b.ref, loc, x)
-		}
-		if b.resident[l].Empty() {
-			s.eviction.Left(b.ref, loc)
-		}
+		s.departed(b, loc, x)
 	}
 	b.hostMapped.AndNot(&gone)
 }
@@ -200,6 +199,9 @@ type mover struct {
 	// via reports that what arrives is mapped by the destination's view
 	// (a fault, a prefetch); an eviction leaves it unmapped.
 	via bool
+	// demand is the pages the fault asked for: the evidence of a
+	// refault (workingset.go).
+	demand core.PageMask
 }
 
 // sweep is the server's mover.sweep: whether location m's fault at page
@@ -314,7 +316,7 @@ func (o *mover) move(dst core.Device, demand, speculative core.PageMask) (int64,
 	if need == 0 {
 		return 0, true
 	}
-	if dst != core.CPU && !o.s.reserve(o, dst, need) {
+	if dst != core.CPU && !o.s.reserve(o, dst, need, want) {
 		if speculative.Empty() {
 			return 0, false
 		}
@@ -324,7 +326,7 @@ func (o *mover) move(dst core.Device, demand, speculative core.PageMask) (int64,
 		if need = int64(want.Count()); need == 0 {
 			return 0, true
 		}
-		if !o.s.reserve(o, dst, need) {
+		if !o.s.reserve(o, dst, need, want) {
 			return 0, false
 		}
 	}
@@ -407,18 +409,9 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 		if src == core.CPU {
 			b.hostMapped.AndNot(&done)
 		}
-		if s.pageEviction != nil {
-			s.pageEviction.LeftPages(b.ref, src, done)
-		}
-		if b.resident[src.Slot()].Empty() {
-			s.eviction.Left(b.ref, src)
-		}
+		s.departed(b, src, done)
 	}
-	if s.pageEviction != nil {
-		s.pageEviction.ArrivedPages(b.ref, dst, done, o.cause)
-	} else {
-		s.eviction.Arrived(b.ref, dst, n, o.cause)
-	}
+	o.arrived(dst, done)
 	if !populated {
 		s.res.Populated[dst.Slot()] += uint64(n)
 	} else {
@@ -440,33 +433,45 @@ func (o *mover) moveRun(first, outer int, src core.Device, populated bool, dst c
 
 // reserve makes room for need pages on device dst (the server's
 // reserveOrEvict): evict from it until they fit.
-func (s *sim) reserve(o *mover, dst core.Device, need int64) bool {
+func (s *sim) reserve(o *mover, dst core.Device, need int64, keep core.PageMask) bool {
 	if s.roomFor(dst, need) {
 		return true
 	}
+	s.releaseProtections(dst)
 	want := s.used[dst.Slot()] + need - s.capacity
-	s.evict(o, dst, want)
+	if s.evict(o, dst, want) == 0 {
+		// Nothing the policy offered: the server's last resort.
+		s.lastResort(o, dst, want, keep)
+	}
 	return s.roomFor(dst, need)
 }
 
 // overBudget is the server's mover.overBudget: host pages over the
 // budget leave for the roomiest device; where no other block can give
-// enough, the block's own host pages not in keep go, lowest first.
+// enough, and some device has room for a block, the last resort.
 func (o *mover) overBudget(keep core.PageMask) {
 	s := o.s
 	want := core.PagesOverBudget(s.used[core.CPU.Slot()], s.hostBudget)
 	if want == 0 {
 		return
 	}
+	s.releaseProtections(core.CPU)
 	moved := s.evict(o, core.CPU, want)
-	if moved >= want {
+	if moved >= want || s.devicesFull() {
 		return
 	}
-	pages := o.b.resident[core.CPU.Slot()]
-	pages.AndNot(&keep)
-	if victims := pages.Lowest(int(want - moved)); !victims.Empty() {
-		s.evictPages(o.b, core.CPU, victims)
+	s.lastResort(o, core.CPU, want-moved, keep)
+}
+
+// devicesFull is the server's Server.devicesFull: no device has room
+// for a block (on one smaller than two blocks, for half of it).
+func (s *sim) devicesFull() bool {
+	for d := 0; d < s.devices; d++ {
+		if s.capacity-s.used[core.Device(d).Slot()] >= min(core.PagesPerBlock, s.capacity/2) {
+			return false
+		}
 	}
+	return true
 }
 
 // victims asks the eviction policy for victims (Server.victims).
@@ -516,7 +521,7 @@ func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 				}
 				continue
 			}
-			if n := s.evictPages(v, from, pages); n > 0 {
+			if n := s.evictPages(v, from, pages, false); n > 0 {
 				progress = true
 				moved += n
 			}
@@ -530,9 +535,14 @@ func (s *sim) evict(o *mover, from core.Device, want int64) (moved int64) {
 
 // evictPages is the server's evictPages: pages of b at from go to the
 // host (from a device) or to the roomiest device (from the host), into
-// the destination's file, unmapped.
-func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask) int64 {
+// the destination's file, unmapped, but for those protected there
+// unless demote; those that left are stamped for their refaults.
+func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask, demote bool) int64 {
 	pages.And(&b.resident[from.Slot()])
+	if !demote {
+		protected := s.ws.Protected(&b.ws, from.Slot())
+		pages.AndNot(&protected)
+	}
 	n := int64(pages.Count())
 	if n == 0 {
 		return 0
@@ -544,10 +554,14 @@ func (s *sim) evictPages(b *simBlock, from core.Device, pages core.PageMask) int
 			return 0
 		}
 	}
-	before := b.resident[from.Slot()].Count()
+	held := b.resident[from.Slot()]
+	before := held.Count()
 	op := mover{s: s, b: b, cause: policy.CauseEviction}
 	op.move(dst, pages, core.PageMask{})
 	evicted := int64(before - b.resident[from.Slot()].Count())
+	gone := held
+	gone.AndNot(&b.resident[from.Slot()])
+	s.ws.Evicted(&b.ws, from.Slot(), maxLocs, gone)
 	s.res.Evicted[from.Slot()] += uint64(evicted)
 	if evicted > 0 {
 		s.res.Evictions++

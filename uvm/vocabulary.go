@@ -68,9 +68,12 @@ type (
 	Migration       = core.Migration
 	ProcessorPages  = core.ProcessorPages
 	ProcessorCount  = core.ProcessorCount
-	Histogram       = core.Histogram
-	Bucket          = core.Bucket
-	FaultAnatomy    = core.FaultAnatomy
+	// ProcessorRefaults counts one processor's refaults and its resident
+	// core (Stats.Refaults).
+	ProcessorRefaults = core.ProcessorRefaults
+	Histogram         = core.Histogram
+	Bucket            = core.Bucket
+	FaultAnatomy      = core.FaultAnatomy
 )
 
 // Info is the server's configuration and state (Session.Info).

@@ -32,6 +32,7 @@ func TestImportFence(t *testing.T) {
 // with the packages below them (relative to the module): a package
 // imports packages of its own layer and of earlier ones, never of a
 // later one. The shared data types come first (core, then the policies,
+// the refault bookkeeping that the server and the lab share,
 // the lab that replays them over traces, then the configuration); then the wire protocol, the copy engine, the
 // device processes, the fault server; then the public client; and on
 // top the commands with package cli, the uvm command as a library, which
@@ -42,6 +43,7 @@ func TestImportFence(t *testing.T) {
 var layers = [][]string{
 	{"internal/core"},
 	{"policy"},
+	{"internal/workingset"},
 	{"lab"},
 	{"internal/config"},
 	{"internal/wire"},

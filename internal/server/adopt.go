@@ -323,7 +323,7 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 				if mr.kind == core.KindManaged {
 					var one core.PageMask
 					one.Set(page % core.PagesPerBlock)
-					srv.arrived(b, core.DeviceAtSlot(l), one, policy.CauseFault)
+					srv.announce(b, core.DeviceAtSlot(l), one, policy.CauseFault)
 				}
 				n++
 			}

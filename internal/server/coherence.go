@@ -407,12 +407,9 @@ func (o *mover) handOff(dst core.Device, written core.PageMask) error {
 	if n := clean.Count(); n > 0 {
 		o.drop(core.CPU, clean)
 		b.resident[core.CPU.Slot()].AndNot(&clean)
-		srv.leftPages(b, core.CPU, clean)
+		srv.departed(b, core.CPU, clean)
 		srv.hostPages.Add(-int64(n))
 		o.r.stats.LaunchClean.Add(uint64(n))
-		if b.resident[core.CPU.Slot()].Empty() {
-			srv.eviction.Left(b.ref, core.CPU)
-		}
 	}
 	dirty := dup
 	dirty.And(&written)

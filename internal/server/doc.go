@@ -34,7 +34,9 @@
 // Advice (advice.go), read duplication (readdup.go), remote mappings and
 // the background remapper that follows what faults change (remote.go),
 // thrashing (thrash.go) and eviction (evict.go) ask the policies of
-// package policy, chosen by ServerConfig. Device copies (memcpy.go) hand
+// package policy, chosen by ServerConfig; workingset.go measures
+// refaults and keeps each processor's resident core (package
+// internal/workingset), hiding its pages from the eviction policy. Device copies (memcpy.go) hand
 // the client its device files; the copies themselves run in the client.
 // Access counting (access.go) reads the eBPF counters of package bpf, or
 // counts MINOR faults on remote mappings itself, arms hint faults and
@@ -68,6 +70,8 @@
 //	guardLink.mu          messages to the guard (a leaf)
 //	stagingArea.mu        the staging file's free slots (a leaf)
 //	accessState.mu        the views counted and user-space counts (a leaf)
+//	workingset.Set        a processor's lists of blocks with protected pages
+//	                      (workingset.go; a leaf, taken under block locks)
 //	launchState.mu        the launch model's running kernels and every range's
 //	                      attachment and locks (a leaf; faults take it under a
 //	                      block lock)

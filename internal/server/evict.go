@@ -22,35 +22,17 @@ type blockRef struct {
 // free to evict.
 const evictWait = time.Second
 
-// arrived tells the eviction policy that pages of managed block b now
-// live on p: by page where it chooses pages, else by count. A sampled
-// watch of b on p ends, so that Touched reads the whole block again and
-// the pages that arrived count as touched where they were mapped, as
-// they do in a block unmapped whole. (A block that leaves p needs no
-// such end: the policy forgets it, and its next watch there, after it
-// arrives again, sets the state anew.)
-func (s *Server) arrived(b *block, p core.Device, pages core.PageMask, cause policy.Cause) {
-	b.endSampledWatch(p)
-	if s.pageEviction != nil {
-		s.pageEviction.ArrivedPages(b.ref, p, pages, cause)
-		return
-	}
-	s.eviction.Arrived(b.ref, p, pages.Count(), cause)
-}
-
-// leftPages tells a policy that chooses pages that pages of b left p
-// (Left says when none of b is left there).
-func (s *Server) leftPages(b *block, p core.Device, pages core.PageMask) {
-	if s.pageEviction != nil && !pages.Empty() {
-		s.pageEviction.LeftPages(b.ref, p, pages)
-	}
-}
-
 // evictPages moves the block's pages of pages, resident at from, to their
-// eviction destination. The block's lock is held.
-func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
+// eviction destination, but for those protected there unless demote
+// (workingset.go), and stamps those that left for their refaults. The
+// block's lock is held.
+func evictPages(v blockRef, from core.Device, pages core.PageMask, demote bool) int64 {
 	srv := v.r.sess.srv
 	pages.And(&v.b.resident[from.Slot()])
+	if !demote {
+		protected := srv.ws.Protected(&v.b.ws, from.Slot())
+		pages.AndNot(&protected)
+	}
 	n := int64(pages.Count())
 	if n == 0 || v.r.freed.Load() {
 		return 0
@@ -73,7 +55,8 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 		}
 	}
 	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize, cause: policy.CauseEviction}
-	before := v.b.resident[from.Slot()].Count()
+	held := v.b.resident[from.Slot()]
+	before := held.Count()
 	// Read-duplicated pages (advice, or clean eviction's copies:
 	// clean.go) with a copy elsewhere just lose this one, each to its
 	// first other holder: nothing is copied.
@@ -100,6 +83,9 @@ func evictPages(v blockRef, from core.Device, pages core.PageMask) int64 {
 		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from, err)
 	}
 	evicted := int64(before - v.b.resident[from.Slot()].Count())
+	gone := held
+	gone.AndNot(&v.b.resident[from.Slot()])
+	srv.ws.Evicted(&v.b.ws, from.Slot(), srv.locations(), gone)
 	v.r.stats.Evicted[from.Slot()].Add(uint64(evicted))
 	if evicted > 0 && v.r.sess.tracing() {
 		v.r.sess.tracePages(trace.KindEviction, v.r, op.pageAddr(first), int(evicted), from)
@@ -155,6 +141,7 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 	// working set inside one block must anyway (as overBudget does for
 	// the host).
 	started := time.Now()
+	o.releaseProtections(dst)
 	for {
 		moved, busy := o.evict(dst, need)
 		err := arena.Reserve(need)
@@ -166,7 +153,7 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 			// freed some but not all of need may have left enough
 			// beside what was free, and the mover's own pages are the
 			// ones its threads are using.
-			moved = o.evictOwn(dst, need, keep)
+			moved = o.lastResort(dst, need, keep)
 			if moved > 0 && arena.Reserve(need) == nil {
 				return nil
 			}
@@ -189,8 +176,9 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 // to the host from a device, to a device from the host), and returns
 // how many left: where no other block gives room, for a device's
 // reservation (reserveOrEvict) and for the host's budget (overBudget).
-// The block's lock is held.
-func (o *mover) evictOwn(from core.Device, want int64, keep core.PageMask) int64 {
+// Pages protected there go only with demote, and only where no other
+// is left. The block's lock is held.
+func (o *mover) evictOwn(from core.Device, want int64, keep core.PageMask, demote bool) int64 {
 	if o.b == nil || o.r.kind == core.KindDevice || o.cause == policy.CauseEviction {
 		// No block of its own (an allocation), device memory (no other
 		// home), or an eviction's own move, whose pages at its
@@ -199,11 +187,27 @@ func (o *mover) evictOwn(from core.Device, want int64, keep core.PageMask) int64
 	}
 	pages := o.b.resident[from.Slot()]
 	pages.AndNot(&keep)
-	victims := pages.Lowest(int(want))
+	// The pages it does not protect first; the protected ones only
+	// where nothing else is left (a working set inside one block larger
+	// than the processor's core).
+	protected := o.sess.srv.ws.Protected(&o.b.ws, from.Slot())
+	unprotected := pages
+	unprotected.AndNot(&protected)
+	ws := o.sess.srv.ws
+	victims := ws.OldestPages(&o.b.ws, from.Slot(), unprotected, int(want))
+	if !unprotected.Empty() {
+		demote = false
+	} else if demote {
+		victims = ws.OldestPages(&o.b.ws, from.Slot(), pages, int(want))
+	}
 	if victims.Empty() {
 		return 0
 	}
-	return evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, from, victims)
+	n := evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, from, victims, demote)
+	if demote {
+		o.r.stats.Demoted[from.Slot()].Add(uint64(n))
+	}
+	return n
 }
 
 // victims asks the eviction policy for victims on from worth want pages:
@@ -248,12 +252,16 @@ func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 			var n int64
 			if freed := v.r.freed.Load(); freed || pages.Empty() {
 				// Gone since the policy last heard: it forgets them.
-				srv.leftPages(v.b, from, vic.Pages)
-				if freed || v.b.resident[from.Slot()].Empty() {
+				if srv.pageEviction != nil {
+					srv.pageEviction.LeftPages(vic.Block, from, vic.Pages)
+				}
+				if freed {
 					srv.eviction.Left(vic.Block, from)
+				} else {
+					srv.leftIfNoneEvictable(v.b, from)
 				}
 			} else {
-				n = evictPages(v, from, pages)
+				n = evictPages(v, from, pages, false)
 			}
 			v.b.mu.Unlock()
 			if n > 0 {
@@ -303,6 +311,7 @@ func (o *mover) overBudget(keep core.PageMask) {
 	if want == 0 {
 		return
 	}
+	o.releaseProtections(core.CPU)
 	moved, _ := o.evict(core.CPU, want) // the budget is soft: busy blocks go next time
 	if moved >= want {
 		return
@@ -320,5 +329,24 @@ func (o *mover) overBudget(keep core.PageMask) {
 	// No other block can give more: the budget is below what this block
 	// holds on the host (a working set inside one block). Its other host
 	// pages go, never those this move just brought.
-	o.evictOwn(core.CPU, want-moved, keep)
+	o.lastResort(core.CPU, want-moved, keep)
+}
+
+// lastResort frees up to want pages on from where the eviction policy
+// offered too few: the mover's own block's pages there that it does not
+// protect (never those of keep), then protected pages of other blocks,
+// the oldest protections first, then its own protected pages. The core
+// is kept below what the processor holds, so protections give way
+// rarely: where a working set inside one block is larger than the
+// processor, or the pages that could go are busy. It returns how many
+// left.
+func (o *mover) lastResort(from core.Device, want int64, keep core.PageMask) int64 {
+	moved := o.evictOwn(from, want, keep, false)
+	if moved < want {
+		moved += o.evictProtected(from, want-moved)
+	}
+	if moved < want {
+		moved += o.evictOwn(from, want-moved, keep, true)
+	}
+	return moved
 }

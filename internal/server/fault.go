@@ -292,6 +292,7 @@ func (o *mover) serveFault(p int, fr *faultRequest) error {
 	m, _ := o.mapsAt(l, p)
 	var faulted core.PageMask
 	faulted.Set(p)
+	o.demand = faulted
 	t := target{dst: m, via: o.fv, mapped: o.pagesMapping(l, m)}
 	if l == core.CPU && fr.write {
 		o.b.hostWrote.Set(p)

@@ -55,6 +55,9 @@ type mover struct {
 	// readAhead is the direction (+1, -1) in which the prefetch policy
 	// asked for the next block to be read ahead of this fault (0: not).
 	readAhead int
+	// demand is the pages the fault being served asked for (not those
+	// prefetched with them): the evidence of a refault (workingset.go).
+	demand core.PageMask
 }
 
 // retryAgain is how long an ioctl refused with EAGAIN (an mremap in
@@ -625,12 +628,9 @@ func (o *mover) dropCopies(l core.Device, pages core.PageMask) {
 	srv := o.sess.srv
 	o.drop(l, pages)
 	b.resident[l.Slot()].AndNot(&pages)
-	srv.leftPages(b, l, pages)
+	srv.departed(b, l, pages)
 	if l == core.CPU {
 		srv.hostPages.Add(-int64(pages.Count()))
-	}
-	if b.resident[l.Slot()].Empty() {
-		srv.eviction.Left(b.ref, l)
 	}
 }
 
@@ -704,15 +704,10 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 	}
 	b.resident[dst.Slot()].Or(&done)
 	if rn.populated {
-		srv.leftPages(b, rn.src, done)
-		if b.resident[rn.src.Slot()].Empty() {
-			srv.eviction.Left(b.ref, rn.src)
-		}
+		srv.departed(b, rn.src, done)
 	}
 	cause := o.arrivalCause()
-	if o.r.kind == core.KindManaged { // pinned and device memory are never evicted
-		srv.arrived(b, dst, done, cause)
-	}
+	o.arrived(dst, done, cause)
 	if dst == core.CPU {
 		srv.hostPages.Add(int64(n))
 	} else if rn.populated && rn.src == core.CPU {

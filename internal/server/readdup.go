@@ -34,7 +34,7 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 	if copied > 0 {
 		got := pages
 		got.And(&b.resident[dst.Slot()])
-		srv.arrived(b, dst, got, o.arrivalCause())
+		o.arrived(dst, got, o.arrivalCause())
 		o.r.stats.ReadDuplicated[dst.Slot()].Add(uint64(copied))
 		if o.sess.tracing() {
 			o.sess.tracePages(trace.KindDuplicate, o.r, o.pageAddr(got.NextSet(0)), int(copied), dst)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 )
 
@@ -75,6 +76,9 @@ type block struct {
 	// thrash is the thrashing policy's state of the block, nil until a
 	// fault moves a page of the block from one processor to another.
 	thrash any
+	// ws is the block's refault stamps and protected pages, by
+	// processor (workingset.go).
+	ws workingset.Block
 	// ref is the block as policies see it (policy.Block), made with the
 	// block.
 	ref *policy.Block

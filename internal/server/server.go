@@ -21,6 +21,7 @@ import (
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/engine"
 	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
@@ -60,6 +61,11 @@ type Server struct {
 	// (policy.CleanCopying; fault.go cleanCopy).
 	cleanCopies bool
 	thrashing   policy.Thrashing // nil: thrashing detection is off
+	// refaulting is thrashing where it answers refaults (nil: it does
+	// not), and ws every processor's refault stamps and resident core
+	// (workingset.go).
+	refaulting policy.Refaulting
+	ws         *workingset.Set[blockRef]
 	// accessMigration decides which counted pages migrate.
 	accessMigration policy.AccessMigration
 	hostPages       atomic.Int64 // pages resident on the host, all sessions
@@ -206,6 +212,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		s.closeArenas()
 		return nil, err
 	}
+	s.setRefaultLimits()
 	if s.accessMigration, err = policy.NewAccessMigration(cfg.ParsedAccessPolicy()); err != nil {
 		s.closeArenas()
 		return nil, err

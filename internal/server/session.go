@@ -532,6 +532,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		for l := range b.resident {
 			resident[l] += int64(b.resident[l].Count())
 			if !b.resident[l].Empty() {
+				sess.srv.ws.Left(&b.ws, l, b.resident[l]) // its protections end
 				sess.srv.eviction.Left(b.ref, core.DeviceAtSlot(l))
 			}
 		}

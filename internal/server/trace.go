@@ -234,7 +234,7 @@ func (sess *session) tracePages(k trace.Kind, r *managedRange, addr uintptr, pag
 	switch k {
 	case trace.KindEviction:
 		e.From = int32(p)
-	case trace.KindRemoteMap:
+	case trace.KindRemoteMap, trace.KindProtect:
 		e.Processor = int32(p)
 	default:
 		e.To = int32(p)
