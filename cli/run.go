@@ -85,9 +85,9 @@ func runRun(args []string) error {
 			"built into it with the C compiler ($CC, cc or gcc) into $XDG_CACHE_HOME/softuvm (~/.cache/softuvm) on first use, and reuses after")
 	var sf serverFlags
 	sf.register(flags)
-	minSize := flags.String("min-size", "1MiB", "the smallest allocation that becomes a managed allocation of its own; smaller ones come from the heap (--heap). Given alone, it also sets --heap system: only allocations of at least this size are managed")
-	heapKind := flags.String("heap", "managed", "where allocations below --min-size come from: managed (jemalloc arenas whose memory is managed, so the whole heap is) or system (glibc's allocator, unmanaged)")
-	statics := flags.Bool("statics", true, "also make the program's own static arrays managed where its writable data segment holds at least --min-size bytes (gzip's buffers, say, are static)")
+	minSize := flags.String("min-size", config.SettingOf(config.EnvMinSize).Default, "the smallest allocation that becomes a managed allocation of its own; smaller ones come from the heap (--heap). Given alone, it also sets --heap system: only allocations of at least this size are managed")
+	heapKind := flags.String("heap", config.SettingOf(config.EnvHeap).Default, "where allocations below --min-size come from: managed (jemalloc arenas whose memory is managed, so the whole heap is) or system (glibc's allocator, unmanaged)")
+	statics := flags.Bool("statics", config.SettingOf(config.EnvStatics).Default == "1", "also make the program's own static arrays managed where its writable data segment holds at least --min-size bytes (gzip's buffers, say, are static)")
 	preload := flags.String("preload", "", "path of "+preloadName+" (default: $UVM_PRELOAD, else next to the uvm binary, else ../lib from it, else built from the sources in this uvm into the user's cache directory on first use, which needs a C compiler); a path given here or in UVM_PRELOAD must exist")
 	statsJSON := flags.String("stats-json", "", "also write the summary and the server's counters as JSON to this file")
 	quiet := flags.Bool("quiet", false, "print no summary on standard error")
@@ -332,8 +332,8 @@ func findPreload(flagPath string) (string, error) {
 	if flagPath != "" {
 		return check(flagPath, "--preload")
 	}
-	if env := os.Getenv("UVM_PRELOAD"); env != "" {
-		return check(env, "UVM_PRELOAD")
+	if env := os.Getenv(config.EnvPreload); env != "" {
+		return check(env, config.EnvPreload)
 	}
 	var looked []string
 	if exe, err := os.Executable(); err == nil {
@@ -395,7 +395,7 @@ func runEnv(env []string, sock string, minSize int64, heap string, statics bool,
 				preload = lib + ":" + v
 			}
 			continue
-		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_HEAP", "UVM_STATICS", "UVM_BIN":
+		case uvm.EnvSocket, uvm.EnvServer, config.EnvMinSize, config.EnvHeap, config.EnvStatics, config.EnvBin:
 			continue
 		case "GLIBC_TUNABLES":
 			tunables = v
@@ -413,10 +413,10 @@ func runEnv(env []string, sock string, minSize int64, heap string, statics bool,
 	return append(out,
 		uvm.EnvSocket+"="+sock,
 		uvm.EnvServer+"=daemon", // this server, never a private one of its own
-		"UVM_BIN="+self,
-		"UVM_MIN_SIZE="+strconv.FormatInt(minSize, 10),
-		"UVM_HEAP="+heap,
-		"UVM_STATICS="+map[bool]string{true: "1", false: "0"}[statics],
+		config.EnvBin+"="+self,
+		config.EnvMinSize+"="+strconv.FormatInt(minSize, 10),
+		config.EnvHeap+"="+heap,
+		config.EnvStatics+"="+map[bool]string{true: "1", false: "0"}[statics],
 		"LD_PRELOAD="+preload)
 }
 
