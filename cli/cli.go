@@ -28,7 +28,8 @@ func init() {
 	commands = []command{
 		{"serve", "[flags]", "run a fault server daemon on a Unix socket", runServe},
 		{"run", "[flags] [--] PROGRAM [ARGS...]", "run an unmodified program with its large allocations in managed memory, served by a fault server of its own", runRun},
-		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
+		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, what the environment configures and running servers", runInfo},
+		{"doctor", "[--json]", "say what this machine gives softuvm and what it lacks, each lack with its cost and its fix (exit status 1: something uvm run needs is missing)", runDoctor},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
 		{"bench", "faults|launch|oversub|run [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run)", runBench},
