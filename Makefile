@@ -25,9 +25,15 @@ PRELOAD_OBJ := $(BIN)/obj/preload.o
 PRELOAD_SRC := libuvm/preload/preload.c libuvm/preload/jemalloc_abi.h
 LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a $(BIN)/libuvm-preload.so
 
-.PHONY: all build lib demo test fuzz bench lint generate help clean install
+.PHONY: all setup build lib demo test fuzz bench lint generate help clean install
 
-all: build demo ## build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
+all: setup build demo ## set up (below), build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
+
+# What the build and `uvm run` need (Go, a C compiler, pkg-config,
+# jemalloc's run-time library), installed where missing as root with
+# apt-get, else the one command that installs it, and make stops.
+setup: ## find Go, a C compiler, pkg-config and libjemalloc2; install what is missing (root, apt-get) or name the command that does
+	@CC='$(CC)' GO='$(GO)' sh scripts/setup.sh
 
 build: lib ## build bin/uvm, the C fault-handler floor bin/uvm-cfloor and libuvm
 	$(GO) build -o $(BIN)/uvm ./cmd/uvm
