@@ -324,9 +324,25 @@ func checkLargeFolios() doctorCheck {
 	return c
 }
 
+// benchBaselineLoss is what the benchmarks lose without a memory cgroup
+// or zram.
+const benchBaselineLoss = "uvm bench run and uvm bench oversub skip their kernel baseline (the program in a memory cgroup of the budget with zram swap)"
+
+// benchBaselineNeedsRoot finishes a check of what the benchmarks'
+// baseline needs, found here: it is there for root alone, which can make
+// the cgroup and the swap device.
+func benchBaselineNeedsRoot(c doctorCheck) doctorCheck {
+	if os.Geteuid() != 0 {
+		c.Found += "; not root"
+		c.Fix = "run the benchmarks as root: they make the cgroup and the zram swap device"
+		return c
+	}
+	c.OK, c.Consequence = true, ""
+	return c
+}
+
 func checkMemoryCgroup() doctorCheck {
-	c := doctorCheck{Name: "memory-cgroup", What: "memory cgroup",
-		Consequence: "uvm bench run and uvm bench oversub skip their kernel baseline (the program in a memory cgroup of the budget with zram swap)"}
+	c := doctorCheck{Name: "memory-cgroup", What: "memory cgroup", Consequence: benchBaselineLoss}
 	mount, v2, err := memoryCgroupMount()
 	switch {
 	case err != nil:
@@ -340,18 +356,11 @@ func checkMemoryCgroup() doctorCheck {
 	default:
 		c.Found = "the memory controller on a v1 hierarchy at " + mount
 	}
-	if os.Geteuid() != 0 {
-		c.Found += "; not root"
-		c.Fix = "run the benchmarks as root: they make the cgroup and the swap device"
-		return c
-	}
-	c.OK, c.Consequence = true, ""
-	return c
+	return benchBaselineNeedsRoot(c)
 }
 
 func checkZram() doctorCheck {
-	c := doctorCheck{Name: "zram", What: "zram",
-		Consequence: "uvm bench run and uvm bench oversub skip their kernel baseline (the program in a memory cgroup of the budget with zram swap)"}
+	c := doctorCheck{Name: "zram", What: "zram", Consequence: benchBaselineLoss}
 	found, err := zramPresent(false)
 	if err != nil {
 		c.Found = err.Error()
@@ -362,13 +371,7 @@ func checkZram() doctorCheck {
 		return c
 	}
 	c.Found = found
-	if os.Geteuid() != 0 {
-		c.Found += "; not root"
-		c.Fix = "run the benchmarks as root: they make the zram swap device"
-		return c
-	}
-	c.OK, c.Consequence = true, ""
-	return c
+	return benchBaselineNeedsRoot(c)
 }
 
 func checkValgrind() doctorCheck {
