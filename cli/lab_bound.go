@@ -133,9 +133,12 @@ type boundOptions struct {
 	allocator string
 }
 
+// lookValgrind finds valgrind, which uvm lab bound runs programs under.
+func lookValgrind() (string, error) { return exec.LookPath("valgrind") }
+
 // measureBound runs argv under lackey and counts its misses.
 func measureBound(argv []string, o boundOptions) (*BoundReport, error) {
-	valgrind, err := exec.LookPath("valgrind")
+	valgrind, err := lookValgrind()
 	if err != nil {
 		return nil, fmt.Errorf("uvm lab bound runs the program under valgrind's lackey tool, and valgrind is not in PATH (Debian: apt-get install valgrind)")
 	}

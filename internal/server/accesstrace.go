@@ -15,7 +15,7 @@ import (
 
 // TraceAccessEnv turns on the access mode for a client recording its own
 // trace (UVM_TRACE), with ParseTraceAccess's syntax: UVM_TRACE_ACCESS=100ms.
-const TraceAccessEnv = "UVM_TRACE_ACCESS"
+const TraceAccessEnv = config.EnvTraceAccess
 
 // The access mode of traces: a fault shows only the first touch of a
 // page where it lies, so a trace of faults alone cannot say what another

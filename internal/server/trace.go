@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -18,7 +19,7 @@ import (
 // TraceEnv names the trace file of one client: a client whose process
 // starts with UVM_TRACE=FILE in its environment has its own events
 // recorded there (relative names are the client's working directory's).
-const TraceEnv = "UVM_TRACE"
+const TraceEnv = config.EnvTrace
 
 // Recording: a server with ServerConfig.Trace records every session's
 // events into s.tracer; a client started with UVM_TRACE records its own
