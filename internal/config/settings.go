@@ -75,7 +75,7 @@ var Settings = []Setting{
 	{Env: EnvTrackPrefetch, Flag: "--track-prefetch", Values: "1: record which prefetched pages get used", Default: "0", Server: true},
 	{Env: EnvWorkers, Flag: "--device-workers", Values: "threads that run each device's kernels", Default: "one per CPU", Server: true},
 	{Env: EnvHostBudget, Flag: "--host-budget", Values: "managed memory kept on the host before pages go to devices", Default: "unbounded", Server: true},
-	{Env: EnvThrashing, Flag: "--thrashing", Values: "on, off, or settings: threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms,epoch=1s,policy=NAME", Default: "on", Server: true},
+	{Env: EnvThrashing, Flag: "--thrashing", Values: "on, off, or settings: threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms,epoch=1s,policy=NAME (pages bouncing between processors), refault=on,refault-distance=100,core=97,core-age=4 (a resident core where a processor evicts too early)", Default: "on", Server: true},
 	{Env: EnvCopyThreads, Flag: "--copy-threads", Values: "the copy engine's producers per bulk move", Default: "calibrated", Server: true},
 	{Env: EnvCopyCalibration, Values: "fresh: measure the copy engine's calibration again rather than read the one kept since boot"},
 	{Env: EnvAccessCount, Flag: "--access-counting", Values: "auto (eBPF where it loads, else user space), ebpf, user or off", Default: AccessCountingAuto, Server: true},
