@@ -37,12 +37,16 @@ typedef enum uvmError {
 	uvmErrorInvalidValue = 1,         /* a bad argument: null, zero size, out of range, foreign pointer */
 	uvmErrorMemoryAllocation = 2,     /* address space, host memory or a device arena ran out */
 	uvmErrorInitializationError = 3,  /* no fault server could be reached or started */
+	uvmErrorInvalidConfiguration = 9, /* a grid or block of a shape past the device's limits */
+	uvmErrorInvalidPitchValue = 12,   /* a 2D or 3D copy's pitch smaller than its width */
 	uvmErrorInvalidDevice = 101,      /* a device index that does not exist */
+	uvmErrorUnsupportedLimit = 215,   /* uvmDeviceSetLimit of a limit with no meaning here */
 	uvmErrorInvalidResourceHandle = 400, /* an event that is not one, destroyed, or unfit for the call */
 	uvmErrorNotReady = 600,           /* not an error: the work is not finished yet (never the last error) */
 	uvmErrorPeerAccessAlreadyEnabled = 704, /* uvmDeviceEnablePeerAccess twice */
 	uvmErrorPeerAccessNotEnabled = 705, /* uvmDeviceDisablePeerAccess of a peer never enabled */
 	uvmErrorLaunchFailure = 719,      /* a kernel crashed, or its device process died */
+	uvmErrorCooperativeLaunchTooLarge = 720, /* a cooperative grid of more blocks than are resident at once */
 	uvmErrorNotSupported = 801,       /* this kernel or build cannot do it */
 	uvmErrorServerGone = 900,         /* the fault server exited; non-host data is lost */
 	uvmErrorUnknown = 999             /* a bug, or an unexpected system error */
@@ -313,6 +317,98 @@ uvmError_t uvmEventDestroy(uvmEvent_t event);
  * next launch.
  */
 uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uvmKernel_t kernel, const void *params, size_t paramsSize);
+
+/*
+ * Grids: CUDA's launch. uvmLaunchGrid runs kernel as gridDim blocks of
+ * blockDim threads each, as kernel<<<gridDim, blockDim, sharedMem,
+ * stream>>>: on device, after the work queued on stream (NULL: the
+ * device's default stream; otherwise a stream of device), returning at
+ * once; params are copied as uvmLaunchKernel copies them. In the kernel,
+ * uvmThreadIdx, uvmBlockIdx, uvmBlockDim and uvmGridDim say where the
+ * running thread is (uvm_cuda.h names them threadIdx, blockIdx, blockDim
+ * and gridDim, as CUDA does).
+ *
+ * The limits are CUDA's at compute capability 6.0, as the device's
+ * attributes report them: at most 1024 threads in a block, (1024, 1024,
+ * 64) in each dimension, (2^31-1, 65535, 65535) blocks, and sharedMem at
+ * most 48 KiB; past them, or a dimension of 0: uvmErrorInvalidConfiguration,
+ * naming the value and the limit.
+ *
+ * How it runs: the blocks are shared out among the device's workers (a
+ * block at a time each); a block's threads take turns on its worker, the
+ * first on the worker's own stack, the others, once a thread waits at a
+ * barrier, as fibers on stacks of their own (uvmDeviceSetLimit's
+ * uvmLimitStackSize, 64 KiB by default). A block of any size runs, and
+ * its threads may wait for each other at uvmSyncThreads; a block whose
+ * threads never wait costs a loop over them. No two threads of a block
+ * run at once, so a thread that spins waiting for another thread of its
+ * block (without a barrier) never lets it run: that kernel hangs.
+ */
+typedef struct uvmDim3 {
+	unsigned int x, y, z;
+} uvmDim3;
+
+/* Where a grid kernel's thread is. The library sets it for each thread as
+ * it runs; a kernel reads it through the macros below (uvm_cuda.h's
+ * threadIdx, ...), which make it read-only. */
+typedef struct uvmGridCoords {
+	uvmDim3 threadIdx, blockIdx, blockDim, gridDim;
+} uvmGridCoords;
+extern __thread uvmGridCoords uvm__coords;
+#define uvmThreadIdx (*(const uvmDim3 *)&uvm__coords.threadIdx)
+#define uvmBlockIdx (*(const uvmDim3 *)&uvm__coords.blockIdx)
+#define uvmBlockDim (*(const uvmDim3 *)&uvm__coords.blockDim)
+#define uvmGridDim (*(const uvmDim3 *)&uvm__coords.gridDim)
+
+/* A grid kernel: every thread of every block calls it with a copy of the
+ * launch's params. */
+typedef void (*uvmGridKernel_t)(const void *params);
+
+uvmError_t uvmLaunchGrid(int device, uvmStream_t stream, uvmDim3 gridDim, uvmDim3 blockDim, size_t sharedMem, uvmGridKernel_t kernel,
+			 const void *params, size_t paramsSize);
+/* As uvmLaunchGrid, with every block resident at once (each on a thread
+ * of its own), so that uvmGridSync may wait for all of them, as
+ * cudaLaunchCooperativeKernel. A grid of more blocks than
+ * uvmOccupancyMaxActiveBlocksPerMultiprocessor times the device's
+ * multiprocessor count (its workers) is refused with
+ * uvmErrorCooperativeLaunchTooLarge, naming both. */
+uvmError_t uvmLaunchCooperativeKernel(int device, uvmStream_t stream, uvmDim3 gridDim, uvmDim3 blockDim, size_t sharedMem,
+				      uvmGridKernel_t kernel, const void *params, size_t paramsSize);
+/* How many blocks of blockSize threads with dynamicSMemSize bytes of
+ * shared memory one worker keeps resident: min(32, 2048 / blockSize),
+ * shared memory never the tighter bound (a worker has 32 times 48 KiB);
+ * 0 for a block past the limits. kernel: any kernel (its registers limit
+ * nothing here), not NULL. */
+uvmError_t uvmOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *kernel, int blockSize, size_t dynamicSMemSize);
+
+/* In a grid kernel only (elsewhere they print why and abort, which in a
+ * device process is a kernel crash the next synchronize reports):
+ *  - uvmSyncThreads: waits until every thread of the block still running
+ *    has reached it (__syncthreads); a thread that returned no longer
+ *    counts;
+ *  - uvmSyncThreadsCount, And, Or: the same, and how many of the threads
+ *    passed a nonzero predicate, whether all did, whether any did;
+ *  - uvmGridSync: waits until every thread of every block of a
+ *    cooperative launch still running has reached it (grid.sync()); in a
+ *    launch that is not cooperative it aborts;
+ *  - uvmDynamicShared: the block's sharedMem bytes of shared memory
+ *    (extern __shared__), 64-byte aligned, the same for every thread of a
+ *    block and another for every block running at the same time. */
+void uvmSyncThreads(void);
+int uvmSyncThreadsCount(int predicate);
+int uvmSyncThreadsAnd(int predicate);
+int uvmSyncThreadsOr(int predicate);
+void uvmGridSync(void);
+void *uvmDynamicShared(void);
+
+/* Limits, as cudaLimit: only the stack of a grid kernel's threads. */
+typedef enum uvmLimit {
+	uvmLimitStackSize = 0 /* bytes of each thread's stack after a block's first: 16 KiB to 64 MiB, 64 KiB at first */
+} uvmLimit;
+/* For the current device's later launches. Other limits:
+ * uvmErrorUnsupportedLimit. */
+uvmError_t uvmDeviceSetLimit(uvmLimit limit, size_t value);
+uvmError_t uvmDeviceGetLimit(size_t *value, uvmLimit limit);
 
 #ifdef __cplusplus
 }

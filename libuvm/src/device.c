@@ -1029,9 +1029,10 @@ void uvm__device_reset(int index)
 
 /* ---- launches ---- */
 
-void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap) { snprintf(out, cap, "c:0x%lx", (unsigned long)(uintptr_t)kernel); }
+void uvm__device_kernel_name(uintptr_t kernel, char *out, size_t cap) { snprintf(out, cap, "c:0x%lx", (unsigned long)kernel); }
 
-uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t paramsSize, int cpu)
+uvmError_t uvm__device_launch(int index, uint32_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params,
+			      size_t paramsSize, int cpu)
 {
 	struct uvm_session *s = NULL;
 	uvmError_t err = get_device(index, "uvmLaunchKernel on", &s);
@@ -1042,13 +1043,17 @@ uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, un
 	struct stream_sock *k = NULL;
 	if ((err = ensure_running(s, d, index)) || (err = stream_sock_of(d, index, stream, true, &k)))
 		goto out;
-	note_launch(d, stream, (uintptr_t)kernel);
+	note_launch(d, stream, kernel);
 
 	/* The params are copied into the message now, as CUDA copies
 	 * kernel arguments. */
-	uint8_t b[UVM_LAUNCH_MESSAGE_MAX];
+	uint8_t b[UVM_LAUNCH_GRID_MESSAGE_MAX];
 	struct uvm_msg m = {.buf = b, .cap = sizeof b};
-	uvm__encode_launch(&m, ++d->seq, stream, nthreads, (uintptr_t)kernel, params, paramsSize, cpu);
+	if (shape->grid)
+		uvm__encode_launch_grid(&m, ++d->seq, stream, shape->grid_dim, shape->block_dim, shape->shared, shape->stack, shape->flags, kernel,
+					params, paramsSize, cpu);
+	else
+		uvm__encode_launch(&m, ++d->seq, stream, shape->nthreads, kernel, params, paramsSize, cpu);
 	if (uvm__send(k->fd, m.buf, m.len, NULL, 0))
 		died(d, index, false, false, 0); /* reported by the next synchronize */
 	else

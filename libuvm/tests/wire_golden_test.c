@@ -155,6 +155,9 @@ static void test_sent(void)
 	static const uint8_t params[] = {1, 2, 3, 4, 5};
 	uvm__encode_launch(m = out_start(&o), 13, 2, 64, 0x401000, params, sizeof params, 1);
 	expect_sent("launch-request", m);
+	uvm__encode_launch_grid(m = out_start(&o), 15, 2, (uvmDim3){40, 3, 1}, (uvmDim3){16, 8, 2}, 4096, 1 << 20, UVM_GRID_COOPERATIVE, 0x401000,
+				params, sizeof params, -1);
+	expect_sent("launch-grid-request", m);
 	struct uvm_crash crash = {.kernel = 0x401000, .stream = 2, .tid = 17, .nthreads = 64, .sig = 11, .code = 1, .addr = 0x10};
 	uvm__encode_crash(m = out_start(&o), &crash);
 	expect_sent("launch-crash", m);
@@ -356,6 +359,29 @@ static void test_read(void)
 			fail(f.name, "the parameters are not 01 02 03 04 05 (%u bytes)", n);
 		EXPECT(&f, "the cpu", uvm__get_i32(&r), 1);
 		expect_end(&f, &r);
+	}
+	if (open_msg("launch-grid-request", &f, &r, UVM_MSG_LAUNCH_GRID, 15, 0)) {
+		struct uvm_launch_grid lg;
+		check_count++;
+		if (!uvm__decode_launch_grid(&r, &lg))
+			fail(f.name, "uvm__decode_launch_grid refuses it");
+		EXPECT(&f, "the stream", lg.stream, 2);
+		EXPECT(&f, "grid x", lg.grid.x, 40);
+		EXPECT(&f, "grid y", lg.grid.y, 3);
+		EXPECT(&f, "grid z", lg.grid.z, 1);
+		EXPECT(&f, "block x", lg.block.x, 16);
+		EXPECT(&f, "block y", lg.block.y, 8);
+		EXPECT(&f, "block z", lg.block.z, 2);
+		EXPECT(&f, "the shared memory", lg.shared, 4096);
+		EXPECT(&f, "the stack size", lg.stack, 1 << 20);
+		EXPECT(&f, "the flags", lg.flags, UVM_GRID_COOPERATIVE);
+		check_count++;
+		if (lg.name_len != 10 || memcmp(lg.name, "c:0x401000", 10) != 0)
+			fail(f.name, "the kernel name is not c:0x401000");
+		check_count++;
+		if (lg.params_len != 5 || memcmp(lg.params, "\1\2\3\4\5", 5) != 0)
+			fail(f.name, "the parameters are not 01 02 03 04 05 (%u bytes)", lg.params_len);
+		EXPECT(&f, "the cpu", lg.cpu, -1);
 	}
 	if (open_msg("launch-crash", &f, &r, UVM_MSG_LAUNCH, 0, UVM_WIRE_LAUNCH_FAILURE)) {
 		struct uvm_crash c;
