@@ -18,7 +18,7 @@ func buildC(t *testing.T, name string, sources ...string) string {
 	out := filepath.Join(binDir, name)
 	args := []string{"-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-I../libuvm/include", "-I../libuvm/tests", "-o", out}
 	args = append(args, sources...)
-	args = append(args, filepath.Join(binDir, "libuvm.a"), "-pthread")
+	args = append(args, filepath.Join(binDir, "libuvm.a"), "-pthread", "-lm")
 	cmd := exec.Command("gcc", args...)
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "gcc %s:\n%s", strings.Join(args, " "), b)

@@ -204,6 +204,41 @@ uvmError_t uvmHostGetDevicePointer(void **pDevice, void *pHost, unsigned int fla
 uvmError_t uvmHostRegister(void *ptr, size_t size, unsigned int flags);
 uvmError_t uvmHostUnregister(void *ptr);
 
+/*
+ * Managed variables, as CUDA's __managed__: a global declared
+ *
+ *     UVM_MANAGED float table[1024] = {1, 2, 3};
+ *
+ * is managed memory, one copy that the host and every device's kernels
+ * read and write at &table, as memory from uvmMallocManaged (prefetch,
+ * advice and attributes apply to it). It works in any program linked
+ * with libuvm, under `uvm run` or not: such globals go in a section of
+ * their own, which this header makes start on a page and end before a
+ * page of nothing else (on GNU ld and the linkers that place sections as
+ * it does), and a constructor this header puts in each file hands it to
+ * the library before main, which makes those pages managed memory with
+ * their contents kept (connecting to the fault server then). If it
+ * cannot, it says why on standard error and every call of the library
+ * fails with uvmErrorNotSupported and that message, rather than let
+ * kernels read a stale copy. Limits: globals only (a section holds no
+ * locals); not const (a read-only global cannot share the section); in a
+ * shared library, its own section, handed over when it is loaded.
+ */
+#define UVM_MANAGED __attribute__((section("uvm_managed")))
+#if !defined(UVM_INTERNAL)
+__asm__(".pushsection uvm_managed,\"awG\",@progbits,uvm__managed_begin,comdat\n.balign 4096\n.popsection\n"
+	".pushsection uvm_managed_end,\"awG\",@progbits,uvm__managed_end,comdat\n.balign 4096\n.byte 0\n.popsection\n");
+extern char __start_uvm_managed[] __attribute__((weak, visibility("hidden")));
+extern char __stop_uvm_managed[] __attribute__((weak, visibility("hidden")));
+extern char __start_uvm_managed_end[] __attribute__((weak, visibility("hidden")));
+void uvm__register_managed(char *start, char *stop, char *end);
+__attribute__((constructor(250), used)) static void uvm__managed_init(void)
+{
+	if (&__start_uvm_managed[0] != &__stop_uvm_managed[0])
+		uvm__register_managed(__start_uvm_managed, __stop_uvm_managed, __start_uvm_managed_end);
+}
+#endif
+
 /* Migration, advice and attributes. */
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream);
 /* Attaches the managed allocation at devPtr (length 0 or its size) to the

@@ -133,7 +133,7 @@ static inline void become(struct block *b, struct block_thread *t)
 {
 	b->cur = t;
 	uvm__coords.threadIdx = t->idx;
-	uvm__running.tid = (uint32_t)(b->index * b->g->threads + t->tid);
+	uvm__running.tid = t->tid;
 }
 
 static void runq_push(struct block *b, struct block_thread *t)
@@ -266,6 +266,7 @@ static void run_block(struct uvm_grid *g, struct runner *r, uint64_t index)
 {
 	struct block b = {.g = g, .index = index, .alive = g->threads, .r = r};
 	cur_block = &b;
+	uvm__running.block = index;
 	uvm__coords.blockIdx = index_in(index, g->grid);
 	uvm__coords.blockDim = g->block;
 	uvm__coords.gridDim = g->grid;
@@ -297,15 +298,23 @@ static void run_block(struct uvm_grid *g, struct runner *r, uint64_t index)
 		uvm__grid_block_done(g);
 }
 
+/* running_grid tells the crash handler which grid the thread runs. */
+static void running_grid(const struct uvm_grid *g)
+{
+	uvm__running.kernel = g->kernel;
+	uvm__running.stream = g->stream;
+	uvm__running.nthreads = g->threads;
+	uvm__running.grid_dim = g->grid;
+	uvm__running.block_dim = g->block;
+	uvm__running.active = true;
+}
+
 const char *uvm__grid_work(struct uvm_grid *g)
 {
 	struct runner *r = runner_get();
 	if (!r)
 		return "no memory for a worker's block state";
-	uvm__running.kernel = g->kernel;
-	uvm__running.stream = g->stream;
-	uvm__running.nthreads = g->total_threads;
-	uvm__running.active = true;
+	running_grid(g);
 	for (;;) {
 		uint64_t i = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
 		if (i >= g->blocks)
@@ -323,10 +332,7 @@ const char *uvm__grid_run_block(struct uvm_grid *g, uint64_t index)
 		uvm__grid_block_done(g);
 		return "no memory for a block's state";
 	}
-	uvm__running.kernel = g->kernel;
-	uvm__running.stream = g->stream;
-	uvm__running.nthreads = g->total_threads;
-	uvm__running.active = true;
+	running_grid(g);
 	run_block(g, r, index);
 	uvm__running.active = false;
 	return NULL;

@@ -262,13 +262,16 @@ static void reset_signals(void)
 /* ---- mappings ---- */
 
 /* check_run validates a run the server asks for; returns NULL or what is
- * wrong with it, in msg. */
+ * wrong with it, in msg. A run lies in the managed window or below it:
+ * there, in the program's own image, are the managed variables the
+ * program adopted (managed.c), which this fork of it has not (they are
+ * MADV_DONTFORK): the run maps over the hole. */
 static const char *check_run(uint64_t addr, uint64_t length, int32_t file, char *msg, size_t cap)
 {
 	if (addr % UVM_PAGE_SIZE || length % UVM_PAGE_SIZE || length == 0)
 		snprintf(msg, cap, "range %#lx+%lu: want a nonempty, page-aligned range", (unsigned long)addr, (unsigned long)length);
-	else if (addr < UVM_WINDOW_START || length > UVM_WINDOW_SIZE || addr - UVM_WINDOW_START > UVM_WINDOW_SIZE - length)
-		snprintf(msg, cap, "range %#lx+%lu lies outside the managed window %#lx+%#lx", (unsigned long)addr, (unsigned long)length,
+	else if (addr == 0 || length > UVM_WINDOW_START + UVM_WINDOW_SIZE || addr > UVM_WINDOW_START + UVM_WINDOW_SIZE - length)
+		snprintf(msg, cap, "range %#lx+%lu lies past the managed window %#lx+%#lx", (unsigned long)addr, (unsigned long)length,
 			 UVM_WINDOW_START, UVM_WINDOW_SIZE);
 	else if (file < -1 || file + 1 >= nfiles) {
 		/* files holds the CPU's and one per device, once attached */
@@ -569,13 +572,16 @@ static void *serve_server(void *arg)
 
 /* What the calling thread runs, for the crash handler. */
 __thread struct uvm_running uvm__running;
-static int crash_reported;
+static int crash_reported, crash_sent;
 
 /* on_crash reports a crashing kernel to the client and lets the signal
  * kill the process. A device process cannot go on after a kernel's wild
  * write: it might have hit the runtime's own memory. Only
- * async-signal-safe calls here: the message is built by hand, and send
- * and raise are safe. */
+ * async-signal-safe calls here: the message is built by hand, and send,
+ * nanosleep, sigaction and raise are safe. The first crashing thread
+ * reports; one that crashes meanwhile (every block of a grid may) waits
+ * until the report is sent, up to a second, rather than kill the process
+ * under it. */
 static void on_crash(int sig, siginfo_t *si, void *uc)
 {
 	(void)uc;
@@ -583,17 +589,26 @@ static void on_crash(int sig, siginfo_t *si, void *uc)
 	if (running->active && !__atomic_exchange_n(&crash_reported, 1, __ATOMIC_SEQ_CST)) {
 		/* A failed launch as the launch's reply, which launches
 		 * otherwise never get: kernel, stream, thread, thread count,
-		 * signal, si_code, address. */
-		uint8_t b[64];
+		 * signal, si_code, address, and a grid's block and shape. */
+		uint8_t b[128];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
 		struct uvm_crash c = {.kernel = running->kernel, .stream = running->stream, .tid = running->tid, .nthreads = running->nthreads,
+				      .block = running->block, .grid_dim = running->grid_dim, .block_dim = running->block_dim,
 				      .sig = sig, .code = si->si_code, .addr = (uint64_t)(uintptr_t)si->si_addr};
 		uvm__encode_crash(&m, &c);
 		send(control_sock, b, m.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		__atomic_store_n(&crash_sent, 1, __ATOMIC_SEQ_CST);
+	} else {
+		for (int i = 0; i < 1000 && __atomic_load_n(&crash_reported, __ATOMIC_SEQ_CST) && !__atomic_load_n(&crash_sent, __ATOMIC_SEQ_CST); i++)
+			nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 	}
-	/* SA_RESETHAND restored the default action; the raised copy is
-	 * delivered when the handler returns (a faulting instruction would
-	 * fault again anyway; abort's signal would not). */
+	/* The default action, then the signal again: delivered when the
+	 * handler returns (a faulting instruction would fault again anyway;
+	 * abort's signal would not). */
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, NULL);
 	raise(sig);
 }
 
@@ -604,7 +619,7 @@ static void install_crash_handlers(void)
 		struct sigaction sa;
 		memset(&sa, 0, sizeof sa);
 		sa.sa_sigaction = on_crash;
-		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
 		sigemptyset(&sa.sa_mask);
 		sigaction(sigs[i], &sa, NULL);
 	}
@@ -637,6 +652,7 @@ static void run_threads(uvmKernel_t fn, uintptr_t kernel, uint32_t stream, unsig
 	uvm__running.kernel = kernel;
 	uvm__running.stream = stream;
 	uvm__running.nthreads = n;
+	uvm__running.grid_dim = (uvmDim3){0, 0, 0};
 	uvm__running.active = true;
 	for (unsigned tid = first; tid < outer; tid++) {
 		uvm__running.tid = tid;
@@ -996,7 +1012,7 @@ static void launch_grid(struct stream *st, struct uvm_reader *r)
 	uint64_t total = blocks * threads;
 	struct uvm_grid g = {.fn = (uvmGridKernel_t)kernel, .params = lg.params_len ? st->params : NULL, .kernel = kernel, .stream = lg.stream,
 			     .grid = lg.grid, .block = lg.block, .blocks = blocks, .threads = threads,
-			     .total_threads = total > UINT32_MAX ? UINT32_MAX : (uint32_t)total, .stack = lg.stack,
+			     .stack = lg.stack,
 			     .cooperative = lg.flags & UVM_GRID_COOPERATIVE, .alive = blocks};
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_cond_init(&g.cv, NULL);

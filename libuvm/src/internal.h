@@ -27,6 +27,9 @@
 #include <ucontext.h>
 #endif
 
+/* The library's own files do not hand over managed variables (uvm.h's
+ * constructor): they have none. */
+#define UVM_INTERNAL
 #pragma GCC visibility push(default)
 #include "uvm.h"
 #pragma GCC visibility pop
@@ -188,6 +191,11 @@ struct uvm_crash {
 	uint32_t stream, tid, nthreads;
 	int32_t sig, code; /* the signal and its si_code */
 	uint64_t addr;     /* si_addr */
+	/* A grid launch's: the block (linear) the thread tid of which
+	 * crashed, and the shape; grid_dim is zero for a (tid, nthreads)
+	 * launch. */
+	uint64_t block;
+	uvmDim3 grid_dim, block_dim;
 };
 UVM_HIDDEN void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c);
 /* uvm__decode_crash reads a crash report's payload; false if it is
@@ -344,6 +352,11 @@ UVM_HIDDEN extern size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
  * meanwhile. The preload library adopts a program's large static arrays
  * this way, before main. The range is never freed. */
 UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
+
+/* uvm__managed_failure says why the program's managed variables could
+ * not be made managed memory (managed.c), NULL if they were or there are
+ * none: then every call fails with it. */
+UVM_HIDDEN const char *uvm__managed_failure(void);
 
 /* ---- devices (device.c) ---- */
 
@@ -548,6 +561,9 @@ struct uvm_running {
 	uintptr_t kernel;
 	uint32_t stream, tid, nthreads;
 	bool active;
+	/* A grid launch's (struct uvm_crash); grid_dim zero otherwise. */
+	uint64_t block;
+	uvmDim3 grid_dim, block_dim;
 };
 UVM_HIDDEN extern __thread struct uvm_running uvm__running;
 
@@ -563,7 +579,6 @@ struct uvm_grid {
 	uvmDim3 grid, block;
 	uint64_t blocks;        /* in the grid */
 	unsigned threads;       /* in a block */
-	uint32_t total_threads; /* in the grid, capped at UINT32_MAX: crash reports' thread count */
 	size_t stack;           /* of each thread but a block's first; 0: the default */
 	bool cooperative;
 	uint64_t next; /* atomic: the next block a worker takes */

@@ -362,6 +362,13 @@ struct uvm_session *uvm__session(uvmError_t *err)
 	if (state == NOT_CONNECTED)
 		connect_session();
 	pthread_mutex_unlock(&init_mu);
+	const char *managed = uvm__managed_failure();
+	if (state == CONNECTED && managed) {
+		if (err)
+			*err = uvmErrorNotSupported;
+		uvm__fail(uvmErrorNotSupported, "%s", managed);
+		return NULL;
+	}
 	if (state == CONNECTED)
 		return &session;
 	if (err)

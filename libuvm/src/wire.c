@@ -290,6 +290,13 @@ void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c)
 	uvm__put_i32(m, c->sig);
 	uvm__put_i32(m, c->code);
 	uvm__put_u64(m, c->addr);
+	uvm__put_u64(m, c->block);
+	uvm__put_u32(m, c->grid_dim.x);
+	uvm__put_u32(m, c->grid_dim.y);
+	uvm__put_u32(m, c->grid_dim.z);
+	uvm__put_u32(m, c->block_dim.x);
+	uvm__put_u32(m, c->block_dim.y);
+	uvm__put_u32(m, c->block_dim.z);
 }
 
 bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c)
@@ -301,6 +308,13 @@ bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c)
 	c->sig = uvm__get_i32(r);
 	c->code = uvm__get_i32(r);
 	c->addr = uvm__get_u64(r);
+	c->block = uvm__get_u64(r);
+	c->grid_dim.x = uvm__get_u32(r);
+	c->grid_dim.y = uvm__get_u32(r);
+	c->grid_dim.z = uvm__get_u32(r);
+	c->block_dim.x = uvm__get_u32(r);
+	c->block_dim.y = uvm__get_u32(r);
+	c->block_dim.z = uvm__get_u32(r);
 	return !r->err && r->n == 0;
 }
 

@@ -158,7 +158,8 @@ static void test_sent(void)
 	uvm__encode_launch_grid(m = out_start(&o), 15, 2, (uvmDim3){40, 3, 1}, (uvmDim3){16, 8, 2}, 4096, 1 << 20, UVM_GRID_COOPERATIVE, 0x401000,
 				params, sizeof params, -1);
 	expect_sent("launch-grid-request", m);
-	struct uvm_crash crash = {.kernel = 0x401000, .stream = 2, .tid = 17, .nthreads = 64, .sig = 11, .code = 1, .addr = 0x10};
+	struct uvm_crash crash = {.kernel = 0x401000, .stream = 2, .tid = 17, .nthreads = 64, .sig = 11, .code = 1, .addr = 0x10,
+				  .block = 5, .grid_dim = {8, 1, 1}, .block_dim = {64, 1, 1}};
 	uvm__encode_crash(m = out_start(&o), &crash);
 	expect_sent("launch-crash", m);
 	uvm__encode_stream(m = out_start(&o), UVM_MSG_SYNC, 14, 2);
@@ -395,6 +396,13 @@ static void test_read(void)
 		EXPECT(&f, "the signal", c.sig, 11);
 		EXPECT(&f, "si_code", c.code, 1);
 		EXPECT(&f, "the address", c.addr, 0x10);
+		EXPECT(&f, "the block", c.block, 5);
+		EXPECT(&f, "grid x", c.grid_dim.x, 8);
+		EXPECT(&f, "grid y", c.grid_dim.y, 1);
+		EXPECT(&f, "grid z", c.grid_dim.z, 1);
+		EXPECT(&f, "block x", c.block_dim.x, 64);
+		EXPECT(&f, "block y", c.block_dim.y, 1);
+		EXPECT(&f, "block z", c.block_dim.z, 1);
 	}
 	/* A device process reads a synchronize's and a stream-destroy's type
 	 * and sequence only; the stream is the socket's. */
