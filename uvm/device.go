@@ -265,6 +265,13 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	if nthreads < 1 || nthreads > wire.MaxLaunchThreads {
 		return fmt.Errorf("%w: launch of kernel %q with %d threads: want 1 to %d", ErrInvalidValue, name, nthreads, wire.MaxLaunchThreads)
 	}
+	return s.launch(d, st, name, nthreads, nil, params)
+}
+
+// launch writes a launch of kernel name, nthreads threads or a grid, on
+// stream st of device d (nil: its default stream), or queues it behind
+// the stream's host work.
+func (s *Session) launch(d Device, st *Stream, name string, nthreads int, grid *wire.LaunchGridRequest, params []byte) error {
 	if len(params) > MaxKernelParams {
 		return fmt.Errorf("%w: launch of kernel %q with %d bytes of parameters: at most %d", ErrInvalidValue, name, len(params), MaxKernelParams)
 	}
@@ -288,10 +295,10 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	cpu := dp.cpuHint()
 	if len(ss.queue) > 0 {
 		// Behind a host operation: the stream's executor writes it.
-		dp.queueLaunchLocked(ss, name, nthreads, params, cpu)
+		dp.queueLaunchLocked(ss, name, nthreads, grid, params, cpu)
 		return nil
 	}
-	return dp.launchLocked(ss, name, nthreads, params, cpu)
+	return dp.launchLocked(ss, name, nthreads, grid, params, cpu)
 }
 
 // cpuHint is a launch's Cpu field: the launching thread's CPU, for the

@@ -113,6 +113,12 @@ var (
 	ErrServerGone       = core.ErrServerGone
 	ErrLaunchFailure    = core.ErrLaunchFailure
 	ErrInternal         = core.ErrInternal
+	// ErrInvalidConfiguration is a grid launch of a shape past the
+	// device's limits (cudaErrorInvalidConfiguration).
+	ErrInvalidConfiguration = core.ErrInvalidConfiguration
+	// ErrCooperativeLaunchTooLarge is a cooperative launch of more blocks
+	// than are resident at once (cudaErrorCooperativeLaunchTooLarge).
+	ErrCooperativeLaunchTooLarge = core.ErrCooperativeLaunchTooLarge
 )
 
 // The environment variables a program's session reads (ConfigFromEnv).

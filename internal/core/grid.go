@@ -145,3 +145,38 @@ func CheckCooperative(grid, block Dim3, sharedBytes uint64, workers int) error {
 	}
 	return nil
 }
+
+// Thread is one thread of a grid launch as its kernel sees it (uvm.Thread):
+// where it is, and what it may wait for. The device runtime implements it;
+// a kernel gets one per thread, valid until the kernel returns.
+type Thread interface {
+	// ThreadIdx is the thread's index in its block, BlockIdx its block's
+	// in the grid, BlockDim and GridDim their extents: CUDA's threadIdx,
+	// blockIdx, blockDim and gridDim.
+	ThreadIdx() Dim3
+	BlockIdx() Dim3
+	BlockDim() Dim3
+	GridDim() Dim3
+	// SyncThreads waits until every thread of the block still running
+	// has called it (__syncthreads): a thread that returned no longer
+	// counts. SyncThreadsCount, SyncThreadsAnd and SyncThreadsOr wait the
+	// same way and say how many of the threads passed true, whether all
+	// did, whether any did.
+	SyncThreads()
+	SyncThreadsCount(predicate bool) int
+	SyncThreadsAnd(predicate bool) bool
+	SyncThreadsOr(predicate bool) bool
+	// SyncGrid waits until every thread of every block still running has
+	// called it (a cooperative grid's grid.sync()); in a launch that is
+	// not cooperative it panics, which fails the launch.
+	SyncGrid()
+	// Shared is the block's shared memory: the launch's SharedBytes,
+	// the same slice for every thread of a block and another for every
+	// block running at the same time (CUDA's extern __shared__). Its
+	// contents at a block's start are undefined, as CUDA's.
+	Shared() []byte
+}
+
+// GridKernel is a kernel of a grid launch: it runs once for each thread
+// of each block, with the launch's parameters (copied at launch).
+type GridKernel func(t Thread, params []byte)

@@ -223,6 +223,7 @@ type deviceRuntime struct {
 // kernelChunk is the threads [first, outer) of one launch, run by one
 // worker.
 type kernelChunk struct {
+	grid         *gridRun // a grid's blocks to run (grid.go); then k to params are unused
 	k            Kernel
 	name         string
 	first, outer int
@@ -409,7 +410,11 @@ func (rt *deviceRuntime) worker(cpu int, ch <-chan *kernelChunk) {
 	// reported at synchronize, instead of killing the device.
 	debug.SetPanicOnFault(true)
 	for c := range ch {
-		c.err = runChunk(c, rt.index)
+		if c.grid != nil {
+			c.grid.work()
+		} else {
+			c.err = runChunk(c, rt.index)
+		}
 		c.wg.Done()
 	}
 }
@@ -485,6 +490,23 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 				if _, ran := LookupKernel(r.Name); ran { // not a kernel the registry lacks
 					rp.launch(id, r.Name, r.Nthreads, start, end)
 				}
+			}
+			continue
+		case wire.LaunchGridRequest:
+			if cpu, poll := cpuOfHint(r.Cpu); cpu >= 0 && (cpu != pinned || poll != asked) {
+				if p, err := rt.follow(cpu, poll); err == nil {
+					pinned, asked, polling = cpu, poll, p
+				}
+			}
+			var start int64
+			if rp != nil {
+				start = rp.now()
+			}
+			if err := rt.launchGrid(&r); err != nil {
+				errs = append(errs, err)
+			}
+			if _, ran := LookupGridKernel(r.Name); rp != nil && ran {
+				rp.launch(id, r.Name, uint32(min(r.Grid.Count()*r.Block.Count(), wire.MaxLaunchThreads)), start, rp.now())
 			}
 			continue
 		case wire.StreamRequest:
