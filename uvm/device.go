@@ -72,27 +72,6 @@ type Stream struct {
 	gen    uint64
 }
 
-// DeviceAttr names a device attribute for DeviceGetAttribute.
-type DeviceAttr int
-
-const (
-	// AttrArenaCapacity is the device's memory in bytes.
-	AttrArenaCapacity DeviceAttr = iota + 1
-	// AttrConcurrentManagedAccess is 1 under the fault coherence model:
-	// the host and devices may touch managed memory at the same time; 0
-	// under the launch model.
-	AttrConcurrentManagedAccess
-	// AttrCanMapHostMemory is 1: mapped host memory is reachable from
-	// kernels.
-	AttrCanMapHostMemory
-	// AttrPageableMemoryAccess is 0: kernels reach managed memory, not
-	// the process's ordinary (pageable) memory.
-	AttrPageableMemoryAccess
-	// AttrWorkerCount is the number of threads that run the device's
-	// kernels.
-	AttrWorkerCount
-)
-
 func processEnd(ps *os.ProcessState) string {
 	if ps == nil {
 		return "exited"
@@ -108,22 +87,6 @@ func (st *Stream) Device() Device { return Device(st.device) }
 
 func (st *Stream) String() string {
 	return fmt.Sprintf("stream %d of device %d", st.id, st.device)
-}
-
-func (a DeviceAttr) String() string {
-	switch a {
-	case AttrArenaCapacity:
-		return "arena-capacity"
-	case AttrConcurrentManagedAccess:
-		return "concurrent-managed-access"
-	case AttrCanMapHostMemory:
-		return "can-map-host-memory"
-	case AttrPageableMemoryAccess:
-		return "pageable-memory-access"
-	case AttrWorkerCount:
-		return "worker-count"
-	}
-	return "device-attribute(" + strconv.Itoa(int(a)) + ")"
 }
 
 // checkDevice accepts the session's devices (not the CPU).
@@ -142,32 +105,6 @@ func (s *Session) deviceChoicesNoCPU() string {
 		return "want device 0, the only one"
 	}
 	return fmt.Sprintf("want a device from 0 to %d", len(s.devices)-1)
-}
-
-// DeviceGetAttribute returns an attribute of device d, as
-// cudaDeviceGetAttribute.
-func (s *Session) DeviceGetAttribute(attr DeviceAttr, d Device) (int64, error) {
-	if err := s.checkDevice(d, "attribute of"); err != nil {
-		return 0, err
-	}
-	info := s.devices[d]
-	switch attr {
-	case AttrArenaCapacity:
-		return info.Capacity, nil
-	case AttrConcurrentManagedAccess:
-		if s.launchModel() {
-			return 0, nil // the CPU may not touch what a running kernel may use
-		}
-		return 1, nil
-	case AttrCanMapHostMemory:
-		return 1, nil
-	case AttrPageableMemoryAccess:
-		return 0, nil
-	case AttrWorkerCount:
-		return int64(info.Workers), nil
-	}
-	return 0, fmt.Errorf("%w: device attribute %d: want one of %v, %v, %v, %v, %v", ErrInvalidValue, int(attr),
-		AttrArenaCapacity, AttrConcurrentManagedAccess, AttrCanMapHostMemory, AttrPageableMemoryAccess, AttrWorkerCount)
 }
 
 func (s *Session) deviceProc(d Device) *deviceProc {

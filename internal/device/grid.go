@@ -172,8 +172,8 @@ type gridBlock struct {
 	count    int  // of them, with a true predicate
 	gridWait bool // the barrier is a grid barrier's (SyncGrid)
 	round    *barrierRound
-	started bool // the threads after the first waiter run as goroutines
-	wg      sync.WaitGroup
+	started  bool // the threads after the first waiter run as goroutines
+	wg       sync.WaitGroup
 }
 
 // barrierRound is one barrier's wait: closed when it ends, with its

@@ -152,29 +152,131 @@ typedef enum uvmMemcpyKind {
 	uvmMemcpyDefault = 4  /* inferred from the pointers */
 } uvmMemcpyKind;
 
+/* Device attributes, with cudaDeviceAttr's values: uvmDevAttrX is
+ * cudaDevAttrX. Each is the uvmDeviceProp field of the same meaning,
+ * which says its value and why; 0 or 1 for a yes or no. CUDA's texture
+ * and surface attributes are uvmErrorNotSupported (a CPU device emulates
+ * no textures); others without a meaning here, uvmErrorInvalidValue. */
 typedef enum uvmDeviceAttr {
-	uvmDevAttrMultiProcessorCount = 16,       /* the device's worker threads */
-	uvmDevAttrCanMapHostMemory = 19,          /* 1 */
-	uvmDevAttrPageableMemoryAccess = 88,      /* 0: kernels reach managed memory only */
-	uvmDevAttrConcurrentManagedAccess = 89,   /* 1 */
-	uvmDevAttrArenaCapacityMiB = 1000         /* the device's memory, in MiB */
+	uvmDevAttrMaxThreadsPerBlock = 1,
+	uvmDevAttrMaxBlockDimX = 2,
+	uvmDevAttrMaxBlockDimY = 3,
+	uvmDevAttrMaxBlockDimZ = 4,
+	uvmDevAttrMaxGridDimX = 5,
+	uvmDevAttrMaxGridDimY = 6,
+	uvmDevAttrMaxGridDimZ = 7,
+	uvmDevAttrMaxSharedMemoryPerBlock = 8,
+	uvmDevAttrTotalConstantMemory = 9,
+	uvmDevAttrWarpSize = 10,
+	uvmDevAttrMaxPitch = 11,
+	uvmDevAttrMaxRegistersPerBlock = 12,
+	uvmDevAttrClockRate = 13,
+	uvmDevAttrGpuOverlap = 15,            /* 1: copies run while kernels do */
+	uvmDevAttrMultiProcessorCount = 16,
+	uvmDevAttrKernelExecTimeout = 17,
+	uvmDevAttrIntegrated = 18,
+	uvmDevAttrCanMapHostMemory = 19,
+	uvmDevAttrComputeMode = 20,
+	uvmDevAttrConcurrentKernels = 31,
+	uvmDevAttrEccEnabled = 32,
+	uvmDevAttrPciBusId = 33,              /* 0: no PCI device */
+	uvmDevAttrPciDeviceId = 34,           /* 0 */
+	uvmDevAttrTccDriver = 35,             /* 0 */
+	uvmDevAttrL2CacheSize = 38,
+	uvmDevAttrMaxThreadsPerMultiProcessor = 39,
+	uvmDevAttrAsyncEngineCount = 40,
+	uvmDevAttrUnifiedAddressing = 41,
+	uvmDevAttrPciDomainId = 50,           /* 0 */
+	uvmDevAttrTexturePitchAlignment = 51,
+	uvmDevAttrComputeCapabilityMajor = 75,
+	uvmDevAttrComputeCapabilityMinor = 76,
+	uvmDevAttrStreamPrioritiesSupported = 78,
+	uvmDevAttrGlobalL1CacheSupported = 79,
+	uvmDevAttrLocalL1CacheSupported = 80,
+	uvmDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+	uvmDevAttrMaxRegistersPerMultiprocessor = 82,
+	uvmDevAttrManagedMemory = 83,
+	uvmDevAttrIsMultiGpuBoard = 84,       /* 0 */
+	uvmDevAttrMultiGpuBoardGroupID = 85,  /* 0 */
+	uvmDevAttrHostNativeAtomicSupported = 86,
+	uvmDevAttrSingleToDoublePrecisionPerfRatio = 87,
+	uvmDevAttrPageableMemoryAccess = 88,
+	uvmDevAttrConcurrentManagedAccess = 89,
+	uvmDevAttrComputePreemptionSupported = 90,
+	uvmDevAttrCanUseHostPointerForRegisteredMem = 91,
+	uvmDevAttrCooperativeLaunch = 95,
+	uvmDevAttrCooperativeMultiDeviceLaunch = 96, /* 0: a cooperative launch is of one device */
+	uvmDevAttrMaxSharedMemoryPerBlockOptin = 97,
+	uvmDevAttrCanFlushRemoteWrites = 98,  /* 0 */
+	uvmDevAttrHostRegisterSupported = 99,
+	uvmDevAttrPageableMemoryAccessUsesHostPageTables = 100,
+	uvmDevAttrDirectManagedMemAccessFromHost = 101,
+	uvmDevAttrMaxBlocksPerMultiprocessor = 106,
+	uvmDevAttrReservedSharedMemoryPerBlock = 111, /* 0: the runtime keeps none of a block's shared memory */
+	uvmDevAttrMemoryPoolsSupported = 115,
+	uvmDevAttrNumaConfig = 130,           /* 1 (cudaDeviceNumaConfigNumaNode) for an arena bound to a node, else 0 */
+	uvmDevAttrNumaId = 131,               /* numaNode */
+	uvmDevAttrHostNumaId = 134,           /* hostNumaId */
+	uvmDevAttrArenaCapacityMiB = 1000     /* softuvm's: the device's memory, in MiB */
 } uvmDeviceAttr;
 
-/* A device's properties (the fields of cudaDeviceProp that mean
- * something here, under the same names). */
+/* A device's properties: the fields of cudaDeviceProp that mean
+ * something for a device that is a process on the host's CPUs, under
+ * the same names. Where a figure is a GPU's limit a CPU does not have
+ * (registers, constant memory), it is CUDA's, so that a program's check
+ * of it passes, and it says so. The struct keeps its size across
+ * versions: new fields come out of reserved. */
 typedef struct uvmDeviceProp {
 	char name[256];               /* "softuvm CPU device N" */
 	size_t totalGlobalMem;        /* the device's arena, in bytes */
-	int multiProcessorCount;      /* the device's worker threads */
+	int multiProcessorCount;      /* the device's worker threads: a launch's threads, or a grid's blocks, are spread over them */
 	int canMapHostMemory;         /* 1 */
 	int unifiedAddressing;        /* 1: one address space for the host and every device */
 	int managedMemory;            /* 1 */
-	int concurrentManagedAccess;  /* 1 while the host may touch managed memory as kernels run */
+	int concurrentManagedAccess;  /* 1 while the host may touch managed memory as kernels run (0 under the launch model) */
 	int pageableMemoryAccess;     /* 0: kernels reach managed, device and mapped host memory only */
 	int concurrentKernels;        /* 1: streams run at the same time */
-	int integrated;               /* 1: the device shares the host's memory system */
+	int integrated;               /* 1: the device's memory is the host's */
 	size_t texturePitchAlignment; /* 512, the pitch uvmMallocPitch rounds to */
-	int reserved[64];             /* zero; room for more fields */
+	/* Grid launches' limits, CUDA's at compute capability 6.0: */
+	size_t sharedMemPerBlock;          /* 48 KiB */
+	size_t sharedMemPerBlockOptin;     /* 48 KiB: nothing to opt into */
+	size_t sharedMemPerMultiprocessor; /* 32 times 48 KiB: never the tighter bound on residency */
+	size_t totalConstMem;              /* CUDA's 64 KiB: __constant__ variables are managed memory, with no limit of their own */
+	size_t memPitch;                   /* CUDA's 2^31-1, the largest pitch of a 2D copy */
+	size_t reservedSharedMemPerBlock;  /* 0 */
+	int major, minor;             /* 6.0: Pascal's feature level (managed memory on demand, concurrent access,
+				       * cooperative launches), less warp intrinsics and textures; not Volta's
+				       * independent thread scheduling */
+	int clockRate;                /* the CPU's clock in kHz: its cpufreq maximum, else /proc/cpuinfo's, else 0 */
+	int computeMode;              /* 0 (default): any number of programs may use the device */
+	int cooperativeLaunch;        /* 1: uvmLaunchCooperativeKernel, uvmGridSync */
+	int cooperativeMultiDeviceLaunch; /* 0 */
+	int pageableMemoryAccessUsesHostPageTables; /* 0: a device process has page tables of its own */
+	int warpSize;                 /* 1: no two threads of a block run in lock step */
+	int maxThreadsPerBlock;       /* 1024 */
+	int maxThreadsDim[3];         /* 1024, 1024, 64 */
+	int maxGridSize[3];           /* 2^31-1, 65535, 65535 */
+	int maxThreadsPerMultiProcessor; /* 2048: what a worker keeps resident */
+	int maxBlocksPerMultiProcessor;  /* 32 */
+	int regsPerBlock, regsPerMultiprocessor; /* CUDA's 65536: registers limit nothing on a CPU */
+	int l2CacheSize;              /* the CPU's unified level-2 cache, in bytes (0 if sysfs does not say) */
+	int asyncEngineCount;         /* 2: copies both ways overlap each other and kernels */
+	int deviceOverlap;            /* 1 */
+	int kernelExecTimeoutEnabled; /* 0: no watchdog */
+	int ECCEnabled;               /* 0 */
+	int hostNativeAtomicSupported; /* 1: host and kernel atomics on one managed word are the CPU's own */
+	int singleToDoublePrecisionPerfRatio; /* 2: vector units hold half as many doubles */
+	int computePreemptionSupported; /* 1: kernels are threads the kernel preempts */
+	int canUseHostPointerForRegisteredMem; /* 0: registered memory is reached at uvmHostGetDevicePointer's address */
+	int directManagedMemAccessFromHost;    /* 0: the host's touch migrates a device's page */
+	int globalL1CacheSupported, localL1CacheSupported; /* 1 */
+	int streamPrioritiesSupported; /* 0 */
+	int hostRegisterSupported;    /* 1 */
+	int memoryPoolsSupported;     /* 0: no uvmMallocAsync */
+	int numaNode;                 /* the NUMA node the device's memory is bound to, -1 if none */
+	int hostNumaId;               /* the host node nearest the device: numaNode if bound, else the machine's first, -1 without NUMA */
+	int reserved[16];             /* zero; room for more fields */
 } uvmDeviceProp;
 
 /* A kernel: thread tid of nthreads, with a copy of the launch's params. */

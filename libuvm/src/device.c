@@ -135,41 +135,6 @@ uvmError_t uvmGetDevice(int *device)
 	return uvm__ok();
 }
 
-uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmDeviceGetAttribute");
-	if (!value)
-		return uvm__fail(uvmErrorInvalidValue, "uvmDeviceGetAttribute: value is NULL; want a pointer to an int");
-	struct uvm_session *s = NULL;
-	uvmError_t err = get_device(device, "uvmDeviceGetAttribute: attribute of", &s);
-	if (err)
-		return err;
-	const struct uvm_device_info *info = &s->devices[device];
-	switch (attr) {
-	case uvmDevAttrMultiProcessorCount:
-		*value = info->workers;
-		return uvm__ok();
-	case uvmDevAttrCanMapHostMemory:
-		*value = 1;
-		return uvm__ok();
-	case uvmDevAttrConcurrentManagedAccess:
-		*value = uvm__concurrent_managed_access();
-		return uvm__ok();
-	case uvmDevAttrPageableMemoryAccess:
-		*value = 0;
-		return uvm__ok();
-	case uvmDevAttrArenaCapacityMiB:
-		*value = info->capacity >> 20 > INT_MAX ? INT_MAX : (int)(info->capacity >> 20);
-		return uvm__ok();
-	}
-	return uvm__fail(uvmErrorInvalidValue,
-			 "uvmDeviceGetAttribute: device attribute %d: want uvmDevAttrMultiProcessorCount (%d), uvmDevAttrCanMapHostMemory (%d), "
-			 "uvmDevAttrPageableMemoryAccess (%d), uvmDevAttrConcurrentManagedAccess (%d) or uvmDevAttrArenaCapacityMiB (%d)",
-			 (int)attr, uvmDevAttrMultiProcessorCount, uvmDevAttrCanMapHostMemory, uvmDevAttrPageableMemoryAccess,
-			 uvmDevAttrConcurrentManagedAccess, uvmDevAttrArenaCapacityMiB);
-}
-
 /* ---- device processes ---- */
 
 /* A stream's socket in the running process, shared by those who use it:

@@ -229,6 +229,7 @@ UVM_HIDDEN ssize_t uvm__recv(int sock, void *buf, size_t cap, int *fds, int maxf
 struct uvm_device_info {
 	uint64_t capacity;
 	int workers;
+	int node; /* the NUMA node its arena is bound to, -1 if none */
 };
 
 /* A device's file in this session (msgDeviceFile): device memory at

@@ -275,7 +275,7 @@ static bool hello(struct uvm_session *s, int uffd)
 		uint32_t len;
 		s->devices[i].capacity = uvm__get_u64(&r);
 		uvm__get_bytes(&r, &len); /* backend */
-		uvm__get_i32(&r);         /* NUMA node */
+		s->devices[i].node = uvm__get_i32(&r);
 		s->devices[i].workers = (int)uvm__get_u32(&r);
 	}
 	s->coherence = uvm__get_u8(&r);
