@@ -108,11 +108,36 @@ typedef enum uvmMemoryAdvise {
 	uvmMemAdviseUnsetAccessedBy = 6
 } uvmMemoryAdvise;
 
+/* A location of memory, as cudaMemLocation: a device (id: its index), the
+ * host (id ignored), one of the host's NUMA nodes (id: the node, as
+ * /sys/devices/system/node numbers them and uvmDevAttrHostNumaId says
+ * which is nearest a device), or the node nearest the calling thread's
+ * CPU (id ignored). */
+typedef enum uvmMemLocationType {
+	uvmMemLocationTypeInvalid = 0,
+	uvmMemLocationTypeDevice = 1,
+	uvmMemLocationTypeHost = 2,
+	uvmMemLocationTypeHostNuma = 3,
+	uvmMemLocationTypeHostNumaCurrent = 4
+} uvmMemLocationType;
+
+typedef struct uvmMemLocation {
+	uvmMemLocationType type;
+	int id;
+} uvmMemLocation;
+
+/* Range attributes, with cudaMemRangeAttribute's values; each is an int
+ * (AccessedBy an array of them), for the whole range: a location only
+ * where every page agrees. */
 typedef enum uvmMemRangeAttribute {
-	uvmMemRangeAttributeReadMostly = 1,           /* int: 1 if the whole range is read-mostly */
-	uvmMemRangeAttributePreferredLocation = 2,    /* int: a device, uvmCpuDeviceId or uvmInvalidDeviceId */
+	uvmMemRangeAttributeReadMostly = 1,           /* 1 if the whole range is read-mostly */
+	uvmMemRangeAttributePreferredLocation = 2,    /* a device, uvmCpuDeviceId or uvmInvalidDeviceId */
 	uvmMemRangeAttributeAccessedBy = 3,           /* int[]: devices, padded with uvmInvalidDeviceId */
-	uvmMemRangeAttributeLastPrefetchLocation = 4  /* int: as PreferredLocation */
+	uvmMemRangeAttributeLastPrefetchLocation = 4, /* as PreferredLocation, the last prefetch's target as requested */
+	uvmMemRangeAttributePreferredLocationType = 5, /* a uvmMemLocationType: Device, Host, HostNuma, or Invalid if the pages disagree or prefer none */
+	uvmMemRangeAttributePreferredLocationId = 6,   /* the device for Device, the node for HostNuma; else uvmCpuDeviceId (Host) or uvmInvalidDeviceId */
+	uvmMemRangeAttributeLastPrefetchLocationType = 7, /* as PreferredLocationType, of the last prefetch */
+	uvmMemRangeAttributeLastPrefetchLocationId = 8    /* as PreferredLocationId */
 } uvmMemRangeAttribute;
 
 typedef enum uvmMemoryType {
@@ -351,6 +376,21 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
  * changes nothing. It takes effect at the next launch. */
 uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags);
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device);
+/*
+ * The location forms, as cudaMemPrefetchAsync_v2 and cudaMemAdvise_v2
+ * (CUDA 12.2): a device, the host, a host NUMA node or the node nearest
+ * the calling thread (uvmMemLocation). flags: 0. For a host NUMA node the
+ * library gives the range's host pages the policy that prefers the node
+ * (mbind MPOL_PREFERRED: pages coming to the host are allocated there)
+ * and a prefetch moves those already on the host there first; a
+ * preferred location elsewhere, or none, puts the default policy back.
+ * The range attributes *Type and *Id report the node. A node that does
+ * not exist: uvmErrorInvalidValue; a device that does not:
+ * uvmErrorInvalidDevice. ReadMostly ignores the location, AccessedBy
+ * takes a device or the host (a node is the host).
+ */
+uvmError_t uvmMemPrefetchAsync_v2(const void *devPtr, size_t count, uvmMemLocation location, unsigned int flags, uvmStream_t stream);
+uvmError_t uvmMemAdvise_v2(const void *devPtr, size_t count, uvmMemoryAdvise advice, uvmMemLocation location);
 /* Discards the contents of the whole pages inside [devPtr, devPtr+count)
  * of a managed allocation, as cudaMemDiscardBatchAsync does for one range:
  * every copy, on the host and on devices, is dropped without being copied,

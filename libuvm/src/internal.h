@@ -354,6 +354,34 @@ UVM_HIDDEN extern size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
  * this way, before main. The range is never freed. */
 UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 
+/* ---- memory locations (location.c; memory.c's prefetch and advice) ---- */
+
+/* uvm__managed_range rounds [ptr, ptr+n) out to pages and checks that it
+ * lies in one managed allocation (memory.c); what names the call. */
+UVM_HIDDEN uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length);
+/* uvm__prefetch_now and uvm__advise_now ask the server to prefetch
+ * [start, start+length) to processor dst, or to take the advice for
+ * device, and wait for the answer (memory.c). */
+UVM_HIDDEN uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what);
+UVM_HIDDEN uvmError_t uvm__advise_now(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int device, const char *what);
+/* uvm__locations_prefetched records that [start, start+length) was last
+ * prefetched to host node node (-1: not to a host node). */
+UVM_HIDDEN void uvm__locations_prefetched(uint64_t start, uint64_t length, int node);
+/* uvm__locations_preferred records that the range prefers host node node
+ * (-1: none). */
+UVM_HIDDEN void uvm__locations_preferred(uint64_t start, uint64_t length, int node);
+/* uvm__locations_advised does the host node's part of advice taken by the
+ * server: for a preferred location, node's policy (or the default's back)
+ * and the record. */
+UVM_HIDDEN uvmError_t uvm__locations_advised(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int node, const char *what);
+/* uvm__locations_forget forgets a freed allocation's records. */
+UVM_HIDDEN void uvm__locations_forget(uint64_t start, uint64_t length);
+/* uvm__location_of is the location type and id a range attribute gives
+ * for processor (as the server answers the preferred or last prefetch
+ * location: a device, uvmCpuDeviceId, or uvmInvalidDeviceId when the
+ * pages disagree), the host's node added from the records. */
+UVM_HIDDEN void uvm__location_of(bool prefetched, int processor, uint64_t start, uint64_t length, int *type, int *id);
+
 /* uvm__managed_failure says why the program's managed variables could
  * not be made managed memory (managed.c), NULL if they were or there are
  * none: then every call fails with it. */

@@ -90,9 +90,13 @@ uvmError_t uvmFree(void *devPtr)
 	if (!devPtr)
 		return uvmSuccess; /* as cudaFree(NULL) */
 	uvm__streams_drain_all();
+	struct uvm_alloc a;
+	bool known = uvm__alloc_lookup((uintptr_t)devPtr, &a);
 	uvmError_t err = uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
 	if (!err)
 		uvm__forget_pointer_attributes((uintptr_t)devPtr);
+	if (!err && known)
+		uvm__locations_forget(a.addr, a.length);
 	return err;
 }
 
@@ -272,7 +276,8 @@ static uvmError_t page_range(const char *what, const void *ptr, size_t n, struct
 		return uvm__fail(uvmErrorInvalidValue, "%s: the pointer is NULL", what);
 	if (n == 0)
 		return uvm__fail(uvmErrorInvalidValue, "%s %p: count 0, want at least 1 byte", what, ptr);
-	if (!uvm__in_window(p) || !uvm__alloc_lookup(p, a))
+	/* Managed variables (managed.c) lie below the window. */
+	if (!uvm__alloc_lookup(p, a))
 		return uvm__fail(uvmErrorInvalidValue, "%s %p: not managed memory of this process", what, ptr);
 	if (a->forked)
 		return uvm__fail(uvmErrorInvalidValue, "%s %p: a copy this process got from fork, now ordinary memory", what, ptr);
@@ -283,9 +288,7 @@ static uvmError_t page_range(const char *what, const void *ptr, size_t n, struct
 	return uvmSuccess;
 }
 
-/* managed_page_range is page_range for the calls that apply to managed
- * memory only (prefetch, advice). */
-static uvmError_t managed_page_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length)
+uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length)
 {
 	struct uvm_alloc a;
 	uvmError_t err = page_range(what, ptr, n, &a, start, length);
@@ -309,18 +312,26 @@ struct prefetch_args {
 	int dst;
 };
 
-static uvmError_t run_prefetch(void *arg)
+uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what)
 {
-	const struct prefetch_args *a = arg;
 	uvmError_t err;
 	struct uvm_session *s = session_or_fail(&err);
 	if (!s)
 		return err;
 	uint8_t buf[64], reply[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_prefetch(&m, 0, a->start, a->length, a->dst);
+	uvm__encode_prefetch(&m, 0, start, length, dst);
 	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemPrefetchAsync");
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
+}
+
+static uvmError_t run_prefetch(void *arg)
+{
+	const struct prefetch_args *a = arg;
+	uvmError_t err = uvm__prefetch_now(a->start, a->length, a->dst, "uvmMemPrefetchAsync");
+	if (!err)
+		uvm__locations_prefetched(a->start, a->length, -1); /* no host node: location.c */
+	return err;
 }
 
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream)
@@ -330,7 +341,7 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 	if (!s)
 		return err;
 	struct prefetch_args a = {.dst = dstDevice};
-	if ((err = managed_page_range("uvmMemPrefetchAsync", devPtr, count, &a.start, &a.length)))
+	if ((err = uvm__managed_range("uvmMemPrefetchAsync", devPtr, count, &a.start, &a.length)))
 		return err;
 	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
 		return err;
@@ -379,7 +390,7 @@ UVM_HIDDEN uvmError_t uvm__discard(uint64_t start, uint64_t length, const char *
 uvmError_t uvmMemDiscard(const void *devPtr, size_t count)
 {
 	struct discard_args a;
-	uvmError_t err = managed_page_range("uvmMemDiscard", devPtr, count, &a.start, &a.length);
+	uvmError_t err = uvm__managed_range("uvmMemDiscard", devPtr, count, &a.start, &a.length);
 	if (err)
 		return err;
 	if (!discard_inside(devPtr, count, &a.start, &a.length))
@@ -390,7 +401,7 @@ uvmError_t uvmMemDiscard(const void *devPtr, size_t count)
 uvmError_t uvmMemDiscardAsync(const void *devPtr, size_t count, uvmStream_t stream)
 {
 	struct discard_args a;
-	uvmError_t err = managed_page_range("uvmMemDiscardAsync", devPtr, count, &a.start, &a.length);
+	uvmError_t err = uvm__managed_range("uvmMemDiscardAsync", devPtr, count, &a.start, &a.length);
 	if (err)
 		return err;
 	if (!discard_inside(devPtr, count, &a.start, &a.length))
@@ -413,28 +424,40 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 	if (!uses_device)
 		device = uvmCpuDeviceId; /* ignored, as cudaMemAdvise ignores it */
 	uint64_t start, length;
-	if ((err = managed_page_range("uvmMemAdvise", devPtr, count, &start, &length)))
+	if ((err = uvm__managed_range("uvmMemAdvise", devPtr, count, &start, &length)) ||
+	    (err = uvm__advise_now(start, length, advice, device, "uvmMemAdvise")))
+		return err;
+	return uvm__locations_advised(start, length, advice, -1, "uvmMemAdvise of"); /* no host node: location.c */
+}
+
+uvmError_t uvm__advise_now(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int device, const char *what)
+{
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
 		return err;
 	uint8_t buf[64], reply[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
 	uvm__encode_advise(&m, 0, start, length, (uint8_t)advice, device);
 	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemAdvise");
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
 }
 
-/* The attributes of a range, as the server answers them. */
+/* The attributes of a range, as the server answers them, and the
+ * locations' types and ids (location.c adds the host's NUMA nodes). */
 struct range_attrs {
 	int read_mostly, preferred, last_prefetch;
 	uint32_t naccessed;
 	int accessed[UVM_MAX_DEVICES + 1];
+	int preferred_type, preferred_id, last_prefetch_type, last_prefetch_id;
 };
 
 static uvmError_t check_range_attr(const char *what, void *data, size_t dataSize, uvmMemRangeAttribute attribute)
 {
 	if (!data)
 		return uvm__fail(uvmErrorInvalidValue, "%s: data is NULL", what);
-	if (attribute < uvmMemRangeAttributeReadMostly || attribute > uvmMemRangeAttributeLastPrefetchLocation)
-		return uvm__fail(uvmErrorInvalidValue, "%s: attribute %d: want 1 (read-mostly) to 4 (last prefetch location)", what, (int)attribute);
+	if (attribute < uvmMemRangeAttributeReadMostly || attribute > uvmMemRangeAttributeLastPrefetchLocationId)
+		return uvm__fail(uvmErrorInvalidValue, "%s: attribute %d: want 1 (read-mostly) to 8 (last prefetch location id)", what, (int)attribute);
 	if (attribute == uvmMemRangeAttributeAccessedBy ? (dataSize == 0 || dataSize % 4) : dataSize != 4)
 		return uvm__fail(uvmErrorInvalidValue, "%s: dataSize %zu: want %s", what, dataSize,
 				 attribute == uvmMemRangeAttributeAccessedBy ? "a nonzero multiple of 4 (an int per device)" : "4 (one int)");
@@ -469,6 +492,8 @@ static uvmError_t fetch_range_attrs(const char *what, const void *devPtr, size_t
 	}
 	if (r.err)
 		return uvm__fail(uvmErrorUnknown, "%s: the server's reply is truncated", what);
+	uvm__location_of(false, ra->preferred, start, length, &ra->preferred_type, &ra->preferred_id);
+	uvm__location_of(true, ra->last_prefetch, start, length, &ra->last_prefetch_type, &ra->last_prefetch_id);
 	return uvmSuccess;
 }
 
@@ -484,6 +509,18 @@ static void put_range_attr(void *data, size_t dataSize, uvmMemRangeAttribute att
 		break;
 	case uvmMemRangeAttributeLastPrefetchLocation:
 		*out = ra->last_prefetch;
+		break;
+	case uvmMemRangeAttributePreferredLocationType:
+		*out = ra->preferred_type;
+		break;
+	case uvmMemRangeAttributePreferredLocationId:
+		*out = ra->preferred_id;
+		break;
+	case uvmMemRangeAttributeLastPrefetchLocationType:
+		*out = ra->last_prefetch_type;
+		break;
+	case uvmMemRangeAttributeLastPrefetchLocationId:
+		*out = ra->last_prefetch_id;
 		break;
 	case uvmMemRangeAttributeAccessedBy:
 		/* As CUDA: the devices, then uvmInvalidDeviceId to the end. */
