@@ -43,6 +43,12 @@ const (
 	AttrPreferredLocation    = core.AttrPreferredLocation
 	AttrAccessedBy           = core.AttrAccessedBy
 	AttrLastPrefetchLocation = core.AttrLastPrefetchLocation
+	// The locations' types (a MemLocationType) and ids (an int), as
+	// cudaMemRangeAttributePreferredLocationType and its kin (5 to 8).
+	AttrPreferredLocationType    = core.AttrPreferredLocationType
+	AttrPreferredLocationID      = core.AttrPreferredLocationID
+	AttrLastPrefetchLocationType = core.AttrLastPrefetchLocationType
+	AttrLastPrefetchLocationID   = core.AttrLastPrefetchLocationID
 )
 
 // Advice is cuMemAdvise's advice.
