@@ -435,6 +435,63 @@ uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kin
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream);
 uvmError_t uvmMemset(void *devPtr, int value, size_t count);
 uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t stream);
+/*
+ * 2D and 3D copies and fills, as cudaMemcpy2D, cudaMemset2D,
+ * cudaMemcpy3D, cudaMemset3D: rows of width bytes, each pitch bytes after
+ * the last (a 3D box's slices ysize rows apart). With unified addressing
+ * every pointer says what memory it is, as for uvmMemcpy (kind is checked
+ * as uvmMemcpy checks it; uvmMemcpyDefault lets the pointers decide), and
+ * there are no CUDA arrays: a 3D copy is between pitched pointers. A
+ * pitch less than the width, or past uvmDevAttrMaxPitch:
+ * uvmErrorInvalidPitchValue. The rows of each side must lie in one
+ * allocation (or in ordinary memory) and the two spans must not overlap.
+ * The synchronous forms return when the copy is done; the Async ones run
+ * in stream order, as uvmMemcpyAsync.
+ */
+uvmError_t uvmMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, uvmMemcpyKind kind);
+uvmError_t uvmMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, uvmMemcpyKind kind,
+			    uvmStream_t stream);
+uvmError_t uvmMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height);
+uvmError_t uvmMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height, uvmStream_t stream);
+
+/* A pitched pointer: rows of xsize bytes at ptr, pitch apart, slices of
+ * ysize rows (as cudaPitchedPtr); an extent in bytes, rows and slices;
+ * a position in bytes, rows and slices. */
+typedef struct uvmPitchedPtr {
+	void *ptr;
+	size_t pitch, xsize, ysize;
+} uvmPitchedPtr;
+typedef struct uvmExtent {
+	size_t width, height, depth;
+} uvmExtent;
+typedef struct uvmPos {
+	size_t x, y, z;
+} uvmPos;
+static inline uvmPitchedPtr make_uvmPitchedPtr(void *d, size_t p, size_t xsz, size_t ysz) { return (uvmPitchedPtr){d, p, xsz, ysz}; }
+static inline uvmExtent make_uvmExtent(size_t w, size_t h, size_t d) { return (uvmExtent){w, h, d}; }
+static inline uvmPos make_uvmPos(size_t x, size_t y, size_t z) { return (uvmPos){x, y, z}; }
+/* A 3D copy's parameters, as cudaMemcpy3DParms: extent from srcPos of
+ * srcPtr to dstPos of dstPtr. srcArray and dstArray must be NULL (they
+ * are there so that code setting them to 0 compiles). */
+typedef struct uvmMemcpy3DParms {
+	void *srcArray;
+	uvmPos srcPos;
+	uvmPitchedPtr srcPtr;
+	void *dstArray;
+	uvmPos dstPos;
+	uvmPitchedPtr dstPtr;
+	uvmExtent extent;
+	uvmMemcpyKind kind;
+} uvmMemcpy3DParms;
+uvmError_t uvmMemcpy3D(const uvmMemcpy3DParms *p);
+uvmError_t uvmMemcpy3DAsync(const uvmMemcpy3DParms *p, uvmStream_t stream);
+uvmError_t uvmMemset3D(uvmPitchedPtr pitchedDevPtr, int value, uvmExtent extent);
+uvmError_t uvmMemset3DAsync(uvmPitchedPtr pitchedDevPtr, int value, uvmExtent extent, uvmStream_t stream);
+/* Device memory for extent.depth slices of extent.height rows of
+ * extent.width bytes, each row pitch bytes (the width rounded up to 512,
+ * as uvmMallocPitch): xsize is the width, ysize the height. */
+uvmError_t uvmMalloc3D(uvmPitchedPtr *pitchedDevPtr, uvmExtent extent);
+
 /* A copy between memory of two devices (each pointer device memory of
  * its device, or memory every device reaches: managed, pinned). */
 uvmError_t uvmMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);

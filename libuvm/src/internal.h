@@ -354,6 +354,14 @@ UVM_HIDDEN extern size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
  * this way, before main. The range is never freed. */
 UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 
+/* uvm__copy_box copies (src not NULL) or fills with value a box of depth
+ * slices of height rows of width bytes: rows dpitch apart and slices
+ * dpitch*dheight apart in dst (spitch, sheight in src), checking the
+ * spans that hold it as uvmMemcpy checks a copy (memory.c; copy3d.c
+ * checks the shape). */
+UVM_HIDDEN uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight,
+				    size_t width, size_t height, size_t depth, int value, uvmMemcpyKind kind);
+
 /* ---- memory locations (location.c; memory.c's prefetch and advice) ---- */
 
 /* uvm__managed_range rounds [ptr, ptr+n) out to pages and checks that it

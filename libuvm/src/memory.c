@@ -844,7 +844,7 @@ static uvmError_t device_written(struct uvm_session *s, uintptr_t dst, size_t n,
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
 }
 
-static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const struct side *sr)
+static uvmError_t check_kind(const char *what, uvmMemcpyKind kind, const struct side *d, const struct side *sr)
 {
 	static const char *const names[] = {"uvmMemcpyHostToHost", "uvmMemcpyHostToDevice", "uvmMemcpyDeviceToHost", "uvmMemcpyDeviceToDevice"};
 	if (kind == uvmMemcpyDefault)
@@ -863,7 +863,7 @@ static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const str
 		bad = d, which = "destination", want = "reachable from a device";
 	if (!bad)
 		return uvmSuccess;
-	return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy %s: the %s %p is %s, which is not %s; use uvmMemcpyDefault to let the pointers decide", names[kind], which,
+	return uvm__fail(uvmErrorInvalidValue, "%s %s: the %s %p is %s, which is not %s; use uvmMemcpyDefault to let the pointers decide", what, names[kind], which,
 			 (void *)bad->p, side_name(bad), want);
 }
 
@@ -874,7 +874,7 @@ static uvmError_t memcpy_check(const char *what, void *dst, const void *src, siz
 	uvmError_t err;
 	if ((err = side_of(what, "destination", dst, count, d)) || (err = side_of(what, "source", src, count, sr)))
 		return err;
-	if ((err = check_kind(kind, d, sr)))
+	if ((err = check_kind(what, kind, d, sr)))
 		return err;
 	if ((uintptr_t)dst < (uintptr_t)src + count && (uintptr_t)src < (uintptr_t)dst + count)
 		return uvm__fail(uvmErrorInvalidValue, "%s %p <- %p of %zu bytes: the ranges overlap", what, dst, src, count);
@@ -999,6 +999,57 @@ uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t str
 		return err;
 	struct copy_args a = {.dst = devPtr, .count = count, .value = value};
 	return uvm__stream_enqueue_host(stream, "uvmMemsetAsync", run_memset, &a, sizeof a);
+}
+
+uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight, size_t width,
+			 size_t height, size_t depth, int value, uvmMemcpyKind kind)
+{
+	if (width == 0 || height == 0 || depth == 0)
+		return uvmSuccess;
+	/* The spans from the first row's first byte to the last row's last
+	 * byte, which the box lies in: each must lie in one allocation (or in
+	 * ordinary memory), and the two must not overlap. */
+	size_t dspan = (depth - 1) * dpitch * dheight + (height - 1) * dpitch + width;
+	size_t sspan = src ? (depth - 1) * spitch * sheight + (height - 1) * spitch + width : 0;
+	struct side d, sr = {0};
+	uvmError_t err;
+	if ((err = side_of(what, "destination", dst, dspan, &d)))
+		return err;
+	if (src) {
+		if ((err = side_of(what, "source", src, sspan, &sr)) || (err = check_kind(what, kind, &d, &sr)))
+			return err;
+		if ((uintptr_t)dst < (uintptr_t)src + sspan && (uintptr_t)src < (uintptr_t)dst + dspan)
+			return uvm__fail(uvmErrorInvalidValue, "%s %p <- %p: the spans of %zu and %zu bytes overlap", what, dst, src, dspan, sspan);
+	}
+	uint8_t *to = dst;
+	const uint8_t *from = src;
+	struct uvm_session *s = NULL;
+	struct uvm_device_file fd = {.fd = -1}, fs = {.fd = -1};
+	if (side_device(&d) || (src && side_device(&sr))) {
+		if (!(s = session_or_fail(&err)))
+			return err;
+		uint8_t *f8;
+		if ((err = reach(s, &d, what, &fd, &to)))
+			return err;
+		if (src && (err = reach(s, &sr, what, &fs, &f8)))
+			return err;
+		if (src)
+			from = f8;
+	}
+	bool nt = side_write_combined(&d);
+	for (size_t z = 0; z < depth; z++)
+		for (size_t y = 0; y < height; y++) {
+			uint8_t *row = to + z * dpitch * dheight + y * dpitch;
+			if (src && nt)
+				copy_nt(row, from + z * spitch * sheight + y * spitch, width);
+			else if (src)
+				memcpy(row, from + z * spitch * sheight + y * spitch, width);
+			else if (nt)
+				fill_nt(row, (uint8_t)value, width);
+			else
+				memset(row, value, width);
+		}
+	return side_device(&d) ? device_written(s, (uintptr_t)dst, dspan, what) : uvmSuccess;
 }
 
 /* peer_check checks a peer copy's devices and pointers: each pointer is
