@@ -4,11 +4,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/trace"
 )
 
 // buildC compiles C sources against uvm.h and the static libuvm into
@@ -60,13 +64,45 @@ func TestLibuvm(t *testing.T) {
 			for _, extra := range envs {
 				cmd := exec.Command(bin)
 				cmd.Env = cEnv(extra...)
+				if name == "profiler_test" {
+					cmd.Dir = t.TempDir() // where its trace goes
+				}
 				out, err := cmd.CombinedOutput()
 				require.NoError(t, err, "%s %v:\n%s", name, extra, out)
 				assert.Contains(t, string(out), "checks passed")
 				for _, bad := range []string{"poisoned", "panic:", "fatal error:"} {
 					assert.NotContains(t, string(out), bad, "the server, its guard or a device process went wrong")
 				}
+				if name == "profiler_test" {
+					checkProfiledTrace(t, string(out), filepath.Join(cmd.Dir, "profiler_test.uvmtrace"))
+				}
 			}
 		})
 	}
+}
+
+// checkProfiledTrace checks the trace profiler_test.c recorded between
+// uvmProfilerStart and uvmProfilerStop: the one allocation it made there,
+// and its pages' trip to device 0 and back, and nothing else.
+func checkProfiledTrace(t *testing.T, out, path string) {
+	m := regexp.MustCompile(`profiled: allocation (0x[0-9a-f]+), (\d+) pages`).FindStringSubmatch(out)
+	require.NotNil(t, m, "profiler_test printed no allocation:\n%s", out)
+	addr, err := strconv.ParseUint(m[1], 0, 64)
+	require.NoError(t, err)
+	pages, err := strconv.ParseUint(m[2], 10, 64)
+	require.NoError(t, err)
+	_, events, err := trace.ReadFile(path)
+	require.NoError(t, err, "the trace must be whole: uvmProfilerStop completes it")
+	var allocs []uint64
+	moved := map[[2]int32]uint64{}
+	for _, e := range events {
+		switch e.Kind {
+		case trace.KindAlloc:
+			allocs = append(allocs, e.Addr)
+		case trace.KindMigration:
+			moved[[2]int32{e.From, e.To}] += uint64(e.Pages)
+		}
+	}
+	assert.Equal(t, []uint64{addr}, allocs, "the allocation made between start and stop, alone")
+	assert.Equal(t, map[[2]int32]uint64{{-1, 0}: pages, {0, -1}: pages}, moved, "its pages to device 0 and back, and no other migration")
 }

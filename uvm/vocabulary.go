@@ -132,6 +132,9 @@ const (
 	EnvServer    = config.EnvServer
 	EnvSocket    = config.EnvSocket
 	EnvCoherence = config.EnvCoherence
+	// EnvTrace names the file a client's own events are recorded to
+	// (from its start, or between ProfilerStart and ProfilerStop).
+	EnvTrace = config.EnvTrace
 )
 
 // ParseSize reads a size such as 64MiB, 2GiB or 4096; FormatSize writes one.

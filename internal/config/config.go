@@ -37,6 +37,9 @@ const (
 	EnvCoherence     = "UVM_COHERENCE"       // fault (default) or launch: how host and devices share managed memory
 	EnvDirtyTracking = "UVM_DIRTY_TRACKING"  // auto (default), wp-async or wp-fault: how the launch model finds written pages
 	EnvLargeFolios   = "UVM_LARGE_FOLIOS"    // auto (default) or off: location files of 2 MiB folios
+	// EnvTrace=FILE records one client's own events to FILE: from its
+	// session's start, or between the profiler API's start and stop.
+	EnvTrace = "UVM_TRACE"
 	// EnvCopyCalibration=fresh makes a server measure the copy engine's
 	// calibration again instead of reading the one kept since boot.
 	EnvCopyCalibration = "UVM_COPY_CALIBRATION"

@@ -162,6 +162,10 @@ func cConstants() []cGroup {
 			c("UVM_", "core.MaxStackSize", "", core.MaxStackSize, cUnsigned),
 			c("UVM_", "core.GridCooperative", "", core.GridCooperative, cUnsigned),
 		}},
+		{doc: "Trace control operations, in trace-control requests (the profiler API).", consts: []cConst{
+			c("UVM_", "TraceStart", "", TraceStart, cInt),
+			c("UVM_", "TraceStop", "", TraceStop, cInt),
+		}},
 		{doc: "Device trace reports: the device-trace notice's flags, the kinds of a device report's records, a report's bounds.", consts: []cConst{
 			c("UVM_", "TraceLaunches", "", TraceLaunches, cUnsigned),
 			c("UVM_", "ReportLaunch", "", int64(ReportLaunch), cInt),

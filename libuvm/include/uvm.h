@@ -524,6 +524,21 @@ uvmError_t uvmStreamSynchronize(uvmStream_t stream);
  * has completed; the caller does not wait. flags: 0. */
 uvmError_t uvmStreamWaitEvent(uvmStream_t stream, uvmEvent_t event, unsigned int flags);
 
+/*
+ * The profiler API, as cudaProfilerStart and cudaProfilerStop: start and
+ * stop a trace of this process's managed memory, as `uvm trace record`
+ * records one (every fault, migration, prefetch, eviction, allocation and
+ * free, and the kernels of device processes started while it records),
+ * which `uvm trace summary|export|plot FILE` read. The file is $UVM_TRACE
+ * if set, else PROGRAM.uvmtrace in the working directory; each later
+ * start after a stop records to FILE.2, FILE.3 and on. Under UVM_TRACE the
+ * process records from its first call already. Starting while recording,
+ * or stopping while not, is no error (as CUDA's since 5.0). The server
+ * writes the file: a daemon needs the right to.
+ */
+uvmError_t uvmProfilerStart(void);
+uvmError_t uvmProfilerStop(void);
+
 /* Events. An event completes when the work queued on its stream before
  * uvmEventRecord has finished, and takes the time of that moment. */
 uvmError_t uvmEventCreate(uvmEvent_t *event);

@@ -390,6 +390,10 @@ UVM_HIDDEN void uvm__locations_forget(uint64_t start, uint64_t length);
  * pages disagree), the host's node added from the records. */
 UVM_HIDDEN void uvm__location_of(bool prefetched, int processor, uint64_t start, uint64_t length, int *type, int *id);
 
+/* A trace-control request (wire.EncodeTraceControl): start recording the
+ * session's events to path, or stop (profiler.c). */
+UVM_HIDDEN void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path);
+
 /* uvm__managed_failure says why the program's managed variables could
  * not be made managed memory (managed.c), NULL if they were or there are
  * none: then every call fails with it. */

@@ -264,6 +264,13 @@ bool uvm__decode_launch_grid(struct uvm_reader *r, struct uvm_launch_grid *lg)
 	return !r->err && r->n == 0;
 }
 
+void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path)
+{
+	uvm__msg_start(m, UVM_MSG_TRACE_CONTROL, seq, 0);
+	uvm__put_u8(m, op);
+	uvm__put_str(m, path);
+}
+
 void uvm__encode_device_hello(struct uvm_msg *m, uint32_t seq, uint32_t device, uint32_t pid)
 {
 	uvm__msg_start(m, UVM_MSG_DEVICE_HELLO, seq, 0);

@@ -48,6 +48,7 @@ enum uvm_msg_type {
 	UVM_MSG_DEVICE_REPORT    = 29, /* "device-report" */
 	UVM_MSG_DISCARD          = 30, /* "discard" */
 	UVM_MSG_LAUNCH_GRID      = 31, /* "launch-grid" */
+	UVM_MSG_TRACE_CONTROL    = 32, /* "trace-control" */
 };
 
 /* Reply status codes (wire.errorCode). */
@@ -128,6 +129,10 @@ enum uvm_kind {
 #define UVM_MIN_STACK_SIZE                   16384u      /* core.MinStackSize */
 #define UVM_MAX_STACK_SIZE                   0x4000000u  /* core.MaxStackSize */
 #define UVM_GRID_COOPERATIVE                 1u          /* core.GridCooperative */
+
+/* Trace control operations, in trace-control requests (the profiler API). */
+#define UVM_TRACE_START 1 /* wire.TraceStart */
+#define UVM_TRACE_STOP  2 /* wire.TraceStop */
 
 /* Device trace reports: the device-trace notice's flags, the kinds of a device report's records, a report's bounds. */
 #define UVM_TRACE_LAUNCHES     1u  /* wire.TraceLaunches */

@@ -28,7 +28,7 @@ static const char *const go_only[] = {"stats-request", "stats-reply", "info-requ
 #define ADDR2 0x600000400000ul
 
 static const char *dir;
-static char used[64][64]; /* the fixtures read */
+static char used[256][64]; /* the fixtures read */
 static int nused;
 
 struct fixture {
@@ -55,7 +55,7 @@ static bool load(const char *name, struct fixture *f)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s.hex", dir, name);
-	if (nused < 64)
+	if (nused < 256)
 		snprintf(used[nused++], sizeof used[0], "%s", name);
 	f->name = name;
 	f->n = 0;
@@ -155,6 +155,8 @@ static void test_sent(void)
 	static const uint8_t params[] = {1, 2, 3, 4, 5};
 	uvm__encode_launch(m = out_start(&o), 13, 2, 64, 0x401000, params, sizeof params, 1);
 	expect_sent("launch-request", m);
+	uvm__encode_trace_control(m = out_start(&o), 34, UVM_TRACE_START, "/tmp/prog.uvmtrace");
+	expect_sent("trace-control-request", m);
 	uvm__encode_launch_grid(m = out_start(&o), 15, 2, (uvmDim3){40, 3, 1}, (uvmDim3){16, 8, 2}, 4096, 1 << 20, UVM_GRID_COOPERATIVE, 0x401000,
 				params, sizeof params, -1);
 	expect_sent("launch-grid-request", m);
@@ -412,7 +414,8 @@ static void test_read(void)
 	}
 	expect_empty("sync-reply", UVM_MSG_SYNC, 14);
 	expect_empty("stream-attach-reply", UVM_MSG_STREAM_ATTACH, 30); /* coherence.c uvmStreamAttachMemAsync */
-	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);   /* coherence.c uvm__coherence_before_launch */
+	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);
+	expect_empty("trace-control-reply", UVM_MSG_TRACE_CONTROL, 34); /* profiler.c */   /* coherence.c uvm__coherence_before_launch */
 	expect_empty("streams-idle-reply", UVM_MSG_STREAMS_IDLE, 32);   /* coherence.c uvm__coherence_after_sync */
 	expect_error("sync-error", UVM_MSG_SYNC, 14, UVM_WIRE_LAUNCH_FAILURE, uvmErrorLaunchFailure,
 		     "device 1: kernel c:0x401000 is not a C kernel (want c:0x<address>)");
