@@ -306,10 +306,10 @@ func gridBenchGo(rounds, reduceMiB int, touch []int, arena int64) (*gridRuntime,
 		return nil, err
 	}
 	r := &gridRuntime{Workers: int(workers), BarrierNSPerThread: map[string]float64{}}
-	// Each measured step is a launch plus its synchronize, timed in us,
-	// then what checks it, untimed.
+	// Each measured step is a launch, its synchronize and what runs in
+	// the same iteration (timed, in us), then what checks it (untimed).
 	type step func() (float64, error)
-	launched := func(launch func() error, after func() error) step {
+	launched := func(launch func() error, during func(), after func() error) step {
 		return func() (float64, error) {
 			t0 := time.Now()
 			if err := launch(); err != nil {
@@ -317,6 +317,9 @@ func gridBenchGo(rounds, reduceMiB int, touch []int, arena int64) (*gridRuntime,
 			}
 			if err := s.DeviceSynchronize(0); err != nil {
 				return 0, err
+			}
+			if during != nil {
+				during()
 			}
 			us := float64(time.Since(t0).Nanoseconds()) / 1e3
 			if after != nil {
@@ -356,14 +359,14 @@ func gridBenchGo(rounds, reduceMiB int, touch []int, arena int64) (*gridRuntime,
 		}
 		return median(ta), median(tb), nil
 	}
-	if r.NullGridUS, r.NullThreadsUS, err = pair(launched(grid("uvm-bench-grid-empty", 1, 1, 0, nil), nil),
-		launched(plain("uvm-bench-nothing", 1, nil), nil)); err != nil {
+	if r.NullGridUS, r.NullThreadsUS, err = pair(launched(grid("uvm-bench-grid-empty", 1, 1, 0, nil), nil, nil),
+		launched(plain("uvm-bench-nothing", 1, nil), nil, nil)); err != nil {
 		return nil, err
 	}
 	const count = 256
 	for _, threads := range []int{32, 256, 1024} {
-		with, without, err := pair(launched(grid("uvm-bench-grid-barriers", 1, threads, 0, binary.LittleEndian.AppendUint32(nil, count)), nil),
-			launched(grid("uvm-bench-grid-barriers", 1, threads, 0, binary.LittleEndian.AppendUint32(nil, 0)), nil))
+		with, without, err := pair(launched(grid("uvm-bench-grid-barriers", 1, threads, 0, binary.LittleEndian.AppendUint32(nil, count)), nil, nil),
+			launched(grid("uvm-bench-grid-barriers", 1, threads, 0, binary.LittleEndian.AppendUint32(nil, 0)), nil, nil))
 		if err != nil {
 			return nil, err
 		}
@@ -405,8 +408,8 @@ func gridBenchGo(rounds, reduceMiB int, touch []int, arena int64) (*gridRuntime,
 			return partial.Prefetch(0)
 		}
 	}
-	gridUS, threadsUS, err := pair(launched(grid("uvm-bench-grid-reduce", blocks, 256, 256*8, params), check(blocks)),
-		launched(plain("uvm-bench-grid-reduce-threads", int(workers), params), check(int(workers))))
+	gridUS, threadsUS, err := pair(launched(grid("uvm-bench-grid-reduce", blocks, 256, 256*8, params), nil, check(blocks)),
+		launched(plain("uvm-bench-grid-reduce-threads", int(workers), params), nil, check(int(workers))))
 	if err != nil {
 		return nil, err
 	}
@@ -420,22 +423,12 @@ func gridBenchGo(rounds, reduceMiB int, touch []int, arena int64) (*gridRuntime,
 		b := buf.Bytes()
 		p := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, uint64(buf.Addr())), uint64(kib)<<10)
 		// The host's touch is in the iteration's time, as the seed's.
-		hostTouch := func(launch func() error) step {
-			return func() (float64, error) {
-				t0 := time.Now()
-				if err := launch(); err != nil {
-					return 0, err
-				}
-				if err := s.DeviceSynchronize(0); err != nil {
-					return 0, err
-				}
-				for pg := 0; pg < len(b); pg += uvm.PageSize {
-					b[pg]++
-				}
-				return float64(time.Since(t0).Nanoseconds()) / 1e3, nil
+		touchBack := func() {
+			for pg := 0; pg < len(b); pg += uvm.PageSize {
+				b[pg]++
 			}
 		}
-		g, th, err := pair(hostTouch(grid("uvm-bench-grid-touch", int(workers), 1, 0, p)), hostTouch(plain(touchKernel, int(workers), p)))
+		g, th, err := pair(launched(grid("uvm-bench-grid-touch", int(workers), 1, 0, p), touchBack, nil), launched(plain(touchKernel, int(workers), p), touchBack, nil))
 		if err != nil {
 			buf.Free()
 			return nil, err

@@ -5,9 +5,9 @@
 // Why it exists: `make build` puts bin/libuvm-preload.so beside bin/uvm,
 // where `uvm run` finds it, but a uvm built with `go build ./cmd/uvm` or
 // `go install` has no library beside it and so could not run any
-// program. With the sources embedded (src/*.c, src/*.h, include/uvm.h,
-// preload/preload.c: exactly what the Makefile compiles into the
-// library), such a uvm compiles the library itself, once, with the C
+// program. With the sources embedded (src/*.c, src/*.h, include/*.h,
+// preload/preload.c: what the Makefile compiles into the library, and the
+// headers it installs), such a uvm compiles the library itself, once, with the C
 // compiler ($CC, else cc, else gcc) and the Makefile's flags, into the
 // user's cache directory ($XDG_CACHE_HOME/softuvm, else
 // ~/.cache/softuvm), in a subdirectory named after a hash of the sources,
@@ -23,6 +23,11 @@
 // removing jemalloc selects another build rather than reusing one that
 // no longer matches the machine.
 //
+// StaticDir builds libuvm.a from the same sources (without the preload's
+// interposer) beside a copy of uvm.h and uvm_cuda.h, cached the same way:
+// `uvm bench grid` links its C program with it.
+//
 // This package imports nothing of the module; package cli uses it only
-// when no library is found in the places it looks first.
+// when no library is found in the places it looks first, and for the
+// benchmarks' C programs.
 package libuvm

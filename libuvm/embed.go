@@ -96,28 +96,10 @@ func Preload(opt Options) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(root, buildKey(cc[1:], jemalloc))
-	lib := filepath.Join(dir, PreloadName)
-	if fi, err := os.Stat(lib); err == nil && fi.Mode().IsRegular() {
-		return lib, nil
-	}
-	if opt.Building != nil {
-		opt.Building(dir)
-	}
-	tmp, err := os.MkdirTemp(root, ".build-")
-	if err != nil {
+	if err := cached(opt, root, dir, PreloadName, func(tmp string) error { return build(cc, tmp, jemalloc, false) }); err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
-	if err := build(cc, tmp, jemalloc, false); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(tmp, PreloadName), lib); err != nil {
-		return "", err
-	}
-	return lib, nil
+	return filepath.Join(dir, PreloadName), nil
 }
 
 // StaticDir returns a directory holding libuvm.a, the library built from
@@ -133,28 +115,50 @@ func StaticDir(opt Options) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(root, "static-"+buildKey(cc[1:], false))
-	if fi, err := os.Stat(filepath.Join(dir, "libuvm.a")); err == nil && fi.Mode().IsRegular() {
-		return dir, nil
+	if err := cached(opt, root, dir, "", func(tmp string) error { return build(cc, tmp, false, true) }); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// cached makes dir hold a build, building it first when it does not: into
+// a temporary directory beside it, then moved into place, so that
+// concurrent callers see either nothing or a whole build (each may build;
+// the last move wins, and a program that mapped an earlier file keeps it).
+// product is the one file of the build that moves into dir; "" moves the
+// whole directory (libuvm.a and its headers), which a concurrent build
+// that got there first leaves as it is, as good as this one.
+func cached(opt Options, root, dir, product string, buildInto func(tmp string) error) error {
+	done := filepath.Join(dir, product)
+	if product == "" {
+		done = filepath.Join(dir, "libuvm.a")
+	}
+	if fi, err := os.Stat(done); err == nil && fi.Mode().IsRegular() {
+		return nil
 	}
 	if opt.Building != nil {
 		opt.Building(dir)
 	}
 	tmp, err := os.MkdirTemp(root, ".build-")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := build(cc, tmp, false, true); err != nil {
-		return "", err
+	if err := buildInto(tmp); err != nil {
+		return err
 	}
-	// The whole directory moves into place: a concurrent build that got
-	// there first leaves its own, as good as this one.
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, "libuvm.a")); serr != nil {
-			return "", err
+	if product == "" {
+		if err := os.Rename(tmp, dir); err != nil {
+			if _, serr := os.Stat(done); serr != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	return dir, nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(tmp, product), done)
 }
 
 // cacheAndCompiler is the cache directory, made, and the C compiler.

@@ -35,7 +35,23 @@ type (
 	// Dim3 is a grid's extent in blocks, a block's in threads, or an
 	// index in one: CUDA's dim3. Dim makes one.
 	Dim3 = core.Dim3
-	// Thread is one thread of a grid launch, as its GridKernel sees it.
+	// Thread is one thread of a grid launch, as its GridKernel sees it,
+	// valid until the kernel returns (an interface the device runtime
+	// implements):
+	//
+	//	ThreadIdx() Dim3                // its index in its block: threadIdx
+	//	BlockIdx() Dim3                 // its block's in the grid: blockIdx
+	//	BlockDim() Dim3                 // a block's extent: blockDim
+	//	GridDim() Dim3                  // the grid's: gridDim
+	//	SyncThreads()                   // __syncthreads: waits for every living thread of the block
+	//	SyncThreadsCount(bool) int      // and how many passed true
+	//	SyncThreadsAnd(bool) bool       // and whether all did
+	//	SyncThreadsOr(bool) bool        // and whether any did
+	//	SyncGrid()                      // grid.sync(), in a cooperative launch; a panic elsewhere
+	//	Shared() []byte                 // the block's shared memory, SharedBytes long
+	//
+	// A thread that returned (or panicked) no longer counts at a barrier.
+	// Shared's contents at a block's start are undefined, as CUDA's.
 	Thread = core.Thread
 	// GridKernel is a kernel of a grid launch (RegisterGridKernel,
 	// LaunchGrid): it runs once for each thread of each block, with the
