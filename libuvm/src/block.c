@@ -44,6 +44,10 @@
 
 __thread uvmGridCoords uvm__coords;
 
+/* What the calling thread runs, for devproc.c's crash handler: set here
+ * for grids and there for launches of threads. */
+__thread struct uvm_running uvm__running;
+
 /* One thread of a block, as a fiber. */
 struct block_thread {
 	struct uvm_fiber ctx;
@@ -201,7 +205,7 @@ static void start_fibers(struct block *b)
 		struct block_thread *f = &r->threads[t];
 		int e = uvm__fiber_stack(&f->ctx, stack);
 		if (e) {
-			fprintf(stderr, "softuvm device %d: no memory for the stack of thread %u of a block of %u: %s\n", uvm__device_process, t,
+			fprintf(stderr, "softuvm device %d: no memory for the stack of thread %u of a block of %u: %s\n", g->device, t,
 				g->threads, strerror(e));
 			fflush(stderr);
 			abort();
@@ -336,6 +340,54 @@ const char *uvm__grid_run_block(struct uvm_grid *g, uint64_t index)
 	run_block(g, r, index);
 	uvm__running.active = false;
 	return NULL;
+}
+
+/* ---- the shapes a device runs (grid.c checks them too, before a launch) ---- */
+
+const char *uvm__grid_check(uvmDim3 grid, uvmDim3 block, uint64_t shared, uint64_t stack, char *msg, size_t cap)
+{
+	uint64_t threads = (uint64_t)block.x * block.y * block.z;
+	const char *why = NULL;
+	char limit[160];
+	if (!grid.x || !grid.y || !grid.z)
+		why = "a grid dimension is 0; want at least 1 block in each";
+	else if (!block.x || !block.y || !block.z)
+		why = "a block dimension is 0; want at least 1 thread in each";
+	else if (grid.x > UVM_MAX_GRID_DIM_X || grid.y > UVM_MAX_GRID_DIM_Y || grid.z > UVM_MAX_GRID_DIM_Z) {
+		snprintf(limit, sizeof limit, "want at most (%u,%u,%u) blocks", UVM_MAX_GRID_DIM_X, UVM_MAX_GRID_DIM_Y, UVM_MAX_GRID_DIM_Z);
+		why = limit;
+	} else if (block.x > UVM_MAX_BLOCK_DIM_X || block.y > UVM_MAX_BLOCK_DIM_Y || block.z > UVM_MAX_BLOCK_DIM_Z) {
+		snprintf(limit, sizeof limit, "want at most (%u,%u,%u) threads in each dimension of a block", UVM_MAX_BLOCK_DIM_X, UVM_MAX_BLOCK_DIM_Y,
+			 UVM_MAX_BLOCK_DIM_Z);
+		why = limit;
+	} else if (threads > UVM_MAX_THREADS_PER_BLOCK) {
+		snprintf(limit, sizeof limit, "%llu threads in a block; want at most %u", (unsigned long long)threads, UVM_MAX_THREADS_PER_BLOCK);
+		why = limit;
+	} else if (shared > UVM_MAX_SHARED_MEMORY_PER_BLOCK) {
+		snprintf(limit, sizeof limit, "want at most %u bytes of shared memory per block", UVM_MAX_SHARED_MEMORY_PER_BLOCK);
+		why = limit;
+	} else if (stack && (stack < UVM_MIN_STACK_SIZE || stack > UVM_MAX_STACK_SIZE)) {
+		snprintf(limit, sizeof limit, "thread stacks of %llu bytes; want %u to %u", (unsigned long long)stack, UVM_MIN_STACK_SIZE,
+			 UVM_MAX_STACK_SIZE);
+		why = limit;
+	}
+	if (!why)
+		return NULL;
+	snprintf(msg, cap, "grid (%u,%u,%u) of blocks (%u,%u,%u) with %llu bytes of shared memory: %s", grid.x, grid.y, grid.z, block.x, block.y,
+		 block.z, (unsigned long long)shared, why);
+	return msg;
+}
+
+int uvm__max_active_blocks(uint64_t block_threads, uint64_t shared)
+{
+	if (block_threads == 0 || block_threads > UVM_MAX_THREADS_PER_BLOCK || shared > UVM_MAX_SHARED_MEMORY_PER_BLOCK)
+		return 0;
+	uint64_t n = UVM_MAX_THREADS_PER_MULTIPROCESSOR / block_threads;
+	if (n > UVM_MAX_BLOCKS_PER_MULTIPROCESSOR)
+		n = UVM_MAX_BLOCKS_PER_MULTIPROCESSOR;
+	if (shared && UVM_SHARED_MEMORY_PER_MULTIPROCESSOR / shared < n)
+		n = UVM_SHARED_MEMORY_PER_MULTIPROCESSOR / shared;
+	return (int)n;
 }
 
 /* ---- a cooperative grid's barrier ---- */

@@ -570,8 +570,6 @@ static void *serve_server(void *arg)
 
 /* ---- kernels ---- */
 
-/* What the calling thread runs, for the crash handler. */
-__thread struct uvm_running uvm__running;
 static int crash_reported, crash_sent;
 
 /* on_crash reports a crashing kernel to the client and lets the signal
@@ -1010,7 +1008,7 @@ static void launch_grid(struct stream *st, struct uvm_reader *r)
 	uint64_t blocks = (uint64_t)lg.grid.x * lg.grid.y * lg.grid.z;
 	unsigned threads = lg.block.x * lg.block.y * lg.block.z;
 	uint64_t total = blocks * threads;
-	struct uvm_grid g = {.fn = (uvmGridKernel_t)kernel, .params = lg.params_len ? st->params : NULL, .kernel = kernel, .stream = lg.stream,
+	struct uvm_grid g = {.fn = (uvmGridKernel_t)kernel, .params = lg.params_len ? st->params : NULL, .kernel = kernel, .device = dev_index, .stream = lg.stream,
 			     .grid = lg.grid, .block = lg.block, .blocks = blocks, .threads = threads,
 			     .stack = lg.stack,
 			     .cooperative = lg.flags & UVM_GRID_COOPERATIVE, .alive = blocks};

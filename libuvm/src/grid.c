@@ -12,52 +12,6 @@
 /* Each device's uvmLimitStackSize (0: the default), read at each launch. */
 static size_t stack_limit[UVM_MAX_DEVICES];
 
-const char *uvm__grid_check(uvmDim3 grid, uvmDim3 block, uint64_t shared, uint64_t stack, char *msg, size_t cap)
-{
-	uint64_t threads = (uint64_t)block.x * block.y * block.z;
-	const char *why = NULL;
-	char limit[160];
-	if (!grid.x || !grid.y || !grid.z)
-		why = "a grid dimension is 0; want at least 1 block in each";
-	else if (!block.x || !block.y || !block.z)
-		why = "a block dimension is 0; want at least 1 thread in each";
-	else if (grid.x > UVM_MAX_GRID_DIM_X || grid.y > UVM_MAX_GRID_DIM_Y || grid.z > UVM_MAX_GRID_DIM_Z) {
-		snprintf(limit, sizeof limit, "want at most (%u,%u,%u) blocks", UVM_MAX_GRID_DIM_X, UVM_MAX_GRID_DIM_Y, UVM_MAX_GRID_DIM_Z);
-		why = limit;
-	} else if (block.x > UVM_MAX_BLOCK_DIM_X || block.y > UVM_MAX_BLOCK_DIM_Y || block.z > UVM_MAX_BLOCK_DIM_Z) {
-		snprintf(limit, sizeof limit, "want at most (%u,%u,%u) threads in each dimension of a block", UVM_MAX_BLOCK_DIM_X, UVM_MAX_BLOCK_DIM_Y,
-			 UVM_MAX_BLOCK_DIM_Z);
-		why = limit;
-	} else if (threads > UVM_MAX_THREADS_PER_BLOCK) {
-		snprintf(limit, sizeof limit, "%llu threads in a block; want at most %u", (unsigned long long)threads, UVM_MAX_THREADS_PER_BLOCK);
-		why = limit;
-	} else if (shared > UVM_MAX_SHARED_MEMORY_PER_BLOCK) {
-		snprintf(limit, sizeof limit, "want at most %u bytes of shared memory per block", UVM_MAX_SHARED_MEMORY_PER_BLOCK);
-		why = limit;
-	} else if (stack && (stack < UVM_MIN_STACK_SIZE || stack > UVM_MAX_STACK_SIZE)) {
-		snprintf(limit, sizeof limit, "thread stacks of %llu bytes; want %u to %u", (unsigned long long)stack, UVM_MIN_STACK_SIZE,
-			 UVM_MAX_STACK_SIZE);
-		why = limit;
-	}
-	if (!why)
-		return NULL;
-	snprintf(msg, cap, "grid (%u,%u,%u) of blocks (%u,%u,%u) with %llu bytes of shared memory: %s", grid.x, grid.y, grid.z, block.x, block.y,
-		 block.z, (unsigned long long)shared, why);
-	return msg;
-}
-
-int uvm__max_active_blocks(uint64_t block_threads, uint64_t shared)
-{
-	if (block_threads == 0 || block_threads > UVM_MAX_THREADS_PER_BLOCK || shared > UVM_MAX_SHARED_MEMORY_PER_BLOCK)
-		return 0;
-	uint64_t n = UVM_MAX_THREADS_PER_MULTIPROCESSOR / block_threads;
-	if (n > UVM_MAX_BLOCKS_PER_MULTIPROCESSOR)
-		n = UVM_MAX_BLOCKS_PER_MULTIPROCESSOR;
-	if (shared && UVM_SHARED_MEMORY_PER_MULTIPROCESSOR / shared < n)
-		n = UVM_SHARED_MEMORY_PER_MULTIPROCESSOR / shared;
-	return (int)n;
-}
-
 static uvmError_t launch_grid(const char *what, int device, uvmStream_t stream, uvmDim3 grid, uvmDim3 block, size_t shared,
 			      uvmGridKernel_t kernel, const void *params, size_t paramsSize, uint32_t flags)
 {

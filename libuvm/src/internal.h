@@ -362,14 +362,18 @@ UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 UVM_HIDDEN uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight,
 				    size_t width, size_t height, size_t depth, int value, uvmMemcpyKind kind);
 
-/* ---- memory locations (location.c; memory.c's prefetch and advice) ---- */
+/* ---- memory locations (location.c, which memory.c's prefetch, advice
+ * and range attributes call) ---- */
 
-/* uvm__managed_range rounds [ptr, ptr+n) out to pages and checks that it
- * lies in one managed allocation (memory.c); what names the call. */
+/* uvm__page_range rounds [ptr, ptr+n) out to pages, as CUDA does for
+ * prefetch and advice, and checks that it lies in one allocation of the
+ * library, which it returns in *a; what names the call. */
+UVM_HIDDEN uvmError_t uvm__page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length);
+/* uvm__managed_range is uvm__page_range for managed memory only. */
 UVM_HIDDEN uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length);
 /* uvm__prefetch_now and uvm__advise_now ask the server to prefetch
  * [start, start+length) to processor dst, or to take the advice for
- * device, and wait for the answer (memory.c). */
+ * device, and wait for the answer. */
 UVM_HIDDEN uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what);
 UVM_HIDDEN uvmError_t uvm__advise_now(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int device, const char *what);
 /* uvm__locations_prefetched records that [start, start+length) was last
@@ -394,10 +398,11 @@ UVM_HIDDEN void uvm__location_of(bool prefetched, int processor, uint64_t start,
  * session's events to path, or stop (profiler.c). */
 UVM_HIDDEN void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path);
 
-/* uvm__managed_failure says why the program's managed variables could
- * not be made managed memory (managed.c), NULL if they were or there are
- * none: then every call fails with it. */
-UVM_HIDDEN const char *uvm__managed_failure(void);
+/* uvm__session_refuse makes every later call that needs the session fail
+ * with why (session.c): managed.c calls it when the program's managed
+ * variables could not be made managed memory. why must outlive the
+ * process; the first reason stays. */
+UVM_HIDDEN void uvm__session_refuse(const char *why);
 
 /* ---- devices (device.c) ---- */
 
@@ -616,6 +621,7 @@ struct uvm_grid {
 	uvmGridKernel_t fn;
 	const void *params;
 	uintptr_t kernel;       /* its address, for crash reports */
+	int device;             /* the device's index, for messages */
 	uint32_t stream;
 	uvmDim3 grid, block;
 	uint64_t blocks;        /* in the grid */

@@ -223,6 +223,64 @@ static uvmError_t place(const char *what, uint64_t start, uint64_t length, int n
 	return uvmSuccess;
 }
 
+/* The ranges and requests the first forms (memory.c) and the _v2 forms
+ * share. */
+
+uvmError_t uvm__page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length)
+{
+	uintptr_t p = (uintptr_t)ptr;
+	if (!ptr)
+		return uvm__fail(uvmErrorInvalidValue, "%s: the pointer is NULL", what);
+	if (n == 0)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p: count 0, want at least 1 byte", what, ptr);
+	/* Managed variables (managed.c) lie below the window. */
+	if (!uvm__alloc_lookup(p, a))
+		return uvm__fail(uvmErrorInvalidValue, "%s %p: not managed memory of this process", what, ptr);
+	if (a->forked)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p: a copy this process got from fork, now ordinary memory", what, ptr);
+	if (n > a->addr + a->length - p)
+		return uvm__fail(uvmErrorInvalidValue, "%s %p+%zu runs past the end of the allocation %p+%zu", what, ptr, n, (void *)a->addr, a->size);
+	*start = p & ~(UVM_PAGE_SIZE - 1);
+	*length = ((p + n + UVM_PAGE_SIZE - 1) & ~(UVM_PAGE_SIZE - 1)) - *start;
+	return uvmSuccess;
+}
+
+uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length)
+{
+	struct uvm_alloc a;
+	uvmError_t err = uvm__page_range(what, ptr, n, &a, start, length);
+	if (err == uvmSuccess && a.kind != UVM_KIND_MANAGED)
+		err = uvm__fail(uvmErrorInvalidValue, "%s %p: it applies to managed memory, and this is %s", what, ptr,
+				a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
+	return err;
+}
+
+uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what)
+{
+	uvmError_t err;
+	struct uvm_session *s = uvm__session(&err);
+	if (!s)
+		return err;
+	uint8_t buf[64], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__encode_prefetch(&m, 0, start, length, dst);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
+}
+
+uvmError_t uvm__advise_now(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int device, const char *what)
+{
+	uvmError_t err;
+	struct uvm_session *s = uvm__session(&err);
+	if (!s)
+		return err;
+	uint8_t buf[64], reply[64];
+	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
+	uvm__encode_advise(&m, 0, start, length, (uint8_t)advice, device);
+	struct uvm_reader r;
+	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
+}
+
 struct prefetch_v2 {
 	uint64_t start, length;
 	int processor, node;

@@ -21,7 +21,7 @@
  * pages), the variables stay ordinary memory, which a kernel would see
  * as it was when its device's process started: rather than let a program
  * compute with that, every call of the library then fails, saying why
- * (uvm__managed_failure).
+ * (uvm__session_refuse).
  */
 #include "internal.h"
 
@@ -35,20 +35,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The first failure, which every call reports; registration runs before
+ * main, on one thread. */
 static char failure[512];
 static bool failed;
-
-const char *uvm__managed_failure(void) { return failed ? failure : NULL; }
 
 static void fail_managed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail_managed(const char *fmt, ...)
 {
+	char msg[sizeof failure];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(failure, sizeof failure, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	failed = true;
-	fprintf(stderr, "softuvm: %s\n", failure);
+	fprintf(stderr, "softuvm: %s\n", msg);
+	if (!failed) {
+		failed = true;
+		memcpy(failure, msg, sizeof failure);
+		uvm__session_refuse(failure);
+	}
 }
 
 /* The module (program or shared library) that holds an address. */

@@ -267,37 +267,6 @@ uvmError_t uvmHostUnregister(void *ptr)
 	return err;
 }
 
-/* page_range rounds [p, p+n) out to pages, as CUDA does for prefetch and
- * advice, and checks that it lies in one allocation of the library. */
-static uvmError_t page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length)
-{
-	uintptr_t p = (uintptr_t)ptr;
-	if (!ptr)
-		return uvm__fail(uvmErrorInvalidValue, "%s: the pointer is NULL", what);
-	if (n == 0)
-		return uvm__fail(uvmErrorInvalidValue, "%s %p: count 0, want at least 1 byte", what, ptr);
-	/* Managed variables (managed.c) lie below the window. */
-	if (!uvm__alloc_lookup(p, a))
-		return uvm__fail(uvmErrorInvalidValue, "%s %p: not managed memory of this process", what, ptr);
-	if (a->forked)
-		return uvm__fail(uvmErrorInvalidValue, "%s %p: a copy this process got from fork, now ordinary memory", what, ptr);
-	if (n > a->addr + a->length - p)
-		return uvm__fail(uvmErrorInvalidValue, "%s %p+%zu runs past the end of the allocation %p+%zu", what, ptr, n, (void *)a->addr, a->size);
-	*start = p & ~(UVM_PAGE_SIZE - 1);
-	*length = ((p + n + UVM_PAGE_SIZE - 1) & ~(UVM_PAGE_SIZE - 1)) - *start;
-	return uvmSuccess;
-}
-
-uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length)
-{
-	struct uvm_alloc a;
-	uvmError_t err = page_range(what, ptr, n, &a, start, length);
-	if (err == uvmSuccess && a.kind != UVM_KIND_MANAGED)
-		err = uvm__fail(uvmErrorInvalidValue, "%s %p: it applies to managed memory, and this is %s", what, ptr,
-				a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
-	return err;
-}
-
 static uvmError_t check_processor(struct uvm_session *s, const char *what, int d)
 {
 	if (d == uvmCpuDeviceId || (d >= 0 && d < s->ndevices))
@@ -311,19 +280,6 @@ struct prefetch_args {
 	uint64_t start, length;
 	int dst;
 };
-
-uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what)
-{
-	uvmError_t err;
-	struct uvm_session *s = session_or_fail(&err);
-	if (!s)
-		return err;
-	uint8_t buf[64], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_prefetch(&m, 0, start, length, dst);
-	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
-}
 
 static uvmError_t run_prefetch(void *arg)
 {
@@ -351,7 +307,7 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 }
 
 /* discard_inside narrows [start, start+length), page-rounded outward by
- * page_range, to the whole pages inside [ptr, ptr+count): a page the
+ * uvm__page_range, to the whole pages inside [ptr, ptr+count): a page the
  * range shares with bytes outside it keeps its contents. It says whether
  * any page is left. */
 static bool discard_inside(const void *ptr, size_t count, uint64_t *start, uint64_t *length)
@@ -430,19 +386,6 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 	return uvm__locations_advised(start, length, advice, -1, "uvmMemAdvise of"); /* no host node: location.c */
 }
 
-uvmError_t uvm__advise_now(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int device, const char *what)
-{
-	uvmError_t err;
-	struct uvm_session *s = session_or_fail(&err);
-	if (!s)
-		return err;
-	uint8_t buf[64], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_advise(&m, 0, start, length, (uint8_t)advice, device);
-	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
-}
-
 /* The attributes of a range, as the server answers them, and the
  * locations' types and ids (location.c adds the host's NUMA nodes). */
 struct range_attrs {
@@ -472,7 +415,7 @@ static uvmError_t fetch_range_attrs(const char *what, const void *devPtr, size_t
 		return err;
 	struct uvm_alloc a;
 	uint64_t start, length;
-	if ((err = page_range(what, devPtr, count, &a, &start, &length)))
+	if ((err = uvm__page_range(what, devPtr, count, &a, &start, &length)))
 		return err;
 	uint8_t buf[64], reply[512];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
