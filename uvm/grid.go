@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"unsafe"
 
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/device"
@@ -161,26 +160,18 @@ var typedGridKernels sync.Map // string → reflect.Type
 // the rules on P and the errors are RegisterTypedKernel's. Each thread
 // decodes the parameters into its own P.
 func RegisterTypedGridKernel[P any](name string, k TypedGridKernel[P]) error {
-	t := reflect.TypeFor[P]()
-	l, err := layoutOf(t)
+	decode, err := typedDecoder[P]("grid kernel", name)
 	if err != nil {
-		return fmt.Errorf("%w: grid kernel %q: %v", ErrInvalidValue, name, err)
+		return err
 	}
 	var gk GridKernel
 	if k != nil {
-		gk = func(th Thread, params []byte) {
-			if len(params) != l.size {
-				panic(fmt.Sprintf("grid kernel %q takes %d bytes of parameters (a %v), the launch passed %d", name, l.size, t, len(params)))
-			}
-			var p P
-			l.decode(unsafe.Pointer(&p), params)
-			k(th, p)
-		}
+		gk = func(th Thread, params []byte) { k(th, decode(params)) }
 	}
 	if err := RegisterGridKernel(name, gk); err != nil {
 		return err
 	}
-	typedGridKernels.Store(name, t)
+	typedGridKernels.Store(name, reflect.TypeFor[P]())
 	return nil
 }
 
@@ -195,13 +186,9 @@ func MustRegisterTypedGridKernel[P any](name string, k TypedGridKernel[P]) {
 // LaunchGridTyped is Session.LaunchGrid with parameters given as a Go
 // value, as LaunchTyped is Launch's.
 func LaunchGridTyped[P any](s *Session, d Device, st *Stream, name string, cfg LaunchConfig, p P) error {
-	t := reflect.TypeFor[P]()
-	if v, ok := typedGridKernels.Load(name); ok && v.(reflect.Type) != t {
-		return fmt.Errorf("%w: launch of grid kernel %q with parameters of type %v: it takes %v", ErrInvalidValue, name, t, v)
-	}
-	l, err := layoutOf(t)
+	params, err := typedParams(&typedGridKernels, "grid kernel", name, p)
 	if err != nil {
-		return fmt.Errorf("%w: launch of grid kernel %q: %v", ErrInvalidValue, name, err)
+		return err
 	}
-	return s.LaunchGrid(d, st, name, cfg, l.encode(unsafe.Pointer(&p)))
+	return s.LaunchGrid(d, st, name, cfg, params)
 }
