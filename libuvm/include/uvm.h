@@ -352,13 +352,14 @@ uvmError_t uvmHostUnregister(void *ptr);
  * shared library, its own section, handed over when it is loaded.
  */
 #define UVM_MANAGED __attribute__((section("uvm_managed")))
+/* Called by the constructor below, once per module; not for programs. */
+void uvm__register_managed(char *start, char *stop, char *end);
 #if !defined(UVM_INTERNAL)
 __asm__(".pushsection uvm_managed,\"awG\",@progbits,uvm__managed_begin,comdat\n.balign 4096\n.popsection\n"
 	".pushsection uvm_managed_end,\"awG\",@progbits,uvm__managed_end,comdat\n.balign 4096\n.byte 0\n.popsection\n");
 extern char __start_uvm_managed[] __attribute__((weak, visibility("hidden")));
 extern char __stop_uvm_managed[] __attribute__((weak, visibility("hidden")));
 extern char __start_uvm_managed_end[] __attribute__((weak, visibility("hidden")));
-void uvm__register_managed(char *start, char *stop, char *end);
 __attribute__((constructor(250), used)) static void uvm__managed_init(void)
 {
 	if (&__start_uvm_managed[0] != &__stop_uvm_managed[0])
