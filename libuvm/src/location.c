@@ -21,6 +21,10 @@
  *    can say cudaMemLocationTypeHostNuma and the node where every page of
  *    a range agrees, as CUDA's do.
  *
+ * It also holds what both forms share (the page range of a call, the
+ * prefetch and advice requests), so that memory.c's first forms call
+ * down into it and it never calls memory.c.
+ *
  * Lock: maps_mu guards both maps (a leaf).
  */
 #include "internal.h"
