@@ -62,7 +62,7 @@ $(BIN)/libuvm-preload.so: $(LIBUVM_OBJ) $(PRELOAD_OBJ)
 install: build ## install uvm, uvm.h, libuvm and uvm.pc under PREFIX (default /usr/local)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BIN)/uvm $(DESTDIR)$(PREFIX)/bin/uvm
-	install -m 644 libuvm/include/uvm.h $(DESTDIR)$(PREFIX)/include/uvm.h
+	install -m 644 libuvm/include/uvm.h libuvm/include/uvm_cuda.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BIN)/libuvm.so $(BIN)/libuvm-preload.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(BIN)/libuvm.a $(DESTDIR)$(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' libuvm/uvm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvm.pc

@@ -5,14 +5,14 @@
 // Why it exists: `make build` puts bin/libuvm-preload.so beside bin/uvm,
 // where `uvm run` finds it, but a uvm built with `go build ./cmd/uvm` or
 // `go install` has no library beside it and so could not run any
-// program. With the sources embedded (src/*.c, src/*.h, include/uvm.h,
+// program. With the sources embedded (src/*.c, src/*.h, include/*.h,
 // preload/preload.c and preload/jemalloc_abi.h: exactly what the
-// Makefile compiles into the library), such a uvm compiles the library
-// itself, once, with the C compiler ($CC, else cc, else gcc) and the
-// Makefile's flags, into the user's cache directory
-// ($XDG_CACHE_HOME/softuvm, else ~/.cache/softuvm), in a subdirectory
-// named after a hash of the sources and the flags. Later runs reuse that
-// build; a uvm with changed sources builds its own.
+// Makefile compiles into the library, and the headers it installs),
+// such a uvm compiles the library itself, once, with the C compiler
+// ($CC, else cc, else gcc) and the Makefile's flags, into the user's
+// cache directory ($XDG_CACHE_HOME/softuvm, else ~/.cache/softuvm), in a
+// subdirectory named after a hash of the sources and the flags. Later
+// runs reuse that build; a uvm with changed sources builds its own.
 //
 // jemalloc: the library's managed heap needs jemalloc 5 when a program
 // runs, never when it is built. preload/jemalloc_abi.h declares what it
@@ -23,7 +23,12 @@
 // say once for the whole run, not once per process, that the heap is not
 // managed and why; `uvm doctor` asks too.
 //
+// StaticDir builds libuvm.a from the same sources (without the preload's
+// interposer) beside a copy of uvm.h and uvm_cuda.h, cached the same way:
+// `uvm bench grid` links its C program with it.
+//
 // This package imports nothing of the module; package cli builds the
 // library with it only where none is found in the places it looks first,
-// and probes the heap with it before every `uvm run` of the managed heap.
+// probes the heap with it before every `uvm run` of the managed heap, and
+// builds the benchmarks' C programs with it.
 package libuvm

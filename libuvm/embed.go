@@ -19,9 +19,9 @@ import (
 )
 
 // sources are the files the Makefile builds libuvm-preload.so from, under
-// their paths in this directory.
+// their paths in this directory, and the headers it installs.
 //
-//go:embed src/*.c src/*.h include/uvm.h preload/preload.c preload/jemalloc_abi.h
+//go:embed src/*.c src/*.h include/*.h preload/preload.c preload/jemalloc_abi.h
 var sources embed.FS
 
 // PreloadName is the file name of the preload library.
@@ -83,45 +83,95 @@ type Options struct {
 // With no C compiler the error wraps ErrNoCompiler; a command that fails
 // gives a *BuildError with the compiler's output.
 func Preload(opt Options) (string, error) {
+	root, cc, err := cacheAndCompiler(opt)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, buildKey(cc[1:]))
+	if err := cached(opt, root, dir, PreloadName, func(tmp string) error { return build(cc, tmp, false) }); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, PreloadName), nil
+}
+
+// StaticDir returns a directory holding libuvm.a, the library built from
+// the embedded sources (without the preload's interposer), with uvm.h and
+// uvm_cuda.h in its include/: what a C program that uses the API links
+// with, cc -I DIR/include prog.c DIR/libuvm.a -pthread -lm (the
+// benchmarks build their C programs so). It builds it first when the
+// cache holds none for these sources and flags, as Preload does; the
+// errors are Preload's.
+func StaticDir(opt Options) (string, error) {
+	root, cc, err := cacheAndCompiler(opt)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "static-"+buildKey(cc[1:]))
+	if err := cached(opt, root, dir, "", func(tmp string) error { return build(cc, tmp, true) }); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// cached makes dir hold a build, building it first when it does not: into
+// a temporary directory beside it, then moved into place, so that
+// concurrent callers see either nothing or a whole build (each may build;
+// the last move wins, and a program that mapped an earlier file keeps it).
+// product is the one file of the build that moves into dir; "" moves the
+// whole directory (libuvm.a and its headers), which a concurrent build
+// that got there first leaves as it is, as good as this one.
+func cached(opt Options, root, dir, product string, buildInto func(tmp string) error) error {
+	done := filepath.Join(dir, product)
+	if product == "" {
+		done = filepath.Join(dir, "libuvm.a")
+	}
+	if fi, err := os.Stat(done); err == nil && fi.Mode().IsRegular() {
+		return nil
+	}
+	if opt.Building != nil {
+		opt.Building(dir)
+	}
+	tmp, err := os.MkdirTemp(root, ".build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := buildInto(tmp); err != nil {
+		return err
+	}
+	if product == "" {
+		if err := os.Rename(tmp, dir); err != nil {
+			if _, serr := os.Stat(done); serr != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(tmp, product), done)
+}
+
+// cacheAndCompiler is the cache directory, made, and the C compiler.
+func cacheAndCompiler(opt Options) (string, []string, error) {
 	root := opt.CacheDir
 	if root == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			return "", fmt.Errorf("no cache directory to build %s into: %v (set XDG_CACHE_HOME or HOME)", PreloadName, err)
+			return "", nil, fmt.Errorf("no cache directory to build libuvm into: %v (set XDG_CACHE_HOME or HOME)", err)
 		}
 		root = filepath.Join(base, "softuvm")
 	}
 	cc, err := compiler()
 	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(root, buildKey(cc[1:]))
-	lib := filepath.Join(dir, PreloadName)
-	if fi, err := os.Stat(lib); err == nil && fi.Mode().IsRegular() {
-		return lib, nil
-	}
-	if opt.Building != nil {
-		opt.Building(dir)
+		return "", nil, err
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	removeStaleBuilds(root)
-	tmp, err := os.MkdirTemp(root, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := build(cc, tmp); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(tmp, PreloadName), lib); err != nil {
-		return "", err
-	}
-	return lib, nil
+	return root, cc, nil
 }
 
 // BuildProgram compiles the one C source file src (-O2) into the
@@ -200,9 +250,9 @@ func sourceNames() []string {
 }
 
 // build writes the sources into dir and builds dir/libuvm-preload.so
-// there: one object per C file, as many compilers at once as CPUs, then
-// the link.
-func build(cc []string, dir string) error {
+// there, or (static) dir/libuvm.a without the preload's object: one object
+// per C file, as many compilers at once as CPUs, then the link (ar).
+func build(cc []string, dir string, static bool) error {
 	var units []string
 	for _, name := range sourceNames() {
 		b, _ := sources.ReadFile(name)
@@ -213,7 +263,7 @@ func build(cc []string, dir string) error {
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			return err
 		}
-		if strings.HasSuffix(name, ".c") {
+		if strings.HasSuffix(name, ".c") && !(static && name == "preload/preload.c") {
 			units = append(units, name)
 		}
 	}
@@ -253,6 +303,14 @@ func build(cc []string, dir string) error {
 		if err != nil {
 			return err // the first file's: a broken header breaks them all alike
 		}
+	}
+	if static {
+		cmd := exec.Command("ar", append([]string{"rcs", "libuvm.a"}, objs...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return &BuildError{Command: "ar rcs libuvm.a " + strings.Join(objs, " "), Err: err, Output: string(out)}
+		}
+		return nil
 	}
 	args := append(append([]string(nil), linkFlags...), "-o", PreloadName)
 	args = append(args, objs...)

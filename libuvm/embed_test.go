@@ -26,7 +26,7 @@ func requireCC(t *testing.T) {
 // that the Makefile builds the library from.
 func TestSourcesAreTheMakefiles(t *testing.T) {
 	var want []string
-	for _, pat := range []string{"include/uvm.h", "preload/*.c", "preload/*.h", "src/*.c", "src/*.h"} {
+	for _, pat := range []string{"include/*.h", "preload/*.c", "preload/*.h", "src/*.c", "src/*.h"} {
 		m, err := filepath.Glob(pat)
 		require.NoError(t, err)
 		want = append(want, m...)
@@ -157,4 +157,35 @@ func TestPreloadBuildFails(t *testing.T) {
 	assert.Equal(t, cache, filepath.Dir(built))
 	left, _ := os.ReadDir(cache)
 	assert.Empty(t, left, "no library, no temporary directory")
+}
+
+// TestStaticDir: the static library and its headers build from the
+// embedded sources, and a program using uvm_cuda.h links with them and
+// runs (no server: it only names an error); a later call reuses the build.
+func TestStaticDir(t *testing.T) {
+	requireCC(t)
+	cache := t.TempDir()
+	built := 0
+	dir, err := StaticDir(Options{CacheDir: cache, Building: func(string) { built++ }})
+	require.NoError(t, err)
+	assert.Equal(t, 1, built)
+	for _, f := range []string{"libuvm.a", "include/uvm.h", "include/uvm_cuda.h"} {
+		assert.FileExists(t, filepath.Join(dir, f))
+	}
+	src := filepath.Join(t.TempDir(), "p.c")
+	require.NoError(t, os.WriteFile(src, []byte(`#include <stdio.h>
+#include "uvm_cuda.h"
+__global__ void k(int *p) { p[threadIdx.x] = blockIdx.x; }
+int main(void) { printf("%s %d\n", uvmGetErrorName(uvmErrorInvalidConfiguration), dim3(4, 5).y); return 0; }
+`), 0o644))
+	bin := filepath.Join(t.TempDir(), "p")
+	out, err := exec.Command("cc", "-std=gnu11", "-I", filepath.Join(dir, "include"), "-o", bin, src, filepath.Join(dir, "libuvm.a"), "-pthread", "-lm").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(bin).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "uvmErrorInvalidConfiguration 5\n", string(out))
+	again, err := StaticDir(Options{CacheDir: cache, Building: func(string) { built++ }})
+	require.NoError(t, err)
+	assert.Equal(t, dir, again)
+	assert.Equal(t, 1, built, "the second call reuses the build")
 }

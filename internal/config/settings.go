@@ -43,8 +43,10 @@ const (
 	EnvPreload      = "UVM_PRELOAD"
 	EnvPreloadStats = "UVM_PRELOAD_STATS"
 	EnvBin          = "UVM_BIN"
-	EnvTrace        = "UVM_TRACE"
-	EnvTraceAccess  = "UVM_TRACE_ACCESS"
+	// EnvTrace=FILE records one client's own events to FILE: from its
+	// session's start, or between the profiler API's start and stop.
+	EnvTrace       = "UVM_TRACE"
+	EnvTraceAccess = "UVM_TRACE_ACCESS"
 )
 
 // DefaultMinSize is the smallest allocation libuvm-preload.so makes a

@@ -372,10 +372,10 @@ func (sess *session) resume(restarts int) {
 	}
 	// Once per session, not per view.
 	sess.openSessionTrace(true)
-	if sess.tracer != nil {
+	if rec := sess.tracer.Load(); rec != nil {
 		for _, r := range sess.ranges.Load().ranges {
 			if r.kind == core.KindManaged {
-				sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+				rec.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
 			}
 		}
 	}

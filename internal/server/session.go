@@ -45,9 +45,11 @@ type session struct {
 	filesMu  sync.Mutex
 	devFiles []*devmem.File // one per device, created on first use
 
-	// tracer records this client's own events (UVM_TRACE), nil when it
-	// asked for none; set before the session serves, closed at its end.
-	tracer *trace.Recorder
+	// tracer records this client's own events (UVM_TRACE, or between
+	// uvmProfilerStart and Stop), nil while it records none; set before
+	// the session serves, swapped by trace-control requests (trace.go),
+	// closed at its end.
+	tracer atomic.Pointer[trace.Recorder]
 	// devTraces are the report sockets of its device processes, which
 	// report their launches and synchronizations while the session is
 	// traced under the fault model (devicetrace.go).
@@ -359,6 +361,8 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 			sess.emit(&trace.Event{Kind: trace.KindSync, Processor: r.Device, Stream: uint64(r.Stream)})
 		}
 		return wire.EncodeEmptyReply(h), nil, sess.streamsIdle(r)
+	case wire.TraceControlRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.traceControl(r)
 	case wire.PeerAccessRequest:
 		was, err := sess.peerAccess(r)
 		return wire.EncodePeerAccessReply(h, wire.PeerAccessReply{WasEnabled: was}), nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 )
@@ -143,18 +144,7 @@ func (sess *session) openSessionTrace(takeover bool) {
 		} else {
 			path = sessionTraceFile(path, sess.pid)
 		}
-		h := sess.srv.traceHeader("session")
-		if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
-			h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
-		}
-		own, aerr := clientTraceAccess(sess.pid)
-		if aerr != nil {
-			sess.srv.logger.Printf("pid %d: the trace's access mode is off: %v", sess.pid, aerr)
-		}
-		h.AccessPeriod, h.AccessSample = time.Duration(own.Period), own.Sample
-		if sess.tracer, err = trace.Create(path, h); err == nil {
-			sess.traceAccess = own
-		}
+		err = sess.startSessionTrace(path)
 	}
 	if err != nil {
 		sess.srv.logger.Printf("pid %d: %s: %v (its events are not recorded)", sess.pid, TraceEnv, err)
@@ -165,6 +155,53 @@ func (sess *session) openSessionTrace(takeover bool) {
 	if sess.tracing() {
 		sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})
 	}
+}
+
+// startSessionTrace starts recording the session's own events to path.
+func (sess *session) startSessionTrace(path string) error {
+	h := sess.srv.traceHeader("session")
+	if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
+		h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+	}
+	own, aerr := clientTraceAccess(sess.pid)
+	if aerr != nil {
+		sess.srv.logger.Printf("pid %d: the trace's access mode is off: %v", sess.pid, aerr)
+	}
+	h.AccessPeriod, h.AccessSample = time.Duration(own.Period), own.Sample
+	rec, err := trace.Create(path, h)
+	if err != nil {
+		return err
+	}
+	sess.traceAccess = own
+	sess.tracer.Store(rec)
+	return nil
+}
+
+// traceControl starts or stops the session's own recording, for the
+// profiler API (uvmProfilerStart, uvmProfilerStop). A start while one
+// records, or a stop while none does, changes nothing, as CUDA's calls
+// are no errors then. A start records to path, or to path.2 and on where
+// this process wrote path already (sessionTraceFile), and records the
+// session's start; a stop completes the file. The kernels a device
+// process runs are in the trace when the process started while it was
+// recording (its report socket is given at its hello).
+func (sess *session) traceControl(r wire.TraceControlRequest) error {
+	if r.Op == wire.TraceStop {
+		if rec := sess.tracer.Swap(nil); rec != nil {
+			if err := rec.Close(); err != nil {
+				return fmt.Errorf("%w: stop recording pid %d's events: %v", core.ErrInternal, sess.pid, err)
+			}
+		}
+		return nil
+	}
+	if sess.tracer.Load() != nil {
+		return nil
+	}
+	if err := sess.startSessionTrace(sessionTraceFile(r.Path, sess.pid)); err != nil {
+		return fmt.Errorf("%w: record pid %d's events to %s: %v", core.ErrInvalidValue, sess.pid, r.Path, err)
+	}
+	sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})
+	return nil
 }
 
 // command is the client's command name, for a session event.
@@ -178,17 +215,18 @@ func (sess *session) command() string {
 
 // closeSessionTrace ends a client's own recording.
 func (sess *session) closeSessionTrace() {
-	if sess.tracer == nil {
+	rec := sess.tracer.Swap(nil)
+	if rec == nil {
 		return
 	}
-	if err := sess.tracer.Close(); err != nil {
+	if err := rec.Close(); err != nil {
 		sess.srv.logger.Printf("pid %d: %s: %v", sess.pid, TraceEnv, err)
 	}
 }
 
 // tracing reports whether anything records this session's events: the
 // one check on paths that would otherwise build events for nobody.
-func (sess *session) tracing() bool { return sess.srv.tracer != nil || sess.tracer != nil }
+func (sess *session) tracing() bool { return sess.srv.tracer != nil || sess.tracer.Load() != nil }
 
 // emit records e, as of now, in the server's trace and the session's
 // own.
@@ -203,7 +241,7 @@ func (sess *session) emitAt(e *trace.Event, t time.Time) {
 		e.Time = r.Since(t)
 		r.Emit(e)
 	}
-	if r := sess.tracer; r != nil {
+	if r := sess.tracer.Load(); r != nil {
 		e.Time = r.Since(t)
 		r.Emit(e)
 	}

@@ -380,11 +380,16 @@ func (v *view) request(b []byte, typ wire.MsgType) error {
 	return v.requestLocked(b, typ)
 }
 
+// errDeviceGone is a request that found its device process gone: its
+// connection ended, or would take no more. The next process of the device
+// maps the whole layout at its hello, so a map it missed is no failure.
+var errDeviceGone = errors.New("device process gone")
+
 // requestLocked is request with v.reqMu held.
 func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 	h, _, _ := wire.ParseHeader(b)
 	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
-		return fmt.Errorf("%w: device %d process: %v", core.ErrInternal, v.loc, err)
+		return fmt.Errorf("%w: device %d process: %w (%v)", core.ErrInternal, v.loc, errDeviceGone, err)
 	}
 	timeout := time.After(deviceRequestTimeout)
 	for {
@@ -396,7 +401,7 @@ func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 			_, err := wire.ParseReply(reply, h)
 			return err
 		case <-v.connDone:
-			return fmt.Errorf("%w: device %d process (pid %d) went away", core.ErrInternal, v.loc, v.pid)
+			return fmt.Errorf("%w: device %d process (pid %d): %w", core.ErrInternal, v.loc, v.pid, errDeviceGone)
 		case <-timeout:
 			wire.HangUpConn(v.conn) // its reader ends and detaches the view
 			return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", core.ErrInternal, v.loc, v.pid, typ, deviceRequestTimeout)
@@ -423,6 +428,9 @@ func (sess *session) mapInDevices(r *managedRange) error {
 		v.release()
 		if err == nil && loc != core.DeviceAtSlot(l) {
 			r.countRemote(core.DeviceAtSlot(l), r.start, int(r.length/core.PageSize))
+		}
+		if errors.Is(err, errDeviceGone) {
+			continue // a kernel crashed it, say: its successor maps the range at its hello
 		}
 		if err != nil {
 			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
