@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,7 +68,9 @@ type RunStats struct {
 	DeviceToHostBytes uint64 `json:"device_to_host_bytes"`
 	// EvictedPages: pages evicted from every location (from the host
 	// over its budget, from a full device).
-	EvictedPages   uint64    `json:"evicted_pages"`
+	EvictedPages uint64 `json:"evicted_pages"`
+	// HostPeakBytes is the most managed memory the host held at once.
+	HostPeakBytes  int64     `json:"host_peak_bytes"`
 	ServerRestarts uint64    `json:"server_restarts"`
 	Stats          uvm.Stats `json:"stats"`
 }
@@ -147,8 +150,8 @@ func (o UVMOptions) UVMArgs(statsPath string) []string {
 	return append(append(args, o.Flags...), "--")
 }
 
-// RunUVM runs the workload under `uvm run` in dir and reads its report
-// into the run's Stats. A run whose report is missing or unreadable is
+// RunUVM runs the workload under `uvm run` in dir, with the program's
+// UVMFlags before o's own, and reads its report into the run's Stats. A run whose report is missing or unreadable is
 // an error; one whose program failed is not (see Check). A cancelled run
 // is an error with the run, and its Stats where uvm run wrote them.
 func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, error) {
@@ -156,6 +159,7 @@ func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, 
 		return nil, fmt.Errorf("RunUVM: no uvm binary")
 	}
 	stats := filepath.Join(dir, StatsName)
+	o.Flags = append(slices.Clip(w.Program.UVMFlags), o.Flags...)
 	r, err := w.run(ctx, dir, o.UVMArgs(stats), false)
 	if err != nil {
 		if r != nil {

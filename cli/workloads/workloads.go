@@ -29,6 +29,10 @@ type Program struct {
 	// NoCgroup, where not empty, says why the program cannot run in a
 	// memory cgroup smaller than its memory.
 	NoCgroup string
+	// UVMFlags are flags `uvm run` needs to manage the program's memory
+	// (a --min-size small enough to catch its buffers); RunUVM puts them
+	// before the harness's own.
+	UVMFlags []string
 	prepare  func(dir string, size int64) (spec, error)
 }
 
@@ -71,12 +75,34 @@ func Set() []Program {
 }
 
 // Names returns the names of the programs of the set, in order.
-func Names() []string {
-	var names []string
-	for _, p := range Set() {
-		names = append(names, p.Name)
+func Names() []string { return names(Set()) }
+
+func names(programs []Program) []string {
+	var out []string
+	for _, p := range programs {
+		out = append(out, p.Name)
 	}
-	return names
+	return out
+}
+
+// All returns every program of the package: the set, then those whose
+// memory `uvm run` manages only with flags of their own (UVMFlags: gzip
+// keeps its buffers in 796 KiB of static arrays, xz in allocations of
+// 64-930 KiB), which a budget made of a fraction of the peak RSS, as
+// uvm bench run's, does not reach.
+func All() []Program { return append(Set(), gzipProgram, xzProgram) }
+
+// AllNames returns the names of All's programs, in order.
+func AllNames() []string { return names(All()) }
+
+// Lookup returns the program of All named name.
+func Lookup(name string) (Program, bool) {
+	for _, p := range All() {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Program{}, false
 }
 
 // Select returns the programs named in a comma list, in the set's
@@ -312,6 +338,31 @@ var zstdProgram = Program{
 		in := filepath.Join(dir, "zstd-text.txt")
 		return spec{args: []string{"-q", "-T1", "-12", "--long=24", "-o", "text.zst", in}, outputs: []string{"text.zst"}},
 			writeText(in, size, 18, 200)
+	},
+}
+
+// The compressors of All, beyond the set: their memory is managed only
+// with a --min-size of their own.
+
+var gzipProgram = Program{
+	Name: "gzip", Package: "gzip", Command: "gzip", DefaultSize: 24 << 20, SizeUnit: "bytes of log text",
+	Summary: "compresses a web-server log to standard output; gzip keeps every buffer in static arrays (its 796 KiB writable data segment), which uvm run manages at --min-size 512KiB",
+	// --min-size alone also sets --heap system: the data segment is
+	// what is managed, as in integration's TestRunRealPrograms.
+	UVMFlags: []string{"--min-size", "512KiB"},
+	prepare: func(dir string, size int64) (spec, error) {
+		in := filepath.Join(dir, "gzip-log.txt")
+		return spec{args: []string{"-c", in}}, WriteLog(in, size, 19)
+	},
+}
+
+var xzProgram = Program{
+	Name: "xz", Package: "xz-utils", Command: "xz", DefaultSize: 32 << 20, SizeUnit: "bytes of log text",
+	Summary:  "compresses a web-server log at preset 0 on one thread to standard output: a 1 MiB dictionary, a 512 KiB hash table and three buffers of 64-930 KiB, which uvm run manages at --min-size 64KiB",
+	UVMFlags: []string{"--min-size", "64KiB"},
+	prepare: func(dir string, size int64) (spec, error) {
+		in := filepath.Join(dir, "xz-log.txt")
+		return spec{args: []string{"-0", "-T1", "-c", in}}, WriteLog(in, size, 20)
 	},
 }
 
