@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	gplot "gonum.org/v1/plot"
@@ -255,3 +256,92 @@ func plotMemcpy(dir string, rep memcpyReport) ([]string, error) {
 
 // kbBytes is kb KiB in bytes, for a size axis.
 func kbBytes(kb int) float64 { return float64(kb) * 1024 }
+
+// The budget curve's figure (`uvm bench cliff --png`): two panels, one
+// above the other, of cliffPlotWidth x cliffPlotHeight pixels in all.
+const (
+	cliffPlotWidth  = 1300
+	cliffPlotHeight = 1500
+)
+
+// plotCliff draws `uvm bench cliff`'s curves into the PNG file path:
+// above, each program's median time over its plain time against the
+// budget (falling from left to right, both axes as measured: the budget
+// in percent of the program's managed peak, the ratio on a log scale),
+// a budget that did not finish drawn at its limit as a hollow triangle,
+// and the goals at 90% and 50% as bars; below, for the programs whose
+// LRU is known, the server's faults over LRU's (solid) and MIN's over
+// LRU's (dashed, the fewest any eviction takes), with the goal of at
+// most LRU's as a dotted line at 1. A program keeps its colour in both.
+func plotCliff(path string, rep cliffReport) error {
+	var times, faults []traceplot.Series
+	for i, p := range rep.Programs {
+		if p.Skipped != "" {
+			continue
+		}
+		c := traceplot.SeriesColor(i)
+		ts := traceplot.Series{Name: p.Name, Color: c}
+		for _, pt := range p.Points {
+			switch {
+			case pt.ToPlain > 0:
+				ts.X, ts.Y, ts.AtLeast = append(ts.X, pt.Percent), append(ts.Y, pt.ToPlain), append(ts.AtLeast, false)
+			case pt.TimedOut && p.Plain.ok():
+				ts.X, ts.Y, ts.AtLeast = append(ts.X, pt.Percent), append(ts.Y, p.LimitSeconds/p.Plain.Seconds), append(ts.AtLeast, true)
+			}
+		}
+		times = append(times, ts)
+		ours := traceplot.Series{Name: p.Name + ": uvm run", Color: c}
+		best := traceplot.Series{Name: p.Name + ": MIN", Color: c, Dashed: true}
+		for _, pt := range p.Points {
+			if pt.LRUFaults == nil || *pt.LRUFaults == 0 {
+				continue
+			}
+			lru := float64(*pt.LRUFaults)
+			if pt.FaultsToLRU != nil {
+				ours.X, ours.Y = append(ours.X, pt.Percent), append(ours.Y, *pt.FaultsToLRU)
+			}
+			best.X, best.Y = append(best.X, pt.Percent), append(best.Y, float64(*pt.MINFaults)/lru)
+		}
+		if len(best.X) > 0 {
+			faults = append(faults, ours, best)
+		}
+	}
+	lo, hi := slices.Min(rep.BudgetPercents), slices.Max(rep.BudgetPercents)
+	for _, g := range []struct {
+		pct, limit float64
+	}{{90, cliffGoalAt90}, {50, cliffGoalAt50}} {
+		if g.pct >= lo && g.pct <= hi {
+			times = append(times, traceplot.Series{Name: fmt.Sprintf("goal: at %g%%, at most %gx plain", g.pct, g.limit), Goal: true,
+				X: []float64{g.pct}, Y: []float64{g.limit}})
+		}
+	}
+	times = append(times, traceplot.Series{Name: "plain: 1x", Reference: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
+	policies := "uvm run's default policies"
+	if rep.Eviction != "" || rep.Thrashing != "" {
+		policies = strings.TrimSpace(fmt.Sprintf("%s %s", optFlag("--eviction", rep.Eviction), optFlag("--thrashing", rep.Thrashing)))
+	}
+	budget := traceplot.Axis{Label: "host budget, % of the program's managed peak (the most managed memory on the host at once, no budget)", Reverse: true, Ticks: rep.BudgetPercents}
+	top := traceplot.Lines(
+		fmt.Sprintf("Budget curve: time under uvm run --host-budget over the time plain (medians of %d run(s); %s)\n"+
+			"%d CPUs, Linux %s; a triangle: did not finish within its limit, drawn at the limit", rep.Runs, policies, rep.Machine.CPUs, rep.Machine.Kernel),
+		budget, traceplot.Axis{Label: "time over plain (log scale)", Log: true}, times)
+	if len(faults) > 0 {
+		faults = append(faults, traceplot.Series{Name: "goal: at most LRU's", Goal: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
+	}
+	bottom := traceplot.Lines(
+		"Faults over LRU's faults on the same references, 4 KiB pages, first touches included\n"+
+			"solid: uvm run (every kind of fault); dashed: Belady's MIN, the fewest any eviction takes",
+		budget, traceplot.Axis{Label: "faults over LRU's (log scale)", Log: true}, faults)
+	if err := traceplot.SaveColumn([]*gplot.Plot{top, bottom}, path, traceplot.Pixels(cliffPlotWidth), traceplot.Pixels(cliffPlotHeight)); err != nil {
+		return fmt.Errorf("--png: %w", err)
+	}
+	return nil
+}
+
+// optFlag is "flag value", or "" where value is.
+func optFlag(flag, value string) string {
+	if value == "" {
+		return ""
+	}
+	return flag + " " + value
+}

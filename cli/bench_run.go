@@ -78,13 +78,10 @@ type runBenchVariant struct {
 	// one's stays).
 	Trace string `json:"trace,omitempty"`
 	// Managed variants: from `uvm run --stats-json` of the last run.
-	Allocations       uint64 `json:"allocations,omitempty"`
-	AllocatedBytes    uint64 `json:"allocated_bytes,omitempty"`
-	PopulatedBytes    uint64 `json:"populated_bytes,omitempty"`
-	HostToDeviceBytes uint64 `json:"host_to_device_bytes,omitempty"`
-	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
-	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
-	Faults            uint64 `json:"faults,omitempty"`
+	Allocations    uint64 `json:"allocations,omitempty"`
+	AllocatedBytes uint64 `json:"allocated_bytes,omitempty"`
+	PopulatedBytes uint64 `json:"populated_bytes,omitempty"`
+	serverFigures
 	// Cgroup: the peaks of the last run of memory, and of memory plus
 	// swap (v1) or swap (v2).
 	PeakMemoryBytes     int64 `json:"peak_memory_bytes,omitempty"`
@@ -302,7 +299,7 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 			after: func(r *workloads.Run) {
 				st := r.Stats
 				v.Allocations, v.AllocatedBytes, v.PopulatedBytes = st.Allocations, st.AllocatedBytes, st.PopulatedBytes()
-				v.HostToDeviceBytes, v.DeviceToHostBytes, v.EvictedPages, v.Faults = st.HostToDeviceBytes, st.DeviceToHostBytes, st.EvictedPages, st.Faults()
+				v.serverFigures.read(st)
 			}})
 	}
 	switch {
@@ -395,9 +392,7 @@ func printRunBenchReport(out io.Writer, r runBenchReport) {
 	}
 	met := map[bool]string{true: "met", false: "NOT met"}
 	for _, p := range r.Programs {
-		fmt.Fprintf(out, "\n%s: %s\n", p.Name, p.CommandLine)
-		if p.Skipped != "" {
-			fmt.Fprintf(out, "  skipped: %s\n", p.Skipped)
+		if !printProgramHead(out, p.Name, p.CommandLine, p.Skipped) {
 			continue
 		}
 		fmt.Fprintf(out, "  peak RSS %s, budget %s\n", humanSize(uint64(p.PeakRSSBytes)), humanSize(uint64(p.BudgetBytes)))

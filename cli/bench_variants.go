@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,20 @@ type benchTiming struct {
 }
 
 func (t *benchTiming) ok() bool { return t.Failed == "" && len(t.Runs) > 0 }
+
+// serverFigures is what the server of a run under uvm run did, from its
+// --stats-json report: faults served (every kind), pages evicted, bytes
+// copied each way.
+type serverFigures struct {
+	Faults            uint64 `json:"faults,omitempty"`
+	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
+	HostToDeviceBytes uint64 `json:"host_to_device_bytes,omitempty"`
+	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
+}
+
+func (f *serverFigures) read(st *workloads.RunStats) {
+	*f = serverFigures{Faults: st.Faults(), EvictedPages: st.EvictedPages, HostToDeviceBytes: st.HostToDeviceBytes, DeviceToHostBytes: st.DeviceToHostBytes}
+}
 
 // benchVariant runs one variant once into a fresh directory.
 type benchVariant struct {
@@ -118,6 +133,18 @@ func alternateVariants(ctx context.Context, dir, name string, w *workloads.Workl
 		}
 	}
 	return nil
+}
+
+// printProgramHead starts a program's block of a benchmark's table: its
+// name and command line, and why it was skipped where it was (then
+// false: there is nothing more to print of it).
+func printProgramHead(out io.Writer, name, commandLine, skipped string) bool {
+	fmt.Fprintf(out, "\n%s: %s\n", name, commandLine)
+	if skipped != "" {
+		fmt.Fprintf(out, "  skipped: %s\n", skipped)
+		return false
+	}
+	return true
 }
 
 // benchLimit is the limit of each run of a program: timeout where

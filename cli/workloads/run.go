@@ -216,14 +216,10 @@ func (w *Workload) run(ctx context.Context, dir string, prefix []string, peak bo
 	cmd.Stdout = struct{ io.Writer }{out}
 	errBuf := &tailBuffer{max: 64 << 10}
 	cmd.Stderr = errBuf
-	if w.Stdin != "" {
-		in, err := os.Open(w.Stdin)
-		if err != nil {
-			return nil, err
-		}
-		defer in.Close()
-		cmd.Stdin = in
+	if cmd.Stdin, err = w.OpenStdin(); err != nil {
+		return nil, err
 	}
+	defer cmd.Stdin.(*os.File).Close()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
@@ -255,6 +251,15 @@ func (w *Workload) run(ctx context.Context, dir string, prefix []string, peak bo
 		return r, fmt.Errorf("%s: its peak RSS: %v (the wrapper exited with status %d); stderr:\n%s", w.Program.Name, peakErr, r.ExitStatus, tail(r.Stderr, 4000))
 	}
 	return r, nil
+}
+
+// OpenStdin opens the workload's standard input: its Stdin file, or the
+// null device where it has none. The caller closes it.
+func (w *Workload) OpenStdin() (*os.File, error) {
+	if w.Stdin == "" {
+		return os.Open(os.DevNull)
+	}
+	return os.Open(w.Stdin)
 }
 
 // SignalName is a signal's name as kill -l gives it, SIG prefix included.

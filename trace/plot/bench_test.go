@@ -3,7 +3,6 @@ package plot
 import (
 	"bytes"
 	"image/color"
-	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -181,17 +180,7 @@ func TestSaveBothWritesPNGAndSVG(t *testing.T) {
 	if !slices.Equal(paths, []string{base + ".png", base + ".svg"}) {
 		t.Fatalf("wrote %q", paths)
 	}
-	raw, err := os.ReadFile(base + ".png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := img.Bounds(); b.Dx() != 640 || b.Dy() != 480 {
-		t.Fatalf("PNG is %d x %d pixels, want 640 x 480", b.Dx(), b.Dy())
-	}
+	decodePNG(t, base+".png", 640, 480)
 	svg, err := os.ReadFile(base + ".svg")
 	if err != nil || !bytes.Contains(svg, []byte(`width="480pt" height="360pt"`)) { // 640 x 480 pixels at 96 an inch
 		t.Fatalf("SVG: %v %.300q", err, svg)
@@ -268,17 +257,7 @@ func TestSaveColumnStacksThePanels(t *testing.T) {
 	if err := SaveColumn([]*gplot.Plot{top, bottom}, path, Pixels(800), Pixels(1000)); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 1000 {
-		t.Fatalf("image is %d x %d pixels, want 800 x 1000", b.Dx(), b.Dy())
-	}
+	img, _ := decodePNG(t, path, 800, 1000)
 	f := &figure{img: img, h: 1000}
 	blueTop, _ := f.count(wantCPU, 0.6, 0, 800, 0, 500)
 	blueBottom, _ := f.count(wantCPU, 0.6, 0, 800, 500, 1000)
