@@ -83,9 +83,12 @@ type cliffProgram struct {
 	UVMFlags    []string `json:"uvm_flags,omitempty"`
 	Skipped     string   `json:"skipped,omitempty"` // not installed, failed, nothing managed
 	// PeakBytes is the managed peak (cliffReport.Peak) the budgets are
-	// percentages of. PeakNote says where it is not what was expected.
+	// percentages of. Notes say what may make the curve mean less than
+	// it seems: a synthetic program's peak that is not its array, what
+	// uvm run's preload library warned of (a managed heap it does not
+	// have, say).
 	PeakBytes    int64       `json:"peak_bytes"`
-	PeakNote     string      `json:"peak_note,omitempty"`
+	Notes        []string    `json:"notes,omitempty"`
 	LimitSeconds float64     `json:"limit_seconds"`
 	Plain        benchTiming `json:"plain"`
 	// Unbounded is uvm run with no budget: uvm run's own cost.
@@ -128,6 +131,13 @@ type cliffPoint struct {
 	LRUFaults   *int64   `json:"lru_faults,omitempty"`
 	MINFaults   *int64   `json:"min_faults,omitempty"`
 	FaultsToLRU *float64 `json:"faults_to_lru,omitempty"`
+	// MINBackBytes is what MIN brings back to the host: its faults but
+	// the first touches, in bytes, the least any eviction with demand
+	// paging brings back; BackToMIN the bytes the server brought back
+	// (DeviceToHostBytes) over that. Where a server fault brings many
+	// pages, this compares what was paid better than faults do.
+	MINBackBytes *int64   `json:"min_back_bytes,omitempty"`
+	BackToMIN    *float64 `json:"back_to_min,omitempty"`
 }
 
 // cliffGoal is one goal checked on one program.
@@ -505,7 +515,12 @@ func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, d
 		return pr, nil
 	}
 	if synth != nil && pr.PeakBytes != w.Size {
-		pr.PeakNote = fmt.Sprintf("the managed peak is not the array's %s: the reference string counted here may not be all the server saw", humanSize(uint64(w.Size)))
+		pr.Notes = append(pr.Notes, fmt.Sprintf("the managed peak is not the array's %s: the reference string counted here may not be all the server saw", humanSize(uint64(w.Size))))
+	}
+	for _, line := range strings.Split(peakRun.Stderr, "\n") {
+		if strings.Contains(line, "libuvm-preload") {
+			pr.Notes = append(pr.Notes, "under uvm run: "+strings.TrimSpace(line))
+		}
 	}
 	pr.Unbounded.record(peakRun.Stats)
 	progress("%s: %s; plain warm-up %.2fs, under uvm run with no budget %.2fs, managed peak %s; each run limited to %v",
@@ -622,9 +637,18 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 		m := misses(pt.BudgetBytes)
 		lru, opt := m.Cold+m.LRU, m.Cold+m.OPT
 		pt.LRUFaults, pt.MINFaults = &lru, &opt
-		if pt.Faults > 0 && lru > 0 && pt.Failed == "" {
+		back := m.OPT * lab.PageSize
+		pt.MINBackBytes = &back
+		if pt.Failed != "" {
+			continue // what it did until then: no ratio
+		}
+		if pt.Faults > 0 && lru > 0 {
 			x := float64(pt.Faults) / float64(lru)
 			pt.FaultsToLRU = &x
+		}
+		if back > 0 {
+			x := float64(pt.DeviceToHostBytes) / float64(back)
+			pt.BackToMIN = &x
 		}
 	}
 	return nil

@@ -22,8 +22,12 @@ func cliffGoals(pr *cliffProgram) []cliffGoal {
 			g := cliffGoal{Goal: fmt.Sprintf("at %g%% of the peak at most %gx plain", pct, limit)}
 			switch {
 			case !pt.ok() || pt.ToPlain == 0:
-				g.Detail = "did not finish: " + firstLine(pt.Failed)
-				if pt.Failed == "" {
+				switch {
+				case pt.TimedOut:
+					g.Detail = firstLine(pt.Failed) // "did not finish within ..."
+				case pt.Failed != "":
+					g.Detail = "failed: " + firstLine(pt.Failed)
+				default:
 					g.Detail = "no time measured"
 				}
 			default:
@@ -107,7 +111,8 @@ func printCliffReport(out io.Writer, r cliffReport) {
 		policies = "--thrashing " + r.Thrashing
 	}
 	fmt.Fprintf(out, "budgets: percent of each program's peak, %s; under uvm run with %s; every output checked against the plain run's\n", r.Peak, policies)
-	fmt.Fprintf(out, "LRU and MIN: the faults of least-recently-used eviction and of Belady's MIN (the fewest any eviction takes) on the same references with room for the budget in 4 KiB pages, first touches included")
+	fmt.Fprintf(out, "LRU and MIN: the faults of least-recently-used eviction and of Belady's MIN (the fewest any eviction takes) on the same references with room for the budget in 4 KiB pages, first touches included; "+
+		"x LRU: the server's faults (one may bring many pages) over LRU's; back/MIN: the bytes it brought back to the host over MIN's (MIN's faults but the first touches, 4 KiB each)")
 	if r.BoundNote != "" {
 		fmt.Fprintf(out, "; of the real programs %s", r.BoundNote)
 	}
@@ -123,8 +128,8 @@ func printCliffReport(out io.Writer, r cliffReport) {
 			flags = " (uvm run " + strings.Join(p.UVMFlags, " ") + ")"
 		}
 		fmt.Fprintf(out, "  managed peak %s%s; plain %s; each run limited to %.0fs\n", humanSize(uint64(p.PeakBytes)), flags, cliffSeconds(&p.Plain), p.LimitSeconds)
-		if p.PeakNote != "" {
-			fmt.Fprintf(out, "  note: %s\n", p.PeakNote)
+		for _, n := range p.Notes {
+			fmt.Fprintf(out, "  note: %s\n", n)
 		}
 		switch {
 		case p.BoundSource != "":
@@ -132,8 +137,8 @@ func printCliffReport(out io.Writer, r cliffReport) {
 		case p.BoundNote != "" && p.BoundNote != r.BoundNote:
 			fmt.Fprintf(out, "  LRU and MIN: %s\n", p.BoundNote)
 		}
-		fmt.Fprintf(out, "  %-18s %10s %8s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n",
-			"budget", "time", "x plain", "x no bgt", "faults", "missing", "to device", "back", "protected", "LRU", "MIN", "x LRU")
+		fmt.Fprintf(out, "  %-18s %10s %8s %9s %9s %9s %9s %9s %9s %9s %9s %8s %9s\n",
+			"budget", "time", "x plain", "x no bgt", "faults", "missing", "to device", "back", "protected", "LRU", "MIN", "x LRU", "back/MIN")
 		row := func(pt *cliffPoint) {
 			name := pt.Name
 			if pt.Failed != "" && !pt.TimedOut {
@@ -156,12 +161,14 @@ func printCliffReport(out io.Writer, r cliffReport) {
 				}
 				return strconv.FormatInt(*v, 10)
 			}
-			toLRU := "-"
-			if pt.FaultsToLRU != nil {
-				toLRU = fmt.Sprintf("%.3g", *pt.FaultsToLRU)
+			x := func(v *float64) string {
+				if v == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%.3g", *v)
 			}
-			fmt.Fprintf(out, "  %-18s %10s %8s %9s %9d %9d %9s %9s %9d %9s %9s %8s\n", name, cliffSeconds(&pt.benchTiming), ratio, toUnbounded, pt.Faults, pt.MissingFaults,
-				humanSize(pt.HostToDeviceBytes), humanSize(pt.DeviceToHostBytes), pt.ProtectedPages, opt(pt.LRUFaults), opt(pt.MINFaults), toLRU)
+			fmt.Fprintf(out, "  %-18s %10s %8s %9s %9d %9d %9s %9s %9d %9s %9s %8s %9s\n", name, cliffSeconds(&pt.benchTiming), ratio, toUnbounded, pt.Faults, pt.MissingFaults,
+				humanSize(pt.HostToDeviceBytes), humanSize(pt.DeviceToHostBytes), pt.ProtectedPages, opt(pt.LRUFaults), opt(pt.MINFaults), x(pt.FaultsToLRU), x(pt.BackToMIN))
 		}
 		row(&p.Unbounded)
 		for i := range p.Points {

@@ -211,7 +211,7 @@ func TestBenchCliffSynthetic(t *testing.T) {
 		assert.Equal(t, int64(size), p.SizeBytes)
 		assert.Equal(t, []string{"--min-size", "1MiB"}, p.UVMFlags)
 		assert.Equal(t, int64(size), p.PeakBytes, "%s: the managed peak is the array, all of it", name)
-		assert.Empty(t, p.PeakNote)
+		assert.Empty(t, p.Notes)
 		assert.True(t, p.Plain.ok(), "%s plain: %s", name, p.Plain.Failed)
 		assert.True(t, p.Unbounded.ok(), "%s with no budget: %s", name, p.Unbounded.Failed)
 		assert.Zero(t, p.Unbounded.HostToDeviceBytes, "%s: nothing leaves the host without a budget", name)
@@ -242,6 +242,13 @@ func TestBenchCliffSynthetic(t *testing.T) {
 			assert.Equal(t, minFaultsBrute(refs, capacity), *pt.MINFaults, "%s at %g%%: MIN", name, pct)
 			require.NotNil(t, pt.FaultsToLRU)
 			assert.InDelta(t, float64(pt.Faults)/float64(*pt.LRUFaults), *pt.FaultsToLRU, 1e-9)
+			// What MIN brings back: its misses but the first touches.
+			require.NotNil(t, pt.MINBackBytes)
+			assert.Equal(t, (minFaultsBrute(refs, capacity)-pages)*4096, *pt.MINBackBytes, "%s at %g%%", name, pct)
+			if *pt.MINBackBytes > 0 {
+				require.NotNil(t, pt.BackToMIN)
+				assert.InDelta(t, float64(pt.DeviceToHostBytes)/float64(*pt.MINBackBytes), *pt.BackToMIN, 1e-9)
+			}
 		}
 		// With room for every page, both take the first touches only.
 		assert.Equal(t, int64(pages), *p.Points[0].LRUFaults)

@@ -11,6 +11,7 @@ import (
 
 	gplot "gonum.org/v1/plot"
 
+	"github.com/softuvm/softuvm/lab"
 	traceplot "github.com/softuvm/softuvm/trace/plot"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -257,53 +258,67 @@ func plotMemcpy(dir string, rep memcpyReport) ([]string, error) {
 // kbBytes is kb KiB in bytes, for a size axis.
 func kbBytes(kb int) float64 { return float64(kb) * 1024 }
 
-// The budget curve's figure (`uvm bench cliff --png`): two panels, one
+// The budget curve's figure (`uvm bench cliff --png`): three panels, one
 // above the other, of cliffPlotWidth x cliffPlotHeight pixels in all.
 const (
 	cliffPlotWidth  = 1300
-	cliffPlotHeight = 1500
+	cliffPlotHeight = 2000
 )
 
-// plotCliff draws `uvm bench cliff`'s curves into the PNG file path:
-// above, each program's median time over its plain time against the
-// budget (falling from left to right, both axes as measured: the budget
-// in percent of the program's managed peak, the ratio on a log scale),
-// a budget that did not finish drawn at its limit as a hollow triangle,
-// and the goals at 90% and 50% as bars; below, for the programs whose
-// LRU is known, the server's faults over LRU's (solid) and MIN's over
-// LRU's (dashed, the fewest any eviction takes), with the goal of at
-// most LRU's as a dotted line at 1. A program keeps its colour in both.
+// plotCliff draws `uvm bench cliff`'s curves into the PNG file path,
+// against the budget (falling from left to right: the budget in percent
+// of the program's managed peak, ticked at the budgets measured), each
+// program in one colour in every panel. Above, each program's median
+// time over its plain time (log scale), a budget that did not finish
+// drawn at its limit as a hollow triangle, the goals at 90% and 50% as
+// bars. In the middle, for the programs whose LRU is known, the
+// server's faults over LRU's (solid) and MIN's over LRU's (dashed), the
+// goal of at most LRU's dotted at 1. Below, the bytes the server brought
+// back to the host over MIN's (solid) and LRU's over MIN's (dashed): 1 is
+// the least any eviction brings back.
 func plotCliff(path string, rep cliffReport) error {
-	var times, faults []traceplot.Series
+	var times, faults, back []traceplot.Series
 	for i, p := range rep.Programs {
 		if p.Skipped != "" {
 			continue
 		}
 		c := traceplot.SeriesColor(i)
 		ts := traceplot.Series{Name: p.Name, Color: c}
+		ours := traceplot.Series{Name: p.Name + ": uvm run", Color: c}
+		best := traceplot.Series{Name: p.Name + ": MIN", Color: c, Dashed: true}
+		ourBack := traceplot.Series{Name: p.Name + ": uvm run", Color: c}
+		lruBack := traceplot.Series{Name: p.Name + ": LRU", Color: c, Dashed: true}
+		add := func(s *traceplot.Series, x, y float64) { s.X, s.Y = append(s.X, x), append(s.Y, y) }
 		for _, pt := range p.Points {
 			switch {
 			case pt.ToPlain > 0:
-				ts.X, ts.Y, ts.AtLeast = append(ts.X, pt.Percent), append(ts.Y, pt.ToPlain), append(ts.AtLeast, false)
+				add(&ts, pt.Percent, pt.ToPlain)
+				ts.AtLeast = append(ts.AtLeast, false)
 			case pt.TimedOut && p.Plain.ok():
-				ts.X, ts.Y, ts.AtLeast = append(ts.X, pt.Percent), append(ts.Y, p.LimitSeconds/p.Plain.Seconds), append(ts.AtLeast, true)
+				add(&ts, pt.Percent, p.LimitSeconds/p.Plain.Seconds)
+				ts.AtLeast = append(ts.AtLeast, true)
 			}
-		}
-		times = append(times, ts)
-		ours := traceplot.Series{Name: p.Name + ": uvm run", Color: c}
-		best := traceplot.Series{Name: p.Name + ": MIN", Color: c, Dashed: true}
-		for _, pt := range p.Points {
 			if pt.LRUFaults == nil || *pt.LRUFaults == 0 {
 				continue
 			}
-			lru := float64(*pt.LRUFaults)
 			if pt.FaultsToLRU != nil {
-				ours.X, ours.Y = append(ours.X, pt.Percent), append(ours.Y, *pt.FaultsToLRU)
+				add(&ours, pt.Percent, *pt.FaultsToLRU)
 			}
-			best.X, best.Y = append(best.X, pt.Percent), append(best.Y, float64(*pt.MINFaults)/lru)
+			add(&best, pt.Percent, float64(*pt.MINFaults)/float64(*pt.LRUFaults))
+			if minBack := *pt.MINBackBytes / lab.PageSize; minBack > 0 {
+				if pt.BackToMIN != nil {
+					add(&ourBack, pt.Percent, *pt.BackToMIN)
+				}
+				cold := *pt.MINFaults - minBack
+				add(&lruBack, pt.Percent, float64(*pt.LRUFaults-cold)/float64(minBack))
+			}
 		}
+		times = append(times, ts)
 		if len(best.X) > 0 {
 			faults = append(faults, ours, best)
+		}
+		if len(lruBack.X) > 0 {
+			back = append(back, ourBack, lruBack)
 		}
 	}
 	lo, hi := slices.Min(rep.BudgetPercents), slices.Max(rep.BudgetPercents)
@@ -316,6 +331,12 @@ func plotCliff(path string, rep cliffReport) error {
 		}
 	}
 	times = append(times, traceplot.Series{Name: "plain: 1x", Reference: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
+	if len(faults) > 0 {
+		faults = append(faults, traceplot.Series{Name: "goal: at most LRU's", Goal: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
+	}
+	if len(back) > 0 {
+		back = append(back, traceplot.Series{Name: "MIN: the least", Reference: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
+	}
 	policies := "uvm run's default policies"
 	if rep.Eviction != "" || rep.Thrashing != "" {
 		policies = strings.TrimSpace(fmt.Sprintf("%s %s", optFlag("--eviction", rep.Eviction), optFlag("--thrashing", rep.Thrashing)))
@@ -325,14 +346,15 @@ func plotCliff(path string, rep cliffReport) error {
 		fmt.Sprintf("Budget curve: time under uvm run --host-budget over the time plain (medians of %d run(s); %s)\n"+
 			"%d CPUs, Linux %s; a triangle: did not finish within its limit, drawn at the limit", rep.Runs, policies, rep.Machine.CPUs, rep.Machine.Kernel),
 		budget, traceplot.Axis{Label: "time over plain (log scale)", Log: true}, times)
-	if len(faults) > 0 {
-		faults = append(faults, traceplot.Series{Name: "goal: at most LRU's", Goal: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
-	}
-	bottom := traceplot.Lines(
+	middle := traceplot.Lines(
 		"Faults over LRU's faults on the same references, 4 KiB pages, first touches included\n"+
-			"solid: uvm run (every kind of fault); dashed: Belady's MIN, the fewest any eviction takes",
+			"solid: uvm run (every kind of fault; one may bring many pages); dashed: Belady's MIN, the fewest any eviction takes",
 		budget, traceplot.Axis{Label: "faults over LRU's (log scale)", Log: true}, faults)
-	if err := traceplot.SaveColumn([]*gplot.Plot{top, bottom}, path, traceplot.Pixels(cliffPlotWidth), traceplot.Pixels(cliffPlotHeight)); err != nil {
+	bottom := traceplot.Lines(
+		"Bytes brought back to the host over MIN's (its faults but the first touches, 4 KiB each): 1 is the least any eviction brings back\n"+
+			"solid: uvm run (every copy from a device to the host); dashed: LRU",
+		budget, traceplot.Axis{Label: "brought back over MIN's (log scale)", Log: true}, back)
+	if err := traceplot.SaveColumn([]*gplot.Plot{top, middle, bottom}, path, traceplot.Pixels(cliffPlotWidth), traceplot.Pixels(cliffPlotHeight)); err != nil {
 		return fmt.Errorf("--png: %w", err)
 	}
 	return nil
