@@ -151,9 +151,10 @@ func (o UVMOptions) UVMArgs(statsPath string) []string {
 }
 
 // RunUVM runs the workload under `uvm run` in dir, with the program's
-// UVMFlags before o's own, and reads its report into the run's Stats. A run whose report is missing or unreadable is
-// an error; one whose program failed is not (see Check). A cancelled run
-// is an error with the run, and its Stats where uvm run wrote them.
+// UVMFlags before o's own, and reads its report into the run's Stats. A
+// run whose report is missing or unreadable is an error; one whose
+// program failed is not (see Check). A cancelled run is an error with
+// the run, and its Stats where uvm run wrote them.
 func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, error) {
 	if o.Bin == "" {
 		return nil, fmt.Errorf("RunUVM: no uvm binary")
