@@ -174,11 +174,11 @@ func benchCliff(args []string) error {
 			"Reports median times, their ratios to plain, faults, bytes moved each way and pages the resident core protected, and checks the goals: "+
 			"at 90% at most 1.5 times plain, at 50% at most 3 times, no step between neighbouring budgets above 3 times, and faults at most LRU's")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	pngPath := fs.String("png", "", "also draw the curve into this PNG file (a directory: cliff.png in it): time over plain and faults over LRU's against the budget")
+	pngPath := fs.String("png", "", "also draw the curve into this PNG file (a directory: cliff.png in it): time over plain, faults over LRU's and bytes brought back over MIN's, against the budget")
 	programs := fs.String("programs", cliffDefProgs, "the programs, a comma list of "+strings.Join(cliffProgramNames(), ", ")+", or all")
 	budgets := fs.String("budgets", cliffDefBudget, "host budgets in percent of each program's managed peak, a comma list (each above 0 and at most 100), measured from the largest down")
 	runs := fs.Int("runs", 3, "measured runs of each variant (median), after a warm-up run of each")
-	bound := fs.Bool("bound", false, "also count LRU's and MIN's faults for the real programs, from every load and store of a run under valgrind's lackey tool (thousands of times slower than plain: 2-10 minutes a program at the inputs --bound chooses, which are small, about 0.1 s plain); the synthetic programs' are always counted, from their exact reference strings")
+	bound := fs.Bool("bound", false, "also count LRU's and MIN's faults for the real programs, from every load and store of a run under valgrind's lackey tool (thousands of times slower than plain: 2-17 minutes a program at the inputs --bound chooses, which are small, about 0.1 s plain, so that uvm run's own start weighs in their times); the synthetic programs' are always counted, from their exact reference strings")
 	thrashing := fs.String("thrashing", "", "uvm run's --thrashing for every managed run (default: uvm run's own, "+policy.DefaultThrashing.String()+"); refault=off draws the curve without the resident core")
 	eviction := fs.String("eviction", "", "uvm run's --eviction for every managed run (default: uvm run's own, "+policy.DefaultEviction+")")
 	sizes := fs.String("size", "", "input sizes, a comma list of NAME=SIZE: the array of loop and walk (default 128MiB), the input of a real program (default: its own, 0.5-3 s plain; with --bound a small one)")

@@ -101,16 +101,7 @@ func cliffGoals(pr *cliffProgram) []cliffGoal {
 func printCliffReport(out io.Writer, r cliffReport) {
 	fmt.Fprintf(out, "machine: %d CPUs, Linux %s, %s; medians of %d run(s) after a warm-up, variants alternating; each run limited to %s\n",
 		r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, r.Runs, limitText(r.TimeoutSeconds, r.TimeoutFactor, r.TimeoutFloorSeconds))
-	policies := "uvm run's default policies"
-	switch {
-	case r.Eviction != "" && r.Thrashing != "":
-		policies = fmt.Sprintf("--eviction %s --thrashing %s", r.Eviction, r.Thrashing)
-	case r.Eviction != "":
-		policies = "--eviction " + r.Eviction
-	case r.Thrashing != "":
-		policies = "--thrashing " + r.Thrashing
-	}
-	fmt.Fprintf(out, "budgets: percent of each program's peak, %s; under uvm run with %s; every output checked against the plain run's\n", r.Peak, policies)
+	fmt.Fprintf(out, "budgets: percent of each program's peak, %s; under uvm run with %s; every output checked against the plain run's\n", r.Peak, r.policies())
 	fmt.Fprintf(out, "LRU and MIN: the faults of least-recently-used eviction and of Belady's MIN (the fewest any eviction takes) on the same references with room for the budget in 4 KiB pages, first touches included; "+
 		"x LRU: the server's faults (one may bring many pages) over LRU's; back/MIN: the bytes it brought back to the host over MIN's (MIN's faults but the first touches, 4 KiB each)")
 	if r.BoundNote != "" {
@@ -184,6 +175,22 @@ func printCliffReport(out io.Writer, r cliffReport) {
 		}
 	}
 	fmt.Fprintf(out, "\nevery goal of every program: %s\n", met[r.AllGoalMet])
+}
+
+// policies says which policies the managed runs had: the flags given to
+// uvm run, or its defaults.
+func (r *cliffReport) policies() string {
+	var flags []string
+	if r.Eviction != "" {
+		flags = append(flags, "--eviction "+r.Eviction)
+	}
+	if r.Thrashing != "" {
+		flags = append(flags, "--thrashing "+r.Thrashing)
+	}
+	if len(flags) == 0 {
+		return "uvm run's default policies"
+	}
+	return strings.Join(flags, " ")
 }
 
 // cliffSeconds is a variant's median time, or what became of it.

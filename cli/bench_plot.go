@@ -337,14 +337,10 @@ func plotCliff(path string, rep cliffReport) error {
 	if len(back) > 0 {
 		back = append(back, traceplot.Series{Name: "MIN: the least", Reference: true, X: []float64{hi, lo}, Y: []float64{1, 1}})
 	}
-	policies := "uvm run's default policies"
-	if rep.Eviction != "" || rep.Thrashing != "" {
-		policies = strings.TrimSpace(fmt.Sprintf("%s %s", optFlag("--eviction", rep.Eviction), optFlag("--thrashing", rep.Thrashing)))
-	}
 	budget := traceplot.Axis{Label: "host budget, % of the program's managed peak (the most managed memory on the host at once, no budget)", Reverse: true, Ticks: rep.BudgetPercents}
 	top := traceplot.Lines(
 		fmt.Sprintf("Budget curve: time under uvm run --host-budget over the time plain (medians of %d run(s); %s)\n"+
-			"%d CPUs, Linux %s; a triangle: did not finish within its limit, drawn at the limit", rep.Runs, policies, rep.Machine.CPUs, rep.Machine.Kernel),
+			"%d CPUs, Linux %s; a triangle: did not finish within its limit, drawn at the limit", rep.Runs, rep.policies(), rep.Machine.CPUs, rep.Machine.Kernel),
 		budget, traceplot.Axis{Label: "time over plain (log scale)", Log: true}, times)
 	middle := traceplot.Lines(
 		"Faults over LRU's faults on the same references, 4 KiB pages, first touches included\n"+
@@ -358,12 +354,4 @@ func plotCliff(path string, rep cliffReport) error {
 		return fmt.Errorf("--png: %w", err)
 	}
 	return nil
-}
-
-// optFlag is "flag value", or "" where value is.
-func optFlag(flag, value string) string {
-	if value == "" {
-		return ""
-	}
-	return flag + " " + value
 }
