@@ -124,20 +124,37 @@ type cliffPoint struct {
 	RecentRefaults uint64 `json:"recent_refaults"`
 	ProtectedPages uint64 `json:"protected_pages"`
 	HostPeakBytes  int64  `json:"host_peak_bytes"`
-	// LRU's and MIN's faults on the same references with room for the
-	// budget's 4 KiB pages, first touches included (every policy takes
-	// those, and the server counts them as faults), where known; and
-	// the server's faults over LRU's.
-	LRUFaults   *int64   `json:"lru_faults,omitempty"`
-	MINFaults   *int64   `json:"min_faults,omitempty"`
+	// Bound is the budget against LRU and MIN, where known.
+	Bound *cliffVsBound `json:"bound,omitempty"`
+}
+
+// cliffVsBound is a budget against LRU's and MIN's faults on the same
+// references with room for the budget's 4 KiB pages.
+type cliffVsBound struct {
+	// LRU's and MIN's faults, first touches included (every policy
+	// takes those, ColdFaults, and the server counts them as faults).
+	LRUFaults  int64 `json:"lru_faults"`
+	MINFaults  int64 `json:"min_faults"`
+	ColdFaults int64 `json:"cold_faults"`
+	// MINBackBytes is what MIN brings back to the host, its faults but
+	// the first touches in bytes: the least any eviction with demand
+	// paging brings back.
+	MINBackBytes int64 `json:"min_back_bytes"`
+	// The server's faults over LRU's, and the bytes it brought back
+	// (DeviceToHostBytes) over MIN's, which compares what was paid
+	// better where one fault brings many pages; nil for a run that did
+	// not finish.
 	FaultsToLRU *float64 `json:"faults_to_lru,omitempty"`
-	// MINBackBytes is what MIN brings back to the host: its faults but
-	// the first touches, in bytes, the least any eviction with demand
-	// paging brings back; BackToMIN the bytes the server brought back
-	// (DeviceToHostBytes) over that. Where a server fault brings many
-	// pages, this compares what was paid better than faults do.
-	MINBackBytes *int64   `json:"min_back_bytes,omitempty"`
-	BackToMIN    *float64 `json:"back_to_min,omitempty"`
+	BackToMIN   *float64 `json:"back_to_min,omitempty"`
+}
+
+// lruBackToMIN is what LRU brings back over what MIN does, 0 where MIN
+// brings nothing back.
+func (b *cliffVsBound) lruBackToMIN() float64 {
+	if b.MINBackBytes == 0 {
+		return 0
+	}
+	return float64((b.LRUFaults-b.ColdFaults)*lab.PageSize) / float64(b.MINBackBytes)
 }
 
 // cliffGoal is one goal checked on one program.
@@ -635,20 +652,18 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 	for i := range pr.Points {
 		pt := &pr.Points[i]
 		m := misses(pt.BudgetBytes)
-		lru, opt := m.Cold+m.LRU, m.Cold+m.OPT
-		pt.LRUFaults, pt.MINFaults = &lru, &opt
-		back := m.OPT * lab.PageSize
-		pt.MINBackBytes = &back
+		b := &cliffVsBound{LRUFaults: m.Cold + m.LRU, MINFaults: m.Cold + m.OPT, ColdFaults: m.Cold, MINBackBytes: m.OPT * lab.PageSize}
+		pt.Bound = b
 		if pt.Failed != "" {
 			continue // what it did until then: no ratio
 		}
-		if pt.Faults > 0 && lru > 0 {
-			x := float64(pt.Faults) / float64(lru)
-			pt.FaultsToLRU = &x
+		if b.LRUFaults > 0 {
+			x := float64(pt.Faults) / float64(b.LRUFaults)
+			b.FaultsToLRU = &x
 		}
-		if back > 0 {
-			x := float64(pt.DeviceToHostBytes) / float64(back)
-			pt.BackToMIN = &x
+		if b.MINBackBytes > 0 {
+			x := float64(pt.DeviceToHostBytes) / float64(b.MINBackBytes)
+			b.BackToMIN = &x
 		}
 	}
 	return nil

@@ -71,21 +71,22 @@ func cliffGoals(pr *cliffProgram) []cliffGoal {
 	known, worstX, worstAt := 0, 0.0, 0.0
 	for i := range pr.Points {
 		pt := &pr.Points[i]
-		if pt.LRUFaults == nil {
+		b := pt.Bound
+		if b == nil {
 			continue
 		}
 		known++
-		if pt.FaultsToLRU == nil {
+		if b.FaultsToLRU == nil {
 			if pt.Failed != "" {
 				fl.Met = false
 				fl.Detail = fmt.Sprintf("%g%% did not finish", pt.Percent)
 			}
 			continue
 		}
-		if *pt.FaultsToLRU > worstX {
-			worstX, worstAt = *pt.FaultsToLRU, pt.Percent
+		if *b.FaultsToLRU > worstX {
+			worstX, worstAt = *b.FaultsToLRU, pt.Percent
 		}
-		if float64(pt.Faults) > float64(*pt.LRUFaults) {
+		if int64(pt.Faults) > b.LRUFaults {
 			fl.Met = false
 		}
 	}
@@ -146,20 +147,18 @@ func printCliffReport(out io.Writer, r cliffReport) {
 			if pt.ToUnbounded > 0 && pt != &p.Unbounded {
 				toUnbounded = fmt.Sprintf("%.2fx", pt.ToUnbounded)
 			}
-			opt := func(v *int64) string {
-				if v == nil {
-					return "-"
+			lru, opt, toLRU, backToMIN := "-", "-", "-", "-"
+			if b := pt.Bound; b != nil {
+				lru, opt = strconv.FormatInt(b.LRUFaults, 10), strconv.FormatInt(b.MINFaults, 10)
+				if b.FaultsToLRU != nil {
+					toLRU = fmt.Sprintf("%.3g", *b.FaultsToLRU)
 				}
-				return strconv.FormatInt(*v, 10)
-			}
-			x := func(v *float64) string {
-				if v == nil {
-					return "-"
+				if b.BackToMIN != nil {
+					backToMIN = fmt.Sprintf("%.3g", *b.BackToMIN)
 				}
-				return fmt.Sprintf("%.3g", *v)
 			}
 			fmt.Fprintf(out, "  %-18s %10s %8s %9s %9d %9d %9s %9s %9d %9s %9s %8s %9s\n", name, cliffSeconds(&pt.benchTiming), ratio, toUnbounded, pt.Faults, pt.MissingFaults,
-				humanSize(pt.HostToDeviceBytes), humanSize(pt.DeviceToHostBytes), pt.ProtectedPages, opt(pt.LRUFaults), opt(pt.MINFaults), x(pt.FaultsToLRU), x(pt.BackToMIN))
+				humanSize(pt.HostToDeviceBytes), humanSize(pt.DeviceToHostBytes), pt.ProtectedPages, lru, opt, toLRU, backToMIN)
 		}
 		row(&p.Unbounded)
 		for i := range p.Points {

@@ -236,23 +236,25 @@ func TestBenchCliffSynthetic(t *testing.T) {
 				assert.GreaterOrEqual(t, pt.HostToDeviceBytes, uint64(size-budget), "%s at %g%%: pages left the host", name, pct)
 			}
 			capacity := int(budget / 4096)
-			require.NotNil(t, pt.LRUFaults)
-			require.NotNil(t, pt.MINFaults)
-			assert.Equal(t, lruFaultsBrute(refs, capacity), *pt.LRUFaults, "%s at %g%%: LRU", name, pct)
-			assert.Equal(t, minFaultsBrute(refs, capacity), *pt.MINFaults, "%s at %g%%: MIN", name, pct)
-			require.NotNil(t, pt.FaultsToLRU)
-			assert.InDelta(t, float64(pt.Faults)/float64(*pt.LRUFaults), *pt.FaultsToLRU, 1e-9)
+			b := pt.Bound
+			require.NotNil(t, b, "%s at %g%%: LRU and MIN", name, pct)
+			lru, opt := lruFaultsBrute(refs, capacity), minFaultsBrute(refs, capacity)
+			assert.Equal(t, lru, b.LRUFaults, "%s at %g%%: LRU", name, pct)
+			assert.Equal(t, opt, b.MINFaults, "%s at %g%%: MIN", name, pct)
+			assert.Equal(t, int64(pages), b.ColdFaults)
+			require.NotNil(t, b.FaultsToLRU)
+			assert.InDelta(t, float64(pt.Faults)/float64(lru), *b.FaultsToLRU, 1e-9)
 			// What MIN brings back: its misses but the first touches.
-			require.NotNil(t, pt.MINBackBytes)
-			assert.Equal(t, (minFaultsBrute(refs, capacity)-pages)*4096, *pt.MINBackBytes, "%s at %g%%", name, pct)
-			if *pt.MINBackBytes > 0 {
-				require.NotNil(t, pt.BackToMIN)
-				assert.InDelta(t, float64(pt.DeviceToHostBytes)/float64(*pt.MINBackBytes), *pt.BackToMIN, 1e-9)
+			assert.Equal(t, (opt-pages)*4096, b.MINBackBytes, "%s at %g%%", name, pct)
+			if b.MINBackBytes > 0 {
+				require.NotNil(t, b.BackToMIN)
+				assert.InDelta(t, float64(pt.DeviceToHostBytes)/float64((opt-pages)*4096), *b.BackToMIN, 1e-9)
+				assert.InDelta(t, float64(lru-pages)/float64(opt-pages), b.lruBackToMIN(), 1e-9)
 			}
 		}
 		// With room for every page, both take the first touches only.
-		assert.Equal(t, int64(pages), *p.Points[0].LRUFaults)
-		assert.Equal(t, int64(pages), *p.Points[0].MINFaults)
+		assert.Equal(t, int64(pages), p.Points[0].Bound.LRUFaults)
+		assert.Equal(t, int64(pages), p.Points[0].Bound.MINFaults)
 		var goals []string
 		for _, g := range p.Goals {
 			goals = append(goals, g.Goal)

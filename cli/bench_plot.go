@@ -11,7 +11,6 @@ import (
 
 	gplot "gonum.org/v1/plot"
 
-	"github.com/softuvm/softuvm/lab"
 	traceplot "github.com/softuvm/softuvm/trace/plot"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -298,19 +297,19 @@ func plotCliff(path string, rep cliffReport) error {
 				add(&ts, pt.Percent, p.LimitSeconds/p.Plain.Seconds)
 				ts.AtLeast = append(ts.AtLeast, true)
 			}
-			if pt.LRUFaults == nil || *pt.LRUFaults == 0 {
+			b := pt.Bound
+			if b == nil || b.LRUFaults == 0 {
 				continue
 			}
-			if pt.FaultsToLRU != nil {
-				add(&ours, pt.Percent, *pt.FaultsToLRU)
+			if b.FaultsToLRU != nil {
+				add(&ours, pt.Percent, *b.FaultsToLRU)
 			}
-			add(&best, pt.Percent, float64(*pt.MINFaults)/float64(*pt.LRUFaults))
-			if minBack := *pt.MINBackBytes / lab.PageSize; minBack > 0 {
-				if pt.BackToMIN != nil {
-					add(&ourBack, pt.Percent, *pt.BackToMIN)
+			add(&best, pt.Percent, float64(b.MINFaults)/float64(b.LRUFaults))
+			if b.MINBackBytes > 0 {
+				if b.BackToMIN != nil {
+					add(&ourBack, pt.Percent, *b.BackToMIN)
 				}
-				cold := *pt.MINFaults - minBack
-				add(&lruBack, pt.Percent, float64(*pt.LRUFaults-cold)/float64(minBack))
+				add(&lruBack, pt.Percent, b.lruBackToMIN())
 			}
 		}
 		times = append(times, ts)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,7 +159,7 @@ func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, 
 		return nil, fmt.Errorf("RunUVM: no uvm binary")
 	}
 	stats := filepath.Join(dir, StatsName)
-	o.Flags = append(slices.Clip(w.Program.UVMFlags), o.Flags...)
+	o.Flags = append(append([]string(nil), w.Program.UVMFlags...), o.Flags...)
 	r, err := w.run(ctx, dir, o.UVMArgs(stats), false)
 	if err != nil {
 		if r != nil {
