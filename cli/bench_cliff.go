@@ -526,8 +526,14 @@ func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, d
 		return pr, nil
 	}
 	pr.PeakBytes = peakRun.Stats.HostPeakBytes
-	if pr.PeakBytes <= 0 {
+	switch {
+	case pr.PeakBytes <= 0 && peakRun.Stats.PopulatedBytes() > 0:
+		pr.Skipped = fmt.Sprintf("the uvm run of %s reports no host peak (host_peak_bytes in its --stats-json) though the program touched %s of managed memory: "+
+			"a uvm from before the host peak was counted? The budgets are percentages of it", o.uvmBin, humanSize(peakRun.Stats.PopulatedBytes()))
+	case pr.PeakBytes <= 0:
 		pr.Skipped = fmt.Sprintf("uvm run managed none of its memory (%d allocations, host peak 0): no host budget constrains it", peakRun.Stats.Allocations)
+	}
+	if pr.Skipped != "" {
 		progress("%s: skipped: %s", name, pr.Skipped)
 		return pr, nil
 	}
