@@ -75,11 +75,8 @@ type oversubVariant struct {
 	SweepRuns    []float64 `json:"sweep_seconds_runs"`
 	WallRuns     []float64 `json:"wall_seconds_runs"`
 	// Managed: what the server did in the last measured run.
-	ManagedBytes      uint64 `json:"managed_bytes,omitempty"`
-	Faults            uint64 `json:"faults,omitempty"`
-	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
-	HostToDeviceBytes uint64 `json:"host_to_device_bytes,omitempty"`
-	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
+	ManagedBytes uint64 `json:"managed_bytes,omitempty"`
+	serverFigures
 	// Cgroup: the peaks in the last measured run of memory, and of
 	// memory plus swap (v1) or swap (v2).
 	PeakMemoryBytes     int64 `json:"peak_memory_bytes,omitempty"`

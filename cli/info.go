@@ -208,6 +208,8 @@ func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("                coherence for clients that do not choose: %s (the launch model finds written pages by %s; concurrent managed access %d)\n",
 		in.Coherence, in.DirtyTracking, concurrentManagedAccess(in.Coherence))
 	fmt.Printf("                large folios: %s; blocks broken into 4 KiB folios as part of one left: %d\n", in.LargeFolios, in.FoliosRebuilt)
+	fmt.Printf("                managed memory on the host: %s now, at most %s at once since the server started\n",
+		humanSize(uint64(in.HostResidentBytes)), humanSize(uint64(in.HostPeakBytes)))
 	if in.StrayPresentPages+in.LostPages > 0 {
 		fmt.Printf("                WARNING: %d pages found present where a move put them (written over), %d resident pages missing from their file (read as zeros): a server bug; its log names each page\n",
 			in.StrayPresentPages, in.LostPages)

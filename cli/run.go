@@ -65,8 +65,15 @@ type runReport struct {
 	HostToDeviceBytes uint64 `json:"host_to_device_bytes"`
 	DeviceToHostBytes uint64 `json:"device_to_host_bytes"`
 	EvictedPages      uint64 `json:"evicted_pages"`
-	FaultServiceP50NS int64  `json:"fault_service_p50_ns"`
-	FaultServiceP99NS int64  `json:"fault_service_p99_ns"`
+	// HostPeakBytes is the most managed memory the host held at once
+	// (the server's high-water mark of host-resident pages, every
+	// process of the run): without --host-budget, the managed peak a
+	// budget would constrain; with one, about the budget (eviction runs
+	// after pages arrive, and the budget is soft: busy blocks leave next
+	// time).
+	HostPeakBytes     int64 `json:"host_peak_bytes"`
+	FaultServiceP50NS int64 `json:"fault_service_p50_ns"`
+	FaultServiceP99NS int64 `json:"fault_service_p99_ns"`
 	// ServerRestarts counts the servers that died under the program and
 	// were replaced; the counters are those of the last one, since it
 	// took over.
@@ -221,12 +228,12 @@ func runRun(args []string) error {
 		return exitStatus(runStatusFailed)
 	}
 
-	st, restarts, err := serverStats(srv)
+	st, in, err := serverStats(srv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "uvm run: the fault server's counters: %v\n", err)
 	}
 	rep := makeRunReport(argv, ws, wall, minBytes, cfg, st)
-	rep.ServerRestarts = restarts
+	rep.ServerRestarts, rep.HostPeakBytes = in.Restart.Restarts, in.HostPeakBytes
 	rep.Heap, rep.HeapUnavailable = heap, heapUnavailable
 	if !*quiet {
 		var b strings.Builder
@@ -271,20 +278,20 @@ func startRunServer(cfg uvm.ServerConfig) (*server.ServerProcess, string, func()
 	return proc, sock, cleanup, nil
 }
 
-// serverStats reads the run server's counters and how many times it was
-// restarted.
-func serverStats(proc *server.ServerProcess) (uvm.Stats, uint64, error) {
+// serverStats reads the run server's counters and its state (how many
+// times it was restarted, its host peak).
+func serverStats(proc *server.ServerProcess) (uvm.Stats, uvm.Info, error) {
 	m, err := proc.Monitor()
 	if err != nil {
-		return uvm.Stats{}, 0, err
+		return uvm.Stats{}, uvm.Info{}, err
 	}
 	defer m.Close()
 	st, err := m.ServerStats()
 	if err != nil {
-		return st, 0, err
+		return st, uvm.Info{}, err
 	}
 	in, err := m.Info()
-	return st, in.Restart.Restarts, err
+	return st, in, err
 }
 
 // staticallyLinked says whether path is an ELF executable with no
@@ -534,6 +541,9 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 		fmt.Fprintf(w, ", host budget %s", humanSize(uint64(r.HostBudget)))
 	}
 	fmt.Fprintln(w)
+	if r.HostPeakBytes > 0 {
+		fmt.Fprintf(w, "  %-20s %s of managed memory on the host at once\n", "host peak", humanSize(uint64(r.HostPeakBytes)))
+	}
 	for _, rf := range r.Stats.Refaults {
 		fmt.Fprintf(w, "  %-20s %d pages, %s\n", fmt.Sprintf("refaults on %v", rf.Processor), rf.Pages, refaultDetail(rf))
 	}

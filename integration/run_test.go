@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/softuvm/softuvm/cli/workloads"
 	"github.com/softuvm/softuvm/internal/proctest"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -208,31 +209,6 @@ func writeLines(t *testing.T, path string, size int64, seed uint64) {
 	require.NoError(t, w.Flush())
 }
 
-// writeLog writes deterministic, compressible log lines until size
-// bytes: what the compressors compress (repeated text with variation,
-// about 7:1 for gzip).
-func writeLog(t *testing.T, path string, size int64, seed uint64) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	rng := rand.New(rand.NewPCG(seed, seed+1))
-	paths := []string{"/api/v1/items", "/api/v1/users", "/static/app.js", "/health", "/api/v2/orders"}
-	var line []byte
-	for i, n := 0, int64(0); n < size; i, n = i+1, n+int64(len(line)) {
-		status := 200
-		if rng.IntN(20) == 0 {
-			status = 404
-		}
-		line = fmt.Appendf(line[:0], "2024-05-%02d %06d INFO req=%08d path=%s/%d status=%d bytes=%d\n",
-			1+i/3000000%28, i%1000000, i, paths[i%len(paths)], rng.IntN(1000), status, rng.IntN(100000))
-		_, err := w.Write(line)
-		require.NoError(t, err)
-	}
-	require.NoError(t, w.Flush())
-}
-
 // pythonHash builds a 500 MB bytearray (zeroed, then filled with a
 // pattern) and prints its SHA-256.
 const pythonHash = `import hashlib
@@ -276,7 +252,7 @@ func TestRunRealPrograms(t *testing.T) {
 	logs := filepath.Join(dir, "log-100MB.txt")
 	start := time.Now()
 	writeLines(t, lines, 200e6, 1)
-	writeLog(t, logs, 100e6, 2)
+	require.NoError(t, workloads.WriteLog(logs, 100e6, 2))
 	t.Logf("test data written in %v", time.Since(start).Round(time.Millisecond))
 
 	python := "/usr/bin/python3" // Debian's, not a pyenv shim in PATH

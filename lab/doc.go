@@ -24,8 +24,9 @@
 // builds on this package.
 //
 // RefStream (bound.go) is the other view: a program's every data
-// reference, read from valgrind's lackey tool, on which LRU's and MIN's
-// misses are counted per page or granule at any capacity (uvm lab bound):
-// the bound of eviction on all a program touched, not only on what a
-// trace holds.
+// reference, read from valgrind's lackey tool (or, for a program whose
+// references are known, made page by page: PageRefs), on which LRU's and
+// MIN's misses are counted per page or granule at any capacity (uvm lab
+// bound, uvm bench cliff): the bound of eviction on all a program
+// touched, not only on what a trace holds.
 package lab

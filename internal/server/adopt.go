@@ -329,7 +329,7 @@ func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 			}
 		}
 		if l == core.CPU.Slot() {
-			srv.hostPages.Add(n)
+			srv.hostGained(n)
 		} else if mr.kind == core.KindManaged {
 			// Whatever the files hold is there: charge it, even past a
 			// capacity it can only exceed if accounting was wrong.

@@ -709,7 +709,7 @@ func (o *mover) account(rn run, done core.PageMask, dst core.Device, speculative
 	cause := o.arrivalCause()
 	o.arrived(dst, done, cause)
 	if dst == core.CPU {
-		srv.hostPages.Add(int64(n))
+		srv.hostGained(int64(n))
 	} else if rn.populated && rn.src == core.CPU {
 		srv.hostPages.Add(-int64(n))
 	}

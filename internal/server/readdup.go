@@ -29,7 +29,7 @@ func (o *mover) duplicate(t target, pages core.PageMask) error {
 		srv.arenas[dst].Release(need - copied)
 	}
 	if dst == core.CPU {
-		srv.hostPages.Add(copied)
+		srv.hostGained(copied)
 	}
 	if copied > 0 {
 		got := pages

@@ -69,6 +69,10 @@ type Server struct {
 	// accessMigration decides which counted pages migrate.
 	accessMigration policy.AccessMigration
 	hostPages       atomic.Int64 // pages resident on the host, all sessions
+	// hostPeak is hostPages' high-water mark since the server started:
+	// the most pages resident on the host at once (config.Info's
+	// HostPeakBytes), raised by hostGained only.
+	hostPeak atomic.Int64
 
 	sessionsMu    sync.Mutex
 	sessions      map[uint64]*session // guarded by sessionsMu
@@ -445,6 +449,20 @@ func (s *Server) waitSessions(timeout time.Duration) {
 	}
 }
 
+// hostGained counts n pages that became resident on the host, and
+// raises the host's high-water mark where it passes it. Every increase
+// of hostPages comes through here (decreases do not touch the mark),
+// so the mark costs a load on each arrival and a compare-and-swap only
+// when it moves.
+func (s *Server) hostGained(n int64) {
+	now := s.hostPages.Add(n)
+	for peak := s.hostPeak.Load(); now > peak; peak = s.hostPeak.Load() {
+		if s.hostPeak.CompareAndSwap(peak, now) {
+			return
+		}
+	}
+}
+
 // SessionCount is the number of connected sessions.
 func (s *Server) SessionCount() int {
 	s.sessionsMu.Lock()
@@ -452,12 +470,17 @@ func (s *Server) SessionCount() int {
 	return len(s.sessions)
 }
 
+// Info returns the server's configuration and state. It first waits
+// for the faults being served now, so that the host's pages count
+// every fault a client has seen resolved.
 func (s *Server) Info() config.Info {
+	s.quiesce()
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
 		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), EvictionUse: s.evictionUse(), Handlers: s.cfg.Handlers,
 		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(), LargeFolios: s.largeFoliosName(),
 		FoliosRebuilt: s.foliosRebuilt.Load(), StrayPresentPages: s.strayPresent.Load(), LostPages: s.lostPages.Load(),
+		HostResidentBytes: s.hostPages.Load() * core.PageSize, HostPeakBytes: s.hostPeak.Load() * core.PageSize,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
 		VMStat: vmstatSince(s.vmstatStart),
