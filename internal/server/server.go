@@ -140,7 +140,12 @@ type keptListenerRef struct {
 }
 
 func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateSettings(); err != nil {
+		return nil, err
+	}
+	// The one place this server's policies are built.
+	policies, err := policy.NewSet(cfg.Policies())
+	if err != nil {
 		return nil, err
 	}
 	supported, err := uffd.Supported()
@@ -150,13 +155,9 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	if missing := core.RequiredFeatures &^ supported; missing != 0 {
 		return nil, fmt.Errorf("%w: this kernel's userfaultfd lacks %v, which the fault server needs", core.ErrNotSupported, missing)
 	}
-	prefetch, err := policy.NewPrefetchPolicy(cfg.Prefetch)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg:      cfg,
-		prefetch: prefetch,
+		prefetch: policies.Prefetch,
 		features: core.WantedFeatures & supported,
 		started:  time.Now(),
 		logger:   log.New(os.Stderr, fmt.Sprintf("softuvm server[%d]: ", os.Getpid()), 0),
@@ -195,28 +196,13 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	s.reserving = make([]atomic.Int32, len(s.arenas))
 	engine.Calibration() // reads the kept one, or starts measuring in the background
 	s.retired = core.NewCounters(s.locations())
-	if s.eviction, err = policy.NewEviction(cfg.Eviction); err == nil {
-		s.pageEviction, _ = s.eviction.(policy.PageEviction)
-		if c, ok := s.eviction.(policy.CleanCopying); ok {
-			s.cleanCopies = c.CleanCopies()
-		}
-		if o, ok := s.eviction.(policy.Observing); ok {
-			o.Observe(useObserver{s})
-		}
+	s.eviction, s.pageEviction, s.cleanCopies = policies.Eviction, policies.PageEviction, policies.CleanCopies
+	if o, ok := s.eviction.(policy.Observing); ok {
+		o.Observe(useObserver{s})
 	}
-	if err != nil {
-		s.closeArenas()
-		return nil, err
-	}
-	if s.thrashing, err = policy.NewThrashing(cfg.Thrashing); err != nil {
-		s.closeArenas()
-		return nil, err
-	}
+	s.thrashing = policies.Thrashing
 	s.setRefaultLimits()
-	if s.accessMigration, err = policy.NewAccessMigration(cfg.ParsedAccessPolicy()); err != nil {
-		s.closeArenas()
-		return nil, err
-	}
+	s.accessMigration = policies.AccessMigration
 	if s.cpus, err = s.handlerCPUs(); err != nil {
 		return nil, err
 	}
