@@ -14,7 +14,6 @@ import (
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/device"
 	"github.com/softuvm/softuvm/internal/wire"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -227,7 +226,7 @@ func (s *Server) recoverStaged(byID map[uint64]*session) int64 {
 // anyFileHolds reports whether a location file of the session holds the
 // page at file offset off.
 func (sess *session) anyFileHolds(off int64) bool {
-	for l := 0; l < sess.srv.locations(); l++ {
+	for l := 0; l < sess.srv.eng.Locations(); l++ {
 		f := sess.host
 		if l > 0 {
 			f = sess.devFiles[l-1]
@@ -282,7 +281,7 @@ func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
 	}
 	sess.mu.Lock()
 	sess.nextID++
-	mr.id = sess.nextID
+	mr.ID = sess.nextID
 	sess.ranges.Store(sess.ranges.Load().with(mr))
 	sess.countRange(mr)
 	sess.mu.Unlock()
@@ -300,37 +299,34 @@ func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
 func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 	srv := sess.srv
 	var total int64
-	for l := 0; l < srv.locations(); l++ {
+	for l := 0; l < srv.eng.Locations(); l++ {
 		f, err := sess.file(core.DeviceAtSlot(l))
 		if err != nil || f == nil {
 			continue
 		}
-		ext, err := f.DataExtents(mr.fileOff, int64(mr.length))
+		ext, err := f.DataExtents(mr.FileOff, int64(mr.Length))
 		if err != nil {
-			srv.logger.Printf("session %d: residency of %#x+%d on location %d: %v", sess.id, mr.start, mr.length, l, err)
+			srv.logger.Printf("session %d: residency of %#x+%d on location %d: %v", sess.id, mr.Start, mr.Length, l, err)
 			continue
 		}
 		var n int64
 		for _, e := range ext {
-			for off := max(e.Off, mr.fileOff); off < min(e.End(), mr.fileOff+int64(mr.length)); off += core.PageSize {
-				page := int((off - mr.fileOff) / core.PageSize)
+			for off := max(e.Off, mr.FileOff); off < min(e.End(), mr.FileOff+int64(mr.Length)); off += core.PageSize {
+				page := int((off - mr.FileOff) / core.PageSize)
 				bi := page / core.PagesPerBlock
-				b := mr.block(bi)
-				b.mu.Lock()
-				b.resident[l].Set(page % core.PagesPerBlock)
-				b.large.Store(^uint64(0)) // the dead server's folios are not known
-				b.mu.Unlock()
-				if mr.kind == core.KindManaged {
-					var one core.PageMask
-					one.Set(page % core.PagesPerBlock)
-					srv.announce(b, core.DeviceAtSlot(l), one, policy.CauseFault)
-				}
+				b := mr.Block(bi)
+				b.Lock()
+				var one core.PageMask
+				one.Set(page % core.PagesPerBlock)
+				o := mr.NewMover(bi, b)
+				o.Adopt(core.DeviceAtSlot(l), one)
+				b.Unlock()
 				n++
 			}
 		}
 		if l == core.CPU.Slot() {
-			srv.hostPages.Add(n)
-		} else if mr.kind == core.KindManaged {
+			srv.eng.AddHostPages(n)
+		} else if mr.Kind == core.KindManaged {
 			// Whatever the files hold is there: charge it, even past a
 			// capacity it can only exceed if accounting was wrong.
 			if err := srv.arenas[l-1].Reserve(n); err != nil {
@@ -363,8 +359,8 @@ func (sess *session) resume(restarts int) {
 		// A move the dead server began left pages write-protected:
 		// lift that, then protect again what read duplication needs.
 		for _, r := range sess.ranges.Load().ranges {
-			if err := v.uffd.WriteProtect(r.start, r.length, false, true); err != nil {
-				srv.logger.Printf("session %d: unprotect %#x+%d in pid %d: %v", sess.id, r.start, r.length, v.pid, err)
+			if err := v.uffd.WriteProtect(r.Start, r.Length, false, true); err != nil {
+				srv.logger.Printf("session %d: unprotect %#x+%d in pid %d: %v", sess.id, r.Start, r.Length, v.pid, err)
 			}
 		}
 		sess.protectCopies(v)
@@ -374,8 +370,8 @@ func (sess *session) resume(restarts int) {
 	sess.openSessionTrace(true)
 	if sess.tracer != nil {
 		for _, r := range sess.ranges.Load().ranges {
-			if r.kind == core.KindManaged {
-				sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+			if r.Kind == core.KindManaged {
+				sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.ID, Addr: uint64(r.Start), Bytes: uint64(r.size)})
 			}
 		}
 	}
@@ -448,11 +444,11 @@ func (sess *session) adoptDevice(l core.Device, kv *KeptView, restarts int) (*vi
 // landing in a page being copied.
 func (sess *session) relayout(v *view) error {
 	for _, r := range sess.ranges.Load().ranges {
-		if r.kind != core.KindManaged {
+		if r.Kind != core.KindManaged {
 			continue // pinned host and device memory: mapped as they always were
 		}
-		for bi := range r.blocks {
-			if r.blocks[bi].Load() == nil {
+		for bi := range r.Blocks() {
+			if r.BlockAt(bi) == nil {
 				continue // no advice, nothing resident: the device maps its own file
 			}
 			if err := sess.relayoutBlock(v, r, bi); err != nil {
@@ -466,52 +462,51 @@ func (sess *session) relayout(v *view) error {
 func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 	v.reqMu.Lock()
 	defer v.reqMu.Unlock()
-	b := r.blocks[bi].Load()
-	o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*core.BlockSize}
+	b := r.BlockAt(bi)
+	o := r.NewMover(bi, b)
 	type run struct {
 		first, outer int
 		to           core.Device
 	}
 	var runs []run
-	b.mu.Lock()
-	if r.freed.Load() {
-		b.mu.Unlock()
+	b.Lock()
+	if r.Freed.Load() {
+		b.Unlock()
 		return nil
 	}
-	now := sess.srv.nowMicros()
-	for p := 0; p < b.pages; {
-		to := o.desiredFile(v.loc, p, now)
+	for p := 0; p < b.Pages; {
+		to := o.DesiredFile(v.loc, p)
 		q := p + 1
-		for q < b.pages && o.desiredFile(v.loc, q, now) == to {
+		for q < b.Pages && o.DesiredFile(v.loc, q) == to {
 			q++
 		}
 		runs = append(runs, run{p, q, to})
-		b.setMapping(v.loc, p, q, to, true, sess.srv.locations())
+		b.SetMapping(v.loc, p, q, to, true)
 		p = q
 	}
-	b.mu.Unlock()
+	b.Unlock()
 	var err error
 	done := 0
 	for _, rn := range runs {
 		var wp core.PageMask
 		wp.FillRange(0, rn.outer-rn.first)
 		err = v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.pageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
+			Addr: uint64(o.PageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
 		if err != nil {
 			break
 		}
 		done++
 	}
-	b.mu.Lock()
+	b.Lock()
 	for i, rn := range runs {
-		b.settle(v.loc, rn.first, rn.outer, i < done)
+		b.Settle(v.loc, rn.first, rn.outer, i < done)
 		if i < done && rn.to != v.loc {
-			r.countRemote(v.loc, o.pageAddr(rn.first), rn.outer-rn.first)
+			sess.srv.countRemote(r.Range, v.loc, o.PageAddr(rn.first), rn.outer-rn.first)
 		}
 	}
-	b.mu.Unlock()
+	b.Unlock()
 	if err != nil {
-		return fmt.Errorf("map %#x+%d again: %w", o.blockAddr, b.pages*core.PageSize, err)
+		return fmt.Errorf("map %#x+%d again: %w", o.BlockAddr, b.Pages*core.PageSize, err)
 	}
 	return nil
 }
@@ -525,7 +520,7 @@ func (sess *session) wakeAll() {
 			continue
 		}
 		for _, r := range sess.ranges.Load().ranges {
-			v.uffd.Wake(r.start, r.length)
+			v.uffd.Wake(r.Start, r.Length)
 		}
 		v.release()
 	}

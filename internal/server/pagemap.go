@@ -40,54 +40,22 @@ func presentPages(pid int, blockAddr uintptr, mask core.PageMask) (core.PageMask
 	return present, nil
 }
 
-// auditBlock settles the fate of prefetched pages of the block that are
-// in mask: those the client mapped were used; if leaving, the others were
-// not. The block is locked.
-func (o *mover) auditBlock(mask core.PageMask, leaving bool) {
-	pending := o.b.prefetchPending
-	pending.And(&mask)
-	if pending.Empty() {
-		return
-	}
-	present, err := presentPages(o.sess.pid, o.blockAddr, pending)
-	if err != nil {
-		o.sess.srv.logger.Printf("prefetch audit of pid %d: %v", o.sess.pid, err)
-		return
-	}
-	used := uint64(present.Count())
-	o.r.stats.Used.Add(used)
-	o.b.prefetchPending.AndNot(&present)
-	if leaving {
-		pending.AndNot(&present)
-		unused := uint64(pending.Count())
-		o.r.stats.Unused.Add(unused)
-		o.b.prefetchPending.AndNot(&pending)
-	}
-}
-
-// auditLeaving settles prefetched pages about to leave the host.
-func (o *mover) auditLeaving(rn run, leaving core.PageMask) {
-	o.auditBlock(leaving, true)
-}
-
 // auditPrefetch settles what can be known of a range's prefetched pages,
 // before its statistics are read or it is freed.
 func (sess *session) auditPrefetch(r *managedRange, leaving bool) {
-	if !r.trackPrefetch {
+	if !r.TrackPrefetch {
 		return
 	}
-	for i := range r.blocks {
-		b := r.blocks[i].Load()
+	for i := range r.Blocks() {
+		b := r.BlockAt(i)
 		if b == nil {
 			continue
 		}
-		b.mu.Lock()
-		if !b.prefetchPending.Empty() && !r.freed.Load() {
-			op := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(i)*core.BlockSize}
-			var all core.PageMask
-			all.FillRange(0, b.pages)
-			op.auditBlock(all, leaving)
+		b.Lock()
+		if !r.Freed.Load() {
+			o := r.NewMover(i, b)
+			o.Audit(leaving)
 		}
-		b.mu.Unlock()
+		b.Unlock()
 	}
 }

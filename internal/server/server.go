@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/engine"
 	"github.com/softuvm/softuvm/internal/wire"
-	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
@@ -37,12 +37,9 @@ type Server struct {
 	// session ended.
 	tracer *trace.Recorder
 	arenas []*devmem.Arena
-	// reserving[d] counts movers holding a reservation on device d's
-	// arena for pages the eviction policy does not list yet (evict.go:
-	// reserve), so that a full arena with nothing to evict is told from
-	// one whose room is in flight.
-	reserving []atomic.Int32
-	prefetch  policy.PrefetchPolicy
+	// eng is the block engine: the residency of every page, every move
+	// and what decides it, with the policies (package block).
+	eng *block.Engine
 	// retired holds the statistics of the sessions that ended. Every
 	// event is counted once, in its allocation's counters (retired into
 	// its session's when freed); the server's figures are sums of those,
@@ -54,32 +51,16 @@ type Server struct {
 
 	cpus []int // where each session's handler threads go; -1 unpinned
 
-	eviction policy.Eviction // which blocks leave a full location
-	// pageEviction is eviction, where it chooses pages (evict.go).
-	pageEviction policy.PageEviction
-	// cleanCopies: eviction asks for clean eviction
-	// (policy.CleanCopying; fault.go cleanCopy).
-	cleanCopies bool
-	thrashing   policy.Thrashing // nil: thrashing detection is off
-	// refaulting is thrashing where it answers refaults (nil: it does
-	// not), and ws every processor's refault stamps and resident core
-	// (workingset.go).
-	refaulting policy.Refaulting
-	ws         *workingset.Set[blockRef]
-	// accessMigration decides which counted pages migrate.
-	accessMigration policy.AccessMigration
-	hostPages       atomic.Int64 // pages resident on the host, all sessions
-
 	sessionsMu    sync.Mutex
 	sessions      map[uint64]*session // guarded by sessionsMu
 	nextSessionID atomic.Uint64
 	strayFaults   atomic.Uint64 // faults on addresses no range owns
 	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
-	foliosRebuilt atomic.Uint64 // blocks rebuilt in 4 KiB folios before part of them left (whole.go: breakLarge)
+	foliosRebuilt atomic.Uint64 // blocks rebuilt in 4 KiB folios before part of them left (block.EvRebuilt)
 	// Pages a move found already present where it installed them
 	// (migrate.go: install), which it overwrote, and pages the table
 	// held resident whose file had lost them, which read as zeros
-	// (fault.go: planWake). Both are zero unless something is wrong.
+	// (block.EvLostPage). Both are zero unless something is wrong.
 	strayPresent atomic.Uint64
 	lostPages    atomic.Uint64
 
@@ -157,7 +138,6 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	}
 	s := &Server{
 		cfg:      cfg,
-		prefetch: policies.Prefetch,
 		features: core.WantedFeatures & supported,
 		started:  time.Now(),
 		logger:   log.New(os.Stderr, fmt.Sprintf("softuvm server[%d]: ", os.Getpid()), 0),
@@ -193,16 +173,18 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		}
 		s.arenas = append(s.arenas, a)
 	}
-	s.reserving = make([]atomic.Int32, len(s.arenas))
 	engine.Calibration() // reads the kept one, or starts measuring in the background
-	s.retired = core.NewCounters(s.locations())
-	s.eviction, s.pageEviction, s.cleanCopies = policies.Eviction, policies.PageEviction, policies.CleanCopies
-	if o, ok := s.eviction.(policy.Observing); ok {
+	arenas := make([]block.Arena, len(s.arenas))
+	for i, a := range s.arenas {
+		arenas[i] = a
+	}
+	s.eng = block.New(block.Config{Policies: policies, Arenas: arenas, HostBudget: cfg.HostBudget,
+		Now: func() int64 { return time.Since(s.started).Microseconds() + 1 }, Logf: s.logger.Printf,
+		Observers: []block.Observer{serverObserver{s}}})
+	s.retired = core.NewCounters(s.eng.Locations())
+	if o, ok := policies.Eviction.(policy.Observing); ok {
 		o.Observe(useObserver{s})
 	}
-	s.thrashing = policies.Thrashing
-	s.setRefaultLimits()
-	s.accessMigration = policies.AccessMigration
 	if s.cpus, err = s.handlerCPUs(); err != nil {
 		return nil, err
 	}
@@ -316,10 +298,6 @@ func (s *Server) afterPunch() {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 }
-
-// locations is the number of places a page can live: the host and each
-// device.
-func (s *Server) locations() int { return 1 + len(s.arenas) }
 
 // closeArenas reports arenas whose accounting went wrong: every session
 // has ended by now, so each should be empty.
@@ -441,7 +419,7 @@ func (s *Server) SessionCount() int {
 func (s *Server) Info() config.Info {
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
-		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), EvictionUse: s.evictionUse(), Handlers: s.cfg.Handlers,
+		Features: s.features.String(), Prefetch: s.eng.Policies().Prefetch.Name(), Eviction: s.eng.Policies().Eviction.Name(), EvictionUse: s.evictionUse(), Handlers: s.cfg.Handlers,
 		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(), LargeFolios: s.largeFoliosName(),
 		FoliosRebuilt: s.foliosRebuilt.Load(), StrayPresentPages: s.strayPresent.Load(), LostPages: s.lostPages.Load(),
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
@@ -487,7 +465,7 @@ func (s *Server) sessionList() []*session {
 func (s *Server) quiesce() {
 	for _, sess := range s.sessionList() {
 		for _, r := range sess.ranges.Load().ranges {
-			r.quiesce()
+			r.Quiesce()
 		}
 	}
 }
@@ -520,7 +498,7 @@ func (s *Server) copyEngine(l core.Device) *engine.CopyEngine {
 	s.enginesOnce.Do(func() {
 		c := s.copyCalibration()
 		s.engines = engine.NewCopyEngines(c.MigrationProducers, c.DirectBelow)
-		s.byLocation = make([]*engine.CopyEngine, s.locations())
+		s.byLocation = make([]*engine.CopyEngine, s.eng.Locations())
 		for l := range s.byLocation {
 			s.byLocation[l] = s.engines.ForNode(s.nodeOf(core.DeviceAtSlot(l)))
 		}

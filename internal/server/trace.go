@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 )
 
@@ -53,7 +53,7 @@ func (s *Server) openTrace(takeover bool) error {
 // traceHeader describes this server in a trace's header.
 func (s *Server) traceHeader(scope string) trace.Header {
 	h := trace.Header{Devices: len(s.arenas), Scope: scope, HostBudget: s.cfg.HostBudget,
-		Policies: map[string]string{"prefetch": s.prefetch.Name(), "eviction": s.eviction.Name(),
+		Policies: map[string]string{"prefetch": s.eng.Policies().Prefetch.Name(), "eviction": s.eng.Policies().Eviction.Name(),
 			"thrashing": s.cfg.Thrashing.String(), "access": s.cfg.ParsedAccessPolicy().String()},
 		Command: s.cfg.TraceCommand, LargeFolios: s.largeFolios == nil}
 	if scope == "server" && s.cfg.TraceAccess.On() {
@@ -208,36 +208,51 @@ func (sess *session) emitAt(e *trace.Event, t time.Time) {
 	}
 }
 
-// traceRun records a run of pages of the mover's block that arrived at
-// dst: populated (zero-filled) or migrated from rn.src.
-func (o *mover) traceRun(rn run, done core.PageMask, dst core.Device, cause policy.Cause) {
-	first := done.NextSet(0)
-	e := trace.Event{Range: o.r.id, Addr: uint64(o.pageAddr(first)), Pages: uint32(done.Count()), To: int32(dst)}
-	if !rn.populated {
-		e.Kind, e.Cause = trace.KindPopulate, trace.Cause(cause)
-		o.sess.emit(&e)
+// traceEvent records an event of the block engine in the traces of the
+// event's session: the migrations, populations and duplications of
+// pages, evictions, protections, remote mappings and faults, each where
+// it is counted, so that a trace's sums equal the counters.
+func traceEvent(ev *block.Event) {
+	if ev.R == nil {
 		return
 	}
-	e.Kind, e.From, e.Cause = trace.KindMigration, int32(rn.src), trace.Cause(cause)
-	if o.runStarted.IsZero() {
-		o.sess.emit(&e)
+	r := rangeOf(ev.R)
+	sess := r.sess
+	if !sess.tracing() {
 		return
 	}
-	e.Duration = time.Since(o.runStarted)
-	o.sess.emitAt(&e, o.runStarted)
-}
-
-// tracePages records pages of a range's block at an event of kind k (an
-// eviction from p, a remote mapping by p, a duplication to p).
-func (sess *session) tracePages(k trace.Kind, r *managedRange, addr uintptr, pages int, p core.Device) {
-	e := trace.Event{Kind: k, Range: r.id, Addr: uint64(addr), Pages: uint32(pages)}
-	switch k {
-	case trace.KindEviction:
-		e.From = int32(p)
-	case trace.KindRemoteMap, trace.KindProtect:
-		e.Processor = int32(p)
+	e := trace.Event{Range: r.ID, Addr: uint64(ev.Addr()), Pages: uint32(ev.Pages.Count())}
+	switch ev.Kind {
+	case block.EvFault:
+		e = trace.Event{Kind: trace.KindFault, Thread: ev.Thread, Processor: int32(ev.Processor), Range: r.ID, Addr: uint64(ev.Addr()),
+			FaultKind: trace.FaultKind(ev.FaultKind), Write: ev.Write, Duration: ev.Duration, Prefetched: uint32(ev.Prefetched)}
+		sess.emitAt(&e, ev.Started)
+		return
+	case block.EvArrived:
+		e.To, e.Cause = int32(ev.To), trace.Cause(ev.Cause)
+		if !ev.Populated {
+			e.Kind = trace.KindPopulate
+			sess.emit(&e)
+			return
+		}
+		e.Kind, e.From = trace.KindMigration, int32(ev.From)
+		if ev.Started.IsZero() {
+			sess.emit(&e)
+			return
+		}
+		e.Duration = time.Since(ev.Started)
+		sess.emitAt(&e, ev.Started)
+		return
+	case block.EvDuplicated:
+		e.Kind, e.To = trace.KindDuplicate, int32(ev.To)
+	case block.EvEvicted:
+		e.Kind, e.From = trace.KindEviction, int32(ev.From)
+	case block.EvProtected:
+		e.Kind, e.Processor = trace.KindProtect, int32(ev.Processor)
+	case block.EvRemoteMapped:
+		e.Kind, e.Processor, e.Pages = trace.KindRemoteMap, int32(ev.Processor), uint32(ev.N)
 	default:
-		e.To = int32(p)
+		return
 	}
 	sess.emit(&e)
 }
@@ -246,8 +261,8 @@ func (sess *session) tracePages(k trace.Kind, r *managedRange, addr uintptr, pag
 // restored. Only managed memory is recorded: device and pinned memory
 // never move, and their pages raise no events.
 func (sess *session) traceAlloc(r *managedRange) {
-	if sess.tracing() && r.kind == core.KindManaged {
-		sess.emit(&trace.Event{Kind: trace.KindAlloc, Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+	if sess.tracing() && r.Kind == core.KindManaged {
+		sess.emit(&trace.Event{Kind: trace.KindAlloc, Range: r.ID, Addr: uint64(r.Start), Bytes: uint64(r.size)})
 	}
 }
 
