@@ -204,7 +204,6 @@ func (sess *session) stageBlock(f *devmem.File, off int64) (bufs [][]byte, unsta
 // (WriteAt fills them whole before they enter the file). Meanwhile
 // readers of them fault, and wait for the block.
 func (sess *session) Rebuild(o *block.Mover, l core.Device, first, outer int, holders []block.View) error {
-	sess.srv.foliosRebuilt.Add(1)
 	f, err := sess.file(l)
 	if err != nil {
 		return err
