@@ -181,45 +181,45 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 // was punched and it never arrived. It returns the pages written.
 func (s *Server) recoverStaged(byID map[uint64]*session) int64 {
 	var n int64
-	for _, mv := range s.staging.moves() {
-		sess := byID[mv.session]
+	for _, mv := range s.staging.Moves() {
+		sess := byID[mv.Session]
 		if sess == nil {
 			continue
 		}
 		// Unfinished: the source is whole, the destination perhaps
 		// partly written; finished copying: the destination is whole.
-		drop, keep := mv.dst, mv.src
-		if mv.copied {
-			drop, keep = mv.src, mv.dst
+		drop, keep := mv.Dst, mv.Src
+		if mv.Copied {
+			drop, keep = mv.Src, mv.Dst
 		}
 		f, err := sess.file(drop)
 		if err == nil && f != nil {
-			err = f.Punch(mv.off, mv.length)
+			err = f.Punch(mv.Off, mv.Length)
 		}
 		if err != nil {
-			s.logger.Printf("session %d: settle the move of %#x+%d from %v to %v, keeping %v's copy: %v", sess.id, mv.off, mv.length, mv.src, mv.dst, keep, err)
+			s.logger.Printf("session %d: settle the move of %#x+%d from %v to %v, keeping %v's copy: %v", sess.id, mv.Off, mv.Length, mv.Src, mv.Dst, keep, err)
 			continue
 		}
 		s.restart.settledMoves.Add(1)
 	}
-	for _, in := range s.staging.intents() {
-		sess := byID[in.session]
+	for _, in := range s.staging.Intents() {
+		sess := byID[in.Session]
 		if sess == nil {
 			continue
 		}
-		for p := 0; p < len(in.data)/core.PageSize; p++ {
-			off := in.off + int64(p)*core.PageSize
+		for p := 0; p < len(in.Data)/core.PageSize; p++ {
+			off := in.Off + int64(p)*core.PageSize
 			if sess.anyFileHolds(off) {
 				continue
 			}
-			if _, err := sess.host.WriteAt(in.data[p*core.PageSize:(p+1)*core.PageSize], off); err != nil {
+			if _, err := sess.host.WriteAt(in.Data[p*core.PageSize:(p+1)*core.PageSize], off); err != nil {
 				s.logger.Printf("session %d: put back the page at %#x that a migration carried: %v", sess.id, off, err)
 				continue
 			}
 			n++
 		}
 	}
-	s.staging.clearAll()
+	s.staging.ClearAll()
 	return n
 }
 

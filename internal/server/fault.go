@@ -149,8 +149,8 @@ func (sess *session) installPending(o *block.Mover, v *view, p int, src core.Dev
 		// Until it is installed or put back, the page is only in buf
 		// (staging.go).
 		area := sess.srv.staging
-		area.mark(buf, sess.id, off, core.PageSize)
-		defer area.clear(buf)
+		area.Mark(buf, sess.id, off, core.PageSize)
+		defer area.Clear(buf)
 		if err := o.PunchPages(src, p, p+1); err != nil {
 			letGo(true)
 			return 0, false, err

@@ -601,7 +601,7 @@ func (s *Server) snapshot() *keptState {
 		st.listeners = append(st.listeners, keptListener{path: kl.path, fd: dup(wire.RawFD(kl.l))})
 	}
 	s.keptMu.Unlock()
-	st.staging = dup(s.staging.file.Fd())
+	st.staging = dup(s.staging.FD())
 	for _, sess := range s.sessionList() {
 		client := sess.viewRef(core.CPU)
 		if client == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/engine"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -110,4 +111,9 @@ func TestInstallZeroKeepsAPresentPage(t *testing.T) {
 	assert.Zero(t, h.sess.srv.strayPresent.Load())
 	assert.True(t, bytes.Equal(h.mem[9*core.PageSize:10*core.PageSize], there), "page 9 kept its bytes")
 	assert.True(t, bytes.Equal(h.mem[8*core.PageSize:9*core.PageSize], pagesOf(0, 1)), "page 8 is a zero page")
+}
+
+// The staging area's slots are the copy engine's buffers: a chunk each.
+func TestStagingSlotIsACopyChunk(t *testing.T) {
+	assert.Equal(t, engine.ChunkBytes, block.StagingSlotBytes)
 }

@@ -257,16 +257,16 @@ func (sess *session) transfer(o *block.Mover, dst pageSink, to core.Device, firs
 			p, q := span.pages(i)
 			// From the punch until the install the pages are only in
 			// buf: say so where a new server will look (staging.go).
-			area.mark(buf, sess.id, o.FileOff(p), (q-p)*core.PageSize)
+			area.Mark(buf, sess.id, o.FileOff(p), (q-p)*core.PageSize)
 			err := o.PunchPages(from, p, q)
 			if err != nil {
-				area.clear(buf)
+				area.Clear(buf)
 			}
 			sess.srv.afterPunch()
 			return err
 		},
 		Install: func(i int, buf []byte) error {
-			defer area.clear(buf)
+			defer area.Clear(buf)
 			p, q := span.pages(i)
 			got, err := dst.put(p, q, buf[:(q-p)*core.PageSize])
 			done.Or(&got)
@@ -281,7 +281,7 @@ func (sess *session) transfer(o *block.Mover, dst pageSink, to core.Device, firs
 			return err
 		},
 		Restore: func(i int, buf []byte) {
-			defer area.clear(buf)
+			defer area.Clear(buf)
 			p, q := span.pages(i)
 			writeBack(p, q, p, buf)
 		},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
@@ -72,12 +73,12 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 		st.close()
 		return nil, nil, fmt.Errorf("the dead server's configuration: %w", err)
 	}
-	var area *stagingArea
+	var area *block.Staging
 	if st.staging >= 0 {
 		f, err := devmem.FileFromFD(st.staging, "staging file")
 		st.staging = -1
 		if err == nil {
-			area, err = mapStagingArea(f)
+			area, err = block.MapStaging(f)
 		}
 		if err != nil {
 			st.close()

@@ -65,7 +65,7 @@ type Server struct {
 	lostPages    atomic.Uint64
 
 	guard   *guardLink
-	staging *stagingArea // the buffers migrations carry pages in (staging.go)
+	staging *block.Staging // the buffers migrations carry pages in (staging.go)
 	// largeFolios is nil where location files take 2 MiB folios, else
 	// why they do not (devmem.CreateLargeFolioFile; migrate.go).
 	largeFolios error
@@ -109,7 +109,7 @@ func NewServer(cfg config.ServerConfig) (*Server, error) {
 // died (adopt.go), with the dead one's guard and staging area.
 type serverStart struct {
 	guard    *guardLink
-	staging  *stagingArea
+	staging  *block.Staging
 	mode     byte
 	attempts int
 }
@@ -149,7 +149,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	}
 	s.largeFolios = largeFoliosFor(cfg)
 	if s.staging == nil {
-		if s.staging, err = newStagingArea(); err != nil {
+		if s.staging, err = block.NewStaging(); err != nil {
 			return nil, err
 		}
 	}
@@ -216,7 +216,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		}
 		s.guard = g
 		g.send(GuardConfigMsg(s.mode, cfg.RestartAttempts(), cfg.Marshal()))
-		g.send([]byte{GuardStaging}, s.staging.file.Fd())
+		g.send([]byte{GuardStaging}, s.staging.FD())
 		go s.watchGuard()
 	}
 	return s, nil
@@ -389,7 +389,7 @@ func (s *Server) Close() error {
 			s.engines.Stop() // every move has ended with its session
 		}
 		s.guard.quit()
-		s.staging.close()
+		s.staging.Close()
 		s.closeArenas()
 		s.closeTrace()
 	})

@@ -59,14 +59,14 @@ func (sess *session) CopyWhole(o *block.Mover, from, to core.Device, sealed bool
 	if err != nil {
 		return err
 	}
-	srv.staging.markMove(slot, sess.id, off, core.BlockSize, from, to)
+	srv.staging.MarkMove(slot, sess.id, off, core.BlockSize, from, to)
 	// Sealed: nobody sees the destination's pages before the move is
 	// done, so several movers may write into one file at once.
 	err = dst.WriteBlockUnseen(m.Bytes(), off)
 	m.Unmap()
 	if err == nil {
 		srv.inMove("written", dst, off)
-		srv.staging.markCopied(slot)
+		srv.staging.MarkCopied(slot)
 		srv.inMove("copied", dst, off)
 		if err = src.Punch(off, core.BlockSize); err == nil {
 			srv.afterPunch()
@@ -130,7 +130,7 @@ func (sess *session) InstallWhole(o *block.Mover, from core.Device, v block.View
 	}
 	sess.srv.afterPunch()
 	for i, b := range bufs {
-		got, _, ierr := sess.install(o, v.(*view), installCopy, i*stagingSlotPages, (i+1)*stagingSlotPages, b, false)
+		got, _, ierr := sess.install(o, v.(*view), installCopy, i*block.StagingSlotPages, (i+1)*block.StagingSlotPages, b, false)
 		done.Or(&got)
 		if ierr != nil {
 			err = ierr
@@ -153,8 +153,8 @@ func (sess *session) InstallWhole(o *block.Mover, from core.Device, v block.View
 func (sess *session) writeFromSlots(o *block.Mover, f *devmem.File, bufs [][]byte, pages core.PageMask) error {
 	for p, q := pages.NextRun(0); p >= 0; p, q = pages.NextRun(q) {
 		for x := p; x < q; {
-			slot, y := x/stagingSlotPages, min(q, (x/stagingSlotPages+1)*stagingSlotPages)
-			b := bufs[slot][(x-slot*stagingSlotPages)*core.PageSize : (y-slot*stagingSlotPages)*core.PageSize]
+			slot, y := x/block.StagingSlotPages, min(q, (x/block.StagingSlotPages+1)*block.StagingSlotPages)
+			b := bufs[slot][(x-slot*block.StagingSlotPages)*core.PageSize : (y-slot*block.StagingSlotPages)*core.PageSize]
 			if _, err := f.WriteAt(b, o.FileOff(x)); err != nil {
 				return err
 			}
@@ -171,11 +171,11 @@ func (sess *session) writeFromSlots(o *block.Mover, f *devmem.File, bufs [][]byt
 // location file holds. unstage voids the intents and returns the slots.
 func (sess *session) stageBlock(f *devmem.File, off int64) (bufs [][]byte, unstage func(), err error) {
 	area := sess.srv.staging
-	const slots = core.BlockSize / stagingSlotBytes
+	const slots = core.BlockSize / block.StagingSlotBytes
 	bufs = make([][]byte, 0, slots)
 	unstage = func() {
 		for _, b := range bufs {
-			area.clear(b)
+			area.Clear(b)
 			area.Put(b)
 		}
 	}
@@ -186,13 +186,13 @@ func (sess *session) stageBlock(f *devmem.File, off int64) (bufs [][]byte, unsta
 			return nil, nil, fmt.Errorf("%w: staging area closed", core.ErrInternal)
 		}
 		bufs = append(bufs, b)
-		if _, err := f.ReadAt(b, off+int64(i)*stagingSlotBytes); err != nil {
+		if _, err := f.ReadAt(b, off+int64(i)*block.StagingSlotBytes); err != nil {
 			unstage()
 			return nil, nil, err
 		}
 	}
 	for i, b := range bufs {
-		area.mark(b, sess.id, off+int64(i)*stagingSlotBytes, stagingSlotBytes)
+		area.Mark(b, sess.id, off+int64(i)*block.StagingSlotBytes, block.StagingSlotBytes)
 	}
 	return bufs, unstage, nil
 }
