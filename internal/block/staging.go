@@ -42,7 +42,7 @@ type Staging struct {
 }
 
 const (
-	stagingSlots     = 4096 // 512 MiB of address space, used as needed
+	stagingSlots = 4096 // 512 MiB of address space, used as needed
 	// StagingSlotBytes is a copy engine chunk (internal/engine.ChunkBytes,
 	// whose buffers the slots are; a test of the server holds them equal).
 	StagingSlotBytes = 128 << 10

@@ -51,6 +51,7 @@ var layers = [][]string{
 	{"internal/wire"},
 	{"internal/engine"},
 	{"internal/device"},
+	{"internal/guard"},
 	{"internal/server", "internal/metrics"},
 	{"uvm"},
 	{"cli", "cmd", "policy/coursework/cmd", "lab/course", "lab/programs"},

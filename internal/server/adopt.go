@@ -13,6 +13,7 @@ import (
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/device"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
@@ -81,15 +82,15 @@ type restartStats struct {
 }
 
 // adopt takes over the sessions in st.
-func (s *Server) adopt(st *keptState, died time.Time, restarts int) error {
+func (s *Server) adopt(st *guard.State, died time.Time, restarts int) error {
 	start := time.Now()
 	var sessions []*session
-	for _, id := range st.sessionIDs() {
+	for _, id := range st.SessionIDs() {
 		ks := st.Sessions[id]
 		delete(st.Sessions, id)
 		sess, err := s.adoptFiles(ks)
 		if err != nil {
-			s.logger.Printf("session %d (pid %d) cannot be adopted: %v", id, ks.pid, err)
+			s.logger.Printf("session %d (pid %d) cannot be adopted: %v", id, ks.PID, err)
 			continue
 		}
 		sessions = append(sessions, sess)
@@ -125,15 +126,15 @@ func (s *Server) adopt(st *keptState, died time.Time, restarts int) error {
 
 // adoptFiles makes a session of what the guard kept: its descriptors and
 // journal. Nothing runs for it yet.
-func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
+func (s *Server) adoptFiles(ks *guard.Session) (*session, error) {
 	conn, err := device.FileConn(uintptr(ks.Conn))
 	ks.Conn = -1
 	if err != nil {
 		wire.CloseFDs([]int{ks.Uffd, ks.Host})
 		return nil, fmt.Errorf("control socket: %v", err)
 	}
-	sess := s.newSession(ks.Id, ks.pid, wire.RoleClient, conn)
-	host, err := devmem.FileFromFD(ks.Host, fmt.Sprintf("host file of pid %d", ks.pid))
+	sess := s.newSession(ks.ID, ks.PID, wire.RoleClient, conn)
+	host, err := devmem.FileFromFD(ks.Host, fmt.Sprintf("host file of pid %d", ks.PID))
 	if err != nil {
 		uffd.NewFD(ks.Uffd).Close()
 		conn.Close()
@@ -141,21 +142,21 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 	}
 	sess.host = host
 	u := uffd.NewFD(ks.Uffd)
-	u.SetHandshaken(uffd.Feature(ks.features), 0)
-	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.pid, uffd: u})
-	if uffd.Feature(ks.features)&uffd.FeatureWPAsync != 0 {
+	u.SetHandshaken(uffd.Feature(ks.Features), 0)
+	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.PID, uffd: u})
+	if uffd.Feature(ks.Features)&uffd.FeatureWPAsync != 0 {
 		// Only launch-model sessions ask for WP_ASYNC: the host's writes
 		// are only read at launches, so the session stays one. Which
 		// kernels ran is not kept: the CPU may touch everything until
 		// the next launch.
-		ls, err := s.newLaunchState(core.CoherenceLaunch, ks.pid)
+		ls, err := s.newLaunchState(core.CoherenceLaunch, ks.PID)
 		if err != nil {
 			u.Close()
 			host.Close()
 			conn.Close()
 			return nil, err
 		}
-		sess.launch = ls.settle(uffd.Feature(ks.features))
+		sess.launch = ls.settle(uffd.Feature(ks.Features))
 	}
 	sess.devFiles = make([]*devmem.File, len(s.arenas))
 	for l, fd := range ks.Files {
@@ -164,9 +165,9 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 			syscall.Close(fd)
 			continue
 		}
-		f, err := devmem.FileFromFD(fd, fmt.Sprintf("softuvm-dev%d-pid%d", d, ks.pid))
+		f, err := devmem.FileFromFD(fd, fmt.Sprintf("softuvm-dev%d-pid%d", d, ks.PID))
 		if err != nil {
-			s.logger.Printf("session %d: device %d file: %v", ks.Id, d, err)
+			s.logger.Printf("session %d: device %d file: %v", ks.ID, d, err)
 			continue
 		}
 		sess.devFiles[d] = f
@@ -248,7 +249,7 @@ func (sess *session) rebuild() (int64, error) {
 	srv := sess.srv
 	var pages int64
 	recs := sess.journal.Records()
-	sess.journal = NewJournal()
+	sess.journal = guard.NewJournal()
 	for _, rec := range recs {
 		_, req, err := wire.ParseRequest(rec[1:])
 		if err != nil {
@@ -267,7 +268,7 @@ func (sess *session) rebuild() (int64, error) {
 				srv.logger.Printf("session %d: replay %v on %#x+%d: %v", sess.id, core.Advice(r.Advice), r.Addr, r.Length, err)
 			}
 		}
-		sess.journal.apply(rec)
+		sess.journal.Apply(rec)
 	}
 	return pages, nil
 }
@@ -349,7 +350,7 @@ func (sess *session) resume(restarts int) {
 	for l, kv := range sess.adoptedViews {
 		v, err := sess.adoptDevice(l, kv, restarts)
 		if err != nil {
-			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l, kv.pid, err)
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l, kv.PID, err)
 			continue
 		}
 		views = append(views, v)
@@ -417,15 +418,15 @@ func (sess *session) resume(restarts int) {
 
 // adoptDevice makes the view of a device process the dead server served,
 // and publishes it; the process keeps running its kernels.
-func (sess *session) adoptDevice(l core.Device, kv *KeptView, restarts int) (*view, error) {
-	conn, err := device.FileConn(uintptr(kv.conn))
+func (sess *session) adoptDevice(l core.Device, kv *guard.View, restarts int) (*view, error) {
+	conn, err := device.FileConn(uintptr(kv.Conn))
 	if err != nil {
-		syscall.Close(kv.uffd)
+		syscall.Close(kv.Uffd)
 		return nil, err
 	}
-	u := uffd.NewFD(kv.uffd)
+	u := uffd.NewFD(kv.Uffd)
 	u.SetHandshaken(sess.srv.features&core.WantedFeatures, 0)
-	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{}),
+	v := &view{sess: sess, loc: l, pid: kv.PID, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{}),
 		minorOwn: sess.deviceMinor(l, u)}
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.

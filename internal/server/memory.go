@@ -1,11 +1,8 @@
 package server
 
 import (
-	"errors"
-
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/uffd"
 )
 
 // A session is the block engine's Memory (block.Memory): its location
@@ -148,11 +145,6 @@ func (sess *session) Punch(o *block.Mover, l core.Device, first, outer int, whol
 	return f.PunchSmallFolios(off, length)
 }
 
-// Mapped returns the pages of mask that the client's process maps.
-func (sess *session) Mapped(o *block.Mover, mask core.PageMask) (core.PageMask, error) {
-	return presentPages(sess.pid, o.BlockAddr, mask)
-}
-
 func (sess *session) LaunchModel() bool { return sess.launch != nil }
 
 func (sess *session) LaunchLocked(r *block.Range) bool {
@@ -163,6 +155,3 @@ func (sess *session) LaunchLocked(r *block.Range) bool {
 func (sess *session) MapsDeviceMemory(r *block.Range, l core.Device) bool {
 	return r.Kind != core.KindDevice || l == core.CPU || l == r.Owner || sess.peers.enabled(l, r.Owner)
 }
-
-// errProcessGone reports an ioctl on a process that has exited.
-func errProcessGone(err error) bool { return errors.Is(err, uffd.ErrProcessGone) }

@@ -1,43 +1,23 @@
 package server
 
 import (
-	"encoding/binary"
 	"fmt"
-	"os"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 )
 
-const pagemapPresent = 1 << 63
-
-// presentPages returns the pages of mask (a block at blockAddr) that the
-// process maps.
-func presentPages(pid int, blockAddr uintptr, mask core.PageMask) (core.PageMask, error) {
-	var present core.PageMask
-	first := mask.NextSet(0)
-	if first < 0 {
-		return present, nil
-	}
-	last := first
-	for p := first; p >= 0; p = mask.NextSet(p + 1) {
-		last = p
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
+// Mapped returns the pages of mask that the client's process maps, from
+// its page table (PAGEMAP_SCAN, as the use observer reads it): the audit
+// of prefetched pages' use.
+func (sess *session) Mapped(o *block.Mover, mask core.PageMask) (core.PageMask, error) {
+	_, pagemap, err := sess.watch.open(sess.pid)
 	if err != nil {
-		return present, err
+		return core.PageMask{}, fmt.Errorf("pagemap of pid %d: %w", sess.pid, err)
 	}
-	defer f.Close()
-	buf := make([]byte, (last-first+1)*8)
-	off := int64(blockAddr/core.PageSize+uintptr(first)) * 8
-	if _, err := f.ReadAt(buf, off); err != nil {
-		return present, fmt.Errorf("read pagemap of pid %d at %#x: %w", pid, blockAddr+uintptr(first)*core.PageSize, err)
-	}
-	for p := first; p >= 0 && p <= last; p = mask.NextSet(p + 1) {
-		if binary.LittleEndian.Uint64(buf[(p-first)*8:])&pagemapPresent != 0 {
-			present.Set(p)
-		}
-	}
-	return present, nil
+	mapped, err := mappedPages(pagemap, o.BlockAddr, o.B.Pages)
+	mapped.And(&mask)
+	return mapped, err
 }
 
 // auditPrefetch settles what can be known of a range's prefetched pages,

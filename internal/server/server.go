@@ -191,7 +191,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	if err := s.startAccessCounting(); err != nil {
 		return nil, err
 	}
-	s.vmstatStart = readVMStat()
+	s.vmstatStart = config.ReadVMStat()
 	// Handler threads wait in read(2); when one returns it needs a P at
 	// once, so keep a few more Ps than CPUs.
 	if n := runtime.NumCPU() + 2; runtime.GOMAXPROCS(0) < n {
@@ -220,54 +220,6 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		go s.watchGuard()
 	}
 	return s, nil
-}
-
-// checkPeer accepts only processes of the server's own user, or root,
-// and returns the peer's process id. The socket's permissions already say
-// so; this is the second lock.
-func checkPeer(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *syscall.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if credErr != nil {
-		return 0, fmt.Errorf("peer credentials: %w", credErr)
-	}
-	if me := uint32(os.Geteuid()); cred.Uid != me && cred.Uid != 0 {
-		return 0, fmt.Errorf("peer pid %d runs as uid %d; this server (uid %d) serves only its own user", cred.Pid, cred.Uid, me)
-	}
-	return int(cred.Pid), nil
-}
-
-// arenaNode is the node to run copies into an arena of backend on: its
-// node for a NUMA arena of a machine with several nodes, else -1.
-func ArenaNode(backend string, node int) int {
-	if backend != devmem.BackendNUMA.String() || !multiNode() {
-		return -1
-	}
-	return node
-}
-
-var (
-	multiNodeOnce sync.Once
-	multiNodeMemo bool
-)
-
-// multiNode reports whether this machine has more than one NUMA node, the
-// only case where pinning copy threads to one matters.
-func multiNode() bool {
-	multiNodeOnce.Do(func() {
-		nodes, err := devmem.Nodes()
-		multiNodeMemo = err == nil && len(nodes) > 1
-	})
-	return multiNodeMemo
 }
 
 // inMove is where a test makes the server die in a whole move that
@@ -348,7 +300,7 @@ func (s *Server) Serve(l *net.UnixListener) error {
 // when the peer goes away.
 func (s *Server) ServeConn(c *net.UnixConn) {
 	defer c.Close()
-	peer, err := checkPeer(c)
+	peer, err := wire.PeerPID(c)
 	if err != nil {
 		s.logger.Printf("refusing connection: %v", err)
 		return
@@ -424,7 +376,7 @@ func (s *Server) Info() config.Info {
 		FoliosRebuilt: s.foliosRebuilt.Load(), StrayPresentPages: s.strayPresent.Load(), LostPages: s.lostPages.Load(),
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
-		VMStat: vmstatSince(s.vmstatStart),
+		VMStat: config.VMStatSince(s.vmstatStart),
 		Restart: config.RestartInfo{
 			Restarts: s.restart.count.Load(), PauseMS: float64(s.restart.lastPause.Load()) / 1e6,
 			AdoptedPages: s.restart.adoptedPages.Load(), RebuildMS: float64(s.restart.rebuild.Load()) / 1e6,
@@ -516,7 +468,7 @@ func (s *Server) nodeOf(l core.Device) int {
 		return -1
 	}
 	spec := s.arenas[l].Spec()
-	return ArenaNode(spec.Backend.String(), spec.Node)
+	return devmem.ArenaNode(spec.Backend.String(), spec.Node)
 }
 
 // largeFoliosFor decides whether location files take large folios.

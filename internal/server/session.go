@@ -14,6 +14,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -93,7 +94,7 @@ type session struct {
 	launch *launchState
 	// adoptedViews are the device processes a new server takes over,
 	// until resume attaches them.
-	adoptedViews map[core.Device]*KeptView
+	adoptedViews map[core.Device]*guard.View
 	// peers is which devices reach which devices' memory (peer.go).
 	peers peerTable
 	// watch and deviceWatch hold what an eviction policy's hint faults
@@ -124,7 +125,7 @@ type freedRange struct {
 func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) *session {
 	sess := &session{srv: s, id: id, pid: pid, role: role, conn: conn, stats: core.NewCounters(s.eng.Locations()),
 		counted: map[*managedRange]struct{}{},
-		views:   make([]atomic.Pointer[view], s.eng.Locations()), remaps: newRemapper(), journal: NewJournal()}
+		views:   make([]atomic.Pointer[view], s.eng.Locations()), remaps: newRemapper(), journal: guard.NewJournal()}
 	sess.ranges.Store(&rangeTable{})
 	return sess
 }
@@ -133,7 +134,7 @@ func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) 
 func (sess *session) record(rec []byte) {
 	sess.journalMu.Lock()
 	defer sess.journalMu.Unlock()
-	if err := sess.journal.apply(rec); err != nil {
+	if err := sess.journal.Apply(rec); err != nil {
 		sess.srv.logger.Printf("session %d journal: %v", sess.id, err)
 		return
 	}
@@ -335,7 +336,7 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 	case wire.AdviseRequest:
 		err := sess.advise(uintptr(r.Addr), uintptr(r.Length), core.Advice(r.Advice), core.Device(r.Device))
 		if err == nil {
-			sess.record(AdviseRecord(wire.EncodeAdvise(0, r)))
+			sess.record(guard.AdviseRecord(wire.EncodeAdvise(0, r)))
 		}
 		return wire.EncodeEmptyReply(h), nil, err
 	case wire.StatsRequest:
@@ -411,7 +412,7 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 		sess.freeRangeLocked(mr, false)
 		return 0, err
 	}
-	sess.record(AllocRecord(wire.EncodeAlloc(0, r)))
+	sess.record(guard.AllocRecord(wire.EncodeAlloc(0, r)))
 	if r.Kind == core.KindManaged {
 		// sess.stats, not mr.Stats: an allocation's counters retire into
 		// its session's when it is freed, and would count it twice.
@@ -500,7 +501,7 @@ func (sess *session) free(addr uintptr) error {
 	}
 	sess.auditPrefetch(r, true)
 	sess.freeRangeLocked(r, true)
-	sess.record(FreeRecord(addr))
+	sess.record(guard.FreeRecord(addr))
 	return nil
 }
 

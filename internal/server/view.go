@@ -133,7 +133,7 @@ func (sess *session) deviceConnect(d core.Device) (int, error) {
 		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
 	}
 	go sess.serveDevice(core.Device(d), local)
-	fd, err := dupCloexec(remote)
+	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	return fd, err
 }
