@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
@@ -43,23 +42,6 @@ type pageTables struct {
 type labView core.Device
 
 func (v labView) Processor() core.Device { return core.Device(v) }
-
-// labArena is a device's capacity, counted.
-type labArena struct {
-	capacity, used int64 // pages
-}
-
-func (a *labArena) Reserve(pages int64) error {
-	if a.used+pages > a.capacity {
-		return devmem.ErrArenaFull
-	}
-	a.used += pages
-	return nil
-}
-
-func (a *labArena) Release(pages int64) { a.used -= pages }
-func (a *labArena) FreeBytes() int64    { return (a.capacity - a.used) * core.PageSize }
-func (a *labArena) Capacity() int64     { return a.capacity * core.PageSize }
 
 // tables returns block b's page tables, made on first use.
 func tables(b *block.Block) *pageTables {

@@ -53,7 +53,7 @@ type sim struct {
 	capacity    int64 // pages of each device
 	devices     int
 	largeFolios bool
-	arenas      []*labArena
+	arenas      []*block.CountedArena
 
 	ranges    []*simRange // by start
 	byID      map[uint64]*simRange
@@ -249,7 +249,7 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	}
 	arenas := make([]block.Arena, s.devices)
 	for d := range arenas {
-		a := &labArena{capacity: s.capacity}
+		a := &block.CountedArena{Pages: s.capacity}
 		s.arenas = append(s.arenas, a)
 		arenas[d] = a
 	}
@@ -573,19 +573,8 @@ func (s *sim) addRange(id, start, bytes uint64) {
 // freeRange drops an allocation: its pages leave every location, as the
 // server's free does.
 func (s *sim) freeRange(sr *simRange) {
-	if r := sr.r; r != nil {
-		resident := make([]int64, s.eng.Locations())
-		for i := range r.Blocks() {
-			if b := r.BlockAt(i); b != nil {
-				b.Lock()
-				r.Freed.Store(true)
-				o := r.NewMover(i, b)
-				o.Free(resident)
-				b.Unlock()
-			}
-		}
-		r.Freed.Store(true)
-		s.eng.AddHostPages(-resident[core.CPU.Slot()])
+	if sr.r != nil {
+		resident := sr.r.Free()
 		for d, a := range s.arenas {
 			a.Release(resident[d+1])
 		}

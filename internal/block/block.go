@@ -91,6 +91,29 @@ func (r *Range) Quiesce() {
 	}
 }
 
+// Free forgets the range as it is freed: each block, under its lock, is
+// marked freed, its protections end and the eviction policy forgets it;
+// the host's count loses its pages. It returns the pages it held at each
+// location slot: the caller releases the devices' arenas once their files
+// have let them go.
+func (r *Range) Free() []int64 {
+	resident := make([]int64, r.eng.locs)
+	for i := range r.blocks {
+		b := r.blocks[i].Load()
+		if b == nil {
+			continue
+		}
+		b.Lock()
+		r.Freed.Store(true)
+		o := r.NewMover(i, b)
+		o.Free(resident)
+		b.Unlock()
+	}
+	r.Freed.Store(true)
+	r.eng.hostPages.Add(-resident[core.CPU.Slot()])
+	return resident
+}
+
 // Ref names a block of a range: the owner of its policy.Block.
 type Ref struct {
 	R *Range

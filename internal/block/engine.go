@@ -21,6 +21,25 @@ type Arena interface {
 	Capacity() int64
 }
 
+// CountedArena is an Arena that only counts: a capacity and the pages
+// reserved (the lab's devices, and the engine's tests).
+type CountedArena struct {
+	Pages, Used int64
+}
+
+// Reserve takes n pages, or fails with devmem.ErrArenaFull.
+func (a *CountedArena) Reserve(n int64) error {
+	if a.Used+n > a.Pages {
+		return devmem.ErrArenaFull
+	}
+	a.Used += n
+	return nil
+}
+
+func (a *CountedArena) Release(n int64)  { a.Used -= n }
+func (a *CountedArena) FreeBytes() int64 { return (a.Pages - a.Used) * core.PageSize }
+func (a *CountedArena) Capacity() int64  { return a.Pages * core.PageSize }
+
 // Config is what an engine runs by.
 type Config struct {
 	// Policies decide; Arenas are the devices' capacities, one per

@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 )
@@ -23,18 +22,6 @@ type memView core.Device
 
 func (v memView) Processor() core.Device { return core.Device(v) }
 
-type countArena struct{ capacity, used int64 }
-
-func (a *countArena) Reserve(n int64) error {
-	if a.used+n > a.capacity {
-		return devmem.ErrArenaFull
-	}
-	a.used += n
-	return nil
-}
-func (a *countArena) Release(n int64)      { a.used -= n }
-func (a *countArena) FreeBytes() int64     { return (a.capacity - a.used) * core.PageSize }
-func (a *countArena) Capacity() int64      { return a.capacity * core.PageSize }
 func (m *memFiles) note(op string)         { m.ops = append(m.ops, op) }
 func runOf(first, outer int) core.PageMask { var p core.PageMask; p.FillRange(first, outer); return p }
 
@@ -98,7 +85,7 @@ func (t *tally) Observe(e Event) {
 type rig struct {
 	e     *Engine
 	mem   *memFiles
-	arena *countArena
+	arena *CountedArena
 	t     *tally
 	r     *Range
 	now   int64
@@ -110,7 +97,7 @@ func newRig(t *testing.T, prefetch string, hostBlocks, deviceBlocks, rangeBlocks
 	require.NoError(t, err)
 	set, err := policy.NewSet(policy.Specs{Prefetch: ps, Eviction: "lru"})
 	require.NoError(t, err)
-	g := &rig{mem: &memFiles{large: large}, arena: &countArena{capacity: int64(deviceBlocks) * core.PagesPerBlock},
+	g := &rig{mem: &memFiles{large: large}, arena: &CountedArena{Pages: int64(deviceBlocks) * core.PagesPerBlock},
 		t: &tally{n: map[EventKind]int{}, pages: map[EventKind]int{}}, now: 1}
 	g.e = New(Config{Policies: set, Arenas: []Arena{g.arena}, HostBudget: int64(hostBlocks) * core.BlockSize,
 		Now: func() int64 { return g.now }, Background: func(f func()) { f() }, Observers: []Observer{g.t}})
@@ -152,7 +139,7 @@ func TestFaultPopulatesAndMovesPages(t *testing.T) {
 	assert.Equal(t, runOf(5, 6), b.Resident[core.Device(0).Slot()])
 	assert.True(t, b.Resident[core.CPU.Slot()].Empty())
 	assert.Equal(t, int64(0), g.e.HostPages())
-	assert.Equal(t, int64(1), g.arena.used)
+	assert.Equal(t, int64(1), g.arena.Used)
 
 	assert.Equal(t, 2, g.t.n[EvFault], "one event per fault")
 	assert.Equal(t, 2, g.t.n[EvArrived], "one event per run")
@@ -187,14 +174,14 @@ func TestWholeBlockMovesAsOneFolio(t *testing.T) {
 	assert.True(t, b.MayBeLargeAt(0))
 	assert.False(t, b.MayBeLargeAt(core.CPU), "the host's folio left whole")
 	assert.Equal(t, 1, g.t.n[EvWholeMove])
-	assert.Equal(t, int64(core.PagesPerBlock), g.arena.used)
+	assert.Equal(t, int64(core.PagesPerBlock), g.arena.Used)
 
 	g.fault(t, core.CPU, 0, 0) // where a sweep enters the block
 	assert.Equal(t, "whole", g.mem.ops[len(g.mem.ops)-1], "the whole block comes back as one folio")
 	assert.Equal(t, core.PagesPerBlock, b.Resident[core.CPU.Slot()].Count())
 	assert.Zero(t, g.t.n[EvRebuilt])
 	assert.Equal(t, 2, g.t.n[EvWholeMove])
-	assert.Equal(t, int64(0), g.arena.used)
+	assert.Equal(t, int64(0), g.arena.Used)
 }
 
 // TestEvictionMakesRoomOnAFullDevice: a device of two blocks holding two
@@ -220,9 +207,9 @@ func TestEvictionMakesRoomOnAFullDevice(t *testing.T) {
 	}
 	fill(0)
 	fill(1)
-	require.Equal(t, int64(2*core.PagesPerBlock), g2.arena.used)
+	require.Equal(t, int64(2*core.PagesPerBlock), g2.arena.Used)
 	fill(2)
-	assert.Equal(t, int64(2*core.PagesPerBlock), g2.arena.used, "the arena stays full, not over")
+	assert.Equal(t, int64(2*core.PagesPerBlock), g2.arena.Used, "the arena stays full, not over")
 	assert.Equal(t, 1, g2.t.n[EvEvicted], "one victim")
 	assert.Equal(t, core.PagesPerBlock, g2.t.pages[EvEvicted])
 	assert.Equal(t, core.PagesPerBlock, g2.r.Block(0).Resident[core.CPU.Slot()].Count(), "the first block went to the host")

@@ -613,9 +613,9 @@ func (o *Mover) Adopt(l core.Device, pages core.PageMask) {
 	}
 }
 
-// Free forgets the block as its range is freed: its protections end and
-// the eviction policy forgets it everywhere. It returns the pages it
-// held at each location slot, added to resident.
+// Free forgets the block as its range is freed (Range.Free): its
+// protections end and the eviction policy forgets it everywhere. The
+// pages it held at each location slot are added to resident.
 func (o *Mover) Free(resident []int64) {
 	b := o.B
 	e := o.eng()

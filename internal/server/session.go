@@ -518,20 +518,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 	if sess.tracing() && r.Kind == core.KindManaged {
 		sess.emit(&trace.Event{Kind: trace.KindFree, Range: r.ID, Addr: uint64(r.Start)})
 	}
-	resident := make([]int64, sess.srv.eng.Locations())
-	for i := range r.Blocks() {
-		b := r.BlockAt(i)
-		if b == nil {
-			continue
-		}
-		b.Lock()
-		r.Freed.Store(true)
-		o := r.NewMover(i, b)
-		o.Free(resident)
-		b.Unlock()
-	}
-	r.Freed.Store(true)
-	sess.srv.eng.AddHostPages(-resident[core.CPU.Slot()])
+	resident := r.Free()
 	sess.retireRange(r)
 	// The rest of the first and last blocks goes too where no range uses
 	// it: a large folio a client made there (pinned memory filled, device
