@@ -183,7 +183,7 @@ func decideFault(f faultFacts) Plan {
 type moverFacts struct {
 	o *Mover
 	p int
-	f *Fault
+	f Fault
 }
 
 func (f *moverFacts) hostOnDeviceMemory() bool {
@@ -218,7 +218,7 @@ func (f *moverFacts) cleanCopy() bool { return f.o.cleanCopy(f.p) }
 // location's: a remote mapping), and the page is brought into that file.
 // The plans the engine leaves are returned with nothing done.
 func (o *Mover) ServeFault(p int, f *Fault) (Plan, error) {
-	facts := moverFacts{o: o, p: p, f: f}
+	facts := moverFacts{o: o, p: p, f: *f}
 	plan := decideFault(&facts)
 	if !plan.Engine() {
 		return plan, nil

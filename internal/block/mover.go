@@ -1,7 +1,6 @@
 package block
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/softuvm/softuvm/internal/core"
@@ -630,9 +629,6 @@ func (o *Mover) Free(resident []int64) {
 		o.emit(Event{Kind: EvPrefetchAudit, Unused: n})
 	}
 }
-
-// errClosed reports a staging area or a file gone: the server closing.
-var errClosed = fmt.Errorf("%w: the memory is closed", core.ErrInternal)
 
 // AuditLeaving settles the prefetched pages of pages, about to leave the
 // host: those the client mapped were used, the others not.
