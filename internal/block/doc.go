@@ -20,9 +20,10 @@
 // bookkeeping. Read duplication and clean eviction (readdup.go,
 // clean.go), the resident core (workingset.go, over package
 // internal/workingset), thrashing (thrash.go), read-ahead
-// (readahead.go), minor-fault mapping (continue.go) and the fault
-// decision (fault.go: decideFault, pure and tested without a
-// userfaultfd) are here too.
+// (readahead.go), minor-fault mapping (continue.go), advice and range
+// attributes (advice.go), the staging area's slots and intents
+// (staging.go) and the fault decision (fault.go: decideFault, pure and
+// tested without a userfaultfd) are here too.
 //
 // # What it does not hold
 //
@@ -67,6 +68,7 @@
 //	                      takes other blocks' locks only with TryLock
 //	                      (eviction, protections' release), never waits
 //	                      for one
+//	Staging.mu            the staging file's free slots (a leaf)
 //	workingset.Set        a processor's lists of blocks with protected pages
 //	                      (a leaf, taken under block locks)
 //
