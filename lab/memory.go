@@ -253,9 +253,7 @@ func (c counter) Observe(e block.Event) {
 		} else {
 			r.addMoved(e.From, e.To, e.Cause, n)
 		}
-		spec := e.Pages
-		spec.And(&e.Speculative)
-		r.Prefetched += uint64(spec.Count())
+		r.Prefetched += uint64(e.Prefetched)
 	case block.EvEvicted:
 		r.Evicted[e.From.Slot()] += uint64(e.Pages.Count())
 		r.Evictions++

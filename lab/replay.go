@@ -61,8 +61,9 @@ type sim struct {
 
 	now      policy.Clock
 	scratch  block.Scratch
-	future   *future // for the oracles; nil otherwise
-	ref      int     // the index of the reference being served
+	mover    block.Mover // the fault's, reused: one of its own would be allocated each fault
+	future   *future     // for the oracles; nil otherwise
+	ref      int         // the index of the reference being served
 	observer AccessObserver
 	res      *Result
 	measured costSamples
@@ -508,7 +509,8 @@ func (s *sim) touch(r *block.Range, bi int, p core.Device, x int, write bool) {
 	r.ReadAheadReached(p, bi)
 	b.Lock()
 	defer b.Unlock()
-	o := r.NewMover(bi, b)
+	o := &s.mover // reused: a mover of its own would be allocated each fault
+	*o = r.NewMover(bi, b)
 	o.FV = labView(p)
 	o.Use(&s.scratch)
 	f := block.Fault{Kind: kind, Write: write}

@@ -63,7 +63,8 @@ type Config struct {
 	// lock it holds.
 	OwnVictims bool
 	// Observers hear of every event (sink.go), after the engine's own
-	// (the policies and the ranges' counters).
+	// (the policies): the ranges' counters (Counters) among them where
+	// the user reads them.
 	Observers []Observer
 }
 

@@ -100,7 +100,7 @@ func newRig(t *testing.T, prefetch string, hostBlocks, deviceBlocks, rangeBlocks
 	g := &rig{mem: &memFiles{large: large}, arena: &CountedArena{Pages: int64(deviceBlocks) * core.PagesPerBlock},
 		t: &tally{n: map[EventKind]int{}, pages: map[EventKind]int{}}, now: 1}
 	g.e = New(Config{Policies: set, Arenas: []Arena{g.arena}, HostBudget: int64(hostBlocks) * core.BlockSize,
-		Now: func() int64 { return g.now }, Background: func(f func()) { f() }, Observers: []Observer{g.t}})
+		Now: func() int64 { return g.now }, Background: func(f func()) { f() }, Observers: []Observer{Counters{}, g.t}})
 	g.r = g.e.NewRange(g.mem, 0x7f0000000000, uintptr(rangeBlocks)*core.BlockSize)
 	g.r.FileOff, g.r.Kind, g.r.Prefetch, g.r.Session, g.r.ID = 0, core.KindManaged, set.Prefetch, 1, 1
 	return g

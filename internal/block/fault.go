@@ -218,8 +218,8 @@ func (f *moverFacts) cleanCopy() bool { return f.o.cleanCopy(f.p) }
 // location's: a remote mapping), and the page is brought into that file.
 // The plans the engine leaves are returned with nothing done.
 func (o *Mover) ServeFault(p int, f *Fault) (Plan, error) {
-	facts := moverFacts{o: o, p: p, f: *f}
-	plan := decideFault(&facts)
+	o.facts = moverFacts{o: o, p: p, f: *f}
+	plan := decideFault(&o.facts)
 	if !plan.Engine() {
 		return plan, nil
 	}

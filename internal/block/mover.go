@@ -53,8 +53,9 @@ type Mover struct {
 	// keep is the pages the move under way brings, which the lab's
 	// oracle, evicting the mover's own block, spares.
 	keep    core.PageMask
-	runBuf  []Run  // reused for runs; nil allocates
-	holdBuf []View // reused by holders
+	facts   moverFacts // the fault's facts, kept here so as not to allocate them
+	runBuf  []Run      // reused for runs; nil allocates
+	holdBuf []View     // reused by holders
 }
 
 // NewMover returns a mover of block i of r, which the caller has locked.
@@ -432,9 +433,10 @@ func (o *Mover) Account(rn Run, done core.PageMask, dst core.Device, speculative
 	}
 	spec := done
 	spec.And(&speculative)
-	o.emit(Event{Kind: EvArrived, First: done.NextSet(0), Pages: done, Speculative: speculative, From: rn.Src, To: dst,
+	k := spec.Count()
+	o.emit(Event{Kind: EvArrived, First: done.NextSet(0), Pages: done, Prefetched: k, From: rn.Src, To: dst,
 		Cause: cause, Populated: rn.Populated, Started: o.RunStarted})
-	if k := spec.Count(); k > 0 {
+	if k > 0 {
 		o.Prefetched += k
 		if rn.Speculative && dst == core.CPU {
 			b.PrefetchPending.Or(&spec)

@@ -22,9 +22,9 @@ const (
 	// Thread describe the fault.
 	EvFault EventKind = iota + 1
 	// EvArrived: Pages arrived at To for Cause, from From, or created
-	// there (zero pages) where !Populated; Speculative holds those a
-	// prefetch brought. Started is when their run began (zero where
-	// nobody times it).
+	// there (zero pages) where !Populated; Prefetched of them a prefetch
+	// brought. Started is when their run began (zero where nobody times
+	// it).
 	EvArrived
 	// EvDuplicated: Pages were copied to To, the other copies kept
 	// (read duplication).
@@ -91,19 +91,17 @@ type Event struct {
 	Block int
 	// First is the page of the block the event starts at (the first of
 	// Pages where they are given); N a count.
-	First int
-	N     int
-	Pages core.PageMask
-	// Speculative: of Pages, those a prefetch brought (EvArrived).
-	Speculative core.PageMask
-	From, To    core.Device
-	Processor   core.Device
-	Cause       policy.Cause
-	Populated   bool
-	None        bool
-	Clean       int
-	Recent      int
-	Unused      int
+	First     int
+	N         int
+	Pages     core.PageMask
+	From, To  core.Device
+	Processor core.Device
+	Cause     policy.Cause
+	Populated bool
+	None      bool
+	Clean     int
+	Recent    int
+	Unused    int
 	// The fault's (EvFault).
 	Plan       Plan
 	FaultKind  core.FaultKind
@@ -137,8 +135,8 @@ type ObserverFunc func(e Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// sink fans every event out to the engine's own observers (the
-// policies, the ranges' counters) and then to those of its Config.
+// sink fans every event out to the engine's own observer (the
+// policies) and then to those of its Config.
 type sink struct {
 	observers []Observer
 	// timed: some observer wants runs timed (Started); the clock is
@@ -147,7 +145,7 @@ type sink struct {
 }
 
 func newSink(e *Engine, extra []Observer) sink {
-	s := sink{observers: append([]Observer{policyObserver{e}, counterObserver{}}, extra...)}
+	s := sink{observers: append([]Observer{policyObserver{e}}, extra...)}
 	for _, o := range extra {
 		if t, ok := o.(interface{ Timed() bool }); ok && t.Timed() {
 			s.timed = true
@@ -211,12 +209,13 @@ func (p policyObserver) Observe(ev Event) {
 	}
 }
 
-// counterObserver counts each event in its range's statistics: every
-// event is counted once, in the counters of the allocation it belongs
-// to.
-type counterObserver struct{}
+// Counters counts each event in its range's statistics (Range.Stats):
+// every event is counted once, in the counters of the allocation it
+// belongs to. The server observes with it; a replay, which counts what
+// it reports in a result of its own, does not.
+type Counters struct{}
 
-func (counterObserver) Observe(ev Event) {
+func (Counters) Observe(ev Event) {
 	if ev.R == nil {
 		return
 	}
@@ -232,10 +231,8 @@ func (counterObserver) Observe(ev Event) {
 		} else {
 			st.AddMigrated(ev.From, ev.To, ev.Cause, n)
 		}
-		spec := ev.Pages
-		spec.And(&ev.Speculative)
-		if k := spec.Count(); k > 0 {
-			st.Prefetched.Add(uint64(k))
+		if ev.Prefetched > 0 {
+			st.Prefetched.Add(uint64(ev.Prefetched))
 		}
 	case EvDuplicated:
 		st.ReadDuplicated[ev.To.Slot()].Add(uint64(ev.Pages.Count()))

@@ -180,7 +180,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	}
 	s.eng = block.New(block.Config{Policies: policies, Arenas: arenas, HostBudget: cfg.HostBudget,
 		Now: func() int64 { return time.Since(s.started).Microseconds() + 1 }, Logf: s.logger.Printf,
-		Observers: []block.Observer{serverObserver{s}}})
+		Observers: []block.Observer{block.Counters{}, serverObserver{s}}})
 	s.retired = core.NewCounters(s.eng.Locations())
 	if o, ok := policies.Eviction.(policy.Observing); ok {
 		o.Observe(useObserver{s})
