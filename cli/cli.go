@@ -288,7 +288,7 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
 		return cfg, fmt.Errorf("--prefetch: %w", policyHint(err))
 	}
-	if _, err := policy.NewEviction(f.eviction); err != nil {
+	if err := policy.ValidateEviction(f.eviction); err != nil {
 		return cfg, fmt.Errorf("--eviction: %w", policyHint(err))
 	}
 	cfg.Eviction = f.eviction

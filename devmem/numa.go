@@ -206,3 +206,27 @@ func probeBindOnce(node int) (err error) {
 	}
 	return nil
 }
+
+// ArenaNode is the node to run copies into an arena of backend on: its
+// node for a NUMA arena of a machine with several nodes, else -1.
+func ArenaNode(backend string, node int) int {
+	if backend != BackendNUMA.String() || !multiNode() {
+		return -1
+	}
+	return node
+}
+
+var (
+	multiNodeOnce sync.Once
+	multiNodeMemo bool
+)
+
+// multiNode reports whether this machine has more than one NUMA node, the
+// only case where pinning copy threads to one matters.
+func multiNode() bool {
+	multiNodeOnce.Do(func() {
+		nodes, err := Nodes()
+		multiNodeMemo = err == nil && len(nodes) > 1
+	})
+	return multiNodeMemo
+}

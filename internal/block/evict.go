@@ -1,127 +1,110 @@
-package server
+package block
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
-	"github.com/softuvm/softuvm/trace"
 )
-
-// blockRef names a block of a range.
-type blockRef struct {
-	r *managedRange
-	i int
-	b *block
-}
-
-// evictWait bounds how long a reservation waits for busy blocks to be
-// free to evict.
-const evictWait = time.Second
 
 // evictPages moves the block's pages of pages, resident at from, to their
 // eviction destination, but for those protected there unless demote
 // (workingset.go), and stamps those that left for their refaults. The
 // block's lock is held.
-func evictPages(v blockRef, from core.Device, pages core.PageMask, demote bool) int64 {
-	srv := v.r.sess.srv
-	pages.And(&v.b.resident[from.Slot()])
+func evictPages(v Ref, from core.Device, pages core.PageMask, demote bool) int64 {
+	e := v.R.eng
+	pages.And(&v.B.Resident[from.Slot()])
 	if !demote {
-		protected := srv.ws.Protected(&v.b.ws, from.Slot())
+		protected := e.ws.Protected(&v.B.ws, from.Slot())
 		pages.AndNot(&protected)
 	}
 	n := int64(pages.Count())
-	if n == 0 || v.r.freed.Load() {
+	if n == 0 || v.R.Freed.Load() {
 		return 0
 	}
-	first := pages.NextSet(0)
-	if from == core.CPU && v.r.sess.launch != nil {
-		if locked, _ := v.r.sess.launch.launchLocked(v.r); !locked {
-			// Under the launch model the CPU's writes to its copies are
-			// not seen until a launch reads them (wp-async does not
-			// hold a writer while a page is copied away): host pages of
-			// memory the CPU may touch leave only at a launch.
-			return 0
-		}
+	if from == core.CPU && v.R.Space.LaunchModel() && !v.R.Space.LaunchLocked(v.R) {
+		// Under the launch model the CPU's writes to its copies are not
+		// seen until a launch reads them (wp-async does not hold a
+		// writer while a page is copied away): host pages of memory the
+		// CPU may touch leave only at a launch.
+		return 0
 	}
 	dst := core.CPU
 	if from == core.CPU {
 		var ok bool
-		if dst, ok = srv.roomiestDevice(n); !ok {
+		if dst, ok = e.roomiestDevice(n); !ok {
 			return 0
 		}
 	}
-	op := mover{sess: v.r.sess, r: v.r, b: v.b, blockAddr: v.r.start + uintptr(v.i)*core.BlockSize, cause: policy.CauseEviction}
-	held := v.b.resident[from.Slot()]
+	op := v.R.NewMover(v.I, v.B)
+	op.Cause = policy.CauseEviction
+	held := v.B.Resident[from.Slot()]
 	before := held.Count()
 	// Read-duplicated pages (advice, or clean eviction's copies:
 	// clean.go) with a copy elsewhere just lose this one, each to its
 	// first other holder: nothing is copied.
-	dup := v.b.duplicated()
+	dup := v.B.Duplicated()
 	dup.And(&pages)
+	clean := 0
 	if !dup.Empty() {
 		left := dup
-		for l := range v.b.resident {
+		for l := range v.B.Resident {
 			keep := core.DeviceAtSlot(l)
 			x := left
-			x.And(&v.b.resident[l])
+			x.And(&v.B.Resident[l])
 			if keep == from || x.Empty() {
 				continue
 			}
-			op.collapseTo(keep, x)
+			op.CollapseTo(keep, x)
 			left.AndNot(&x)
 		}
 		pages.AndNot(&dup)
-		if from == core.CPU {
-			v.r.stats.EvictedClean.Add(uint64(dup.Count()))
-		}
+		clean = dup.Count()
 	}
 	if err := op.moveToUnmapped(dst, pages); err != nil {
-		srv.logger.Printf("evict %#x from %v: %v", op.blockAddr, from, err)
+		e.cfg.Logf("evict %#x from %v: %v", op.BlockAddr, from, err)
 	}
-	evicted := int64(before - v.b.resident[from.Slot()].Count())
+	evicted := int64(before - v.B.Resident[from.Slot()].Count())
 	gone := held
-	gone.AndNot(&v.b.resident[from.Slot()])
-	srv.ws.Evicted(&v.b.ws, from.Slot(), srv.locations(), gone)
-	v.r.stats.Evicted[from.Slot()].Add(uint64(evicted))
-	if evicted > 0 && v.r.sess.tracing() {
-		v.r.sess.tracePages(trace.KindEviction, v.r, op.pageAddr(first), int(evicted), from)
+	gone.AndNot(&v.B.Resident[from.Slot()])
+	e.ws.Evicted(&v.B.ws, from.Slot(), e.locs, gone)
+	if evicted > 0 {
+		op.emit(Event{Kind: EvEvicted, First: gone.NextSet(0), Pages: gone, From: from, To: dst, Clean: clean})
 	}
 	return evicted
 }
 
-// blockIndex is the mover's block's index in its range.
-func (o *mover) blockIndex() int { return int((o.blockAddr - o.r.start) >> core.BlockShift) }
-
-// reserve reserves capacity on device location dst for need pages,
+// Reserve reserves capacity on device location dst for need pages,
 // evicting other blocks' pages to the host if the arena is full, and
 // then, where no other block gives room, the mover's own block's pages
 // on dst other than those of keep (the pages this move brings or
 // needs). Once the pages are accounted (the eviction policy told) or
-// the unused part released, the caller calls settled(dst).
-func (o *mover) reserve(dst core.Device, need int64, keep core.PageMask) error {
-	err := o.reserveOrEvict(dst, need, keep)
+// the unused part released, the caller calls Settled(dst).
+func (o *Mover) Reserve(dst core.Device, need int64, keep core.PageMask) error {
+	err := o.ReserveOrEvict(dst, need, keep)
 	if err == nil {
-		o.sess.srv.reserving[dst].Add(1)
+		o.eng().reserving[dst].Add(1)
 	}
 	return err
 }
 
-// settled ends what reserve(dst, ...) began: the reserved pages are
+// Settled ends what Reserve(dst, ...) began: the reserved pages are
 // resident and listed, or released.
-func (o *mover) settled(dst core.Device) {
-	o.sess.srv.reserving[dst].Add(-1)
+func (o *Mover) Settled(dst core.Device) {
+	o.eng().reserving[dst].Add(-1)
 }
 
-// reserveOrEvict is reserve without the bookkeeping of moves in flight:
-// device memory keeps what it reserves, unlisted, for its life.
-func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) error {
-	arena := o.sess.srv.arenas[dst]
+// ReserveOrEvict is Reserve without the bookkeeping of moves in flight:
+// device memory keeps what it reserves, unlisted, for its life. A mover
+// with no block (an allocation of device memory) evicts others' pages
+// only.
+func (o *Mover) ReserveOrEvict(dst core.Device, need int64, keep core.PageMask) error {
+	e := o.eng()
+	arena := e.cfg.Arenas[dst]
+	o.keep = keep
 	err := arena.Reserve(need)
-	if err == nil || !errors.Is(err, devmem.ErrArenaFull) {
+	if err == nil || !isFull(err) {
 		return err
 	}
 	// Blocks that others hold (threads of a kernel faulting on several
@@ -141,6 +124,7 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 	// working set inside one block must anyway (as overBudget does for
 	// the host).
 	started := time.Now()
+	wait, retry := time.Duration(e.mech.EvictWait), time.Duration(e.mech.EvictRetry)
 	o.releaseProtections(dst)
 	for {
 		moved, busy := o.evict(dst, need)
@@ -161,59 +145,54 @@ func (o *mover) reserveOrEvict(dst core.Device, need int64, keep core.PageMask) 
 		// With nothing evictable and no other move holding room it
 		// has not yet accounted (a block arriving for the first time,
 		// which no eviction list shows), the arena is full for good.
-		if !busy && moved == 0 && o.sess.srv.reserving[dst].Load() == 0 {
+		if !busy && moved == 0 && e.reserving[dst].Load() == 0 {
 			return fmt.Errorf("%w: %v (every other block on the device is in use)", core.ErrMemoryAllocation, err)
 		}
-		if time.Since(started) > evictWait {
-			return fmt.Errorf("%w: %v (other blocks stayed busy, or took the room evicted for this one, for %v)", core.ErrMemoryAllocation, err, evictWait)
+		if time.Since(started) > wait {
+			return fmt.Errorf("%w: %v (other blocks stayed busy, or took the room evicted for this one, for %v)", core.ErrMemoryAllocation, err, wait)
 		}
-		time.Sleep(50 * time.Microsecond)
+		time.Sleep(retry)
 	}
 }
 
 // evictOwn evicts up to want of the mover's own block's pages on
-// location from, other than those of keep, lowest first (evictPages:
+// location from, other than those of keep, oldest first (evictPages:
 // to the host from a device, to a device from the host), and returns
 // how many left: where no other block gives room, for a device's
-// reservation (reserveOrEvict) and for the host's budget (overBudget).
+// reservation (ReserveOrEvict) and for the host's budget (overBudget).
 // Pages protected there go only with demote, and only where no other
 // is left. The block's lock is held.
-func (o *mover) evictOwn(from core.Device, want int64, keep core.PageMask, demote bool) int64 {
-	if o.b == nil || o.r.kind == core.KindDevice || o.cause == policy.CauseEviction {
+func (o *Mover) evictOwn(from core.Device, want int64, keep core.PageMask, demote bool) int64 {
+	e := o.eng()
+	if o.B == nil || o.R.Kind == core.KindDevice || o.Cause == policy.CauseEviction || e.cfg.OwnVictims {
 		// No block of its own (an allocation), device memory (no other
-		// home), or an eviction's own move, whose pages at its
-		// destination would only go back where it is emptying.
+		// home), an eviction's own move, whose pages at its destination
+		// would only go back where it is emptying, or an oracle, which
+		// takes what it likes through evict.
 		return 0
 	}
-	pages := o.b.resident[from.Slot()]
+	pages := o.B.Resident[from.Slot()]
 	pages.AndNot(&keep)
 	// The pages it does not protect first; the protected ones only
 	// where nothing else is left (a working set inside one block larger
 	// than the processor's core).
-	protected := o.sess.srv.ws.Protected(&o.b.ws, from.Slot())
+	protected := e.ws.Protected(&o.B.ws, from.Slot())
 	unprotected := pages
 	unprotected.AndNot(&protected)
-	ws := o.sess.srv.ws
-	victims := ws.OldestPages(&o.b.ws, from.Slot(), unprotected, int(want))
+	victims := e.ws.OldestPages(&o.B.ws, from.Slot(), unprotected, int(want))
 	if !unprotected.Empty() {
 		demote = false
 	} else if demote {
-		victims = ws.OldestPages(&o.b.ws, from.Slot(), pages, int(want))
+		victims = e.ws.OldestPages(&o.B.ws, from.Slot(), pages, int(want))
 	}
 	if victims.Empty() {
 		return 0
 	}
-	n := evictPages(blockRef{r: o.r, i: o.blockIndex(), b: o.b}, from, victims, demote)
-	if demote {
-		o.r.stats.Demoted[from.Slot()].Add(uint64(n))
+	n := evictPages(Ref{R: o.R, I: o.blockIndex(), B: o.B}, from, victims, demote)
+	if demote && n > 0 {
+		o.emit(Event{Kind: EvDemoted, Processor: from, N: int(n)})
 	}
 	return n
-}
-
-// victims asks the eviction policy for victims on from worth want pages:
-// pages where it chooses pages, else whole blocks.
-func (s *Server) victims(from core.Device, want int64, out []policy.Victim) []policy.Victim {
-	return policy.AskVictims(s.eviction, s.pageEviction, from, want, out)
 }
 
 // evict moves the pages the eviction policy names off location from (to
@@ -222,48 +201,60 @@ func (s *Server) victims(from core.Device, want int64, out []policy.Victim) []po
 // blocks other threads hold. Blocks whose lock is held (the mover's own,
 // blocks other threads are serving) are skipped: waiting for them here
 // could deadlock.
-func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
-	srv := o.sess.srv
+func (o *Mover) evict(from core.Device, want int64) (moved int64, busy bool) {
+	e := o.eng()
+	if e.cfg.OwnVictims {
+		saved, savedKeep := e.sparing, e.sparingKeep
+		e.sparing, e.sparingKeep = o.B, o.keep
+		defer func() { e.sparing, e.sparingKeep = saved, savedKeep }()
+	}
 	var buf [32]policy.Victim
-	for round := 0; moved < want && round < 64; round++ {
-		victims := srv.victims(from, want-moved, buf[:0])
+	for round := 0; moved < want && round < e.mech.EvictRounds; round++ {
+		victims := policy.AskVictims(e.pol.Eviction, e.pol.PageEviction, from, want-moved, buf[:0])
 		if len(victims) == 0 {
 			break
 		}
 		progress, own := false, false
 		for _, vic := range victims {
-			v, ok := vic.Block.Owner().(blockRef)
-			if !ok || v.b.ref != vic.Block {
-				continue // not one of this server's blocks: a policy's mistake
+			v, ok := RefOf(vic.Block)
+			if !ok {
+				e.Emit(Event{Kind: EvBadVictim})
+				continue // not one of this engine's blocks: a policy's mistake
 			}
 			if moved >= want {
 				break
 			}
-			if v.b == o.b {
-				own = true
-				continue
-			}
-			if !v.b.mu.TryLock() {
+			pages := vic.Pages
+			if v.B == o.B {
+				if !e.cfg.OwnVictims {
+					own = true
+					continue
+				}
+				// The oracle may take the block being served, all but
+				// the pages the move brings (o.keep).
+				pages.AndNot(&o.keep)
+			} else if !v.B.TryLock() {
 				busy = true
 				continue
 			}
-			pages := vic.Pages
-			pages.And(&v.b.resident[from.Slot()])
+			pages.And(&v.B.Resident[from.Slot()])
 			var n int64
-			if freed := v.r.freed.Load(); freed || pages.Empty() {
+			if freed := v.R.Freed.Load(); freed || pages.Empty() {
 				// Gone since the policy last heard: it forgets them.
-				if srv.pageEviction != nil {
-					srv.pageEviction.LeftPages(vic.Block, from, vic.Pages)
+				ev := Event{Kind: EvDelisted, R: v.R, B: v.B, Block: v.I, Processor: from, Pages: vic.Pages, None: freed}
+				if !freed {
+					ev.None = v.B.noneEvictable(e, from)
 				}
-				if freed {
-					srv.eviction.Left(vic.Block, from)
-				} else {
-					srv.leftIfNoneEvictable(v.b, from)
+				if e.pol.PageEviction == nil {
+					ev.Pages = core.PageMask{}
 				}
+				e.Emit(ev)
 			} else {
 				n = evictPages(v, from, pages, false)
 			}
-			v.b.mu.Unlock()
+			if v.B != o.B {
+				v.B.Unlock()
+			}
 			if n > 0 {
 				progress = true
 				moved += n
@@ -272,51 +263,29 @@ func (o *mover) evict(from core.Device, want int64) (moved int64, busy bool) {
 		// A policy that chooses pages sends the mover's own regions,
 		// offered first, to the back of its queues: the next round
 		// offers others. One that chooses blocks offers the same again.
-		if !progress && (!own || srv.pageEviction == nil) {
+		if !progress && (!own || e.pol.PageEviction == nil) {
 			break
 		}
 	}
 	return moved, busy
 }
 
-// roomiestDevice picks the device with the most free capacity that can
-// take n pages without evicting anything.
-func (s *Server) roomiestDevice(n int64) (core.Device, bool) {
-	best, room := core.Device(0), int64(0)
-	for i, a := range s.arenas {
-		if free := a.FreeBytes(); free >= n*core.PageSize && free > room {
-			best, room = core.Device(i), free
-		}
-	}
-	return best, room > 0
-}
-
-// devicesFull reports whether no device has room for a block (on an arena
-// smaller than two blocks, for half of it) without evicting anything.
-func (s *Server) devicesFull() bool {
-	for _, a := range s.arenas {
-		if a.FreeBytes() >= min(core.BlockSize, a.Capacity()/2) {
-			return false
-		}
-	}
-	return true
-}
-
 // overBudget moves host pages to devices while the host holds more than
 // the host budget. It runs after pages arrived on the host, those of
 // keep, which stay.
-func (o *mover) overBudget(keep core.PageMask) {
-	srv := o.sess.srv
-	want := core.PagesOverBudget(srv.hostPages.Load(), srv.cfg.HostBudget)
+func (o *Mover) overBudget(keep core.PageMask) {
+	e := o.eng()
+	want := core.PagesOverBudget(e.hostPages.Load(), e.cfg.HostBudget)
 	if want == 0 {
 		return
 	}
+	o.keep = keep
 	o.releaseProtections(core.CPU)
 	moved, _ := o.evict(core.CPU, want) // the budget is soft: busy blocks go next time
 	if moved >= want {
 		return
 	}
-	if srv.devicesFull() {
+	if e.devicesFull() {
 		// The victims had nowhere to go: the budget waits until a
 		// block's worth of room appears. The block's own pages would
 		// fit in the few pages that a move back to the host just freed,
@@ -340,7 +309,7 @@ func (o *mover) overBudget(keep core.PageMask) {
 // rarely: where a working set inside one block is larger than the
 // processor, or the pages that could go are busy. It returns how many
 // left.
-func (o *mover) lastResort(from core.Device, want int64, keep core.PageMask) int64 {
+func (o *Mover) lastResort(from core.Device, want int64, keep core.PageMask) int64 {
 	moved := o.evictOwn(from, want, keep, false)
 	if moved < want {
 		moved += o.evictProtected(from, want-moved)
@@ -350,3 +319,9 @@ func (o *mover) lastResort(from core.Device, want int64, keep core.PageMask) int
 	}
 	return moved
 }
+
+// Sparing returns, while an eviction that may take its own block's pages
+// asks for victims (Config.OwnVictims: one thread), the block whose move
+// evicts and the pages that move brings, which stay: the lab's oracle
+// leaves them out of what it offers.
+func (e *Engine) Sparing() (*Block, core.PageMask) { return e.sparing, e.sparingKeep }

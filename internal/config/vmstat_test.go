@@ -1,4 +1,4 @@
-package server
+package config
 
 import (
 	"os"
@@ -35,7 +35,7 @@ func TestParseVMStatRefusesMalformedLines(t *testing.T) {
 }
 
 func TestVMStatSinceCountsFaults(t *testing.T) {
-	start := readVMStat()
+	start := ReadVMStat()
 	require.NotNil(t, start, "/proc/vmstat is readable")
 	// Fresh anonymous memory: the Go heap may reuse pages already there.
 	b, err := syscall.Mmap(-1, 0, 256*core.PageSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
@@ -44,7 +44,7 @@ func TestVMStatSinceCountsFaults(t *testing.T) {
 	for i := 0; i < len(b); i += core.PageSize {
 		b[i] = 1
 	}
-	d := vmstatSince(start)
+	d := VMStatSince(start)
 	assert.GreaterOrEqual(t, d["pgfault"], uint64(256), "the machine counted at least these faults")
 	assert.Contains(t, d, "pgalloc_normal")
 }

@@ -1,4 +1,4 @@
-package server
+package block
 
 import (
 	"github.com/softuvm/softuvm/internal/core"
@@ -8,13 +8,13 @@ import (
 // Clean eviction (policy.CleanCopying). A page evicted from the host and
 // read back would otherwise cross twice per round: a copy to the device
 // when it leaves, a copy back when it is read. When the host reads a page
-// back that it never wrote, the server duplicates it instead (read
+// back that it never wrote, the engine duplicates it instead (read
 // duplication's machinery, readdup.go): the device keeps its copy and
 // every mapping of both is write-protected. The host's next eviction of
 // it then drops the host's copy and copies nothing (evictPages), and the
 // arena never stopped holding the page. A host write to it is a
 // write-protect fault that keeps the host's copy only (serveWP) and marks
-// the page written (block.hostWrote): a page written once migrates from
+// the page written (Block.HostWrote): a page written once migrates from
 // then on, so that a program that updates what it reads pays the extra
 // fault once per page, not once per round.
 //
@@ -26,20 +26,20 @@ import (
 
 // cleanCopies reports whether clean eviction applies to the host's
 // faults on the mover's block at all.
-func (o *mover) cleanCopies() bool {
-	srv := o.sess.srv
-	return srv.cleanCopies && srv.cfg.HostBudget > 0 && o.fv.loc == core.CPU && o.b.advice == nil &&
-		o.sess.launch == nil && o.r.kind == core.KindManaged && !o.r.trackPrefetch
+func (o *Mover) cleanCopies() bool {
+	e := o.eng()
+	return e.pol.CleanCopies && e.cfg.HostBudget > 0 && o.FV != nil && o.FV.Processor() == core.CPU && o.B.Advice == nil &&
+		!o.space().LaunchModel() && o.R.Kind == core.KindManaged && !o.R.TrackPrefetch
 }
 
 // cleanPages is the pages of pages that may come to the host as clean
 // copies: on a device only (onDevices: the block's pages resident
 // anywhere but the host), never written by the host.
-func (o *mover) cleanPages(pages, onDevices core.PageMask) core.PageMask {
-	b := o.b
+func (o *Mover) cleanPages(pages, onDevices core.PageMask) core.PageMask {
+	b := o.B
 	pages.And(&onDevices)
-	pages.AndNot(&b.hostWrote)
-	pages.AndNot(&b.resident[core.CPU.Slot()])
+	pages.AndNot(&b.HostWrote)
+	pages.AndNot(&b.Resident[core.CPU.Slot()])
 	return pages
 }
 
@@ -47,12 +47,12 @@ func (o *mover) cleanPages(pages, onDevices core.PageMask) core.PageMask {
 // served by a clean copy. Its caller (decideFault) has checked that the
 // fault is a read and the page is populated, so a page not on the host
 // is on a device.
-func (o *mover) cleanCopy(p int) bool {
-	b := o.b
-	if !o.cleanCopies() || b.hostWrote.Test(p) || b.resident[core.CPU.Slot()].Test(p) {
+func (o *Mover) cleanCopy(p int) bool {
+	b := o.B
+	if !o.cleanCopies() || b.HostWrote.Test(p) || b.Resident[core.CPU.Slot()].Test(p) {
 		return false
 	}
-	m, known := o.mapsAt(core.CPU, p)
+	m, known := o.MapsAt(core.CPU, p)
 	return known && m == core.CPU
 }
 
@@ -61,16 +61,18 @@ func (o *mover) cleanCopy(p int) bool {
 // onto the host, the others migrate as they would have, and the faulted
 // page is duplicated if dupFaulted (a read, cleanCopy), else migrated (a
 // write). Then the host budget is held, as after any move to the host.
-func (o *mover) serveCleanCopies(t target, faulted, extra core.PageMask, lead int, dupFaulted bool) error {
-	o.cause = policy.CauseFault
-	onDevices := o.b.resident.Elsewhere(core.CPU)
+func (o *Mover) serveCleanCopies(t Target, faulted, extra core.PageMask, lead int, dupFaulted bool) error {
+	o.Cause = policy.CauseFault
+	onDevices := o.B.Resident.Elsewhere(core.CPU)
 	dup := o.cleanPages(extra, onDevices)
-	if (!dupFaulted && dup.Empty()) || wholeMove(o.b.pages, onDevices, faulted, extra) {
+	moving := faulted
+	moving.Or(&extra)
+	if (!dupFaulted && dup.Empty()) || o.eng().mech.WholeMove(o.B.Pages, onDevices, moving) {
 		// Nothing to keep a copy of; or a sweep: the block moves whole
 		// (one folio where the files take large folios), and a program
 		// sweeping it likely writes what it reads, so copies kept would
 		// cost a write-protect fault per page and break the folio.
-		return o.moveTo(t, faulted, extra, lead)
+		return o.MoveTo(t, faulted, extra, lead)
 	}
 	rest := extra
 	rest.AndNot(&dup)
@@ -88,17 +90,4 @@ func (o *mover) serveCleanCopies(t target, faulted, extra core.PageMask, lead in
 	keep.Or(&extra)
 	o.overBudget(keep)
 	return err
-}
-
-// wholeMove reports whether a fault's move brings a block of pages pages
-// whole: every page it has elsewhere (onDevices), and more than half of
-// them.
-func wholeMove(pages int, onDevices, faulted, extra core.PageMask) bool {
-	moving := faulted
-	moving.Or(&extra)
-	if moving.Count() <= pages/2 {
-		return false
-	}
-	onDevices.AndNot(&moving)
-	return onDevices.Empty()
 }

@@ -1,8 +1,9 @@
-package server
+package guard
 
 import (
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,7 +24,7 @@ func adviseMsg(addr, length uint64, a core.Advice, d core.Device) []byte {
 
 // replayed lists what a journal would make a new server do: each
 // record's kind, address and length, in order.
-func replayed(t *testing.T, j *journal) []string {
+func replayed(t *testing.T, j *Journal) []string {
 	t.Helper()
 	var out []string
 	for _, rec := range j.Records() {
@@ -55,7 +56,7 @@ func TestJournal(t *testing.T) {
 		AdviseRecord(adviseMsg(17*mib, mib, core.AdviseSetAccessedBy, 1)), // another device: both stay
 		AdviseRecord(adviseMsg(32*mib, mib, core.AdviseSetReadMostly, 0)),
 	} {
-		require.NoError(t, j.apply(rec))
+		require.NoError(t, j.Apply(rec))
 	}
 	assert.Equal(t, []string{
 		"alloc 16 MiB+4 MiB", "alloc 32 MiB+4 MiB",
@@ -65,20 +66,20 @@ func TestJournal(t *testing.T) {
 	}, replayed(t, j))
 
 	// A free drops the range and its advice.
-	require.NoError(t, j.apply(FreeRecord(32*mib)))
+	require.NoError(t, j.Apply(FreeRecord(32*mib)))
 	assert.NotContains(t, replayed(t, j), "alloc 32 MiB+4 MiB")
 	assert.NotContains(t, replayed(t, j), "set-read-mostly(0) 32 MiB+1 MiB")
 	// A new range over an old one means the old was unmapped without a
 	// free: it goes, with its advice.
-	require.NoError(t, j.apply(AllocRecord(allocMsg(14*mib, 4*mib))))
+	require.NoError(t, j.Apply(AllocRecord(allocMsg(14*mib, 4*mib))))
 	assert.Equal(t, []string{"alloc 14 MiB+4 MiB"}, replayed(t, j))
 	// A free of what the journal does not hold changes nothing.
-	require.NoError(t, j.apply(FreeRecord(64*mib)))
+	require.NoError(t, j.Apply(FreeRecord(64*mib)))
 	assert.Len(t, j.Records(), 1)
 
 	for _, bad := range [][]byte{nil, {'z'}, {recordFree, 1, 2}, append([]byte{recordAlloc}, "garbage"...),
 		AdviseRecord(allocMsg(16*mib, mib)), AllocRecord(adviseMsg(16*mib, mib, core.AdviseSetReadMostly, 0))} {
-		assert.Error(t, j.apply(bad), "record %q", bad)
+		assert.Error(t, j.Apply(bad), "record %q", bad)
 	}
 	assert.Len(t, j.Records(), 1, "a bad record changes nothing")
 }
@@ -89,38 +90,38 @@ func TestKeptStateRefusesBadMessages(t *testing.T) {
 	open := func() int {
 		f, err := os.Open("/dev/null")
 		require.NoError(t, err)
-		fd, err := dupCloexec(f)
+		fd, err := syscall.Dup(int(f.Fd()))
 		f.Close()
 		require.NoError(t, err)
 		return fd
 	}
 	before := fdCount(t)
-	st := NewKeptState()
-	require.NoError(t, st.Apply(GuardConfigMsg(ModeDaemon, 3, `{"devices":[]}`), nil))
-	assert.Equal(t, byte(ModeDaemon), st.mode)
-	assert.Equal(t, 3, st.attempts)
-	require.NoError(t, st.Apply(GuardSessionMsg(7, 1234, 0x55), []int{open(), open(), open()}))
-	require.NoError(t, st.Apply(GuardLocMsg(GuardFile, 7, 1), []int{open()}))
-	require.NoError(t, st.Apply(GuardViewMsg(7, 1, 99), []int{open(), open()}))
-	require.NoError(t, st.Apply(GuardRecordMsg(7, AllocRecord(allocMsg(1<<24, 1<<20))), nil))
-	require.NoError(t, st.Apply(GuardLocMsg(GuardFile, 8, 1), []int{open()}), "a session not kept: ignored")
+	st := NewState()
+	require.NoError(t, st.Apply(ConfigMsg(ModeDaemon, 3, `{"devices":[]}`), nil))
+	assert.Equal(t, byte(ModeDaemon), st.Mode)
+	assert.Equal(t, 3, st.Attempts)
+	require.NoError(t, st.Apply(SessionMsg(7, 1234, 0x55), []int{open(), open(), open()}))
+	require.NoError(t, st.Apply(LocMsg(OpFile, 7, 1), []int{open()}))
+	require.NoError(t, st.Apply(ViewMsg(7, 1, 99), []int{open(), open()}))
+	require.NoError(t, st.Apply(RecordMsg(7, AllocRecord(allocMsg(1<<24, 1<<20))), nil))
+	require.NoError(t, st.Apply(LocMsg(OpFile, 8, 1), []int{open()}), "a session not kept: ignored")
 	ks := st.Sessions[7]
 	require.NotNil(t, ks)
-	assert.Equal(t, 1234, ks.pid)
-	assert.Equal(t, uint64(0x55), ks.features)
+	assert.Equal(t, 1234, ks.PID)
+	assert.Equal(t, uint64(0x55), ks.Features)
 	assert.Len(t, ks.Files, 1)
-	assert.Equal(t, 99, ks.Views[1].pid)
+	assert.Equal(t, 99, ks.Views[1].PID)
 	assert.Len(t, ks.Journal.Records(), 1)
 	for _, m := range []struct {
 		b   []byte
 		fds int
 	}{
-		{[]byte{guardSession, 1, 2}, 3},
-		{GuardSessionMsg(9, 1, 0), 2},
-		{GuardLocMsg(GuardFile, 7, 1), 0},
-		{GuardViewMsg(7, 1, 5), 1},
+		{[]byte{OpSession, 1, 2}, 3},
+		{SessionMsg(9, 1, 0), 2},
+		{LocMsg(OpFile, 7, 1), 0},
+		{ViewMsg(7, 1, 5), 1},
 		{[]byte{'?'}, 1},
-		{GuardRecordMsg(7, []byte{'z'}), 0},
+		{RecordMsg(7, []byte{'z'}), 0},
 	} {
 		fds := make([]int, m.fds)
 		for i := range fds {
@@ -128,9 +129,9 @@ func TestKeptStateRefusesBadMessages(t *testing.T) {
 		}
 		assert.Error(t, st.Apply(m.b, fds), "message %q", m.b)
 	}
-	require.NoError(t, st.Apply(GuardIDMsg(GuardEnd, 7), nil))
+	require.NoError(t, st.Apply(IDMsg(OpEnd, 7), nil))
 	assert.Empty(t, st.Sessions)
-	st.close()
+	st.Close()
 	assert.Equal(t, before, fdCount(t), "every descriptor kept was closed, and every refused one too")
 }
 

@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"encoding/binary"
@@ -9,7 +9,7 @@ import (
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
-// A session's journal is what a new server needs, beyond the files, to
+// A session's Journal is what a new server needs, beyond the files, to
 // take the session over: its ranges (the alloc requests that made them)
 // and the advice given on them, in order. The server keeps it and sends
 // every change to the guard, which keeps a copy; a server that adopts the
@@ -20,7 +20,7 @@ import (
 //
 // A record is one byte of kind, then the request datagram as the client
 // sent it (alloc, advise) or the address freed (free).
-type journal struct {
+type Journal struct {
 	allocs map[uint64][]byte // by address: the alloc request
 	advice []adviceRecord    // in the order given
 }
@@ -37,7 +37,7 @@ const (
 	recordAdvise = 'd'
 )
 
-func NewJournal() *journal { return &journal{allocs: map[uint64][]byte{}} }
+func NewJournal() *Journal { return &Journal{allocs: map[uint64][]byte{}} }
 
 // allocRecord and friends encode records.
 func AllocRecord(msg []byte) []byte { return append([]byte{recordAlloc}, msg...) }
@@ -62,9 +62,9 @@ func adviceKey(a core.Advice, d core.Device) uint64 {
 
 // apply adds one record. A record that does not parse is an error and
 // changes nothing.
-func (j *journal) apply(rec []byte) error {
+func (j *Journal) Apply(rec []byte) error {
 	if len(rec) < 1 {
-		return fmt.Errorf("%w: empty journal record", core.ErrInvalidValue)
+		return fmt.Errorf("%w: empty Journal record", core.ErrInvalidValue)
 	}
 	body := rec[1:]
 	switch rec[0] {
@@ -72,10 +72,10 @@ func (j *journal) apply(rec []byte) error {
 		_, req, err := wire.ParseRequest(body)
 		ar, ok := req.(wire.AllocRequest)
 		if err != nil || !ok {
-			return fmt.Errorf("%w: journal alloc record: %v", core.ErrInvalidValue, err)
+			return fmt.Errorf("%w: Journal alloc record: %v", core.ErrInvalidValue, err)
 		}
 		// A range the new one overlaps was unmapped without a free
-		// (alloc drops it as stale): so does the journal.
+		// (alloc drops it as stale): so does the Journal.
 		for addr, msg := range j.allocs {
 			_, old, _ := wire.ParseRequest(msg)
 			if o := old.(wire.AllocRequest); o.Addr < ar.Addr+ar.Length && ar.Addr < o.Addr+o.Length {
@@ -87,7 +87,7 @@ func (j *journal) apply(rec []byte) error {
 		_, req, err := wire.ParseRequest(body)
 		ar, ok := req.(wire.AdviseRequest)
 		if err != nil || !ok {
-			return fmt.Errorf("%w: journal advise record: %v", core.ErrInvalidValue, err)
+			return fmt.Errorf("%w: Journal advise record: %v", core.ErrInvalidValue, err)
 		}
 		key := adviceKey(core.Advice(ar.Advice), core.Device(ar.Device))
 		kept := j.advice[:0]
@@ -99,7 +99,7 @@ func (j *journal) apply(rec []byte) error {
 		j.advice = append(kept, adviceRecord{addr: ar.Addr, length: ar.Length, key: key, msg: append([]byte(nil), body...)})
 	case recordFree:
 		if len(body) != 8 {
-			return fmt.Errorf("%w: journal free record of %d bytes, want 8", core.ErrInvalidValue, len(body))
+			return fmt.Errorf("%w: Journal free record of %d bytes, want 8", core.ErrInvalidValue, len(body))
 		}
 		addr := binary.LittleEndian.Uint64(body)
 		msg, ok := j.allocs[addr]
@@ -109,13 +109,13 @@ func (j *journal) apply(rec []byte) error {
 		_, req, _ := wire.ParseRequest(msg)
 		j.drop(addr, req.(wire.AllocRequest).Length)
 	default:
-		return fmt.Errorf("%w: journal record kind %q", core.ErrInvalidValue, rec[0])
+		return fmt.Errorf("%w: Journal record kind %q", core.ErrInvalidValue, rec[0])
 	}
 	return nil
 }
 
 // drop forgets the range at addr and the advice given on it.
-func (j *journal) drop(addr, length uint64) {
+func (j *Journal) drop(addr, length uint64) {
 	delete(j.allocs, addr)
 	kept := j.advice[:0]
 	for _, a := range j.advice {
@@ -126,9 +126,9 @@ func (j *journal) drop(addr, length uint64) {
 	j.advice = kept
 }
 
-// records returns the journal as records, allocs first (in address
+// records returns the Journal as records, allocs first (in address
 // order), then advice in the order given.
-func (j *journal) Records() [][]byte {
+func (j *Journal) Records() [][]byte {
 	var out [][]byte
 	addrs := make([]uint64, 0, len(j.allocs))
 	for a := range j.allocs {

@@ -1,4 +1,4 @@
-package server
+package config
 
 import (
 	"bufio"
@@ -35,8 +35,8 @@ func parseVMStat(r io.Reader) (map[string]uint64, error) {
 	return out, sc.Err()
 }
 
-// readVMStat reads /proc/vmstat; nil if it cannot.
-func readVMStat() map[string]uint64 {
+// ReadVMStat reads /proc/vmstat; nil if it cannot.
+func ReadVMStat() map[string]uint64 {
 	f, err := os.Open("/proc/vmstat")
 	if err != nil {
 		return nil
@@ -49,9 +49,9 @@ func readVMStat() map[string]uint64 {
 	return m
 }
 
-// vmstatSince returns the reported counters' growth since start.
-func vmstatSince(start map[string]uint64) map[string]uint64 {
-	now := readVMStat()
+// VMStatSince returns the reported counters' growth since start.
+func VMStatSince(start map[string]uint64) map[string]uint64 {
+	now := ReadVMStat()
 	if now == nil || start == nil {
 		return nil
 	}

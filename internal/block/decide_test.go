@@ -1,4 +1,4 @@
-package server
+package block
 
 import (
 	"testing"
@@ -60,72 +60,72 @@ func TestDecideFault(t *testing.T) {
 	cases := []struct {
 		name        string
 		change      func(*fakeFacts)
-		want        faultPlan
+		want        Plan
 		askThrashes bool
 	}{
-		{"host touches device memory", func(f *fakeFacts) { f.deviceMemoryOnHost = true; f.view, f.m = host, host }, planRefuse, false},
-		{"minor fault on a remote mapping is a hint", func(f *fakeFacts) { f.faultKind, f.m = core.FaultMinor, host }, planHint, false},
-		{"minor fault while the mapping changes: wait", func(f *fakeFacts) { f.faultKind, f.unknown = core.FaultMinor, true }, planWaitMapping, false},
+		{"host touches device memory", func(f *fakeFacts) { f.deviceMemoryOnHost = true; f.view, f.m = host, host }, PlanRefuse, false},
+		{"minor fault on a remote mapping is a hint", func(f *fakeFacts) { f.faultKind, f.m = core.FaultMinor, host }, PlanHint, false},
+		{"minor fault while the mapping changes: wait", func(f *fakeFacts) { f.faultKind, f.unknown = core.FaultMinor, true }, PlanWaitMapping, false},
 		{"minor fault while the mapping changes, waited enough: a hint", func(f *fakeFacts) {
 			f.faultKind, f.unknown, f.lastWait = core.FaultMinor, true, true
-		}, planHint, false},
+		}, PlanHint, false},
 		{"minor fault on the own file, which holds the page: continue", func(f *fakeFacts) {
 			f.faultKind = core.FaultMinor
 			f.resident = map[core.Device]bool{dev0: true}
-		}, planContinue, false},
-		{"minor fault on a stray page of the own file: migrate", func(f *fakeFacts) { f.faultKind = core.FaultMinor }, planMigrate, true},
-		{"mapping changing to the file that holds the page: wait", func(f *fakeFacts) { f.unknown, f.ownHolds = true, true }, planWaitMapping, false},
-		{"mapping changing, waited enough: pending", func(f *fakeFacts) { f.unknown, f.ownHolds, f.lastWait = true, true, true }, planPending, false},
-		{"mapping changing elsewhere: pending", func(f *fakeFacts) { f.unknown = true }, planPending, false},
-		{"write-protect fault", func(f *fakeFacts) { f.faultKind = core.FaultWP }, planWP, false},
-		{"already where the view maps: wake", func(f *fakeFacts) { f.resident[dev0] = true }, planWake, false},
+		}, PlanContinue, false},
+		{"minor fault on a stray page of the own file: migrate", func(f *fakeFacts) { f.faultKind = core.FaultMinor }, PlanMigrate, true},
+		{"mapping changing to the file that holds the page: wait", func(f *fakeFacts) { f.unknown, f.ownHolds = true, true }, PlanWaitMapping, false},
+		{"mapping changing, waited enough: pending", func(f *fakeFacts) { f.unknown, f.ownHolds, f.lastWait = true, true, true }, PlanPending, false},
+		{"mapping changing elsewhere: pending", func(f *fakeFacts) { f.unknown = true }, PlanPending, false},
+		{"write-protect fault", func(f *fakeFacts) { f.faultKind = core.FaultWP }, PlanWP, false},
+		{"already where the view maps: wake", func(f *fakeFacts) { f.resident[dev0] = true }, PlanWake, false},
 		{"came here while the view maps the old place: wait", func(f *fakeFacts) {
 			f.m, f.src = host, dev1
 			f.resident = map[core.Device]bool{dev0: true}
-		}, planWaitMapping, false},
+		}, PlanWaitMapping, false},
 		{"came here, but policy wants it elsewhere: migrate", func(f *fakeFacts) {
 			f.m, f.src, f.desired = dev1, dev0, dev1
 			f.resident = map[core.Device]bool{dev0: true}
-		}, planMigrate, true},
-		{"read of a read-mostly page: duplicate", func(f *fakeFacts) { f.mostlyRead = true }, planDuplicate, false},
-		{"write of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.isWrite = true, true }, planMigrate, true},
-		{"first touch of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.unpopulated = true, true }, planMigrate, false},
-		{"host read where clean eviction applies: duplicate", func(f *fakeFacts) { f.clean = true }, planDuplicate, false},
-		{"host write where clean eviction applies: migrate", func(f *fakeFacts) { f.clean, f.isWrite = true, true }, planMigrate, true},
-		{"thrashing: throttle", func(f *fakeFacts) { f.thrash = thrashThrottle }, planThrottle, true},
-		{"thrashing, napped once: migrate without asking", func(f *fakeFacts) { f.thrash, f.napped = thrashThrottle, true }, planMigrate, false},
+		}, PlanMigrate, true},
+		{"read of a read-mostly page: duplicate", func(f *fakeFacts) { f.mostlyRead = true }, PlanDuplicate, false},
+		{"write of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.isWrite = true, true }, PlanMigrate, true},
+		{"first touch of a read-mostly page: migrate", func(f *fakeFacts) { f.mostlyRead, f.unpopulated = true, true }, PlanMigrate, false},
+		{"host read where clean eviction applies: duplicate", func(f *fakeFacts) { f.clean = true }, PlanDuplicate, false},
+		{"host write where clean eviction applies: migrate", func(f *fakeFacts) { f.clean, f.isWrite = true, true }, PlanMigrate, true},
+		{"thrashing: throttle", func(f *fakeFacts) { f.thrash = thrashThrottle }, PlanThrottle, true},
+		{"thrashing, napped once: migrate without asking", func(f *fakeFacts) { f.thrash, f.napped = thrashThrottle, true }, PlanMigrate, false},
 		{"pinned in host memory: bring it there and wait", func(f *fakeFacts) {
 			f.thrash, f.desired = thrashPinned, host
 			f.src, f.resident = dev1, map[core.Device]bool{dev1: true}
-		}, planPinToHost, true},
+		}, PlanPinToHost, true},
 		{"pinned, waited enough: migrate anyway", func(f *fakeFacts) {
 			f.thrash, f.desired, f.lastWait = thrashPinned, host, true
 			f.src, f.resident = dev1, map[core.Device]bool{dev1: true}
-		}, planMigrateAnyway, true},
-		{"pinned, but policy keeps the device on its own file: migrate", func(f *fakeFacts) { f.thrash = thrashPinned }, planMigrate, true},
+		}, PlanMigrateAnyway, true},
+		{"pinned, but policy keeps the device on its own file: migrate", func(f *fakeFacts) { f.thrash = thrashPinned }, PlanMigrate, true},
 		{"pinned, the host faults: migrate", func(f *fakeFacts) {
 			f.thrash, f.view, f.m, f.desired = thrashPinned, host, host, host
 			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
-		}, planMigrate, true},
+		}, PlanMigrate, true},
 		{"launch model: the CPU during a kernel is refused", func(f *fakeFacts) {
 			f.launchLocked, f.view, f.m = true, host, host
 			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
-		}, planLaunchRefuse, false},
-		{"launch model: a kernel on memory its launch did not take is refused", func(f *fakeFacts) { f.launchLocked = true }, planLaunchRefuse, false},
+		}, PlanLaunchRefuse, false},
+		{"launch model: a kernel on memory its launch did not take is refused", func(f *fakeFacts) { f.launchLocked = true }, PlanLaunchRefuse, false},
 		{"launch model: a host fault copies the page back, the device keeps it", func(f *fakeFacts) {
 			f.launchHostCopy, f.view, f.m, f.desired = true, host, host, host
 			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
-		}, planDuplicate, false},
+		}, PlanDuplicate, false},
 		{"launch model: a host write copies too", func(f *fakeFacts) {
 			f.launchHostCopy, f.isWrite, f.view, f.m, f.desired = true, true, host, host, host
 			f.src, f.resident = dev0, map[core.Device]bool{dev0: true}
-		}, planDuplicate, false},
+		}, PlanDuplicate, false},
 		{"launch model: a host first touch populates", func(f *fakeFacts) {
 			f.launchHostCopy, f.view, f.m, f.desired = true, host, host, host
 			f.unpopulated, f.resident = true, map[core.Device]bool{}
-		}, planMigrate, false},
-		{"first touch: migrate (populate)", func(f *fakeFacts) { f.unpopulated, f.resident = true, map[core.Device]bool{} }, planMigrate, false},
-		{"ordinary fault: migrate", func(*fakeFacts) {}, planMigrate, true},
+		}, PlanMigrate, false},
+		{"first touch: migrate (populate)", func(f *fakeFacts) { f.unpopulated, f.resident = true, map[core.Device]bool{} }, PlanMigrate, false},
+		{"ordinary fault: migrate", func(*fakeFacts) {}, PlanMigrate, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package server
+package block
 
 import (
 	"testing"
@@ -13,17 +13,17 @@ import (
 // page of the range (of the range, not the block) is taken for a sweep
 // and then notes that it brought pages [page, page+brought).
 type sweepHarness struct {
-	r *managedRange
+	r *Range
 }
 
 func newSweepHarness() sweepHarness {
 	const start = 0x7f0000000000
-	return sweepHarness{r: &managedRange{start: start, length: 4 * core.BlockSize, sweeps: make([]sweepState, 2)}}
+	return sweepHarness{r: &Range{Start: start, Length: 4 * core.BlockSize, sweeps: make([]sweepState, 2)}}
 }
 
 func (h sweepHarness) fault(m core.Device, page, brought int) bool {
 	bi := page / core.PagesPerBlock
-	o := &mover{r: h.r, b: &block{pages: core.PagesPerBlock}, blockAddr: h.r.start + uintptr(bi)*core.BlockSize}
+	o := &Mover{R: h.r, B: &Block{Pages: core.PagesPerBlock}, BlockAddr: h.r.Start + uintptr(bi)*core.BlockSize}
 	p := page % core.PagesPerBlock
 	sweep, _ := o.sweep(m, p, false)
 	var pages core.PageMask

@@ -1,4 +1,4 @@
-package server
+package block
 
 import (
 	"fmt"
@@ -7,21 +7,26 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/internal/engine"
 )
 
-// A migration takes a page out of its source before it puts it at its
-// destination (migrate.go says why), so for a moment the page is only in
-// the buffer that carries it. A server that dies in that moment must not
-// take the page with it: the buffers are slots of one file that the
-// guard holds too, and before a chunk's source is punched its slot
-// records the intent (session, file offset, length). A new server that
-// adopts the session finds every page of a recorded intent that no
-// location file holds and writes it back to the host file (adopt.go).
+// Staging is the staging area: the slots pages travel in, and the books
+// of what they carry. A migration takes a page out of its source before
+// it puts it at its destination (Memory.Transfer says why), so for a
+// moment the page is only in the buffer that carries it. A server that
+// dies in that moment must not take the page with it: the buffers are
+// slots of one file that the server's guard holds too, and before a
+// chunk's source is punched its slot records the intent (session, file
+// offset, length: Mark). A new server that adopts the session finds
+// every page of a recorded intent that no location file holds and writes
+// it back to the host file (internal/server: adopt.go). A whole move
+// that carries no page through a slot records its steps (MarkMove,
+// MarkCopied) so that the new server can finish or undo it.
 //
 // The file is sparse: slots cost memory once used, and used slots are
-// reused first.
-type stagingArea struct {
+// reused first. The server makes the area (or maps the one its guard
+// kept) and implements Memory's transfers with it; the lab moves no
+// data and needs none.
+type Staging struct {
 	file    *devmem.File
 	mapping *devmem.Mapping
 	mem     []byte // the mapping
@@ -37,12 +42,14 @@ type stagingArea struct {
 }
 
 const (
-	stagingSlots     = 4096 // 512 MiB of address space, used as needed
-	stagingSlotBytes = engine.ChunkBytes
-	stagingSlotPages = stagingSlotBytes / core.PageSize
+	stagingSlots = 4096 // 512 MiB of address space, used as needed
+	// StagingSlotBytes is a copy engine chunk (internal/engine.ChunkBytes,
+	// whose buffers the slots are; a test of the server holds them equal).
+	StagingSlotBytes = 128 << 10
+	StagingSlotPages = StagingSlotBytes / core.PageSize
 	intentBytes      = 32
 	stagingHeader    = stagingSlots * intentBytes
-	stagingFileBytes = stagingHeader + stagingSlots*stagingSlotBytes
+	stagingFileBytes = stagingHeader + stagingSlots*StagingSlotBytes
 )
 
 // An intent record: state (1 while the slot carries pages whose source
@@ -63,17 +70,17 @@ const (
 	intentCopied  = 3
 )
 
-func newStagingArea() (*stagingArea, error) {
+func NewStaging() (*Staging, error) {
 	f, err := devmem.CreateFile("softuvm-staging", stagingFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: staging file: %v", core.ErrInitialization, err)
 	}
-	return mapStagingArea(f)
+	return MapStaging(f)
 }
 
-// mapStagingArea maps a staging file, made here or received from the
+// MapStaging maps a staging file, made here or received from the
 // guard.
-func mapStagingArea(f *devmem.File) (*stagingArea, error) {
+func MapStaging(f *devmem.File) (*Staging, error) {
 	if f.Size() < stagingFileBytes {
 		f.Close()
 		return nil, fmt.Errorf("%w: staging file of %d bytes, want %d", core.ErrInvalidValue, f.Size(), stagingFileBytes)
@@ -83,19 +90,20 @@ func mapStagingArea(f *devmem.File) (*stagingArea, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: map the staging file: %v", core.ErrInitialization, err)
 	}
-	a := &stagingArea{file: f, mapping: m, mem: m.Bytes()}
+	a := &Staging{file: f, mapping: m, mem: m.Bytes()}
 	a.cond = sync.NewCond(&a.mu)
 	return a, nil
 }
 
-// stagedIntent is a valid intent found in a staging file.
-type stagedIntent struct {
-	session uint64
-	off     int64
-	data    []byte // the slot's bytes: length of them
+// StagedIntent is a valid intent found in a staging file.
+type StagedIntent struct {
+	Session uint64
+	Off     int64
+	Data    []byte // the slot's bytes: length of them
 }
 
-func (a *stagingArea) close() {
+// Close unmaps the area once no slot is out.
+func (a *Staging) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.closed = true
@@ -104,7 +112,7 @@ func (a *stagingArea) close() {
 	}
 }
 
-func (a *stagingArea) unmapLocked() {
+func (a *Staging) unmapLocked() {
 	if a.mapping != nil {
 		a.mapping.Unmap()
 		a.file.Close()
@@ -112,8 +120,8 @@ func (a *stagingArea) unmapLocked() {
 	}
 }
 
-// get returns a free slot's buffer, waiting while every slot is in use.
-func (a *stagingArea) Get() []byte {
+// Get returns a free slot's buffer, waiting while every slot is in use.
+func (a *Staging) Get() []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
@@ -132,8 +140,8 @@ func (a *stagingArea) Get() []byte {
 	}
 }
 
-// put returns a slot; any intent it still records is void.
-func (a *stagingArea) Put(buf []byte) {
+// Put returns a slot; any intent it still records is void.
+func (a *Staging) Put(buf []byte) {
 	s := a.slotOf(buf)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -144,19 +152,19 @@ func (a *stagingArea) Put(buf []byte) {
 		}
 		return
 	}
-	a.clear(buf)
+	a.Clear(buf)
 	a.free = append(a.free, s)
 	a.cond.Signal()
 }
 
-func (a *stagingArea) slot(s int) []byte {
-	off := stagingHeader + s*stagingSlotBytes
-	return a.mem[off : off+stagingSlotBytes : off+stagingSlotBytes]
+func (a *Staging) slot(s int) []byte {
+	off := stagingHeader + s*StagingSlotBytes
+	return a.mem[off : off+StagingSlotBytes : off+StagingSlotBytes]
 }
 
-// mark records that buf carries [off, off+length) of session's files,
+// Mark records that buf carries [off, off+length) of session's files,
 // whose source is about to be punched.
-func (a *stagingArea) mark(buf []byte, session uint64, off int64, length int) {
+func (a *Staging) Mark(buf []byte, session uint64, off int64, length int) {
 	rec := a.intent(a.slotOf(buf))
 	atomic.StoreUint64(&rec[1], session)
 	atomic.StoreUint64(&rec[2], uint64(off))
@@ -164,9 +172,9 @@ func (a *stagingArea) mark(buf []byte, session uint64, off int64, length int) {
 	atomic.StoreUint64(&rec[0], intentValid) // last: the record is whole
 }
 
-// markMove records in buf's slot that a whole move of [off, off+length)
+// MarkMove records in buf's slot that a whole move of [off, off+length)
 // of session's files from location src to dst is writing dst.
-func (a *stagingArea) markMove(buf []byte, session uint64, off int64, length int, src, dst core.Device) {
+func (a *Staging) MarkMove(buf []byte, session uint64, off int64, length int, src, dst core.Device) {
 	rec := a.intent(a.slotOf(buf))
 	atomic.StoreUint64(&rec[1], session)
 	atomic.StoreUint64(&rec[2], uint64(off))
@@ -174,24 +182,24 @@ func (a *stagingArea) markMove(buf []byte, session uint64, off int64, length int
 	atomic.StoreUint64(&rec[0], intentCopying)
 }
 
-// markCopied records that the move in buf's slot wrote all of its
+// MarkCopied records that the move in buf's slot wrote all of its
 // destination, and is punching its source.
-func (a *stagingArea) markCopied(buf []byte) {
+func (a *Staging) MarkCopied(buf []byte) {
 	atomic.StoreUint64(&a.intent(a.slotOf(buf))[0], intentCopied)
 }
 
-// stagedMove is a whole move a dead server left unfinished (markMove).
-type stagedMove struct {
-	session  uint64
-	off      int64
-	length   int64
-	src, dst core.Device
-	copied   bool // the destination is whole
+// StagedMove is a whole move a dead server left unfinished (markMove).
+type StagedMove struct {
+	Session  uint64
+	Off      int64
+	Length   int64
+	Src, Dst core.Device
+	Copied   bool // the destination is whole
 }
 
-// moves returns the unfinished whole moves, as a dead server left them.
-func (a *stagingArea) moves() []stagedMove {
-	var out []stagedMove
+// Moves returns the unfinished whole moves, as a dead server left them.
+func (a *Staging) Moves() []StagedMove {
+	var out []StagedMove
 	for s := 0; s < stagingSlots; s++ {
 		rec := a.intent(s)
 		state := atomic.LoadUint64(&rec[0])
@@ -199,38 +207,42 @@ func (a *stagingArea) moves() []stagedMove {
 			continue
 		}
 		w := atomic.LoadUint64(&rec[3])
-		out = append(out, stagedMove{session: rec[1], off: int64(rec[2]), length: int64(uint32(w)),
-			src: core.DeviceAtSlot(int(w >> 32 & 0xff)), dst: core.DeviceAtSlot(int(w >> 40 & 0xff)), copied: state == intentCopied})
+		out = append(out, StagedMove{Session: rec[1], Off: int64(rec[2]), Length: int64(uint32(w)),
+			Src: core.DeviceAtSlot(int(w >> 32 & 0xff)), Dst: core.DeviceAtSlot(int(w >> 40 & 0xff)), Copied: state == intentCopied})
 	}
 	return out
 }
 
-// clear voids buf's intent: its pages are installed, or back at their
+// Clear voids buf's intent: its pages are installed, or back at their
 // source.
-func (a *stagingArea) clear(buf []byte) {
+func (a *Staging) Clear(buf []byte) {
 	atomic.StoreUint64(&a.intent(a.slotOf(buf))[0], 0)
 }
 
-// intents returns the valid intents, as a dead server left them.
-func (a *stagingArea) intents() []stagedIntent {
-	var out []stagedIntent
+// Intents returns the valid intents, as a dead server left them.
+func (a *Staging) Intents() []StagedIntent {
+	var out []StagedIntent
 	for s := 0; s < stagingSlots; s++ {
 		rec := a.intent(s)
 		if atomic.LoadUint64(&rec[0]) != intentValid {
 			continue
 		}
 		n := atomic.LoadUint64(&rec[3])
-		if n > stagingSlotBytes {
+		if n > StagingSlotBytes {
 			continue
 		}
-		out = append(out, stagedIntent{session: rec[1], off: int64(rec[2]), data: a.slot(s)[:n]})
+		out = append(out, StagedIntent{Session: rec[1], Off: int64(rec[2]), Data: a.slot(s)[:n]})
 	}
 	return out
 }
 
-// clearAll voids every intent.
-func (a *stagingArea) clearAll() {
+// ClearAll voids every intent.
+func (a *Staging) ClearAll() {
 	for s := 0; s < stagingSlots; s++ {
 		atomic.StoreUint64(&a.intent(s)[0], 0)
 	}
 }
+
+// FD is the staging file's descriptor, which the guard keeps a
+// duplicate of.
+func (a *Staging) FD() int { return a.file.Fd() }
