@@ -22,7 +22,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub|run [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub, run.")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|grid|memcpy|access|restart|oversub|run|cliff [flags]\n\nBenchmarks: faults, launch, grid, memcpy, access, restart, oversub, run, cliff.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -33,6 +33,8 @@ func runBench(args []string) error {
 		return benchFaults(args[1:])
 	case "launch":
 		return benchLaunch(args[1:])
+	case "grid":
+		return benchGrid(args[1:])
 	case "memcpy":
 		return benchMemcpy(args[1:])
 	case "access":
@@ -43,8 +45,10 @@ func runBench(args []string) error {
 		return benchOversub(args[1:])
 	case "run":
 		return benchRun(args[1:])
+	case "cliff":
+		return benchCliff(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart, oversub or run", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, grid, memcpy, access, restart, oversub, run or cliff", args[0])
 }
 
 // faultsReport is the JSON `uvm bench faults --json` prints. Each figure

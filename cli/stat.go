@@ -173,6 +173,9 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	for _, c := range st.Pins {
 		fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("pins after %v thrashed", c.Processor), c.Count)
 	}
+	for _, r := range st.Refaults {
+		fmt.Fprintf(w, "%-24s %12d %12s  %s\n", fmt.Sprintf("refaults on %v", r.Processor), r.Pages, uvm.FormatSize(int64(r.Pages)*uvm.PageSize), refaultDetail(r))
+	}
 	for _, p := range st.HintsArmed {
 		fmt.Fprintf(w, "%-24s %12d %12s\n", fmt.Sprintf("hint faults armed on %v", p.Processor), p.Pages, uvm.FormatSize(int64(p.Pages)*uvm.PageSize))
 	}
@@ -201,6 +204,13 @@ func renderStat(w io.Writer, path string, in uvm.Info, st uvm.Stats, prev *uvm.S
 	if in.StrayFaults > 0 || in.PoisonedPage > 0 {
 		fmt.Fprintf(w, "stray faults %d, pages poisoned %d\n", in.StrayFaults, in.PoisonedPage)
 	}
+}
+
+// refaultDetail says what a processor's refaults were and what its
+// thrashing policy did of them.
+func refaultDetail(r uvm.ProcessorRefaults) string {
+	return fmt.Sprintf("%d back soon after their eviction; resident core: %d pages protected, %d let go with their generation, %d evicted for room",
+		r.Recent, r.Protected, r.Unprotected, r.Demoted)
 }
 
 // renderAnatomy shows the fault anatomy: each stage's quantiles and a

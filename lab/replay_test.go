@@ -53,12 +53,13 @@ func randomTrace(seed uint64, blocks, budget, faults int) (trace.Header, []trace
 // in a slice by last arrival; an arrival on the host moves its block to
 // the back; over the budget, whole blocks leave from the front (the
 // faulting one spared), then, if that was not enough, the faulting
-// block's other host pages, lowest first. It counts faults and pages
-// moved each way.
+// block's other host pages, those that arrived first first. It counts
+// faults and pages moved each way.
 func bruteLRU(refs []int, budget int) (faults, in, out int) {
 	const host, device = 1, 2
 	where := map[int]int{}
-	var order []int // blocks with host pages, least recently arrived first
+	arrived := map[int]int{} // the fault that brought each host page
+	var order []int          // blocks with host pages, least recently arrived first
 	hostPages := 0
 	touchBlock := func(b int) {
 		if i := slices.Index(order, b); i >= 0 {
@@ -66,7 +67,7 @@ func bruteLRU(refs []int, budget int) (faults, in, out int) {
 		}
 		order = append(order, b)
 	}
-	for _, p := range refs {
+	for i, p := range refs {
 		if where[p] == host {
 			continue
 		}
@@ -75,6 +76,7 @@ func bruteLRU(refs []int, budget int) (faults, in, out int) {
 			in++
 		}
 		where[p] = host
+		arrived[p] = i
 		hostPages++
 		b := p / pagesPerBlock
 		touchBlock(b)
@@ -99,13 +101,18 @@ func bruteLRU(refs []int, budget int) (faults, in, out int) {
 			}
 			order = slices.Delete(order, i, i+1)
 		}
-		for q := b * pagesPerBlock; q < (b+1)*pagesPerBlock && moved < want; q++ {
+		var own []int
+		for q := b * pagesPerBlock; q < (b+1)*pagesPerBlock; q++ {
 			if q != p && where[q] == host {
-				where[q] = device
-				moved++
-				out++
-				hostPages--
+				own = append(own, q)
 			}
+		}
+		slices.SortFunc(own, func(x, y int) int { return arrived[x] - arrived[y] })
+		for _, q := range own[:max(0, min(len(own), want-moved))] {
+			where[q] = device
+			moved++
+			out++
+			hostPages--
 		}
 	}
 	return faults, in, out

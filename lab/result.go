@@ -81,13 +81,23 @@ type Result struct {
 	NapTime       time.Duration `json:"nap_ns"`
 	RemoteTouches uint64        `json:"remote_touches"`
 	Launches      uint64        `json:"launches"`
+	// The resident core (workingset.go): pages back after an eviction,
+	// those back soon, pages protected, and protected pages evicted
+	// where nothing else could give room.
+	Refaulted       uint64 `json:"refaulted_pages"`
+	RefaultedRecent uint64 `json:"refaulted_recent_pages"`
+	Protected       uint64 `json:"protected_pages"`
+	Demoted         uint64 `json:"demoted_pages"`
 	// Unserved counts references to no allocation of the trace (or to a
 	// device the replay lacks); Refused, faults a full device could not
 	// take (the server fails them: SIGBUS); BadVictims, victims an
 	// eviction policy named that are not blocks of the replay.
-	Unserved   uint64 `json:"unserved"`
-	Refused    uint64 `json:"refused"`
-	BadVictims uint64 `json:"bad_victims"`
+	Unserved uint64 `json:"unserved"`
+	// LateTouches counts touches the access mode saw of pages that had
+	// left by the end of their window (sim.lateReference): not served.
+	LateTouches uint64 `json:"late_touches"`
+	Refused     uint64 `json:"refused"`
+	BadVictims  uint64 `json:"bad_victims"`
 
 	// Costs priced EstimatedTime.
 	Costs         Costs         `json:"costs"`

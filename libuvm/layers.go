@@ -10,28 +10,39 @@ package libuvm
 //  0. error.c, sysalloc.c: errors and messages; glibc's allocator and the
 //     memory system calls by their own names (libuvm must never reach the
 //     preload library's malloc or mmap).
-//  1. wire.c: the protocol's messages.
+//  1. wire.c: the protocol's messages; fiber.c: a grid's user-level
+//     contexts, on stacks of their own.
 //  2. session.c: the connection to the fault server, the allocations, the
-//     current device and which devices exist.
+//     current device and which devices exist; block.c: a grid's blocks as
+//     a device process runs them (their threads as fibers, barriers,
+//     shared memory) and the shapes a device runs.
 //  3. coherence.c: the launch coherence model's requests; devproc.c: the
 //     device process's side (a fork of the program at a device's first
-//     launch).
+//     launch); managed.c: managed variables, made managed memory before
+//     main; profiler.c: the profiler's start and stop of a trace.
 //  4. device.c: the program's side of device processes: starting them,
 //     their sockets, writing launches, synchronizing, deaths and a
 //     device's failure, how synchronizes wait.
 //  5. stream.c: streams, their order, launches, queued work, marks and
 //     the synchronizes; props.c: device attributes and properties, peers,
 //     memory information, pointer attributes.
-//  6. memory.c: allocation, copies, fills, prefetch, advice, attachment
-//     (in stream order); event.c: events, on marks.
-//  7. preload/preload.c: the interposer of `uvm run`.
+//  6. location.c: the ranges, prefetch and advice that the first and the
+//     location (_v2) forms share, and host NUMA nodes; event.c: events,
+//     on marks; grid.c: grid and cooperative launches (through stream.c's
+//     launches), occupancy, limits.
+//  7. memory.c: allocation, copies, fills, prefetch, advice, attachment
+//     (in stream order).
+//  8. copy3d.c: 2D and 3D copies and fills, on memory.c's.
+//  9. preload/preload.c: the interposer of `uvm run`.
 var SourceLayers = [][]string{
 	{"src/error.c", "src/sysalloc.c"},
-	{"src/wire.c"},
-	{"src/session.c"},
-	{"src/coherence.c", "src/devproc.c"},
+	{"src/wire.c", "src/fiber.c"},
+	{"src/session.c", "src/block.c"},
+	{"src/coherence.c", "src/devproc.c", "src/managed.c", "src/profiler.c"},
 	{"src/device.c"},
 	{"src/stream.c", "src/props.c"},
-	{"src/memory.c", "src/event.c"},
+	{"src/location.c", "src/event.c", "src/grid.c"},
+	{"src/memory.c"},
+	{"src/copy3d.c"},
 	{"preload/preload.c"},
 }

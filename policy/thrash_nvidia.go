@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/softuvm/softuvm/internal/core"
+)
 
 // NvidiaThrashing is the thrashing detector of NVIDIA's driver
 // (kernel-open/nvidia-uvm/uvm_perf_thrashing.c): a page that a fault
@@ -9,6 +13,13 @@ import "time"
 // Nap); after PinThreshold throttles, a page whose preferred location is
 // the host (or none) is pinned there for Pin, and devices map it
 // remotely. Throttles are forgotten after Epoch without a move.
+//
+// NVIDIA's driver has no answer to thrashing under oversubscription but
+// its throttle; this one also answers refaults (Refaulting) where
+// Spec.Refault is set: a page back within RefaultDistance percent of a
+// processor's capacity in evictions joins its resident core, of at most
+// Core percent of the capacity (and at least a 64 KiB region less than
+// all of it), for CoreAge to twice CoreAge capacities of evictions.
 type NvidiaThrashing struct {
 	Spec ThrashingSpec
 }
@@ -41,6 +52,37 @@ func (n *NvidiaThrashing) setCount(th *nvidiaBlock, p int, c uint8) {
 }
 
 func (n *NvidiaThrashing) Name() string { return "nvidia:" + n.Spec.String() }
+
+// RefaultLimits: the spec's percentages of capacity. Where Spec.Refault
+// is off, refaults are still told recent from far (the statistics count
+// them), and nothing is protected.
+func (n *NvidiaThrashing) RefaultLimits(_ Processor, capacity int64) RefaultLimits {
+	if capacity <= 0 {
+		return RefaultLimits{}
+	}
+	distance := n.Spec.RefaultDistance
+	if distance <= 0 {
+		distance = DefaultThrashing.RefaultDistance
+	}
+	l := RefaultLimits{Recent: max(capacity*int64(distance)/100, 1)}
+	if n.Spec.Refault {
+		// The rest must hold what one fault brings: a 64 KiB region at
+		// least, so that a fault never has to give up what it just
+		// brought.
+		l.Protect = max(min(capacity*int64(n.Spec.Core)/100, capacity-core.BigPagePages), 0)
+		l.Age = max(capacity*int64(n.Spec.CoreAge), 1)
+	}
+	return l
+}
+
+// Refaulted protects the pages where they fit whole under the limit:
+// part of a block that came back whole would split its folio.
+func (n *NvidiaThrashing) Refaulted(f Refault) RefaultHint {
+	if f.Protected+int64(f.Pages.Count()) > f.Limits.Protect {
+		return RefaultNone
+	}
+	return RefaultProtect
+}
 
 func (n *NvidiaThrashing) NewState() any { return &nvidiaBlock{} }
 

@@ -23,20 +23,37 @@ type ThrashingSpec struct {
 	PinThreshold int           `json:"pin_threshold"` // throttles of a page before it is pinned
 	Pin          core.Duration `json:"pin"`           // how long a pin lasts
 	Epoch        core.Duration `json:"epoch"`         // quiet time after which a page's throttles are forgotten
+
+	// Refaults: pages evicted from a processor that a fault brings back
+	// soon after (policy.Refaulting, package internal/workingset).
+	// Refault turns their detection's answer on: a recent refault's
+	// pages are protected from eviction, a resident core of at most
+	// Core percent of what the processor may hold; a refault is recent
+	// when fewer pages were evicted since than RefaultDistance percent
+	// of what it may hold; a protection lasts between CoreAge and twice
+	// CoreAge times that many evictions.
+	Refault         bool `json:"refault"`
+	RefaultDistance int  `json:"refault_distance,omitempty"`
+	Core            int  `json:"core,omitempty"`
+	CoreAge         int  `json:"core_age,omitempty"`
 }
 
 // DefaultThrashing is the default of NVIDIA's driver: threshold 3, lapse
 // 500 us, nap one lapse, pin threshold 10, pin 300 lapses, epoch 2000
-// lapses.
+// lapses; and refaults answered with a core of 97% of a processor
+// (refault-distance=100, core=97, core-age=4).
 var DefaultThrashing = ThrashingSpec{
 	Enabled: true, Threshold: 3, Lapse: core.Duration(500 * time.Microsecond), Nap: core.Duration(500 * time.Microsecond),
 	PinThreshold: 10, Pin: core.Duration(150 * time.Millisecond), Epoch: core.Duration(time.Second),
+	Refault: true, RefaultDistance: 100, Core: 97, CoreAge: 4,
 }
 
 // ParseThrashingSpec reads "off", "on" (the defaults), or a comma list of
 // key=value settings over the defaults: policy (a detector's name),
 // threshold, lapse, nap,
-// pin-threshold, pin, epoch (durations as Go writes them: 500us, 2ms).
+// pin-threshold, pin, epoch (durations as Go writes them: 500us, 2ms);
+// refault (on or off), refault-distance, core (percentages of what a
+// processor may hold) and core-age (a multiple of it).
 func ParseThrashingSpec(s string) (ThrashingSpec, error) {
 	switch s {
 	case "off", "none":
@@ -48,7 +65,7 @@ func ParseThrashingSpec(s string) (ThrashingSpec, error) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return t, fmt.Errorf("%w: thrashing setting %q: want key=value (policy, threshold, lapse, nap, pin-threshold, pin, epoch), on or off", core.ErrInvalidValue, kv)
+			return t, fmt.Errorf("%w: thrashing setting %q: want key=value (%s), on or off", core.ErrInvalidValue, kv, thrashingKeys)
 		}
 		var err error
 		switch k {
@@ -59,6 +76,21 @@ func ParseThrashingSpec(s string) (ThrashingSpec, error) {
 			t.Policy = v
 		case "threshold":
 			t.Threshold, err = strconv.Atoi(v)
+		case "refault":
+			switch v {
+			case "on":
+				t.Refault = true
+			case "off":
+				t.Refault = false
+			default:
+				err = fmt.Errorf("want on or off")
+			}
+		case "refault-distance":
+			t.RefaultDistance, err = strconv.Atoi(v)
+		case "core":
+			t.Core, err = strconv.Atoi(v)
+		case "core-age":
+			t.CoreAge, err = strconv.Atoi(v)
 		case "pin-threshold":
 			t.PinThreshold, err = strconv.Atoi(v)
 		case "lapse", "nap", "pin", "epoch":
@@ -67,7 +99,7 @@ func ParseThrashingSpec(s string) (ThrashingSpec, error) {
 				*t.duration(k) = core.Duration(d)
 			}
 		default:
-			return t, fmt.Errorf("%w: thrashing setting %q: unknown key %q (want policy, threshold, lapse, nap, pin-threshold, pin or epoch)", core.ErrInvalidValue, kv, k)
+			return t, fmt.Errorf("%w: thrashing setting %q: unknown key %q (want %s)", core.ErrInvalidValue, kv, k, thrashingKeys)
 		}
 		if err != nil {
 			return t, fmt.Errorf("%w: thrashing setting %q: %w", core.ErrInvalidValue, kv, err)
@@ -84,9 +116,16 @@ func (t ThrashingSpec) String() string {
 	if t.Policy != "" && t.Policy != DefaultThrashingPolicy {
 		prefix = "policy=" + t.Policy + ","
 	}
-	return prefix + fmt.Sprintf("threshold=%d,lapse=%v,nap=%v,pin-threshold=%d,pin=%v,epoch=%v",
-		t.Threshold, time.Duration(t.Lapse), time.Duration(t.Nap), t.PinThreshold, time.Duration(t.Pin), time.Duration(t.Epoch))
+	refault := "refault=off"
+	if t.Refault {
+		refault = fmt.Sprintf("refault=on,refault-distance=%d,core=%d,core-age=%d", t.RefaultDistance, t.Core, t.CoreAge)
+	}
+	return prefix + fmt.Sprintf("threshold=%d,lapse=%v,nap=%v,pin-threshold=%d,pin=%v,epoch=%v,%s",
+		t.Threshold, time.Duration(t.Lapse), time.Duration(t.Nap), t.PinThreshold, time.Duration(t.Pin), time.Duration(t.Epoch), refault)
 }
+
+// thrashingKeys lists the keys ParseThrashingSpec takes, for its errors.
+const thrashingKeys = "policy, threshold, lapse, nap, pin-threshold, pin, epoch, refault, refault-distance, core, core-age"
 
 // duration returns the setting a duration key names.
 func (t *ThrashingSpec) duration(key string) *core.Duration {
@@ -119,6 +158,17 @@ func (t ThrashingSpec) Validate() error {
 		return fmt.Errorf("%w: thrashing pin %v: want more than 0 and at most 1h", core.ErrInvalidValue, time.Duration(t.Pin))
 	case t.Epoch < t.Lapse || time.Duration(t.Epoch) > time.Hour:
 		return fmt.Errorf("%w: thrashing epoch %v: want at least the lapse (%v) and at most 1h", core.ErrInvalidValue, time.Duration(t.Epoch), time.Duration(t.Lapse))
+	}
+	if !t.Refault {
+		return nil
+	}
+	switch {
+	case t.RefaultDistance < 1 || t.RefaultDistance > 1000:
+		return fmt.Errorf("%w: thrashing refault-distance %d: want 1 to 1000 (percent of what a processor may hold)", core.ErrInvalidValue, t.RefaultDistance)
+	case t.Core < 1 || t.Core > 99:
+		return fmt.Errorf("%w: thrashing core %d: want 1 to 99 (percent of what a processor may hold)", core.ErrInvalidValue, t.Core)
+	case t.CoreAge < 1 || t.CoreAge > 1000:
+		return fmt.Errorf("%w: thrashing core-age %d: want 1 to 1000 (times what a processor may hold, in evictions)", core.ErrInvalidValue, t.CoreAge)
 	}
 	return nil
 }
@@ -183,6 +233,68 @@ type Thrashing interface {
 	// PinDuration is how long a pin lasts.
 	PinDuration() time.Duration
 }
+
+// Refaulting is a Thrashing policy that also answers thrashing under
+// memory pressure, where a processor (the host over its budget, a
+// device's full arena) evicts the pages a program needs next. The server
+// counts the pages each processor evicts, stamps each page it evicts
+// with that count, and on a fault that brings pages back measures their
+// refault distance: the pages evicted from the processor in between (as
+// Linux's mm/workingset.c does). A page back within a distance shorter
+// than what the processor holds was evicted too early. The policy says
+// what counts as recent and what to do: the server protects the pages
+// it says to protect from eviction (a resident core, hidden from the
+// eviction policy) up to the limit it sets, for as long as it sets.
+// What is left to evict then turns over the excess of a loop larger
+// than the processor, rather than all of it. Calls are made with the
+// block's lock held, from many blocks at once.
+type Refaulting interface {
+	Thrashing
+	// RefaultLimits gives processor p's limits, in pages, for what it
+	// may hold (capacity): zero Protect or Age answers nothing.
+	RefaultLimits(p Processor, capacity int64) RefaultLimits
+	// Refaulted decides about pages that came back recently.
+	Refaulted(f Refault) RefaultHint
+}
+
+// RefaultLimits are a processor's limits for its refaults, in pages.
+type RefaultLimits struct {
+	// Recent is the longest refault distance (pages evicted from the
+	// processor between a page's eviction and its return) that counts
+	// as an eviction too early.
+	Recent int64
+	// Protect is the most pages protected at once.
+	Protect int64
+	// Age is how many evictions a generation lasts: a page protected in
+	// one stays protected until the next one ends, so that a program
+	// whose working set moves on gets the room back.
+	Age int64
+}
+
+// Refault is pages of a block that a fault brought back to a processor
+// soon after they were evicted from it.
+type Refault struct {
+	Block     *Block
+	Processor Processor
+	// Pages came back within RefaultLimits.Recent evictions: the pages
+	// the fault demanded, and where the block came back whole, all of
+	// it (pages prefetched with a fault are not evidence of use).
+	Pages PageMask
+	// Distance is the shortest of their refault distances.
+	Distance int64
+	// Capacity is what the processor may hold, Protected what it
+	// protects now (Pages not counted), both in pages.
+	Capacity, Protected int64
+	Limits              RefaultLimits
+}
+
+// RefaultHint is what a Refaulting policy says about a refault.
+type RefaultHint int
+
+const (
+	RefaultNone    RefaultHint = iota // nothing: the pages stay evictable
+	RefaultProtect                    // protect the pages: they join the processor's resident core
+)
 
 var thrashingRegistry = newRegistry[func(spec ThrashingSpec) (Thrashing, error)](KindThrashing, "nvidia")
 

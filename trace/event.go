@@ -80,6 +80,11 @@ const (
 	// discarded; pages that had no copy included). Their next touch is a
 	// first touch. Not in format versions 1 to 3.
 	KindDiscard Kind = 15
+	// KindProtect is pages that a fault brought back to Processor soon
+	// after Processor evicted them, which its thrashing policy then
+	// protected from eviction (its resident core): Range, Addr (the
+	// first page), Pages. Not in format versions 1 to 4.
+	KindProtect Kind = 16
 	kindEnd     Kind = 0xff // the writer's last record: Dropped
 )
 
@@ -87,7 +92,7 @@ var kindNames = map[Kind]string{
 	KindFault: "fault", KindMigration: "migration", KindEviction: "eviction", KindPopulate: "populate",
 	KindRemoteMap: "remote_map", KindDuplicate: "duplicate", KindLaunch: "launch", KindSync: "sync",
 	KindAlloc: "alloc", KindFree: "free", KindSession: "session", KindSessionEnd: "session_end",
-	KindArm: "arm", KindAccess: "access", KindDiscard: "discard",
+	KindArm: "arm", KindAccess: "access", KindDiscard: "discard", KindProtect: "protect",
 }
 
 func (k Kind) String() string {
@@ -100,7 +105,7 @@ func (k Kind) String() string {
 // Kinds lists every kind of event, in number order.
 func Kinds() []Kind {
 	return []Kind{KindFault, KindMigration, KindEviction, KindPopulate, KindRemoteMap, KindDuplicate,
-		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd, KindArm, KindAccess, KindDiscard}
+		KindLaunch, KindSync, KindAlloc, KindFree, KindSession, KindSessionEnd, KindArm, KindAccess, KindDiscard, KindProtect}
 }
 
 // CPU is the host processor's number in Processor, From and To; devices

@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// The file format, version 4 (docs/traces.md describes it for readers in
+// The file format, version 5 (docs/traces.md describes it for readers in
 // other languages):
 //
 //	file    = magic version header record* end
 //	magic   = "SOFTUVMT" (8 bytes)
-//	version = uvarint (4; version 3 lacks kind 15, discard, version 2
+//	version = uvarint (5; version 4 lacks kind 16, protect, version 3
+//	          also kind 15, discard, version 2
 //	          also populate's cause and launch's duration, and version 1
 //	          also kinds 13 and 14, arm and access; all are read)
 //	header  = uvarint length, then that many bytes of JSON (Header)
@@ -30,7 +31,7 @@ import (
 // or a new field makes a new version.
 const (
 	magic   = "SOFTUVMT"
-	Version = 4
+	Version = 5
 )
 
 // field is one field of a record.
@@ -72,6 +73,7 @@ var fields = map[Kind][]field{
 	KindArm:        {fPID, fProcessor, fRange, fAddr, fPages},
 	KindAccess:     {fPID, fProcessor, fRange, fAddr, fPages, fDuration},
 	KindDiscard:    {fPID, fRange, fAddr, fPages},
+	KindProtect:    {fPID, fProcessor, fRange, fAddr, fPages},
 	kindEnd:        {fDropped},
 }
 

@@ -24,6 +24,11 @@ func MemAdvise(addr uintptr, n int64, advice Advice, d Device) error {
 // AdviseSetAccessedBy naming a device are refused (ErrInvalidDevice), as
 // CUDA refuses them without concurrent managed access.
 func (s *Session) MemAdvise(addr uintptr, n int64, advice Advice, d Device) error {
+	return s.adviseFor(addr, n, advice, d, -1)
+}
+
+// adviseProcessor asks the server to take advice for processor d.
+func (s *Session) adviseProcessor(addr uintptr, n int64, advice Advice, d Device) error {
 	if advice < AdviseSetReadMostly || advice > AdviseUnsetAccessedBy {
 		return fmt.Errorf("%w: advice %d: want one of %v to %v", ErrInvalidValue, int(advice), AdviseSetReadMostly, AdviseUnsetAccessedBy)
 	}

@@ -61,16 +61,17 @@
 // points in a stream.
 //
 // The order between streams is CUDA's. A device's default stream (a nil
-// *Stream in Launch; DefaultStream) is its legacy default stream: its
-// work waits for the work submitted before it on every blocking stream
-// of the device, and their later work waits for it; a stream made with
-// StreamNonBlocking takes no part. The synchronous calls are issued on
-// the legacy streams (of every device: a Session has no current device):
-// a kernel, then a Memcpy or Memset of what it wrote, sees the kernel's
-// result; MemcpyPeer waits for the legacy streams of its two devices;
-// Free, FreeHost and HostUnregister wait for every stream's kernels, as
-// cudaFree. Go has no per-thread default stream: a goroutine's own
-// blocking stream orders its work as one would.
+// *Stream in Launch and LaunchGrid; DefaultStream) is its legacy default
+// stream: its work waits for the work submitted before it on every
+// blocking stream of the device, and their later work waits for it; a
+// stream made with StreamNonBlocking takes no part. The synchronous calls
+// are issued on the legacy streams (of every device: a Session has no
+// current device): a kernel, then a Memcpy, Memset, Memcpy2D or Memset2D
+// of what it wrote, sees the kernel's result; MemcpyPeer waits for the
+// legacy streams of its two devices; Free, FreeHost and HostUnregister
+// wait for every stream's kernels, as cudaFree. Go has no per-thread
+// default stream: a goroutine's own blocking stream orders its work as
+// one would.
 //
 // A launch that fails (a kernel's panic, naming the kernel, the device
 // and the thread; the death of the device process; a launch that cannot
@@ -78,8 +79,30 @@
 // every later synchronize of the device and of its streams, and every
 // event of the device, reports it (ErrLaunchFailure), and the device
 // takes no work, until DeviceReset, after which the next launch starts a
-// new process with nothing lost. Devices, DeviceCount and
-// DeviceGetAttribute describe the devices.
+// new process with nothing lost. Devices, DeviceCount,
+// GetDeviceProperties and DeviceGetAttribute (with cudaDeviceAttr's
+// values) describe the devices, each property with its value and why.
+//
+// # Grids: CUDA's kernels
+//
+// A GridKernel (RegisterGridKernel, or RegisterTypedGridKernel for a
+// typed one) runs once for each thread of each block of a grid, as a CUDA
+// kernel: Session.LaunchGrid takes a LaunchConfig (Grid and Block as
+// Dim3, SharedBytes, Cooperative), and the kernel's Thread says where it
+// is (ThreadIdx, BlockIdx, BlockDim, GridDim), waits for its block
+// (SyncThreads, and its Count, And and Or forms), gives the block's
+// shared memory (Shared), and in a cooperative launch waits for the
+// whole grid (SyncGrid). A grid launch is a launch: in the same stream
+// order, and failing its device the same way. A block runs on one
+// worker: its first thread on the worker's goroutine, the others, once a
+// thread waits at a barrier, as goroutines, so a block of any size runs
+// and its threads may wait for each other; a kernel without barriers is
+// a loop over its threads. A barrier costs a goroutine's park and wake
+// for each waiting thread (a few hundred nanoseconds; C's fibers cost
+// some ten). Shapes past CUDA's 6.0 limits are ErrInvalidConfiguration;
+// a cooperative grid larger than OccupancyMaxActiveBlocksPerMultiprocessor
+// times the device's workers, ErrCooperativeLaunchTooLarge. The (tid,
+// nthreads) Kernel stays.
 //
 // # Advice
 //
@@ -87,17 +110,25 @@
 // reader gets a write-protected copy; a write keeps the writer's only),
 // AdviseSetPreferredLocation (devices map the page there and bring it
 // there), AdviseSetAccessedBy (a device maps the page wherever it lives
-// and does not fault on it), and their Unset forms. Under the launch
-// coherence model (Config.Coherence "launch": devices without concurrent
-// managed access, as GPUs that cannot fault) a launch hands a kernel its
-// managed memory and the CPU may not touch it until a synchronize;
-// StreamAttachMemAsync, in stream order, keeps memory on the host or
-// with one stream; and what CUDA refuses there is refused
-// (ErrInvalidDevice): Prefetch, PrefetchAsync, and preferred-location or
-// accessed-by advice naming a device. RangeAttribute and
-// RangeAttributes answer cuMemRangeGetAttribute. Discard drops a range's
-// contents everywhere, as cudaMemDiscardBatchAsync: it reads as zeros
-// after, and holds no memory until touched again.
+// and does not fault on it), and their Unset forms. MemAdviseLocation and
+// PrefetchLocation(Async) take a MemLocation instead of a processor, as
+// the _v2 forms of CUDA 12.2: a device, the host, a host NUMA node (the
+// host pages then prefer it, and a prefetch moves them there) or the node
+// nearest the caller. Under the launch coherence model (Config.Coherence
+// "launch": devices without concurrent managed access, as GPUs that
+// cannot fault) a launch hands a kernel its managed memory and the CPU
+// may not touch it until a synchronize; StreamAttachMemAsync, in stream
+// order, keeps memory on the host or with one stream; and what CUDA
+// refuses there is refused (ErrInvalidDevice): Prefetch, PrefetchAsync,
+// PrefetchLocation(Async), and preferred-location or accessed-by advice
+// naming a device. RangeAttribute and RangeAttributes answer
+// cuMemRangeGetAttribute, locations' types and ids included. Discard
+// drops a range's contents everywhere, as cudaMemDiscardBatchAsync: it
+// reads as zeros after, and holds no memory until touched again.
+// Memcpy2D and Memset2D copy and fill rows with pitches.
+//
+// ProfilerStart and ProfilerStop record a trace of the session between
+// them, as uvm trace records one (docs/traces.md).
 //
 // # Statistics
 //
@@ -113,8 +144,9 @@
 //
 // Every error wraps one of ErrInvalidValue, ErrMemoryAllocation,
 // ErrInvalidDevice, ErrInitialization, ErrNotSupported, ErrServerGone,
-// ErrLaunchFailure or ErrInternal (test with errors.Is), after CUDA's
-// error codes, and its message names the offending value.
+// ErrLaunchFailure, ErrInvalidConfiguration,
+// ErrCooperativeLaunchTooLarge or ErrInternal (test with errors.Is),
+// after CUDA's error codes, and its message names the offending value.
 //
 // How the server serves the faults, moves the pages and survives its own
 // death is in docs/architecture.md; the C API, with the same server, is

@@ -193,7 +193,7 @@ func fnv1a(b []byte) uint64 {
 // arenas are smaller than the data (eviction), kernels writing and
 // reading, prefetches between every pair of processors, and every
 // advice, all checked byte for byte against a shadow copy.
-func TestDataIntegrityDevices(t *testing.T) { dataIntegrityDevices(t, "fault") }
+func TestDataIntegrityDevices(t *testing.T) { dataIntegrityDevices(t, "fault", 0) }
 
 // TestDataIntegrityDevicesLargeFolios is TestDataIntegrityDevices with
 // location files of 2 MiB folios (--large-folios auto): blocks that move
@@ -203,7 +203,7 @@ func TestDataIntegrityDevicesLargeFolios(t *testing.T) {
 	if err := devmem.LargeFoliosAvailable(); err != nil {
 		t.Skipf("no large folios here: %v", err)
 	}
-	dataIntegrityDevices(t, "fault/large")
+	dataIntegrityDevices(t, "fault/large", 0)
 }
 
 // TestDataIntegrityDevicesLaunch is TestDataIntegrityDevices under the
@@ -213,14 +213,30 @@ func TestDataIntegrityDevicesLargeFolios(t *testing.T) {
 // device, so an operation costs about five times the fault model's here:
 // it runs a fifth of UVM_INTEGRITY_OPS (20,000 by default, 300 s here; a
 // run of 100,000 passed in 261 s on 16 CPUs, seed 1795574518432676357).
-func TestDataIntegrityDevicesLaunch(t *testing.T) { dataIntegrityDevices(t, "launch") }
+func TestDataIntegrityDevicesLaunch(t *testing.T) { dataIntegrityDevices(t, "launch", 0) }
 
-func dataIntegrityDevices(t *testing.T, coherence string) {
+// TestDataIntegrityUnderTheCore is TestDataIntegrityDevices with a host
+// budget of 4 MiB besides the devices' 6 MiB arenas, and large folios:
+// every processor evicts, pages that come back soon are protected there
+// and hidden from the eviction policy (the resident core,
+// refault_test.go), protections end and give way while kernels on both
+// devices fault, and not one byte may differ. A fifth of the operations.
+func TestDataIntegrityUnderTheCore(t *testing.T) { dataIntegrityDevices(t, "fault/large", 4<<20) }
+
+// TestDataIntegrityUnderTheCoreLaunch is TestDataIntegrityUnderTheCore
+// under the launch coherence model (a fifth of its operations again).
+func TestDataIntegrityUnderTheCoreLaunch(t *testing.T) { dataIntegrityDevices(t, "launch", 4<<20) }
+
+// dataIntegrityDevices runs the two-device integrity test under the
+// coherence model named ("/large": with large folios), with a host
+// budget of hostBudget bytes (0: none).
+func dataIntegrityDevices(t *testing.T, coherence string, hostBudget int64) {
 	cfg := DefaultServerConfig()
 	if c, ok := strings.CutSuffix(coherence, "/large"); ok {
 		coherence, cfg.LargeFolios = c, config.LargeFoliosAuto
 	}
 	cfg.Coherence = coherence
+	cfg.HostBudget = hostBudget
 	cfg.Devices = config.DeviceSpecs(2, []int64{6 << 20}, cfg.Devices[0].Backend)
 	cfg.DeviceWorkers = 2
 	// Every move and copy through the copy engine's threads, however
@@ -281,6 +297,9 @@ func dataIntegrityDevices(t *testing.T, coherence string) {
 	counts := map[string]int{}
 	ops := integrityOps(t)
 	if coherence == "launch" {
+		ops /= 5
+	}
+	if hostBudget > 0 {
 		ops /= 5
 	}
 	for op := 0; op < ops; op++ {
@@ -407,6 +426,17 @@ func dataIntegrityDevices(t *testing.T, coherence string) {
 	require.Positive(t, st.EvictedPages(0)+st.EvictedPages(1), "arenas overflowed")
 	require.Positive(t, st.ReadDuplicatedPages(CPU)+st.ReadDuplicatedPages(0)+st.ReadDuplicatedPages(1), "pages were duplicated")
 	require.Positive(t, st.RemoteMappedPages(0)+st.RemoteMappedPages(1), "devices mapped remotely")
+	t.Logf("refaults and the resident core: %+v", st.Refaults)
+	if hostBudget > 0 {
+		var protected, unprotected uint64
+		for _, r := range st.Refaults {
+			protected += r.Protected
+			unprotected += r.Unprotected + r.Demoted
+		}
+		require.Positive(t, st.EvictedPages(CPU), "the host evicted")
+		require.Positive(t, protected, "pages were protected")
+		require.Positive(t, unprotected, "protections ended or gave way")
+	}
 }
 
 // write writes random bytes at [off, off+length) from the host, and into

@@ -63,6 +63,16 @@ type Counters struct {
 	HintsArmed      []atomic.Uint64
 	Crossings       []atomic.Uint64
 	CounterMigrated []atomic.Uint64
+	// By processor, the resident core (package workingset): pages a
+	// fault brought back after the processor evicted them, those of
+	// them back soon, pages protected, pages whose protection ended
+	// with its generation, and protected pages evicted where nothing
+	// else could give room.
+	Refaulted       []atomic.Uint64
+	RefaultedRecent []atomic.Uint64
+	Protected       []atomic.Uint64
+	Unprotected     []atomic.Uint64
+	Demoted         []atomic.Uint64
 	Prefetched      atomic.Uint64 // pages brought speculatively
 	// Under the launch coherence model: pages handed to a device at a
 	// launch (copied: the CPU wrote them, or they had no device copy),
@@ -108,6 +118,12 @@ func NewCounters(processors int) *Counters {
 		HintsArmed:      make([]atomic.Uint64, processors),
 		Crossings:       make([]atomic.Uint64, processors),
 		CounterMigrated: make([]atomic.Uint64, processors),
+
+		Refaulted:       make([]atomic.Uint64, processors),
+		RefaultedRecent: make([]atomic.Uint64, processors),
+		Protected:       make([]atomic.Uint64, processors),
+		Unprotected:     make([]atomic.Uint64, processors),
+		Demoted:         make([]atomic.Uint64, processors),
 	}
 }
 
@@ -156,6 +172,9 @@ type Stats struct {
 	HintsArmed      []ProcessorPages `json:"hints_armed"`
 	AccessCrossings []ProcessorCount `json:"access_crossings"`
 	CounterMigrated []ProcessorPages `json:"counter_migrated"`
+	// Refaults counts, by processor that evicted pages, what its
+	// eviction cost and how it answered (ProcessorRefaults).
+	Refaults []ProcessorRefaults `json:"refaults,omitempty"`
 	// PrefetchedPages counts pages brought in speculatively, beyond the
 	// faulted ones.
 	PrefetchedPages uint64 `json:"prefetched_pages"`
@@ -210,6 +229,22 @@ type Migration struct {
 type ProcessorPages struct {
 	Processor Device `json:"processor"`
 	Pages     uint64 `json:"pages"`
+}
+
+// ProcessorRefaults counts one processor's refaults: pages a fault
+// brought back after the processor had evicted them (Pages), those of
+// them back after fewer evictions than the processor holds (Recent:
+// evicted too early), the pages its thrashing policy protected from
+// eviction for that (Protected: the resident core), those whose
+// protection ended with its generation (Unprotected), and protected
+// pages evicted because nothing else could give room (Demoted).
+type ProcessorRefaults struct {
+	Processor   Device `json:"processor"`
+	Pages       uint64 `json:"pages"`
+	Recent      uint64 `json:"recent"`
+	Protected   uint64 `json:"protected"`
+	Unprotected uint64 `json:"unprotected"`
+	Demoted     uint64 `json:"demoted"`
 }
 
 // ProcessorCount counts events of one processor.
@@ -302,6 +337,11 @@ func (c *Counters) AddFrom(o *Counters) {
 		c.HintsArmed[l].Add(o.HintsArmed[l].Load())
 		c.Crossings[l].Add(o.Crossings[l].Load())
 		c.CounterMigrated[l].Add(o.CounterMigrated[l].Load())
+		c.Refaulted[l].Add(o.Refaulted[l].Load())
+		c.RefaultedRecent[l].Add(o.RefaultedRecent[l].Load())
+		c.Protected[l].Add(o.Protected[l].Load())
+		c.Unprotected[l].Add(o.Unprotected[l].Load())
+		c.Demoted[l].Add(o.Demoted[l].Load())
 	}
 	for i := range o.migrated {
 		c.migrated[i].Add(o.migrated[i].Load())
@@ -395,6 +435,16 @@ func (s Stats) CrossingsOf(d Device) uint64 { return countOf(s.AccessCrossings, 
 // CounterMigratedPages returns the pages access counters migrated to d.
 func (s Stats) CounterMigratedPages(d Device) uint64 { return pagesOf(s.CounterMigrated, d) }
 
+// RefaultsOf returns processor d's refault counts.
+func (s Stats) RefaultsOf(d Device) ProcessorRefaults {
+	for _, r := range s.Refaults {
+		if r.Processor == d {
+			return r
+		}
+	}
+	return ProcessorRefaults{Processor: d}
+}
+
 // PopulatedPages returns the pages zero-filled on one processor.
 func (s Stats) PopulatedPages(d Device) uint64 { return pagesOf(s.Populated, d) }
 
@@ -434,6 +484,11 @@ func (c *Counters) Snapshot() Stats {
 		}
 		if n := c.CounterMigrated[l].Load(); n > 0 {
 			s.CounterMigrated = append(s.CounterMigrated, ProcessorPages{Processor: d, Pages: n})
+		}
+		rf := ProcessorRefaults{Processor: d, Pages: c.Refaulted[l].Load(), Recent: c.RefaultedRecent[l].Load(),
+			Protected: c.Protected[l].Load(), Unprotected: c.Unprotected[l].Load(), Demoted: c.Demoted[l].Load()}
+		if rf != (ProcessorRefaults{Processor: d}) {
+			s.Refaults = append(s.Refaults, rf)
 		}
 		for to := 0; to < locations; to++ {
 			var n uint64

@@ -93,6 +93,21 @@ var (
 	descPins = desc("pins_total",
 		"Pages pinned in host memory because the processor kept taking them.",
 		"processor")
+	descRefaulted = desc("refaulted_pages_total",
+		"Pages a fault brought back to a processor after the processor had evicted them.",
+		"processor")
+	descRefaultedRecent = desc("refaulted_recent_pages_total",
+		"Refaulted pages that came back after fewer evictions than the processor holds: evicted too early (thrashing).",
+		"processor")
+	descProtected = desc("protected_pages_total",
+		"Pages the thrashing policy protected from eviction after a recent refault (the processor's resident core).",
+		"processor")
+	descUnprotected = desc("unprotected_pages_total",
+		"Protected pages whose protection ended with its generation.",
+		"processor")
+	descDemoted = desc("demoted_pages_total",
+		"Protected pages evicted because nothing else could give room.",
+		"processor")
 	descHintsArmed = desc("hints_armed_pages_total",
 		"Pages of a device's remote mappings unmapped so that their next access faults and is counted (hint faults).",
 		"processor")
@@ -152,6 +167,7 @@ var (
 	statsDescs = []*prometheus.Desc{
 		descFaults, descMigratedPages, descMigratedBytes, descPopulated, descEvicted,
 		descRemoteMapped, descReadDuplicated, descThrottles, descPins, descHintsArmed,
+		descRefaulted, descRefaultedRecent, descProtected, descUnprotected, descDemoted,
 		descCrossings, descCounterMigrated, descPrefetched, descPrefetchedUsed,
 		descPrefetchedUnused, descLaunchCopied, descLaunchClean, descDiscarded, descEvictedClean, descReadAhead, descAllocations,
 		descAllocatedBytes, descService, descServiceMax,
@@ -244,6 +260,9 @@ func processors(s core.Stats, in *config.Info) []core.Device {
 			seen[c.Processor] = true
 		}
 	}
+	for _, r := range s.Refaults {
+		seen[r.Processor] = true
+	}
 	var out []core.Device
 	for d := range seen {
 		out = append(out, d)
@@ -268,6 +287,12 @@ func collectStats(ch chan<- prometheus.Metric, s core.Stats, procs []core.Device
 		counter(ch, descHintsArmed, s.HintsArmedPages(d), p)
 		counter(ch, descCrossings, s.CrossingsOf(d), p)
 		counter(ch, descCounterMigrated, s.CounterMigratedPages(d), p)
+		rf := s.RefaultsOf(d)
+		counter(ch, descRefaulted, rf.Pages, p)
+		counter(ch, descRefaultedRecent, rf.Recent, p)
+		counter(ch, descProtected, rf.Protected, p)
+		counter(ch, descUnprotected, rf.Unprotected, p)
+		counter(ch, descDemoted, rf.Demoted, p)
 	}
 
 	type direction struct{ from, to core.Device }

@@ -27,6 +27,7 @@ type procVals struct {
 	missing, minor, wp                                   uint64
 	populated, evicted, remote, readDup, throttles, pins uint64
 	hints, crossings, counterMigrated                    uint64
+	refaulted, recent, protected, unprotected, demoted   uint64
 }
 
 type migration struct {
@@ -37,9 +38,11 @@ type migration struct {
 
 var (
 	fakeProcs = map[core.Device]procVals{
-		core.CPU: {missing: 101, minor: 102, wp: 103, populated: 104, evicted: 105, remote: 106, readDup: 107, throttles: 108, pins: 109, hints: 110, crossings: 111, counterMigrated: 112},
-		0:        {missing: 201, minor: 202, wp: 203, populated: 204, evicted: 205, remote: 206, readDup: 207, throttles: 208, pins: 209, hints: 210, crossings: 211, counterMigrated: 212},
-		1:        {evicted: 7}, // nothing else: its other series must read 0
+		core.CPU: {missing: 101, minor: 102, wp: 103, populated: 104, evicted: 105, remote: 106, readDup: 107, throttles: 108, pins: 109, hints: 110, crossings: 111, counterMigrated: 112,
+			refaulted: 113, recent: 114, protected: 115, unprotected: 116, demoted: 117},
+		0: {missing: 201, minor: 202, wp: 203, populated: 204, evicted: 205, remote: 206, readDup: 207, throttles: 208, pins: 209, hints: 210, crossings: 211, counterMigrated: 212,
+			refaulted: 213, recent: 214, protected: 215, unprotected: 216, demoted: 217},
+		1: {evicted: 7}, // nothing else: its other series must read 0
 	}
 	fakeMigrations = []migration{
 		{core.CPU, 0, core.CauseFault, 10},
@@ -73,6 +76,11 @@ func fakeStats() core.Stats {
 		c.HintsArmed[l].Store(v.hints)
 		c.Crossings[l].Store(v.crossings)
 		c.CounterMigrated[l].Store(v.counterMigrated)
+		c.Refaulted[l].Store(v.refaulted)
+		c.RefaultedRecent[l].Store(v.recent)
+		c.Protected[l].Store(v.protected)
+		c.Unprotected[l].Store(v.unprotected)
+		c.Demoted[l].Store(v.demoted)
 	}
 	for _, m := range fakeMigrations {
 		c.AddMigrated(m.from, m.to, m.cause, m.pages)
@@ -123,6 +131,8 @@ func expectedSamples(withInfo bool) map[string]float64 {
 			"remote_mapped_pages_total": v.remote, "read_duplicated_pages_total": v.readDup,
 			"throttles_total": v.throttles, "pins_total": v.pins, "hints_armed_pages_total": v.hints,
 			"access_crossings_total": v.crossings, "access_counters_migrated_pages_total": v.counterMigrated,
+			"refaulted_pages_total": v.refaulted, "refaulted_recent_pages_total": v.recent, "protected_pages_total": v.protected,
+			"unprotected_pages_total": v.unprotected, "demoted_pages_total": v.demoted,
 		} {
 			want[fmt.Sprintf(`softuvm_%s{processor=%q}`, name, p)] = float64(n)
 		}

@@ -63,6 +63,8 @@ const (
 	MsgDeviceTrace   // server -> device process, first and unsolicited: report launches (devicetrace.go)
 	MsgDeviceReport  // device process -> server, on the report socket: launches and synchronizations (no reply)
 	MsgDiscard       // client -> server: drop every copy of a range's pages; the next touch reads zeros
+	MsgLaunchGrid    // client -> device process: run a kernel as a grid of blocks (no reply; grid.go)
+	MsgTraceControl  // client -> server: start or stop recording the session's events (uvmProfilerStart/Stop; tracecontrol.go)
 	MsgDeviceLayout  // server -> device process, after the device hello's reply: more of its layout (no reply)
 	msgTypeEnd       // one past the last message type
 )
@@ -77,7 +79,8 @@ var msgTypeNames = [...]string{
 	MsgDeviceHints: "device-hints", msgRestarted: "restarted", MsgReplace: "replace",
 	MsgStreamAttach: "stream-attach", MsgLaunchBegin: "launch-begin", MsgStreamsIdle: "streams-idle",
 	MsgPeerAccess: "peer-access", MsgDeviceTrace: "device-trace", MsgDeviceReport: "device-report",
-	MsgDiscard: "discard", MsgDeviceLayout: "device-layout",
+	MsgDiscard: "discard", MsgLaunchGrid: "launch-grid", MsgTraceControl: "trace-control",
+	MsgDeviceLayout: "device-layout",
 }
 
 type Header struct {

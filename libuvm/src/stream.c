@@ -165,8 +165,8 @@ struct op {
 	uint64_t ticket;
 	union {
 		struct {
-			uvmKernel_t kernel;
-			unsigned nthreads;
+			uintptr_t kernel;
+			struct uvm_launch_shape shape;
 			int cpu;
 			size_t n;
 		} launch;
@@ -333,13 +333,13 @@ static void add_last_error(struct uvm_errs *e, uvmError_t err)
 /* launch_now writes a launch on q's stream, after the coherence hook. A
  * launch that cannot be written fails its device, as one that fails as
  * it runs does: the work after it must not report success. */
-static uvmError_t launch_now(struct queue *q, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t n, int cpu)
+static uvmError_t launch_now(struct queue *q, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params, size_t n, int cpu)
 {
 	char name[UVM_KERNEL_NAME_MAX];
 	uvm__device_kernel_name(kernel, name, sizeof name);
 	uvmError_t err = uvm__coherence_before_launch(q->device, q->id, name);
 	if (!err)
-		err = uvm__device_launch(q->device, q->id, kernel, nthreads, params, n, cpu);
+		err = uvm__device_launch(q->device, q->id, kernel, shape, params, n, cpu);
 	if (err && !uvm__device_failure(q->device, NULL))
 		uvm__device_fail(q->device, err, uvmGetLastErrorMessage());
 	return err;
@@ -394,7 +394,7 @@ static void run_op(struct queue *q, struct op *op, struct uvm_errs *e)
 		/* Behind a failure the device takes no launch: the failure
 		 * is what the next synchronize reports. */
 		if (!uvm__device_failure(q->device, NULL))
-			launch_now(q, op->u.launch.kernel, op->u.launch.nthreads, op->u.launch.n ? op->data : NULL, op->u.launch.n, op->u.launch.cpu);
+			launch_now(q, op->u.launch.kernel, &op->u.launch.shape, op->u.launch.n ? op->data : NULL, op->u.launch.n, op->u.launch.cpu);
 		return;
 	case OP_HOST:
 		settle(q, e);
@@ -1353,8 +1353,8 @@ uvmError_t uvmDeviceReset(void)
  * streams the legacy order makes it wait for. For a launch, launch holds
  * what to write. */
 struct launch_args {
-	uvmKernel_t kernel;
-	unsigned nthreads;
+	uintptr_t kernel;
+	const struct uvm_launch_shape *shape;
 	const void *params;
 	size_t n;
 	int cpu;
@@ -1400,7 +1400,7 @@ static uvmError_t submit(struct queue *q, uvmStream_t handle, struct op *op, con
 		} else if (op) {
 			enqueue(q, op);
 		} else if (!waits && !q->worker) {
-			err = launch_now(q, launch->kernel, launch->nthreads, launch->params, launch->n, launch->cpu);
+			err = launch_now(q, launch->kernel, launch->shape, launch->params, launch->n, launch->cpu);
 		} else {
 			/* Behind other work: queued, with a copy of the params,
 			 * as CUDA copies kernel arguments at the launch. */
@@ -1409,7 +1409,7 @@ static uvmError_t submit(struct queue *q, uvmStream_t handle, struct op *op, con
 				err = uvm__fail(uvmErrorMemoryAllocation, "%s device %d: no memory to queue the launch", what, q->device);
 			} else {
 				l->u.launch.kernel = launch->kernel;
-				l->u.launch.nthreads = launch->nthreads;
+				l->u.launch.shape = *launch->shape;
 				l->u.launch.cpu = launch->cpu;
 				l->u.launch.n = launch->n;
 				if (launch->n)
@@ -1433,37 +1433,46 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 {
 	if (uvm__device_process >= 0)
 		return uvm__refuse_in_device("uvmLaunchKernel");
-	uvmError_t err = uvm__refuse_in_host_fn("uvmLaunchKernel");
+	if (nthreads == 0 || nthreads > UVM_MAX_LAUNCH_THREADS)
+		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %u threads: want 1 to %u", device, nthreads, UVM_MAX_LAUNCH_THREADS);
+	struct uvm_launch_shape shape = {.nthreads = nthreads};
+	return uvm__launch(device, stream, (uintptr_t)kernel, &shape, params, paramsSize, "uvmLaunchKernel");
+}
+
+uvmError_t uvm__launch(int device, uvmStream_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params, size_t paramsSize,
+		       const char *what)
+{
+	uvmError_t err = uvm__refuse_in_host_fn(what);
 	if (err)
 		return err;
 	if (!kernel)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: the kernel is NULL; want a function of the program", device);
-	if (nthreads == 0 || nthreads > UVM_MAX_LAUNCH_THREADS)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %u threads: want 1 to %u", device, nthreads, UVM_MAX_LAUNCH_THREADS);
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d: the kernel is NULL; want a function of the program", what, device);
 	if (paramsSize > uvmMaxKernelParams)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %zu bytes of parameters: at most %d (uvmMaxKernelParams)",
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d with %zu bytes of parameters: at most %d (uvmMaxKernelParams)", what,
 				 device, paramsSize, uvmMaxKernelParams);
 	if (!params && paramsSize)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: params is NULL with paramsSize %zu; want both or neither", device,
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d: params is NULL with paramsSize %zu; want both or neither", what, device,
 				 paramsSize);
+	char on[64];
+	snprintf(on, sizeof on, "%s on", what);
 	struct queue *q;
-	if ((err = queue_of(stream, device, "uvmLaunchKernel on", &q)))
+	if ((err = queue_of(stream, device, on, &q)))
 		return err;
 	if (q->device != device) {
 		int other = q->device;
 		queue_put(q);
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with stream %p of device %d: a stream runs work on its own device only",
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d with stream %p of device %d: a stream runs work on its own device only", what,
 				 device, (void *)stream, other);
 	}
 	/* The device's stream thread follows a launching thread that will
 	 * sleep in its synchronize (a wake-up on the same CPU is cheaper);
 	 * one that spins keeps its CPU to itself. */
 	struct launch_args a = {.kernel = kernel,
-				.nthreads = nthreads,
+				.shape = shape,
 				.params = params,
 				.n = paramsSize,
 				.cpu = uvm__wait_mode(device) == UVM_WAIT_BLOCK ? sched_getcpu() : -1};
-	err = submit(q, stream, NULL, &a, "uvmLaunchKernel on");
+	err = submit(q, stream, NULL, &a, on);
 	return err ? err : uvm__ok();
 }
 

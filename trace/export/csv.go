@@ -58,6 +58,7 @@ var kindColumns = map[trace.Kind][]int{
 	trace.KindArm:        {cPID, cProcessor, cRange, cAddr, cPages, cBytes},
 	trace.KindAccess:     {cPID, cProcessor, cRange, cAddr, cPages, cBytes, cDuration},
 	trace.KindDiscard:    {cPID, cRange, cAddr, cPages, cBytes},
+	trace.KindProtect:    {cPID, cProcessor, cRange, cAddr, cPages, cBytes},
 }
 
 // CSV writes a header row naming Columns, then a row per event.

@@ -88,13 +88,14 @@ const (
 	trackAccesses
 	trackSessions
 	trackDiscards
+	trackProtects
 )
 
 var trackNames = [...]string{
 	trackFaults: "faults", trackMigrations: "migrations in", trackEvictions: "evictions", trackPopulate: "populate",
 	trackRemoteMaps: "remote maps", trackDuplicates: "duplicates in", trackLaunches: "launches", trackSyncs: "syncs",
 	trackArms: "armed (access mode)", trackAccesses: "accesses (access mode)", trackSessions: "sessions",
-	trackDiscards: "discards",
+	trackDiscards: "discards", trackProtects: "protected (resident core)",
 }
 
 // trackKey names a track: a kind of row of one JSON process, and for
@@ -333,6 +334,8 @@ func (p *perfetto) add(e *trace.Event) {
 		p.pages(e, e.Processor, trackArms, "armed")
 	case trace.KindDiscard:
 		p.pages(e, trace.CPU, trackDiscards, "discarded") // every location's copies: shown on the host's row
+	case trace.KindProtect:
+		p.pages(e, e.Processor, trackProtects, "protected")
 	case trace.KindAccess:
 		// A slice over the window in which the pages were touched.
 		pid := p.pid(e.Processor)
