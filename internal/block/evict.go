@@ -46,6 +46,16 @@ func evictPages(v Ref, from core.Device, pages core.PageMask, demote bool) int64
 	// first other holder: nothing is copied.
 	dup := v.B.Duplicated()
 	dup.And(&pages)
+	if from == core.CPU && v.R.Space.LaunchModel() && !dup.Empty() {
+		// Under the launch model the CPU writes its copies without a
+		// fault: a write is found only when a launch hands the range
+		// off (HandOff), and a launch that locked the range may evict
+		// it before its hand-off reached it. A host copy is never older
+		// than a device's (a device's write drops the others), so the
+		// host's copy is the one kept, and it moves like any other.
+		op.CollapseTo(core.CPU, dup)
+		dup = core.PageMask{}
+	}
 	clean := 0
 	if !dup.Empty() {
 		left := dup
