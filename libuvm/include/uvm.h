@@ -266,6 +266,16 @@ typedef enum uvmDeviceAttr {
 	uvmDevAttrArenaCapacityMiB = 1000     /* softuvm's: the device's memory, in MiB */
 } uvmDeviceAttr;
 
+/* Compute modes, with cudaComputeMode's values: a device's computeMode
+ * (uvmDevAttrComputeMode) is always uvmComputeModeDefault; the others are
+ * named for the programs that check for them. */
+typedef enum uvmComputeMode {
+	uvmComputeModeDefault = 0,
+	uvmComputeModeExclusive = 1,
+	uvmComputeModeProhibited = 2,
+	uvmComputeModeExclusiveProcess = 3
+} uvmComputeMode;
+
 /* A device's properties: the fields of cudaDeviceProp that mean
  * something for a device that is a process on the host's CPUs, under
  * the same names. Where a figure is a GPU's limit a CPU does not have
@@ -718,6 +728,16 @@ uvmError_t uvmLaunchCooperativeKernel(int device, uvmStream_t stream, uvmDim3 gr
  * 0 for a block past the limits. kernel: any kernel (its registers limit
  * nothing here), not NULL. */
 uvmError_t uvmOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *kernel, int blockSize, size_t dynamicSMemSize);
+
+/* The block size that keeps the most threads of kernel resident on the
+ * current device (the largest such block up to blockSizeLimit, or 1024
+ * without one: 1024 itself then), and the smallest grid that fills the device
+ * with such blocks (uvmOccupancyMaxActiveBlocksPerMultiprocessor times
+ * its multiprocessors, the device's workers), as
+ * cudaOccupancyMaxPotentialBlockSize. blockSizeLimit: 0 or past 1024
+ * for none.
+ * dynamicSMemSize: each block's dynamic shared memory, at most 48 KiB. */
+uvmError_t uvmOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, const void *kernel, size_t dynamicSMemSize, int blockSizeLimit);
 
 /* In a grid kernel only (elsewhere they print why and abort, which in a
  * device process is a kernel crash the next synchronize reports):
