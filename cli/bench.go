@@ -16,6 +16,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -275,10 +276,10 @@ func traceOverhead(cfg uvm.ServerConfig, pages, runs int, rep *faultsReport) err
 	rep.UntracedFaultP50US, rep.TracedFaultP50US = median(off), median(on)
 	rep.TraceOverhead = rep.TracedFaultP50US / rep.UntracedFaultP50US
 	// The private server closes its trace as it exits, after its client.
-	var s *traceSummary
+	var s *trace.Summary
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if s, err = summarizeTrace(path); err == nil || time.Now().After(deadline) {
+		if s, err = trace.Summarize(path); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -286,7 +287,7 @@ func traceOverhead(cfg uvm.ServerConfig, pages, runs int, rep *faultsReport) err
 	if err != nil {
 		return fmt.Errorf("the recording server's trace: %w", err)
 	}
-	if n := s.totalFaults(); n > 0 {
+	if n := s.TotalFaults(); n > 0 {
 		rep.TraceBytesPerMillionFaults = s.BytesPerMillionFaults
 		rep.TraceEventsPerFault = float64(s.Events) / float64(n)
 	}

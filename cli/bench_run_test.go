@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/trace"
 )
 
 func TestBenchRunFlags(t *testing.T) {
@@ -97,9 +98,9 @@ func TestBenchRun(t *testing.T) {
 	// --trace: the last run's trace, whose faults are the ones its
 	// statistics counted.
 	assert.Equal(t, filepath.Join(traces, "sort-lru.uvmtrace"), m.Trace)
-	summary, err := summarizeTrace(m.Trace)
+	summary, err := trace.Summarize(m.Trace)
 	require.NoError(t, err)
-	assert.EqualValues(t, m.Faults, summary.totalFaults(), "the trace's faults against uvm run's statistics")
+	assert.EqualValues(t, m.Faults, summary.TotalFaults(), "the trace's faults against uvm run's statistics")
 	assert.Contains(t, p.ManagedToPlain, "lru")
 	assert.Contains(t, p.GoalPlainMet, "lru")
 	if p.Cgroup == nil {
