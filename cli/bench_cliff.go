@@ -629,9 +629,9 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 		pr.BoundNote = boundNote
 		return nil
 	default:
-		var budgets []boundBudget
+		var budgets []lab.BoundBudget
 		for _, pt := range pr.Points {
-			budgets = append(budgets, boundBudget{text: pt.Name, bytes: pt.BudgetBytes})
+			budgets = append(budgets, lab.BoundBudget{Text: pt.Name, Bytes: pt.BudgetBytes})
 		}
 		rep, err := cliffLackey(ctx, o, w, budgets)
 		if err != nil {
@@ -678,7 +678,7 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 // cliffLackey runs the workload once under valgrind's lackey, as uvm lab
 // bound does, and counts LRU's and MIN's faults at the budgets, in 4 KiB
 // pages, with a progress line every 30 s.
-func cliffLackey(ctx context.Context, o cliffOptions, w *workloads.Workload, budgets []boundBudget) (*BoundReport, error) {
+func cliffLackey(ctx context.Context, o cliffOptions, w *workloads.Workload, budgets []lab.BoundBudget) (*lab.BoundReport, error) {
 	// uvm run's managed heap is jemalloc's, but where the program's flags
 	// give --min-size alone (the system allocator's heap, large
 	// allocations managed).
@@ -686,27 +686,27 @@ func cliffLackey(ctx context.Context, o cliffOptions, w *workloads.Workload, bud
 	if slices.Contains(w.Program.UVMFlags, "--min-size") && !slices.Contains(w.Program.UVMFlags, "--heap") {
 		allocator = "system"
 	}
-	bo := boundOptions{budgets: budgets, granules: []int64{lab.PageSize}, allocator: allocator, env: w.Env, progressEvery: 30 * time.Second}
+	bo := lab.BoundOptions{Budgets: budgets, Granules: []int64{lab.PageSize}, Allocator: allocator, Env: w.Env, ProgressEvery: 30 * time.Second}
 	rdir := filepath.Join(w.Dir, "bound")
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(rdir)
-	bo.dir = rdir
+	bo.Dir = rdir
 	in, err := w.OpenStdin()
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close()
-	bo.stdin = in
+	bo.Stdin = in
 	name := w.Program.Name
 	o.progress("%s: counting LRU's and MIN's faults: %s once under valgrind's lackey tool (thousands of times slower than plain)", name, w.CommandLine())
-	bo.progress = func(read int64, took time.Duration, done bool) {
+	bo.Progress = func(read int64, took time.Duration, done bool) {
 		if !done {
 			o.progress("%s under valgrind: %s of lackey output read in %v", name, humanSize(uint64(read)), took.Round(time.Second))
 		} else {
 			o.progress("%s under valgrind: done in %v (%s of lackey output)", name, took.Round(time.Second), humanSize(uint64(read)))
 		}
 	}
-	return measureBound(ctx, w.Argv, bo)
+	return lab.MeasureBound(ctx, w.Argv, bo)
 }

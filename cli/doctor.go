@@ -13,6 +13,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/lab"
 	"github.com/softuvm/softuvm/libuvm"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -378,7 +379,7 @@ func checkValgrind() doctorCheck {
 	c := doctorCheck{Name: "valgrind", What: "valgrind",
 		Consequence: "uvm lab bound cannot run (it runs the program under valgrind's lackey tool)",
 		Fix:         asRoot() + "apt-get install valgrind"}
-	p, err := lookValgrind()
+	p, err := lab.LookValgrind()
 	if err != nil {
 		c.Found = "not in PATH"
 		return c
