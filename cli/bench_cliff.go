@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/lab"
 	"github.com/softuvm/softuvm/libuvm"
 	"github.com/softuvm/softuvm/policy"
@@ -26,7 +26,7 @@ import (
 // the faults that LRU and Belady's MIN take on the same references. The
 // programs are two synthetic ones, a loop and a random walk over an
 // array (C, built at run time), whose page reference string is known
-// exactly and computed here, and the real programs of cli/workloads,
+// exactly and computed here, and the real programs of internal/bench/workloads,
 // whose references `uvm lab bound`'s valgrind run gives (--bound).
 
 // The goals of the budget curve (issue: no cliff near the budget).

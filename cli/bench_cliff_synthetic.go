@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/lab"
 )
 

@@ -11,12 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
 
-// `uvm bench run` times the real programs of cli/workloads three ways:
+// `uvm bench run` times the real programs of internal/bench/workloads three ways:
 // plain, under `uvm run` with a host budget of a fraction of the plain
 // run's peak RSS (once per eviction policy asked for), and plain in a
 // memory cgroup of the same size with zram swap (the oversub bench's
@@ -106,7 +106,7 @@ type runBenchOptions struct {
 
 func benchRun(args []string) error {
 	fs := newFlagSet("bench run", "[--json] [--programs LIST] [--budget-fraction F] [--eviction LIST] [--runs N] [--size NAME=SIZE,...] [--timeout D] [--no-cgroup] [--uvm PATH] [--trace DIR]",
-		"Run the real programs of cli/workloads ("+strings.Join(workloads.Names(), ", ")+") three ways, alternating, after a warm-up run of each way: "+
+		"Run the real programs of internal/bench/workloads ("+strings.Join(workloads.Names(), ", ")+") three ways, alternating, after a warm-up run of each way: "+
 			"plain; under `uvm run --host-budget B`, where B is --budget-fraction of the plain run's peak RSS (the program's own, measured through a small C wrapper built at run time with $CC, cc or gcc; rounded up to a MiB, at least 4 MiB), once per eviction policy of --eviction; "+
 			"and plain in a memory cgroup (v1 or v2) limited to B with zram swap, set up and torn down as `uvm bench oversub` does (root). Every run's output is checked against the plain run's. "+
 			"Reports the median wall times, their ratios to plain (goal: at most 3) and to the cgroup (goal: below 1), and the bytes moved each way")

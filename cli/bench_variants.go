@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 )
 
 // The benchmarks that time real programs (`uvm bench run`, `uvm bench

@@ -17,7 +17,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/server"
 	"github.com/softuvm/softuvm/libuvm"

@@ -36,9 +36,11 @@ func TestImportFence(t *testing.T) {
 // how, which the server and the lab both run, the lab that replays the
 // policies over traces, then the configuration); then the wire protocol,
 // the copy engine, the device processes, the fault server; then the
-// public client; and on top the commands with package cli, the uvm
-// command as a library, which they and a course's own uvm binaries
-// (policy/coursework/cmd) and the lab's course kit (lab/course) build on.
+// public client; then the benchmarks (`uvm bench`, and the real programs
+// they run), which measure through the public client; and on top the
+// commands with package cli, the uvm command as a library, which they
+// and a course's own uvm binaries (policy/coursework/cmd) and the lab's
+// course kit (lab/course) build on.
 // A package belongs to the layer of the longest root it is under, so
 // that a command kept beside the policies it links is a command.
 var layers = [][]string{
@@ -54,6 +56,7 @@ var layers = [][]string{
 	{"internal/guard"},
 	{"internal/server", "internal/metrics"},
 	{"uvm"},
+	{"internal/bench"},
 	{"cli", "cmd", "policy/coursework/cmd", "lab/course", "lab/programs"},
 }
 
@@ -209,6 +212,9 @@ func TestLayerViolations(t *testing.T) {
 		{"internal/server", []string{"uvm"}, "internal/server imports uvm, which comes later"},
 		{"uvm", []string{"cmd/uvm"}, "uvm imports cmd/uvm, which comes later"},
 		{"uvm", []string{"cli"}, "uvm imports cli, which comes later"},
+		{"uvm", []string{"internal/bench"}, "uvm imports internal/bench, which comes later"},
+		{"internal/bench", []string{"cli"}, "internal/bench imports cli, which comes later"},
+		{"internal/bench/workloads", []string{"cli"}, "internal/bench/workloads imports cli, which comes later"},
 		{"internal/server", []string{"policy/coursework/cmd/uvm-coursework"}, "internal/server imports policy/coursework/cmd/uvm-coursework, which comes later"},
 		{"policy/coursework", []string{"cli"}, "policy/coursework imports cli, which comes later"},
 		{"policy/coursework", []string{"internal/engine"}, "policy/coursework imports internal/engine, which comes later"},
@@ -237,6 +243,8 @@ func TestLayerViolations(t *testing.T) {
 		{"cmd/uvm", []string{"uvm", "internal/server"}},
 		{"cmd/uvm", []string{"cli"}},
 		{"cli", []string{"uvm", "internal/server", "policy"}},
+		{"cli", []string{"internal/bench", "internal/bench/workloads"}},
+		{"internal/bench", []string{"uvm", "lab", "trace", "policy", "internal/bench/workloads"}},
 		{"policy/coursework/cmd/uvm-coursework", []string{"cli", "policy/coursework"}},
 		{"integration", []string{"uvm", "cmd/uvm"}},
 	} {
