@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/bench"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -104,7 +105,7 @@ func runDemo(args []string) error {
 	binary.LittleEndian.PutUint64(params[8:], uint64(a.Size()))
 	var kerr error
 	if err := step(fmt.Sprintf("5. a kernel on device 0 (%d threads) adds one to every page (its faults migrate them)", workers), func() {
-		if kerr = s.Launch(0, nil, touchKernel, int(workers), params); kerr == nil {
+		if kerr = s.Launch(0, nil, bench.TouchKernel, int(workers), params); kerr == nil {
 			kerr = s.DeviceSynchronize(0)
 		}
 	}); err != nil {

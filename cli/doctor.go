@@ -11,6 +11,7 @@ import (
 
 	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/bench"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/lab"
@@ -344,7 +345,7 @@ func benchBaselineNeedsRoot(c doctorCheck) doctorCheck {
 
 func checkMemoryCgroup() doctorCheck {
 	c := doctorCheck{Name: "memory-cgroup", What: "memory cgroup", Consequence: benchBaselineLoss}
-	mount, v2, err := memoryCgroupMount()
+	mount, v2, err := bench.MemoryCgroupMount()
 	switch {
 	case err != nil:
 		c.Found = err.Error()
@@ -362,7 +363,7 @@ func checkMemoryCgroup() doctorCheck {
 
 func checkZram() doctorCheck {
 	c := doctorCheck{Name: "zram", What: "zram", Consequence: benchBaselineLoss}
-	found, err := zramPresent(false)
+	found, err := bench.ZramPresent(false)
 	if err != nil {
 		c.Found = err.Error()
 		c.Fix = "a kernel with zram (CONFIG_ZRAM, built in or as a module)"

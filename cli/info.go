@@ -227,7 +227,7 @@ func printServer(kind, socket string, in uvm.Info) {
 		source += ", chosen from the CPU count"
 	default:
 		fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
-			c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
+			c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, config.FormatDirectBelow(c.CopyDirectBelow), config.FormatDirectBelow(c.DirectBelow))
 		if c.Kept != "" {
 			source = "kept: measured by an earlier server since boot, " + c.Kept
 		} else {
@@ -273,14 +273,6 @@ func concurrentManagedAccess(coherence string) int {
 		return 0
 	}
 	return 1
-}
-
-// engineSize names the size from which the copy engine is used.
-func engineSize(n int64) string {
-	if n == math.MaxInt64 {
-		return "never (one thread was faster at every size calibrated)"
-	}
-	return uvm.FormatSize(n)
 }
 
 // optCount prints a count that may be missing.

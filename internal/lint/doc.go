@@ -3,5 +3,6 @@
 // that own the kernel boundary; the layers, an order of the runtime's
 // packages that imports follow (fence_test.go); and the public API of
 // package uvm, which shows no type of the server, the wire protocol, the
-// copy engine or the device runtime (api_test.go).
+// copy engine or the device runtime (api_test.go), and which the
+// benchmarks measure through, importing none of those (fence_test.go).
 package lint

@@ -194,6 +194,56 @@ func TestEngineAndLabDoNotImportServer(t *testing.T) {
 	}
 }
 
+// throughTheClient are packages that measure softuvm as its users get
+// it, through the public client: they import none of the packages the
+// client hides (hidden, api_test.go) directly.
+var throughTheClient = []string{"internal/bench"}
+
+// TestBenchmarksMeasureThroughTheClient: the benchmarks import nothing
+// of the server, the wire protocol, the copy engine or the device
+// runtime.
+func TestBenchmarksMeasureThroughTheClient(t *testing.T) {
+	pkgs := goList(t, module+"/...")
+	checked := 0
+	for _, p := range pkgs {
+		from, _ := rel(p.ImportPath)
+		if !inAny(from, throughTheClient) {
+			continue
+		}
+		checked++
+		for _, v := range clientViolations(from, p.Imports) {
+			t.Error(v)
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no package under %v: the list in fence_test.go is out of date", throughTheClient)
+	}
+}
+
+// clientViolations returns the imports of from, a package of
+// throughTheClient, that the public client hides.
+func clientViolations(from string, imports []string) []string {
+	var bad []string
+	for _, imp := range imports {
+		if to, ok := rel(imp); ok && inAny(to, hidden) {
+			bad = append(bad, fmt.Sprintf("%s imports %s: a benchmark measures through the public client (uvm), as a user would", from, to))
+		}
+	}
+	return bad
+}
+
+func TestClientViolations(t *testing.T) {
+	m := func(r string) string { return module + "/" + r }
+	got := clientViolations("internal/bench", []string{m("uvm"), m("internal/server"), "fmt", m("internal/wire/internal/gencheader"), m("lab")})
+	want := []string{
+		"internal/bench imports internal/server: a benchmark measures through the public client (uvm), as a user would",
+		"internal/bench imports internal/wire/internal/gencheader: a benchmark measures through the public client (uvm), as a user would",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
 // TestLayerViolations: the check finds what it is meant to.
 func TestLayerViolations(t *testing.T) {
 	m := func(r string) string { return module + "/" + r }

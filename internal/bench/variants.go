@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"context"
@@ -67,7 +67,7 @@ type benchVariant struct {
 // variants' Seconds are the medians of their measured runs. The error is
 // for an interruption (ctx) only.
 func alternateVariants(ctx context.Context, dir, name string, w *workloads.Workload, ref *workloads.Run, limit time.Duration, runs int,
-	variants []benchVariant, progress func(format string, a ...any)) error {
+	variants []benchVariant, progress Progress) error {
 	for r := 0; r <= runs; r++ {
 		for i := range variants {
 			vs := variants[(i+r)%len(variants)]
