@@ -370,7 +370,7 @@ func benchRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	sizeOf, err := parseProgramSizes(*sizes)
+	sizeOf, err := bench.ParseRunSizes(*sizes)
 	if err != nil {
 		return err
 	}
@@ -490,27 +490,6 @@ func managedVariantsBinary(flag string, check func() error) (string, error) {
 		return "", fmt.Errorf("the path of this uvm binary, for uvm run: %w", err)
 	}
 	return self, check()
-}
-
-// parseProgramSizes reads `uvm bench run`'s --size: a comma list of
-// NAME=SIZE, a real program's name and its input's size.
-func parseProgramSizes(list string) (map[string]int64, error) {
-	sizeOf := map[string]int64{}
-	for _, kv := range strings.Split(list, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		name, text, ok := strings.Cut(kv, "=")
-		if _, err := workloads.Select(name); !ok || err != nil {
-			return nil, fmt.Errorf("--size %q: want NAME=SIZE, NAME one of %s", kv, strings.Join(workloads.Names(), ", "))
-		}
-		n, err := uvm.ParseSize(text)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--size %s: want a size above 0 (%v)", kv, err)
-		}
-		sizeOf[name] = n
-	}
-	return sizeOf, nil
 }
 
 // writableTraceDir makes `uvm bench run --trace DIR` absolute (the

@@ -74,6 +74,18 @@ func (c *memoryCgroup) teardown() error {
 	return errors.Join(errs...)
 }
 
+// tearDownAfter tears the cgroup down at the end of a benchmark whose
+// error is *err: a failure is said, and is the benchmark's error where it
+// had none.
+func (c *memoryCgroup) tearDownAfter(err *error, progress Progress) {
+	if terr := c.teardown(); terr != nil {
+		progress("tearing down the cgroup variant: %v", terr)
+		if *err == nil {
+			*err = terr
+		}
+	}
+}
+
 func (c *memoryCgroup) closePeakFiles() {
 	for i, f := range c.peakFiles {
 		if f != nil {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,4 +121,20 @@ func TestMemoryCgroupVariantSetup(t *testing.T) {
 	assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
 	controlAfter, _ := os.ReadFile(control)
 	assert.Equal(t, string(controlBefore), string(controlAfter), "the parent's controllers are as they were")
+}
+
+// noCgroupOrSwapLeft returns a check, for the end of a test that ran a
+// benchmark with a cgroup variant, that the benchmark removed the cgroup
+// it made and the swap device it added (or made neither).
+func noCgroupOrSwapLeft(t *testing.T) func() {
+	t.Helper()
+	swapsBefore, _ := os.ReadFile("/proc/swaps")
+	return func() {
+		t.Helper()
+		if mount, _, err := MemoryCgroupMount(); err == nil && mount != "" {
+			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
+		}
+		swapsAfter, _ := os.ReadFile("/proc/swaps")
+		assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
+	}
 }

@@ -247,25 +247,12 @@ func cmpFloat(a, b float64) int {
 // a synthetic program (a multiple of 4KiB, at least 1MiB) or the input
 // of a real one.
 func ParseCliffSizes(list string) (map[string]int64, error) {
-	out := map[string]int64{}
-	for _, kv := range strings.Split(list, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		name, text, ok := strings.Cut(kv, "=")
-		if !ok || !slices.Contains(CliffProgramNames(), name) {
-			return nil, fmt.Errorf("--size %q: want NAME=SIZE, NAME one of %s", kv, strings.Join(CliffProgramNames(), ", "))
-		}
-		n, err := uvm.ParseSize(text)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--size %s: want a size above 0 (%v)", kv, err)
-		}
+	return parseProgramSizes(list, CliffProgramNames(), func(kv, name string, n int64) error {
 		if _, synthetic := syntheticNamed(name); synthetic && (n < 1<<20 || n%lab.PageSize != 0) {
-			return nil, fmt.Errorf("--size %s: the array of %s must be a multiple of 4KiB and at least 1MiB (uvm run manages allocations of 1MiB and more)", kv, name)
+			return fmt.Errorf("--size %s: the array of %s must be a multiple of 4KiB and at least 1MiB (uvm run manages allocations of 1MiB and more)", kv, name)
 		}
-		out[name] = n
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // cliffPNGPath is where --png writes: the file named, or cliff.png in

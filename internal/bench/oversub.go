@@ -197,14 +197,7 @@ func Oversub(o OversubOptions) (rep *OversubReport, err error) {
 	}
 	cg := oversubCgroup(o, progress, rep)
 	if cg != nil {
-		defer func() {
-			if terr := cg.teardown(); terr != nil {
-				progress("tearing down the cgroup variant: %v", terr)
-				if err == nil {
-					err = terr
-				}
-			}
-		}()
+		defer cg.tearDownAfter(&err, progress)
 	}
 	variants := OversubVariants(o, prog, filepath.Join(dir, "stats.json"), cg, rep)
 	progress("%d runs of each of %d variants after a warm-up of each: %d sweeps of %s, host budget %s", o.Runs, len(variants), o.Sweeps, uvm.FormatSize(o.Size), uvm.FormatSize(o.Budget))

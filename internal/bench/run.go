@@ -185,14 +185,7 @@ func measureRunProgram(ctx context.Context, o RunOptions, p workloads.Program, d
 	variants := append([]benchVariant{{t: &pr.Plain.benchTiming, run: w.RunPlain, warmedUp: true}}, pr.managedVariants(o, w)...)
 	cg := pr.cgroupVariant(p, cgroupSkipped, max(warm.MaxRSS, pr.BudgetBytes+1<<20), progress)
 	if cg != nil {
-		defer func() {
-			if terr := cg.teardown(); terr != nil {
-				progress("tearing down the cgroup variant: %v", terr)
-				if err == nil {
-					err = terr
-				}
-			}
-		}()
+		defer cg.tearDownAfter(&err, progress)
 		variants = append(variants, pr.cgroupRun(cg, w))
 	}
 	// The warm-up run is the output every later run must match.
