@@ -21,13 +21,15 @@
 //	run.go       Run: real programs (package workloads) under uvm run, against plain and a memory cgroup
 //	cliff*.go    Cliff: the budget curve, against plain, LRU and Belady's MIN
 //
-// and what they share: the machine a report names (machine.go), medians
+// and what they share: where a benchmark says what it is doing
+// (progress.go), the machine a report names (machine.go), medians
 // (stats.go), what they do to host memory (memory.go), the kernels they
 // launch (kernels.go, registered with every binary that links this
 // package, so that its devices know them), the memory cgroup with zram
 // swap that is the kernel's baseline for a host budget (cgroup.go, whose
 // probes `uvm doctor` reuses), running a program's variants in
-// alternation (variants.go), and the figures' files (plot.go). The C
+// alternation and reading the sizes of its inputs (variants.go), and the
+// figures' files (plot.go). The C
 // programs some benchmarks build at run time are in csrc/, embedded.
 //
 // The benchmarks measure through the public client (package uvm) and the

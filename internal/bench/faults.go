@@ -21,8 +21,8 @@ import (
 )
 
 // FaultsReport is what `uvm bench faults` measured, its JSON what --json
-// prints. Each figure
-// is the median over runs, after a warm-up run that is not counted.
+// prints. Each figure is the median over runs, after a warm-up run that
+// is not counted.
 type FaultsReport struct {
 	Machine Machine `json:"machine"`
 	Runs    int     `json:"runs"`

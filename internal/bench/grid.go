@@ -31,10 +31,9 @@ const (
 )
 
 // GridReport is what `uvm bench grid` measured, its JSON what --json
-// prints: for each runtime (C's
-// fibers, Go's goroutines) the grid launch against the (tid, nthreads)
-// launch, in the same run, medians over rounds whose two variants alternate
-// which goes first.
+// prints: for each runtime (C's fibers, Go's goroutines) the grid launch
+// against the (tid, nthreads) launch, in the same run, medians over
+// rounds whose two variants alternate which goes first.
 type GridReport struct {
 	Machine Machine      `json:"machine"`
 	Rounds  int          `json:"rounds"`

@@ -11,9 +11,8 @@ import (
 )
 
 // MemcpyReport is what `uvm bench memcpy` measured, its JSON what --json
-// prints. Rates are
-// medians over runs, after a warm-up that is not counted; GB/s are 1e9
-// bytes a second.
+// prints. Rates are medians over runs, after a warm-up that is not
+// counted; GB/s are 1e9 bytes a second.
 type MemcpyReport struct {
 	Machine   Machine                `json:"machine"`
 	Runs      int                    `json:"runs"`

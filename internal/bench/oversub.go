@@ -28,9 +28,8 @@ import (
 var oversubSweepSource string
 
 // OversubReport is what `uvm bench oversub` measured, its JSON what
-// --json prints. Times are
-// medians over runs, after a warm-up run of each variant that is not
-// counted; the variants alternate within each round.
+// --json prints. Times are medians over runs, after a warm-up run of each
+// variant that is not counted; the variants alternate within each round.
 type OversubReport struct {
 	Machine     Machine `json:"machine"`
 	Runs        int     `json:"runs"`
