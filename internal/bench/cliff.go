@@ -1,22 +1,18 @@
-package cli
+package bench
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/lab"
 	"github.com/softuvm/softuvm/libuvm"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -26,26 +22,29 @@ import (
 // the faults that LRU and Belady's MIN take on the same references. The
 // programs are two synthetic ones, a loop and a random walk over an
 // array (C, built at run time), whose page reference string is known
-// exactly and computed here, and the real programs of cli/workloads,
+// exactly and computed here, and the real programs of internal/bench/workloads,
 // whose references `uvm lab bound`'s valgrind run gives (--bound).
 
 // The goals of the budget curve (issue: no cliff near the budget).
 const (
-	cliffGoalAt90  = 1.5 // at 90% of the peak, at most 1.5 times plain
-	cliffGoalAt50  = 3.0 // at 50%, at most 3 times plain
-	cliffGoalStep  = 3.0 // between neighbouring budgets, at most 3 times
-	cliffDefBudget = "100,95,90,80,65,50,25"
-	cliffDefProgs  = "loop,walk,gzip,xz,zstd,sort,perl"
+	cliffGoalAt90 = 1.5 // at 90% of the peak, at most 1.5 times plain
+	cliffGoalAt50 = 3.0 // at 50%, at most 3 times plain
+	cliffGoalStep = 3.0 // between neighbouring budgets, at most 3 times
+	// The budgets and programs of `uvm bench cliff` without --budgets
+	// and --programs.
+	CliffDefaultBudgets  = "100,95,90,80,65,50,25"
+	CliffDefaultPrograms = "loop,walk,gzip,xz,zstd,sort,perl"
 )
 
 // cliffPeakMeaning is what "peak" means in the report.
 const cliffPeakMeaning = "the managed peak: the most managed memory the host held at once (the server's high-water mark of host-resident pages) " +
 	"in a run under uvm run with no budget, with the program's own uvm run flags; what a host budget constrains, not the RSS"
 
-// cliffReport is what `uvm bench cliff --json` prints.
-type cliffReport struct {
-	Machine machineSummary `json:"machine"`
-	Runs    int            `json:"runs"`
+// CliffReport is what `uvm bench cliff` measured, its JSON what --json
+// prints.
+type CliffReport struct {
+	Machine Machine `json:"machine"`
+	Runs    int     `json:"runs"`
 	// BudgetPercents are the budgets, in percent of each program's
 	// managed peak, in the order measured (falling).
 	BudgetPercents []float64 `json:"budget_percents"`
@@ -64,17 +63,17 @@ type cliffReport struct {
 	TimeoutFactor       float64 `json:"timeout_factor,omitempty"`
 	TimeoutFloorSeconds float64 `json:"timeout_floor_seconds,omitempty"`
 	TimeoutSeconds      float64 `json:"timeout_seconds,omitempty"`
-	// The goals, checked for each program (cliffProgram.Goals).
+	// The goals, checked for each program (CliffProgram.Goals).
 	GoalAt90   float64        `json:"goal_at_90_at_most_x_plain"`
 	GoalAt50   float64        `json:"goal_at_50_at_most_x_plain"`
 	GoalStep   float64        `json:"goal_step_at_most_x"`
-	Programs   []cliffProgram `json:"programs"`
+	Programs   []CliffProgram `json:"programs"`
 	PNG        string         `json:"png,omitempty"`
 	AllGoalMet bool           `json:"all_goals_met"`
 }
 
-// cliffProgram is one program's curve.
-type cliffProgram struct {
+// CliffProgram is one program's curve.
+type CliffProgram struct {
 	Name        string   `json:"name"`
 	Synthetic   bool     `json:"synthetic,omitempty"`
 	Summary     string   `json:"summary"`
@@ -82,7 +81,7 @@ type cliffProgram struct {
 	SizeBytes   int64    `json:"size_bytes"`
 	UVMFlags    []string `json:"uvm_flags,omitempty"`
 	Skipped     string   `json:"skipped,omitempty"` // not installed, failed, nothing managed
-	// PeakBytes is the managed peak (cliffReport.Peak) the budgets are
+	// PeakBytes is the managed peak (CliffReport.Peak) the budgets are
 	// percentages of. Notes say what may make the curve mean less than
 	// it seems: a synthetic program's peak that is not its array, what
 	// uvm run's preload library warned of (a managed heap it does not
@@ -92,8 +91,8 @@ type cliffProgram struct {
 	LimitSeconds float64     `json:"limit_seconds"`
 	Plain        benchTiming `json:"plain"`
 	// Unbounded is uvm run with no budget: uvm run's own cost.
-	Unbounded cliffPoint   `json:"unbounded"`
-	Points    []cliffPoint `json:"points"` // one per budget, in the report's order
+	Unbounded CliffPoint   `json:"unbounded"`
+	Points    []CliffPoint `json:"points"` // one per budget, in the report's order
 	// Where MIN's and LRU's faults come from ("computed from the exact
 	// page reference string", "uvm lab bound"), or why there are none.
 	BoundSource   string      `json:"bound_source,omitempty"`
@@ -101,13 +100,13 @@ type cliffProgram struct {
 	BoundHeap     int64       `json:"bound_heap_bytes,omitempty"` // the pages the references touched
 	BoundSeconds  float64     `json:"bound_seconds,omitempty"`    // what counting them took
 	BoundRefCount int         `json:"bound_references,omitempty"` // after collapsing repeats
-	Goals         []cliffGoal `json:"goals"`
+	Goals         []CliffGoal `json:"goals"`
 }
 
-// cliffPoint is one budget's figures: the median time of its runs, and
+// CliffPoint is one budget's figures: the median time of its runs, and
 // what the server did in the last run (or, for a run cut short by its
 // limit, until then).
-type cliffPoint struct {
+type CliffPoint struct {
 	benchTiming
 	Percent     float64 `json:"percent,omitempty"` // 0: no budget
 	BudgetBytes int64   `json:"budget_bytes,omitempty"`
@@ -125,12 +124,12 @@ type cliffPoint struct {
 	ProtectedPages uint64 `json:"protected_pages"`
 	HostPeakBytes  int64  `json:"host_peak_bytes"`
 	// Bound is the budget against LRU and MIN, where known.
-	Bound *cliffVsBound `json:"bound,omitempty"`
+	Bound *CliffVsBound `json:"bound,omitempty"`
 }
 
-// cliffVsBound is a budget against LRU's and MIN's faults on the same
+// CliffVsBound is a budget against LRU's and MIN's faults on the same
 // references with room for the budget's 4 KiB pages.
-type cliffVsBound struct {
+type CliffVsBound struct {
 	// LRU's and MIN's faults, first touches included (every policy
 	// takes those, ColdFaults, and the server counts them as faults).
 	LRUFaults  int64 `json:"lru_faults"`
@@ -150,131 +149,47 @@ type cliffVsBound struct {
 
 // lruBackToMIN is what LRU brings back over what MIN does, 0 where MIN
 // brings nothing back.
-func (b *cliffVsBound) lruBackToMIN() float64 {
+func (b *CliffVsBound) lruBackToMIN() float64 {
 	if b.MINBackBytes == 0 {
 		return 0
 	}
 	return float64((b.LRUFaults-b.ColdFaults)*lab.PageSize) / float64(b.MINBackBytes)
 }
 
-// cliffGoal is one goal checked on one program.
-type cliffGoal struct {
+// CliffGoal is one goal checked on one program.
+type CliffGoal struct {
 	Goal   string `json:"goal"`
 	Met    bool   `json:"met"`
 	Detail string `json:"detail"`
 }
 
-type cliffOptions struct {
-	programs      []string
-	percents      []float64
-	runs          int
-	size          map[string]int64 // by program; absent: its default
-	bound         bool
-	eviction      string
-	thrashing     string
-	uvmBin        string
-	timeout       time.Duration
-	timeoutFactor float64
-	timeoutFloor  time.Duration
-	progress      func(format string, a ...any)
+// CliffOptions are what `uvm bench cliff` measures: its flags.
+type CliffOptions struct {
+	Programs []string  // names of CliffProgramNames (ParseCliffPrograms)
+	Percents []float64 // the budgets in percent of each program's managed peak, falling (ParseCliffBudgets)
+	Runs     int
+	Size     map[string]int64 // inputs (arrays) by program; absent: its default (ParseCliffSizes)
+	// Bound counts LRU's and MIN's faults for the real programs too,
+	// from a run under valgrind.
+	Bound               bool
+	Eviction, Thrashing string // uvm run's flags ("": its defaults)
+	UVMBin              string // runs the managed variants
+	PNG                 string // "": no picture; a directory: cliff.png in it
+	// Timeout limits each run; 0: TimeoutFactor times the plain warm-up
+	// run, at least TimeoutFloor.
+	Timeout       time.Duration
+	TimeoutFactor float64
+	TimeoutFloor  time.Duration
+	Progress      Progress
 }
 
-func benchCliff(args []string) error {
-	fs := newFlagSet("bench cliff", "[--json] [--png FILE|DIR] [--programs LIST] [--budgets LIST] [--runs N] [--bound] [--thrashing SPEC] [--eviction POLICY] [--size NAME=SIZE,...] [--timeout D] [--uvm PATH]",
-		"Draw the budget curve: each program's time and faults under `uvm run --host-budget B` for B at each of --budgets percent of its managed peak "+
-			"(the most managed memory the host held at once in an unconstrained `uvm run` of it), against the program run plain and against the faults LRU and Belady's MIN "+
-			"(the fewest any eviction can take) take on the same references with room for B in 4 KiB pages. "+
-			"The programs: loop (a C program sweeping an array in order), walk (a C program making random read-modify-writes over an array), both built at run time with $CC, cc or gcc, "+
-			"whose references are computed exactly here; and the real programs of uvm bench run and gzip and xz -0 ("+strings.Join(workloads.AllNames(), ", ")+"), "+
-			"whose references --bound reads from a run under valgrind's lackey tool, as uvm lab bound does. "+
-			"Each variant (plain, uvm run with no budget, each budget) runs once to warm up, then --runs times, alternating; every output is checked against the plain run's. "+
-			"Reports median times, their ratios to plain, faults, bytes moved each way and pages the resident core protected, and checks the goals: "+
-			"at 90% at most 1.5 times plain, at 50% at most 3 times, no step between neighbouring budgets above 3 times, and faults at most LRU's")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	pngPath := fs.String("png", "", "also draw the curve into this PNG file (a directory: cliff.png in it): time over plain, faults over LRU's and bytes brought back over MIN's, against the budget")
-	programs := fs.String("programs", cliffDefProgs, "the programs, a comma list of "+strings.Join(cliffProgramNames(), ", ")+", or all")
-	budgets := fs.String("budgets", cliffDefBudget, "host budgets in percent of each program's managed peak, a comma list (each above 0 and at most 100), measured from the largest down")
-	runs := fs.Int("runs", 3, "measured runs of each variant (median), after a warm-up run of each")
-	bound := fs.Bool("bound", false, "also count LRU's and MIN's faults for the real programs, from every load and store of a run under valgrind's lackey tool (thousands of times slower than plain: 2-17 minutes a program at the inputs --bound chooses, which are small, about 0.1 s plain, so that uvm run's own start weighs in their times); the synthetic programs' are always counted, from their exact reference strings")
-	thrashing := fs.String("thrashing", "", "uvm run's --thrashing for every managed run (default: uvm run's own, "+policy.DefaultThrashing.String()+"); refault=off draws the curve without the resident core")
-	eviction := fs.String("eviction", "", "uvm run's --eviction for every managed run (default: uvm run's own, "+policy.DefaultEviction+")")
-	sizes := fs.String("size", "", "input sizes, a comma list of NAME=SIZE: the array of loop and walk (default 128MiB), the input of a real program (default: its own, 0.5-3 s plain; with --bound a small one)")
-	timeout := fs.Duration("timeout", 0, "the limit of each run (default: 10 times the plain warm-up run, at least 20s); a budget that passes it is reported as not finished, with what it did until then")
-	uvmBin := fs.String("uvm", "", "the uvm binary that runs the managed variants (default: this one)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	names, err := parseCliffPrograms(*programs)
-	if err != nil {
-		return err
-	}
-	percents, err := parseCliffBudgets(*budgets)
-	if err != nil {
-		return err
-	}
-	if *runs < 1 {
-		return fmt.Errorf("--runs %d: want at least 1", *runs)
-	}
-	if *timeout < 0 {
-		return fmt.Errorf("--timeout %v: want a positive duration", *timeout)
-	}
-	sizeOf, err := parseCliffSizes(*sizes)
-	if err != nil {
-		return err
-	}
-	self := *uvmBin
-	if self == "" {
-		if self, err = os.Executable(); err != nil {
-			return fmt.Errorf("the path of this uvm binary, for uvm run: %w", err)
-		}
-		// Another binary may link other policies: only this one's
-		// are checked here.
-		if *eviction != "" {
-			if err := policy.ValidateEviction(*eviction); err != nil {
-				return fmt.Errorf("--eviction %s: %w", *eviction, policyHint(err))
-			}
-		}
-		if *thrashing != "" {
-			if _, err := policy.ParseThrashingSpec(*thrashing); err != nil {
-				return fmt.Errorf("--thrashing %s: %w", *thrashing, policyHint(err))
-			}
-		}
-	}
-	png := ""
-	if *pngPath != "" {
-		if png, err = cliffPNGPath(*pngPath); err != nil {
-			return err
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	rep, err := cliffBench(ctx, cliffOptions{
-		programs: names, percents: percents, runs: *runs, size: sizeOf, bound: *bound, eviction: *eviction, thrashing: *thrashing, uvmBin: self,
-		timeout: *timeout, timeoutFactor: 10, timeoutFloor: 20 * time.Second,
-		progress: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) },
-	})
-	if err != nil {
-		return err
-	}
-	if png != "" {
-		if err := plotCliff(png, rep); err != nil {
-			return err
-		}
-		rep.PNG = png
-		fmt.Fprintf(os.Stderr, "uvm bench: wrote %s\n", png)
-	}
-	if *asJSON {
-		return writeJSON(os.Stdout, rep)
-	}
-	printCliffReport(os.Stdout, rep)
-	return nil
-}
-
-func parseCliffPrograms(list string) ([]string, error) {
+// ParseCliffPrograms reads --programs: a comma list of
+// CliffProgramNames, or all.
+func ParseCliffPrograms(list string) ([]string, error) {
 	if strings.TrimSpace(list) == "all" {
-		return cliffProgramNames(), nil
+		return CliffProgramNames(), nil
 	}
-	known := cliffProgramNames()
+	known := CliffProgramNames()
 	var out []string
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
@@ -294,9 +209,9 @@ func parseCliffPrograms(list string) ([]string, error) {
 	return out, nil
 }
 
-// parseCliffBudgets parses the percentages, and orders them from the
+// ParseCliffBudgets reads --budgets: it parses the percentages, and orders them from the
 // largest down: neighbours in that order are the steps the goal checks.
-func parseCliffBudgets(list string) ([]float64, error) {
+func ParseCliffBudgets(list string) ([]float64, error) {
 	var out []float64
 	for _, item := range strings.Split(list, ",") {
 		item = strings.TrimSpace(item)
@@ -312,7 +227,7 @@ func parseCliffBudgets(list string) ([]float64, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("--budgets %q: want at least one percentage, such as %s", list, cliffDefBudget)
+		return nil, fmt.Errorf("--budgets %q: want at least one percentage, such as %s", list, CliffDefaultBudgets)
 	}
 	slices.SortFunc(out, func(a, b float64) int { return -cmpFloat(a, b) })
 	return out, nil
@@ -328,26 +243,16 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-func parseCliffSizes(list string) (map[string]int64, error) {
-	out := map[string]int64{}
-	for _, kv := range strings.Split(list, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		name, text, ok := strings.Cut(kv, "=")
-		if !ok || !slices.Contains(cliffProgramNames(), name) {
-			return nil, fmt.Errorf("--size %q: want NAME=SIZE, NAME one of %s", kv, strings.Join(cliffProgramNames(), ", "))
-		}
-		n, err := uvm.ParseSize(text)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--size %s: want a size above 0 (%v)", kv, err)
-		}
+// ParseCliffSizes reads --size: a comma list of NAME=SIZE, the array of
+// a synthetic program (a multiple of 4KiB, at least 1MiB) or the input
+// of a real one.
+func ParseCliffSizes(list string) (map[string]int64, error) {
+	return parseProgramSizes(list, CliffProgramNames(), func(kv, name string, n int64) error {
 		if _, synthetic := syntheticNamed(name); synthetic && (n < 1<<20 || n%lab.PageSize != 0) {
-			return nil, fmt.Errorf("--size %s: the array of %s must be a multiple of 4KiB and at least 1MiB (uvm run manages allocations of 1MiB and more)", kv, name)
+			return fmt.Errorf("--size %s: the array of %s must be a multiple of 4KiB and at least 1MiB (uvm run manages allocations of 1MiB and more)", kv, name)
 		}
-		out[name] = n
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // cliffPNGPath is where --png writes: the file named, or cliff.png in
@@ -378,38 +283,68 @@ func cliffPNGPath(arg string) (string, error) {
 	return path, nil
 }
 
-func cliffBench(ctx context.Context, o cliffOptions) (cliffReport, error) {
-	rep := cliffReport{Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()},
-		Runs: o.runs, BudgetPercents: o.percents, Peak: cliffPeakMeaning, Eviction: o.eviction, Thrashing: o.thrashing, Bound: o.bound,
-		GoalAt90: cliffGoalAt90, GoalAt50: cliffGoalAt50, GoalStep: cliffGoalStep}
-	if o.timeout > 0 {
-		rep.TimeoutSeconds = o.timeout.Seconds()
-	} else {
-		rep.TimeoutFactor, rep.TimeoutFloorSeconds = o.timeoutFactor, o.timeoutFloor.Seconds()
+// Cliff is `uvm bench cliff`, the budget curve: each program's time and
+// faults under `uvm run --host-budget` at each budget, in percent of its
+// managed peak, against its plain time and against the faults LRU and
+// Belady's MIN take on the same references; with a PNG, the curve drawn
+// there. Cancelling ctx stops the program running and ends the
+// benchmark.
+func Cliff(ctx context.Context, o CliffOptions) (*CliffReport, error) {
+	png := ""
+	if o.PNG != "" {
+		var err error
+		if png, err = cliffPNGPath(o.PNG); err != nil {
+			return nil, err
+		}
 	}
-	if !o.bound {
+	progress := o.Progress.orQuiet()
+	rep := &CliffReport{Machine: thisMachine(),
+		Runs: o.Runs, BudgetPercents: o.Percents, Peak: cliffPeakMeaning, Eviction: o.Eviction, Thrashing: o.Thrashing, Bound: o.Bound,
+		GoalAt90: cliffGoalAt90, GoalAt50: cliffGoalAt50, GoalStep: cliffGoalStep}
+	if o.Timeout > 0 {
+		rep.TimeoutSeconds = o.Timeout.Seconds()
+	} else {
+		rep.TimeoutFactor, rep.TimeoutFloorSeconds = o.TimeoutFactor, o.TimeoutFloor.Seconds()
+	}
+	if !o.Bound {
 		rep.BoundNote = "not counted: give --bound (each then runs once under valgrind's lackey tool, thousands of times slower than plain)"
-	} else if _, err := exec.LookPath("valgrind"); err != nil {
+	} else if _, err := lab.LookValgrind(); err != nil {
 		rep.BoundNote = "NOT COUNTED: --bound runs them under valgrind's lackey tool, and valgrind is not installed (Debian: apt-get install valgrind)"
 	}
+	if err := rep.measure(ctx, o); err != nil {
+		return nil, err
+	}
+	if png != "" {
+		if err := plotCliff(png, rep); err != nil {
+			return nil, err
+		}
+		rep.PNG = png
+		progress("wrote %s", png)
+	}
+	return rep, nil
+}
+
+// measure draws each program's curve into the report, in a temporary
+// directory of its own.
+func (rep *CliffReport) measure(ctx context.Context, o CliffOptions) error {
 	dir, err := os.MkdirTemp("", "uvm-bench-cliff-")
 	if err != nil {
-		return rep, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	rep.AllGoalMet = true
-	for _, name := range o.programs {
+	for _, name := range o.Programs {
 		if err := ctx.Err(); err != nil {
-			return rep, fmt.Errorf("interrupted: %w", err)
+			return fmt.Errorf("interrupted: %w", err)
 		}
 		pdir := filepath.Join(dir, name)
 		if err := os.Mkdir(pdir, 0o755); err != nil {
-			return rep, err
+			return err
 		}
 		pr, err := measureCliffProgram(ctx, o, rep.BoundNote, name, pdir)
 		os.RemoveAll(pdir)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		for _, g := range pr.Goals {
 			rep.AllGoalMet = rep.AllGoalMet && g.Met
@@ -419,13 +354,13 @@ func cliffBench(ctx context.Context, o cliffOptions) (cliffReport, error) {
 		}
 		rep.Programs = append(rep.Programs, pr)
 	}
-	return rep, nil
+	return nil
 }
 
 // cliffWorkload prepares a program of the curve in dir: a synthetic one
 // built there, or a real one's input written there. synth is set for a
 // synthetic one.
-func cliffWorkload(o cliffOptions, name, dir string) (w *workloads.Workload, synth *cliffSynthetic, skip string, err error) {
+func cliffWorkload(o CliffOptions, name, dir string) (w *workloads.Workload, synth *cliffSynthetic, skip string, err error) {
 	if s, ok := syntheticNamed(name); ok {
 		src, bin := filepath.Join(dir, s.file), filepath.Join(dir, strings.TrimSuffix(s.file, ".c"))
 		if err := os.WriteFile(src, []byte(s.source), 0o644); err != nil {
@@ -435,7 +370,7 @@ func cliffWorkload(o cliffOptions, name, dir string) (w *workloads.Workload, syn
 			return nil, nil, "", fmt.Errorf("%s is a C program built at run time: %w", name, err)
 		}
 		size := s.defaultSize
-		if n, ok := o.size[name]; ok {
+		if n, ok := o.Size[name]; ok {
 			size = n
 		}
 		// --min-size alone makes the array (a malloc of at least 1 MiB)
@@ -450,10 +385,10 @@ func cliffWorkload(o cliffOptions, name, dir string) (w *workloads.Workload, syn
 		return nil, nil, err.Error(), nil
 	}
 	size := p.DefaultSize
-	if o.bound && p.BoundSize > 0 {
+	if o.Bound && p.BoundSize > 0 {
 		size = p.BoundSize
 	}
-	if n, ok := o.size[name]; ok {
+	if n, ok := o.Size[name]; ok {
 		size = n
 	}
 	w, err = p.Prepare(dir, size)
@@ -463,9 +398,9 @@ func cliffWorkload(o cliffOptions, name, dir string) (w *workloads.Workload, syn
 // measureCliffProgram measures one program's curve; an error is fatal to
 // the whole benchmark (an interruption, a failure to set up), a run's
 // failure is recorded in its point.
-func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, dir string) (pr cliffProgram, err error) {
-	progress := o.progress
-	pr = cliffProgram{Name: name, Plain: benchTiming{Name: "plain"}}
+func measureCliffProgram(ctx context.Context, o CliffOptions, boundNote, name, dir string) (pr CliffProgram, err error) {
+	progress := o.Progress.orQuiet()
+	pr = CliffProgram{Name: name, Plain: benchTiming{Name: "plain"}}
 	w, synth, skip, err := cliffWorkload(o, name, dir)
 	if err != nil {
 		return pr, err
@@ -488,29 +423,73 @@ func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, d
 		progress("%s: skipped: %v", name, err)
 		return pr, nil
 	}
-	limit := benchLimit(o.timeout, o.timeoutFactor, o.timeoutFloor, ref.Wall)
+	limit := benchLimit(o.Timeout, o.TimeoutFactor, o.TimeoutFloor, ref.Wall)
 	pr.LimitSeconds = limit.Seconds()
+	managed := cliffManaged(o, w)
+	peakRun, err := pr.measurePeak(ctx, w, ref, limit, managed(0), filepath.Join(dir, "peak"), o.UVMBin)
+	if err != nil || pr.Skipped != "" {
+		if pr.Skipped != "" {
+			progress("%s: skipped: %s", name, pr.Skipped)
+		}
+		return pr, err
+	}
+	pr.notePeak(o, w, synth, peakRun)
+	progress("%s: %s; plain warm-up %.2fs, under uvm run with no budget %.2fs, managed peak %s; each run limited to %v",
+		name, pr.CommandLine, ref.Wall.Seconds(), peakRun.Wall.Seconds(), humanSize(uint64(pr.PeakBytes)), limit.Round(time.Second))
+
+	variants := []benchVariant{
+		{t: &pr.Plain, run: w.RunPlain, warmedUp: true},
+		{t: &pr.Unbounded.benchTiming, run: managed(0), warmedUp: true, after: func(r *workloads.Run) { pr.Unbounded.record(r.Stats) }},
+	}
+	pr.Points = make([]CliffPoint, len(o.Percents))
+	for i, pct := range o.Percents {
+		pt := &pr.Points[i]
+		// Whole pages, at least one: the budget counts pages.
+		budget := max(int64(float64(pr.PeakBytes)*pct/100)/lab.PageSize, 1) * lab.PageSize
+		*pt = CliffPoint{benchTiming: benchTiming{Name: fmt.Sprintf("%g%% (%s)", pct, humanSize(uint64(budget)))}, Percent: pct, BudgetBytes: budget}
+		variants = append(variants, benchVariant{t: &pt.benchTiming, run: managed(budget), after: func(r *workloads.Run) { pt.record(r.Stats) }})
+	}
+	if err := alternateVariants(ctx, dir, name, w, ref, limit, o.Runs, variants, progress); err != nil {
+		return pr, err
+	}
+	pr.ratios()
+	if err := cliffBound(ctx, o, boundNote, w, synth, &pr); err != nil {
+		return pr, err
+	}
+	pr.Goals = cliffGoals(&pr)
+	return pr, nil
+}
+
+// cliffManaged runs the workload under uvm run with a host budget (0:
+// none) and the policies asked for.
+func cliffManaged(o CliffOptions, w *workloads.Workload) func(budget int64) func(ctx context.Context, dir string) (*workloads.Run, error) {
 	var flags []string
-	if o.eviction != "" {
-		flags = append(flags, "--eviction", o.eviction)
+	if o.Eviction != "" {
+		flags = append(flags, "--eviction", o.Eviction)
 	}
-	if o.thrashing != "" {
-		flags = append(flags, "--thrashing", o.thrashing)
+	if o.Thrashing != "" {
+		flags = append(flags, "--thrashing", o.Thrashing)
 	}
-	managed := func(budget int64) func(ctx context.Context, dir string) (*workloads.Run, error) {
-		opts := workloads.UVMOptions{Bin: o.uvmBin, HostBudget: budget, Flags: flags}
+	return func(budget int64) func(ctx context.Context, dir string) (*workloads.Run, error) {
+		opts := workloads.UVMOptions{Bin: o.UVMBin, HostBudget: budget, Flags: flags}
 		return func(ctx context.Context, dir string) (*workloads.Run, error) { return w.RunUVM(ctx, dir, opts) }
 	}
+}
 
-	// The unconstrained run under uvm run: the managed peak, and the
-	// warm-up of the variant with no budget.
-	pr.Unbounded = cliffPoint{benchTiming: benchTiming{Name: "no budget"}}
+// measurePeak runs the program under uvm run with no budget once, within
+// limit and checked against ref: its host peak is the managed peak the
+// budgets are percentages of, and the run the warm-up of the variant with
+// no budget. A program that fails there, or whose memory uvm run did not
+// manage, is skipped (Skipped says why); the error is an interruption.
+func (pr *CliffProgram) measurePeak(ctx context.Context, w *workloads.Workload, ref *workloads.Run, limit time.Duration,
+	unbounded func(ctx context.Context, dir string) (*workloads.Run, error), dir, uvmBin string) (*workloads.Run, error) {
+	pr.Unbounded = CliffPoint{benchTiming: benchTiming{Name: "no budget"}}
 	pctx, cancel := context.WithTimeout(ctx, limit)
-	peakRun, err := managed(0)(pctx, filepath.Join(dir, "peak"))
+	peakRun, err := unbounded(pctx, dir)
 	timedOut := pctx.Err() == context.DeadlineExceeded
 	cancel()
 	if ctx.Err() != nil {
-		return pr, fmt.Errorf("interrupted: %w", ctx.Err())
+		return nil, fmt.Errorf("interrupted: %w", ctx.Err())
 	}
 	if timedOut {
 		err = fmt.Errorf("did not finish within %v", limit.Round(time.Second))
@@ -522,21 +501,23 @@ func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, d
 	}
 	if err != nil {
 		pr.Skipped = "failed under uvm run with no budget: " + err.Error()
-		progress("%s: skipped: %s", name, pr.Skipped)
-		return pr, nil
+		return nil, nil
 	}
 	pr.PeakBytes = peakRun.Stats.HostPeakBytes
 	switch {
 	case pr.PeakBytes <= 0 && peakRun.Stats.PopulatedBytes() > 0:
 		pr.Skipped = fmt.Sprintf("the uvm run of %s reports no host peak (host_peak_bytes in its --stats-json) though the program touched %s of managed memory: "+
-			"a uvm from before the host peak was counted? The budgets are percentages of it", o.uvmBin, humanSize(peakRun.Stats.PopulatedBytes()))
+			"a uvm from before the host peak was counted? The budgets are percentages of it", uvmBin, humanSize(peakRun.Stats.PopulatedBytes()))
 	case pr.PeakBytes <= 0:
 		pr.Skipped = fmt.Sprintf("uvm run managed none of its memory (%d allocations, host peak 0): no host budget constrains it", peakRun.Stats.Allocations)
 	}
-	if pr.Skipped != "" {
-		progress("%s: skipped: %s", name, pr.Skipped)
-		return pr, nil
-	}
+	return peakRun, nil
+}
+
+// notePeak notes what may make the curve mean less than it seems (a
+// synthetic program's peak that is not its array, what uvm run's preload
+// library warned of), and records the peak run as the unbounded point's.
+func (pr *CliffProgram) notePeak(o CliffOptions, w *workloads.Workload, synth *cliffSynthetic, peakRun *workloads.Run) {
 	if synth != nil && pr.PeakBytes != w.Size {
 		pr.Notes = append(pr.Notes, fmt.Sprintf("the managed peak is not the array's %s: the reference string counted here may not be all the server saw", humanSize(uint64(w.Size))))
 	}
@@ -546,25 +527,12 @@ func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, d
 		}
 	}
 	pr.Unbounded.record(peakRun.Stats)
-	progress("%s: %s; plain warm-up %.2fs, under uvm run with no budget %.2fs, managed peak %s; each run limited to %v",
-		name, pr.CommandLine, ref.Wall.Seconds(), peakRun.Wall.Seconds(), humanSize(uint64(pr.PeakBytes)), limit.Round(time.Second))
+}
 
-	variants := []benchVariant{
-		{t: &pr.Plain, run: w.RunPlain, warmedUp: true},
-		{t: &pr.Unbounded.benchTiming, run: managed(0), warmedUp: true, after: func(r *workloads.Run) { pr.Unbounded.record(r.Stats) }},
-	}
-	pr.Points = make([]cliffPoint, len(o.percents))
-	for i, pct := range o.percents {
-		pt := &pr.Points[i]
-		// Whole pages, at least one: the budget counts pages.
-		budget := max(int64(float64(pr.PeakBytes)*pct/100)/lab.PageSize, 1) * lab.PageSize
-		*pt = cliffPoint{benchTiming: benchTiming{Name: fmt.Sprintf("%g%% (%s)", pct, humanSize(uint64(budget)))}, Percent: pct, BudgetBytes: budget}
-		variants = append(variants, benchVariant{t: &pt.benchTiming, run: managed(budget), after: func(r *workloads.Run) { pt.record(r.Stats) }})
-	}
-	if err := alternateVariants(ctx, dir, name, w, ref, limit, o.runs, variants, progress); err != nil {
-		return pr, err
-	}
-	for _, pt := range append([]*cliffPoint{&pr.Unbounded}, pointers(pr.Points)...) {
+// ratios computes each point's time over plain's and over the unbounded
+// run's, where both finished.
+func (pr *CliffProgram) ratios() {
+	for _, pt := range append([]*CliffPoint{&pr.Unbounded}, pointers(pr.Points)...) {
 		if pt.ok() && pr.Plain.ok() {
 			pt.ToPlain = pt.Seconds / pr.Plain.Seconds
 		}
@@ -572,16 +540,10 @@ func measureCliffProgram(ctx context.Context, o cliffOptions, boundNote, name, d
 			pt.ToUnbounded = pt.Seconds / pr.Unbounded.Seconds
 		}
 	}
-
-	if err := cliffBound(ctx, o, boundNote, w, synth, &pr); err != nil {
-		return pr, err
-	}
-	pr.Goals = cliffGoals(&pr)
-	return pr, nil
 }
 
-func pointers(pts []cliffPoint) []*cliffPoint {
-	out := make([]*cliffPoint, len(pts))
+func pointers(pts []CliffPoint) []*CliffPoint {
+	out := make([]*CliffPoint, len(pts))
 	for i := range pts {
 		out[i] = &pts[i]
 	}
@@ -589,7 +551,7 @@ func pointers(pts []cliffPoint) []*cliffPoint {
 }
 
 // record keeps what the server of a run did.
-func (p *cliffPoint) record(st *workloads.RunStats) {
+func (p *CliffPoint) record(st *workloads.RunStats) {
 	if st == nil {
 		return
 	}
@@ -609,7 +571,8 @@ func (p *cliffPoint) record(st *workloads.RunStats) {
 // cliffBound counts LRU's and MIN's faults at each budget: from the
 // synthetic program's reference string, computed; from a real program's
 // run under valgrind with --bound.
-func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *workloads.Workload, synth *cliffSynthetic, pr *cliffProgram) error {
+func cliffBound(ctx context.Context, o CliffOptions, boundNote string, w *workloads.Workload, synth *cliffSynthetic, pr *CliffProgram) error {
+	progress := o.Progress.orQuiet()
 	start := time.Now()
 	var misses func(budget int64) lab.Misses
 	switch {
@@ -629,9 +592,9 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 		pr.BoundNote = boundNote
 		return nil
 	default:
-		var budgets []boundBudget
+		var budgets []lab.BoundBudget
 		for _, pt := range pr.Points {
-			budgets = append(budgets, boundBudget{text: pt.Name, bytes: pt.BudgetBytes})
+			budgets = append(budgets, lab.BoundBudget{Text: pt.Name, Bytes: pt.BudgetBytes})
 		}
 		rep, err := cliffLackey(ctx, o, w, budgets)
 		if err != nil {
@@ -639,7 +602,7 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 				return fmt.Errorf("interrupted: %w", ctx.Err())
 			}
 			pr.BoundNote = "uvm lab bound failed: " + err.Error()
-			o.progress("%s: %s", pr.Name, pr.BoundNote)
+			progress("%s: %s", pr.Name, pr.BoundNote)
 			return nil
 		}
 		pr.BoundSource = "uvm lab bound (every load and store of a run under valgrind's lackey tool; the heap is every page outside files' mappings and the main stack, allocator " + rep.Allocator + ")"
@@ -658,7 +621,7 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 	for i := range pr.Points {
 		pt := &pr.Points[i]
 		m := misses(pt.BudgetBytes)
-		b := &cliffVsBound{LRUFaults: m.Cold + m.LRU, MINFaults: m.Cold + m.OPT, ColdFaults: m.Cold, MINBackBytes: m.OPT * lab.PageSize}
+		b := &CliffVsBound{LRUFaults: m.Cold + m.LRU, MINFaults: m.Cold + m.OPT, ColdFaults: m.Cold, MINBackBytes: m.OPT * lab.PageSize}
 		pt.Bound = b
 		if pt.Failed != "" {
 			continue // what it did until then: no ratio
@@ -678,7 +641,8 @@ func cliffBound(ctx context.Context, o cliffOptions, boundNote string, w *worklo
 // cliffLackey runs the workload once under valgrind's lackey, as uvm lab
 // bound does, and counts LRU's and MIN's faults at the budgets, in 4 KiB
 // pages, with a progress line every 30 s.
-func cliffLackey(ctx context.Context, o cliffOptions, w *workloads.Workload, budgets []boundBudget) (*BoundReport, error) {
+func cliffLackey(ctx context.Context, o CliffOptions, w *workloads.Workload, budgets []lab.BoundBudget) (*lab.BoundReport, error) {
+	progress := o.Progress.orQuiet()
 	// uvm run's managed heap is jemalloc's, but where the program's flags
 	// give --min-size alone (the system allocator's heap, large
 	// allocations managed).
@@ -686,27 +650,27 @@ func cliffLackey(ctx context.Context, o cliffOptions, w *workloads.Workload, bud
 	if slices.Contains(w.Program.UVMFlags, "--min-size") && !slices.Contains(w.Program.UVMFlags, "--heap") {
 		allocator = "system"
 	}
-	bo := boundOptions{budgets: budgets, granules: []int64{lab.PageSize}, allocator: allocator, env: w.Env, progressEvery: 30 * time.Second}
+	bo := lab.BoundOptions{Budgets: budgets, Granules: []int64{lab.PageSize}, Allocator: allocator, Env: w.Env, ProgressEvery: 30 * time.Second}
 	rdir := filepath.Join(w.Dir, "bound")
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(rdir)
-	bo.dir = rdir
+	bo.Dir = rdir
 	in, err := w.OpenStdin()
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close()
-	bo.stdin = in
+	bo.Stdin = in
 	name := w.Program.Name
-	o.progress("%s: counting LRU's and MIN's faults: %s once under valgrind's lackey tool (thousands of times slower than plain)", name, w.CommandLine())
-	bo.progress = func(read int64, took time.Duration, done bool) {
+	progress("%s: counting LRU's and MIN's faults: %s once under valgrind's lackey tool (thousands of times slower than plain)", name, w.CommandLine())
+	bo.Progress = func(read int64, took time.Duration, done bool) {
 		if !done {
-			o.progress("%s under valgrind: %s of lackey output read in %v", name, humanSize(uint64(read)), took.Round(time.Second))
+			progress("%s under valgrind: %s of lackey output read in %v", name, humanSize(uint64(read)), took.Round(time.Second))
 		} else {
-			o.progress("%s under valgrind: done in %v (%s of lackey output)", name, took.Round(time.Second), humanSize(uint64(read)))
+			progress("%s under valgrind: done in %v (%s of lackey output)", name, took.Round(time.Second), humanSize(uint64(read)))
 		}
 	}
-	return measureBound(ctx, w.Argv, bo)
+	return lab.MeasureBound(ctx, w.Argv, bo)
 }

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"bytes"
@@ -67,19 +67,19 @@ func checkFigures(t *testing.T, dir string, paths []string, names []string, text
 
 func TestBenchLaunchPlot(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
-	rep := launchReport{
-		Machine: machineSummary{CPUs: 2, Kernel: "6.18", Go: "go1.26"}, Workers: 2, Thrashing: "off",
-		Rows: []launchRow{{KB: 0, USPerIter: 13.6}, {KB: 4, USPerIter: 148, MBps: f(28)}, {KB: 8, USPerIter: 177, MBps: f(46)},
+	rep := &LaunchReport{
+		Machine: Machine{CPUs: 2, Kernel: "6.18", Go: "go1.26"}, Workers: 2, Thrashing: "off",
+		Rows: []LaunchRow{{KB: 0, USPerIter: 13.6}, {KB: 4, USPerIter: 148, MBps: f(28)}, {KB: 8, USPerIter: 177, MBps: f(46)},
 			{KB: 16, USPerIter: 189, MBps: f(87)}, {KB: 32, USPerIter: 223, MBps: f(147)}, {KB: 64, USPerIter: 290, MBps: f(226)}},
-		LaunchRows: []launchRow{{KB: 0, USPerIter: 68}, {KB: 4, USPerIter: 198}, {KB: 8, USPerIter: 331},
+		LaunchRows: []LaunchRow{{KB: 0, USPerIter: 68}, {KB: 4, USPerIter: 198}, {KB: 8, USPerIter: 331},
 			{KB: 16, USPerIter: 408}, {KB: 32, USPerIter: 545}, {KB: 64, USPerIter: 891}},
-		Schedules: []scheduleRow{{Schedule: "auto", NullLaunchUS: 8.84}, {Schedule: "spin", NullLaunchUS: 8.82},
+		Schedules: []ScheduleRow{{Schedule: "auto", NullLaunchUS: 8.84}, {Schedule: "spin", NullLaunchUS: 8.82},
 			{Schedule: "yield", NullLaunchUS: 15.15}, {Schedule: "blocking", NullLaunchUS: 14.97}},
 		PipeRTTUS: 5.58,
 	}
 	dir := filepath.Join(t.TempDir(), "new", "plots") // created
 	require.NoError(t, checkPlotDir(dir))
-	paths, err := plotLaunch(dir, rep)
+	paths, err := plotLaunch(dir, rep, t.Logf)
 	require.NoError(t, err)
 	checkFigures(t, dir, paths, []string{"launch-touch", "launch-null"},
 		"softuvm, fault model (this run)", "softuvm, launch model (this run)", "NVIDIA H200 (docs/benchmarks.md)",
@@ -93,34 +93,34 @@ func TestBenchLaunchPlot(t *testing.T) {
 	assert.NotContains(t, string(svg), ">1 MiB<", "a size axis past 64 KiB")
 
 	// No --plot: nothing drawn, nothing written.
-	paths, err = plotLaunch("", rep)
+	paths, err = plotLaunch("", rep, t.Logf)
 	assert.NoError(t, err)
 	assert.Empty(t, paths)
 }
 
 func TestBenchMemcpyPlot(t *testing.T) {
-	rep := memcpyReport{
-		Machine: machineSummary{CPUs: 2, Kernel: "6.18", Go: "go1.26"}, Runs: 3, SizeBytes: 16 << 20,
+	rep := &MemcpyReport{
+		Machine: Machine{CPUs: 2, Kernel: "6.18", Go: "go1.26"}, Runs: 3, SizeBytes: 16 << 20,
 		Engine: config.CopyCalibration{CopyProducers: 2, CopyDirectBelow: 2 << 20, Source: "measured"},
-		Sizes: []sizeRow{
+		Sizes: []SizeRow{
 			{Bytes: 64 << 10, SingleThreadUS: 3, H2DUS: 7, D2HUS: 6},
 			{Bytes: 256 << 10, SingleThreadUS: 12, H2DUS: 20, D2HUS: 15},
 			{Bytes: 1 << 20, SingleThreadUS: 50, H2DUS: 46, D2HUS: 44},
 			{Bytes: 4 << 20, SingleThreadUS: 200, H2DUS: 218, D2HUS: 190},
 			{Bytes: 16 << 20, SingleThreadUS: 900, H2DUS: 560, D2HUS: 720},
 		},
-		SizesOneThread: []sizeRow{
+		SizesOneThread: []SizeRow{
 			{Bytes: 64 << 10, H2DUS: 4, D2HUS: 4}, {Bytes: 256 << 10, H2DUS: 14, D2HUS: 13},
 			{Bytes: 1 << 20, H2DUS: 55, D2HUS: 52}, {Bytes: 4 << 20, H2DUS: 230, D2HUS: 210}, {Bytes: 16 << 20, H2DUS: 990, D2HUS: 900},
 		},
 		SizesEngineProducers: 2,
-		SizesEngineForced: []sizeRow{
+		SizesEngineForced: []SizeRow{
 			{Bytes: 64 << 10, H2DUS: 9, D2HUS: 8}, {Bytes: 256 << 10, H2DUS: 21, D2HUS: 17},
 			{Bytes: 1 << 20, H2DUS: 47, D2HUS: 45}, {Bytes: 4 << 20, H2DUS: 215, D2HUS: 188}, {Bytes: 16 << 20, H2DUS: 0, D2HUS: 700}, // 0: not timed, left out
 		},
 	}
 	dir := t.TempDir()
-	paths, err := plotMemcpy(dir, rep)
+	paths, err := plotMemcpy(dir, rep, t.Logf)
 	require.NoError(t, err)
 	checkFigures(t, dir, paths, []string{"copy-sizes"},
 		"copy between host buffers, one thread", "Memcpy as calibrated, host -&gt; device", "Memcpy as calibrated, device -&gt; host",

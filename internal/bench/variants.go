@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
+	"github.com/softuvm/softuvm/uvm"
 )
 
 // The benchmarks that time real programs (`uvm bench run`, `uvm bench
@@ -67,7 +69,7 @@ type benchVariant struct {
 // variants' Seconds are the medians of their measured runs. The error is
 // for an interruption (ctx) only.
 func alternateVariants(ctx context.Context, dir, name string, w *workloads.Workload, ref *workloads.Run, limit time.Duration, runs int,
-	variants []benchVariant, progress func(format string, a ...any)) error {
+	variants []benchVariant, progress Progress) error {
 	for r := 0; r <= runs; r++ {
 		for i := range variants {
 			vs := variants[(i+r)%len(variants)]
@@ -162,4 +164,36 @@ func limitText(timeoutSeconds, factor, floorSeconds float64) string {
 		return fmt.Sprintf("%gs", timeoutSeconds)
 	}
 	return fmt.Sprintf("%gx the plain warm-up run, at least %gs", factor, floorSeconds)
+}
+
+// ParseRunSizes reads `uvm bench run`'s --size: a comma list of
+// NAME=SIZE, a real program's name and its input's size.
+func ParseRunSizes(list string) (map[string]int64, error) {
+	return parseProgramSizes(list, workloads.Names(), nil)
+}
+
+// parseProgramSizes reads a --size list of NAME=SIZE, each NAME one of
+// names, each SIZE above 0 and, where check is given, as it wants.
+func parseProgramSizes(list string, names []string, check func(kv, name string, n int64) error) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, kv := range strings.Split(list, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		name, text, ok := strings.Cut(kv, "=")
+		if !ok || !slices.Contains(names, name) {
+			return nil, fmt.Errorf("--size %q: want NAME=SIZE, NAME one of %s", kv, strings.Join(names, ", "))
+		}
+		n, err := uvm.ParseSize(text)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--size %s: want a size above 0 (%v)", kv, err)
+		}
+		if check != nil {
+			if err := check(kv, name, n); err != nil {
+				return nil, err
+			}
+		}
+		out[name] = n
+	}
+	return out, nil
 }

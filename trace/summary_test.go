@@ -1,4 +1,4 @@
-package cli
+package trace_test
 
 import (
 	"os"
@@ -34,10 +34,10 @@ func TestTraceSummaryAccessModeAndCutShort(t *testing.T) {
 	}
 	require.NoError(t, rec.Close())
 
-	s, err := summarizeTrace(path)
+	s, err := trace.Summarize(path)
 	require.NoError(t, err)
 	require.Empty(t, s.CutShort)
-	require.Equal(t, []traceAccess{
+	require.Equal(t, []trace.AccessSummary{
 		{Processor: "cpu", Rounds: 2, Armed: 16, Accessed: 4, Touched: 0.25},
 		{Processor: "device 0", Rounds: 1, Armed: 8},
 	}, s.Access)
@@ -52,7 +52,7 @@ func TestTraceSummaryAccessModeAndCutShort(t *testing.T) {
 	cut := filepath.Join(t.TempDir(), "cut.uvmtrace")
 	for n := len(whole) - 1; n > 0; n-- {
 		require.NoError(t, os.WriteFile(cut, whole[:n], 0o644))
-		if s, err = summarizeTrace(cut); err == nil && s.Events < uint64(len(events)) {
+		if s, err = trace.Summarize(cut); err == nil && s.Events < uint64(len(events)) {
 			break
 		}
 	}

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"bytes"
@@ -19,32 +19,8 @@ import (
 	"github.com/softuvm/softuvm/libuvm"
 )
 
-func TestBenchCliffFlags(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--programs", "loop,nosuch"}, `--programs: unknown program "nosuch": want a comma list of loop, walk, gawk`},
-		{[]string{"--programs", " , "}, `--programs " , ": want at least one of`},
-		{[]string{"--budgets", "100,0"}, `--budgets: "0" is not a percentage of the peak: want a number above 0 and at most 100`},
-		{[]string{"--budgets", "150"}, `--budgets: "150" is not a percentage`},
-		{[]string{"--budgets", "half"}, `--budgets: "half" is not a percentage`},
-		{[]string{"--budgets", ","}, `--budgets ",": want at least one percentage`},
-		{[]string{"--runs", "0"}, "--runs 0: want at least 1"},
-		{[]string{"--timeout", "-1s"}, "--timeout -1s: want a positive duration"},
-		{[]string{"--size", "loop"}, `--size "loop": want NAME=SIZE`},
-		{[]string{"--size", "nosuch=1MiB"}, `--size "nosuch=1MiB": want NAME=SIZE`},
-		{[]string{"--size", "perl=lots"}, "--size perl=lots: want a size above 0"},
-		{[]string{"--size", "walk=64KiB"}, "--size walk=64KiB: the array of walk must be a multiple of 4KiB and at least 1MiB"},
-		{[]string{"--eviction", "nosuch"}, "--eviction nosuch"},
-		{[]string{"--thrashing", "refault=maybe"}, "--thrashing refault=maybe"},
-		{[]string{"--png", "/tmp/cliff.jpg"}, "--png /tmp/cliff.jpg: want a file name ending in .png, or a directory"},
-		{[]string{"--png", "/proc/uvm-no-such-dir/cliff.png"}, "--png /proc/uvm-no-such-dir/cliff.png: cannot write there"},
-	} {
-		err := benchCliff(c.args)
-		assert.ErrorContains(t, err, c.want, "%v", c.args)
-	}
-	got, err := parseCliffBudgets("25, 100,50%,90,50")
+func TestParseCliffBudgets(t *testing.T) {
+	got, err := ParseCliffBudgets("25, 100,50%,90,50")
 	require.NoError(t, err)
 	assert.Equal(t, []float64{100, 90, 50, 25}, got, "from the largest down, once each")
 }
@@ -176,9 +152,10 @@ func TestBenchCliffSynthetic(t *testing.T) {
 	const size = 2 << 20
 	const pages = size / 4096
 	percents := []float64{100, 90, 50}
-	rep, err := cliffBench(context.Background(), cliffOptions{
-		programs: []string{"loop", "walk"}, percents: percents, runs: 1, size: map[string]int64{"loop": size, "walk": size},
-		uvmBin: uvmBin, timeout: 5 * time.Minute, progress: t.Logf,
+	pictures := t.TempDir()
+	rep, err := Cliff(context.Background(), CliffOptions{
+		Programs: []string{"loop", "walk"}, Percents: percents, Runs: 1, Size: map[string]int64{"loop": size, "walk": size},
+		UVMBin: uvmBin, PNG: pictures, Timeout: 5 * time.Minute, Progress: t.Logf,
 	})
 	require.NoError(t, err)
 	require.Len(t, rep.Programs, 2)
@@ -269,7 +246,7 @@ func TestBenchCliffSynthetic(t *testing.T) {
 	}
 
 	var b bytes.Buffer
-	printCliffReport(&b, rep)
+	rep.Print(&b)
 	text := b.String()
 	for _, want := range []string{"loop: oversub_sweep 2097152 20", "walk: cliff_walk 2097152 16384 0x9e3779b97f4a7c15", "managed peak 2 MiB (uvm run --min-size 1MiB)",
 		"no budget", "90% (1.8 MiB)", "50% (1 MiB)", "goal: at 90% of the peak at most 1.5x plain:", "every goal of every program:"} {
@@ -278,9 +255,9 @@ func TestBenchCliffSynthetic(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`goal: faults at most LRU's at every budget:\s+(met|NOT met)`), text)
 	t.Logf("%s", text)
 
-	path := filepath.Join(t.TempDir(), "cliff.png")
-	require.NoError(t, plotCliff(path, rep))
-	raw, err := os.ReadFile(path)
+	// --png DIR: cliff.png in it.
+	require.Equal(t, filepath.Join(pictures, "cliff.png"), rep.PNG)
+	raw, err := os.ReadFile(rep.PNG)
 	require.NoError(t, err)
 	img, err := png.Decode(bytes.NewReader(raw))
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
-package cli
+package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 
 // touchEnv makes the test binary, run as a child, write every page of
 // that many bytes and exit: the program the cgroup variant limits.
-const touchEnv = "UVM_CLI_TEST_TOUCH_BYTES"
+const touchEnv = "UVM_BENCH_TEST_TOUCH_BYTES"
 
 func init() {
 	if s := os.Getenv(touchEnv); s != "" {
@@ -47,7 +48,7 @@ func TestMemoryCgroupVariantSetup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a memory cgroup and a swap device need root")
 	}
-	mount, v2, err := memoryCgroupMount()
+	mount, v2, err := MemoryCgroupMount()
 	if err != nil {
 		t.Skipf("no memory cgroup: %v", err)
 	}
@@ -56,7 +57,7 @@ func TestMemoryCgroupVariantSetup(t *testing.T) {
 	swapsBefore, _ := os.ReadFile("/proc/swaps")
 
 	const limit, touched = 8 << 20, 24 << 20
-	cg, skip := setupOversubCgroup(limit, touched)
+	cg, skip := setUpMemoryCgroup(limit, touched)
 	if cg == nil {
 		t.Skipf("the machine does not allow it: %s", skip)
 	}
@@ -88,7 +89,8 @@ func TestMemoryCgroupVariantSetup(t *testing.T) {
 	for run := 0; run < 2; run++ {
 		cg.resetPeaks()
 		kills := cg.oomKills()
-		cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", cg.procs(), self, "-test.run=^$")
+		argv := cg.runIn(self, "-test.run=^$")
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), touchEnv+"="+strconv.Itoa(touched))
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "run %d: %s", run, out)
@@ -119,4 +121,20 @@ func TestMemoryCgroupVariantSetup(t *testing.T) {
 	assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
 	controlAfter, _ := os.ReadFile(control)
 	assert.Equal(t, string(controlBefore), string(controlAfter), "the parent's controllers are as they were")
+}
+
+// noCgroupOrSwapLeft returns a check, for the end of a test that ran a
+// benchmark with a cgroup variant, that the benchmark removed the cgroup
+// it made and the swap device it added (or made neither).
+func noCgroupOrSwapLeft(t *testing.T) func() {
+	t.Helper()
+	swapsBefore, _ := os.ReadFile("/proc/swaps")
+	return func() {
+		t.Helper()
+		if mount, _, err := MemoryCgroupMount(); err == nil && mount != "" {
+			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
+		}
+		swapsAfter, _ := os.ReadFile("/proc/swaps")
+		assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
+	}
 }

@@ -1,7 +1,8 @@
-package cli
+package bench
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -45,9 +46,9 @@ func coherenceSession(arena int64, thrash policy.ThrashingSpec, coherence, dirty
 	return uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 }
 
-// dirtyRow is the cost of finding the pages the CPU wrote: one pass of
+// DirtyRow is the cost of finding the pages the CPU wrote: one pass of
 // writes over pages the host holds, as GB/s.
-type dirtyRow struct {
+type DirtyRow struct {
 	Tracking string  `json:"tracking"`
 	GBps     float64 `json:"gbps"`
 	Ratio    float64 `json:"ratio_to_untracked"`
@@ -60,8 +61,8 @@ type dirtyRow struct {
 // launch and so are write-protected until their first write (wp-async: a
 // minor fault the kernel resolves itself; wp-fault: a write-protect fault
 // the server serves). Each figure is the median of runs.
-func dirtyTrackingCost(size int64, runs int, thrash policy.ThrashingSpec) ([]dirtyRow, error) {
-	var rows []dirtyRow
+func dirtyTrackingCost(size int64, runs int, thrash policy.ThrashingSpec) ([]DirtyRow, error) {
+	var rows []DirtyRow
 	for _, mode := range []struct{ coherence, dirty, name string }{
 		{"fault", "", "none (fault model)"}, {"launch", "wp-async", "wp-async"}, {"launch", "wp-fault", "wp-fault"},
 	} {
@@ -83,7 +84,7 @@ func dirtyTrackingCost(size int64, runs int, thrash policy.ThrashingSpec) ([]dir
 		if err != nil {
 			return nil, fmt.Errorf("dirty tracking %s: %w", mode.name, err)
 		}
-		rows = append(rows, dirtyRow{Tracking: mode.name, GBps: median(rates)})
+		rows = append(rows, DirtyRow{Tracking: mode.name, GBps: median(rates)})
 	}
 	for i := range rows {
 		rows[i].Ratio = rows[i].GBps / rows[0].GBps
@@ -126,8 +127,8 @@ func dirtyPass(s *uvm.Session, size int64) (float64, error) {
 	return float64(size) / time.Since(t0).Seconds() / 1e9, nil
 }
 
-// parseModels reads --coherence: fault, launch, or both.
-func parseModels(list string) ([]string, error) {
+// ParseModels reads --coherence: fault, launch, or both.
+func ParseModels(list string) ([]string, error) {
 	var models []string
 	for _, m := range strings.Split(list, ",") {
 		m = strings.TrimSpace(m)
@@ -142,9 +143,9 @@ func parseModels(list string) ([]string, error) {
 	return models, nil
 }
 
-// printLaunchRows prints the launch-and-touch table: each model run, and
-// the seed's figures at the sizes it measured.
-func printLaunchRows(rep launchReport) {
+// printRows prints the launch-and-touch table: each model run, and the
+// seed's figures at the sizes it measured.
+func (rep *LaunchReport) printRows(w io.Writer) {
 	both := len(rep.Rows) > 0 && len(rep.LaunchRows) > 0
 	rows := rep.Rows
 	if len(rows) == 0 {
@@ -155,11 +156,11 @@ func printLaunchRows(rep launchReport) {
 		if len(rep.Rows) == 0 {
 			model = "launch"
 		}
-		fmt.Printf("launch and touch, %s coherence model, beside the seed's (us per iteration, Windows 7)\n", model)
-		fmt.Printf("%10s %12s %14s %10s %10s\n", "KB", "us/iter", "MB/s (back)", "GM200", "GP100")
+		fmt.Fprintf(w, "launch and touch, %s coherence model, beside the seed's (us per iteration, Windows 7)\n", model)
+		fmt.Fprintf(w, "%10s %12s %14s %10s %10s\n", "KB", "us/iter", "MB/s (back)", "GM200", "GP100")
 	} else {
-		fmt.Printf("launch and touch under both coherence models, beside the seed's (us per iteration, Windows 7)\n")
-		fmt.Printf("%10s %12s %12s %14s %10s %10s\n", "KB", "fault us", "launch us", "launch MB/s", "GM200", "GP100")
+		fmt.Fprintf(w, "launch and touch under both coherence models, beside the seed's (us per iteration, Windows 7)\n")
+		fmt.Fprintf(w, "%10s %12s %12s %14s %10s %10s\n", "KB", "fault us", "launch us", "launch MB/s", "GM200", "GP100")
 	}
 	for i, r := range rows {
 		gm, gp := "-", "-"
@@ -167,16 +168,16 @@ func printLaunchRows(rep launchReport) {
 			gm, gp = fmt.Sprintf("%.0f", a), fmt.Sprintf("%.1f", b)
 		}
 		if !both {
-			fmt.Printf("%10d %12.2f %14s %10s %10s\n", r.KB, r.USPerIter, mbps(r.MBps), gm, gp)
+			fmt.Fprintf(w, "%10d %12.2f %14s %10s %10s\n", r.KB, r.USPerIter, mbps(r.MBps), gm, gp)
 			continue
 		}
 		l := rep.LaunchRows[i]
-		fmt.Printf("%10d %12.2f %12.2f %14s %10s %10s\n", r.KB, r.USPerIter, l.USPerIter, mbps(l.MBps), gm, gp)
+		fmt.Fprintf(w, "%10d %12.2f %12.2f %14s %10s %10s\n", r.KB, r.USPerIter, l.USPerIter, mbps(l.MBps), gm, gp)
 	}
 	if len(rep.DirtyTracking) > 0 {
-		fmt.Printf("\ndirty tracking: one pass of 8-byte writes over pages the host got back from the device\n")
+		fmt.Fprintf(w, "\ndirty tracking: one pass of 8-byte writes over pages the host got back from the device\n")
 		for _, d := range rep.DirtyTracking {
-			fmt.Printf("%22s %8.2f GB/s  %.2f of untracked\n", d.Tracking, d.GBps, d.Ratio)
+			fmt.Fprintf(w, "%22s %8.2f GB/s  %.2f of untracked\n", d.Tracking, d.GBps, d.Ratio)
 		}
 	}
 }

@@ -1,8 +1,7 @@
-package cli
+package bench
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,30 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
+	"github.com/softuvm/softuvm/trace"
 )
-
-func TestBenchRunFlags(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--programs", "gawk,nosuch"}, "--programs: unknown program(s) nosuch"},
-		{[]string{"--budget-fraction", "0"}, "--budget-fraction 0: want more than 0 and at most 1"},
-		{[]string{"--budget-fraction", "1.5"}, "--budget-fraction 1.5"},
-		{[]string{"--runs", "0"}, "--runs 0: want at least 1"},
-		{[]string{"--eviction", " , "}, "want at least one policy"},
-		{[]string{"--eviction", "lru,nosuch"}, "--eviction nosuch"},
-		{[]string{"--size", "gawk"}, `--size "gawk": want NAME=SIZE`},
-		{[]string{"--size", "nosuch=1MiB"}, `--size "nosuch=1MiB": want NAME=SIZE`},
-		{[]string{"--size", "gawk=lots"}, "--size gawk=lots: want a size above 0"},
-		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
-		{[]string{"--trace", "/proc/uvm-no-such-dir"}, "--trace"},
-	} {
-		err := benchRun(c.args)
-		assert.ErrorContains(t, err, c.want, "%v", c.args)
-	}
-}
 
 // buildUVMForTest builds uvm and libuvm (its preload library beside it)
 // into a temporary directory for a test that runs `uvm run`, and returns
@@ -59,7 +37,7 @@ func buildUVMForTest(t *testing.T, tools ...string) string {
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"go", "build", "-o", filepath.Join(dir, "uvm"), "github.com/softuvm/softuvm/cmd/uvm"},
-		{"make", "-s", "-C", "..", "lib", "BIN=" + dir},
+		{"make", "-s", "-C", "../..", "lib", "BIN=" + dir},
 	} {
 		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 		require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
@@ -73,12 +51,12 @@ func buildUVMForTest(t *testing.T, tools ...string) string {
 // and swap device gone after.
 func TestBenchRun(t *testing.T) {
 	uvmBin := buildUVMForTest(t, "sort")
-	swapsBefore, _ := os.ReadFile("/proc/swaps")
+	leftNothing := noCgroupOrSwapLeft(t)
 	progs, err := workloads.Select("sort")
 	require.NoError(t, err)
 	traces := t.TempDir()
-	rep, err := runBenchAll(context.Background(), runBenchOptions{programs: progs, fraction: 1, evictions: []string{"lru"}, runs: 1,
-		size: map[string]int64{"sort": 4 << 20}, uvmBin: uvmBin, timeout: time.Minute, progress: t.Logf, traceDir: traces})
+	rep, err := Run(context.Background(), RunOptions{Programs: progs, Fraction: 1, Evictions: []string{"lru"}, Runs: 1,
+		Size: map[string]int64{"sort": 4 << 20}, UVMBin: uvmBin, Timeout: time.Minute, Progress: t.Logf, TraceDir: traces})
 	require.NoError(t, err)
 	require.Len(t, rep.Programs, 1)
 	p := rep.Programs[0]
@@ -97,9 +75,9 @@ func TestBenchRun(t *testing.T) {
 	// --trace: the last run's trace, whose faults are the ones its
 	// statistics counted.
 	assert.Equal(t, filepath.Join(traces, "sort-lru.uvmtrace"), m.Trace)
-	summary, err := summarizeTrace(m.Trace)
+	summary, err := trace.Summarize(m.Trace)
 	require.NoError(t, err)
-	assert.EqualValues(t, m.Faults, summary.totalFaults(), "the trace's faults against uvm run's statistics")
+	assert.EqualValues(t, m.Faults, summary.TotalFaults(), "the trace's faults against uvm run's statistics")
 	assert.Contains(t, p.ManagedToPlain, "lru")
 	assert.Contains(t, p.GoalPlainMet, "lru")
 	if p.Cgroup == nil {
@@ -109,12 +87,6 @@ func TestBenchRun(t *testing.T) {
 		assert.Empty(t, p.Cgroup.Failed)
 		assert.Len(t, p.Cgroup.Runs, 1)
 		assert.Contains(t, p.GoalCgroupMet, "lru")
-		mount, _, err := memoryCgroupMount()
-		require.NoError(t, err)
-		if mount != "" {
-			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
-		}
 	}
-	swapsAfter, _ := os.ReadFile("/proc/swaps")
-	assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
+	leftNothing()
 }

@@ -1,23 +1,20 @@
-package cli
+package bench
 
 import (
 	"fmt"
+	"io"
 	"math"
-	"os"
-	"strings"
-	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/uvm"
 )
 
-// memcpyReport is the JSON `uvm bench memcpy --json` prints. Rates are
-// medians over runs, after a warm-up that is not counted; GB/s are 1e9
-// bytes a second.
-type memcpyReport struct {
-	Machine   machineSummary         `json:"machine"`
+// MemcpyReport is what `uvm bench memcpy` measured, its JSON what --json
+// prints. Rates are medians over runs, after a warm-up that is not
+// counted; GB/s are 1e9 bytes a second.
+type MemcpyReport struct {
+	Machine   Machine                `json:"machine"`
 	Runs      int                    `json:"runs"`
 	SizeBytes int64                  `json:"size_bytes"`
 	Engine    config.CopyCalibration `json:"engine"`
@@ -58,26 +55,29 @@ type memcpyReport struct {
 
 	// Producers: engine_h2d and engine_d2h with N_P forced, to show how
 	// the copy scales with producer threads.
-	Producers []producerRow `json:"producers"`
+	Producers []ProducerRow `json:"producers"`
 	// Sizes: the engine's transfer time normalized to a single-thread
 	// copy of the same bytes, as the paper's figures 9 and 10.
-	Sizes []sizeRow `json:"sizes"`
+	Sizes []SizeRow `json:"sizes"`
 	// SizesOneThread and SizesEngineForced are the same sweep with
 	// Memcpy's engine forced off (one thread at every size) and forced
 	// on (from 1 byte, with SizesEngineProducers, a producer per CPU),
 	// measured with --plot only, to draw beside the calibration's choice.
-	SizesOneThread       []sizeRow `json:"sizes_one_thread,omitempty"`
-	SizesEngineForced    []sizeRow `json:"sizes_engine_forced,omitempty"`
+	SizesOneThread       []SizeRow `json:"sizes_one_thread,omitempty"`
+	SizesEngineForced    []SizeRow `json:"sizes_engine_forced,omitempty"`
 	SizesEngineProducers int       `json:"sizes_engine_forced_producers,omitempty"`
 }
 
-type producerRow struct {
+// ProducerRow is Memcpy both ways with one producer count forced.
+type ProducerRow struct {
 	Producers int     `json:"producers"`
 	H2DGBps   float64 `json:"h2d_gbps"`
 	D2HGBps   float64 `json:"d2h_gbps"`
 }
 
-type sizeRow struct {
+// SizeRow is Memcpy of one size each way against a single-thread copy
+// of the same bytes between host buffers.
+type SizeRow struct {
 	Bytes          int64   `json:"bytes"`
 	SingleThreadUS float64 `json:"single_thread_us"`
 	H2DUS          float64 `json:"h2d_us"`
@@ -86,51 +86,82 @@ type sizeRow struct {
 	D2HNormalized  float64 `json:"d2h_normalized"`
 }
 
-func benchMemcpy(args []string) error {
-	fs := newFlagSet("bench memcpy", "[--json] [--size SIZE] [--runs N] [--producers LIST] [--plot DIR]",
-		"Measure the copy engine: Memcpy to device memory and back and Prefetch both ways against plain memcpy, how the copy scales with producer threads, and from which size the engine wins")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	sizeText := fs.String("size", "1GiB", "bytes per transfer")
-	runs := fs.Int("runs", 5, "measured runs of each transfer (median)")
-	producersText := fs.String("producers", "", "comma list of producer counts to time (default: 1, 2, 4, ... up to the CPUs)")
-	plotDir := fs.String("plot", "", "also draw the sizes sweep (a single-thread copy between host buffers and Memcpy each way, each timed at 64 KiB, 256 KiB, ... up to --size) into `DIR` (created if missing) as copy-sizes.png and copy-sizes.svg, GB/s against the copy's size; it also sweeps Memcpy with the engine forced off (one thread) and forced on (from 1 byte, a producer per CPU), drawn beside the calibration's choice and given in --json as sizes_one_thread and sizes_engine_forced")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	size, err := uvm.ParseSize(*sizeText)
-	if err != nil {
-		return fmt.Errorf("--size: %w", err)
-	}
-	if size < 4<<20 || *runs < 1 {
-		return fmt.Errorf("want --size of at least 4 MiB and --runs >= 1 (have %q, %d)", *sizeText, *runs)
-	}
-	producers, err := parseProducers(*producersText)
-	if err != nil {
-		return err
-	}
-	if err := checkPlotDir(*plotDir); err != nil {
-		return err
-	}
-	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
-	rep := memcpyReport{Runs: *runs, SizeBytes: size, Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}}
+// MemcpyOptions are what `uvm bench memcpy` measures: its flags.
+type MemcpyOptions struct {
+	Size      int64 // bytes per transfer
+	Runs      int   // measured runs of each transfer
+	Producers []int // producer counts to time (nil: 1, 2, 4, ... up to the CPUs)
+	PlotDir   string
+	Progress  Progress
+}
 
-	progress("host buffers: 3 x %s", uvm.FormatSize(size))
-	src, dst, base := warmBuffer(size), warmBuffer(size), warmBuffer(size)
-	baseline := func() float64 { return rateOnce(size, func() { parallelCopy(base, src, cpus()) }) }
-	for i := range src {
-		src[i] = byte(i*7 + i>>12)
+// Memcpy is `uvm bench memcpy`, the copy engine: Memcpy to device memory
+// and back and Prefetch both ways against plain memcpy, how the copy
+// scales with producer threads, and from which size the engine wins;
+// with a PlotDir, the sizes sweep also with the engine forced off and
+// forced on, and its figure.
+func Memcpy(o MemcpyOptions) (*MemcpyReport, error) {
+	if err := checkPlotDir(o.PlotDir); err != nil {
+		return nil, err
 	}
-	progress("plain memcpy: one thread, then %d", cpus())
-	rep.Memcpy1tGBps = medianRate(size, *runs, func() error { copy(dst, src); return nil })
-	rep.MemcpyAllGBps = medianRate(size, *runs, func() error { parallelCopy(dst, src, cpus()); return nil })
+	m := newMemcpyRun(o)
+	for _, step := range []func() error{m.plainCopies, m.engine, m.prefetches, m.producers, m.sizes} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := plotMemcpy(o.PlotDir, m.rep, m.progress); err != nil {
+		return nil, err
+	}
+	return m.rep, nil
+}
+
+// memcpyRun is a run of `uvm bench memcpy`: the host buffers every
+// transfer copies from (src) and to (dst), and a third that the baseline
+// timed right before each run copies into: this VM's memory speed
+// changes by half from one minute to the next.
+type memcpyRun struct {
+	o              MemcpyOptions
+	progress       Progress
+	src, dst, base []byte
+	rep            *MemcpyReport
+}
+
+func newMemcpyRun(o MemcpyOptions) *memcpyRun {
+	m := &memcpyRun{o: o, progress: o.Progress.orQuiet(), rep: &MemcpyReport{Runs: o.Runs, SizeBytes: o.Size, Machine: thisMachine()}}
+	m.progress("host buffers: 3 x %s", uvm.FormatSize(o.Size))
+	m.src, m.dst, m.base = warmBuffer(o.Size), warmBuffer(o.Size), warmBuffer(o.Size)
+	for i := range m.src {
+		m.src[i] = byte(i*7 + i>>12)
+	}
+	return m
+}
+
+// baseline is a memcpy on every CPU, in GB/s.
+func (m *memcpyRun) baseline() float64 {
+	return rateOnce(m.o.Size, func() { parallelCopy(m.base, m.src, cpus()) })
+}
+
+// plainCopies times memcpy between the warm buffers on one thread and
+// on every CPU, and writing into fresh memfd pages.
+func (m *memcpyRun) plainCopies() error {
+	size, runs, src, dst := m.o.Size, m.o.Runs, m.src, m.dst
+	m.progress("plain memcpy: one thread, then %d", cpus())
+	m.rep.Memcpy1tGBps = medianRate(size, runs, func() error { copy(dst, src); return nil })
+	m.rep.MemcpyAllGBps = medianRate(size, runs, func() error { parallelCopy(dst, src, cpus()); return nil })
 	fresh, err := freshPageWrite(src[:min(size, 256<<20)])
 	if err != nil {
 		return err
 	}
-	rep.FreshPageWriteGBps = fresh
+	m.rep.FreshPageWriteGBps = fresh
+	return nil
+}
 
-	progress("engine: Memcpy %s to device memory and back", uvm.FormatSize(size))
-	s, err := memcpySession(size, 0, 0)
+// engine times Memcpy to device memory and back as the engine is
+// calibrated, and reads the calibration.
+func (m *memcpyRun) engine() error {
+	m.progress("engine: Memcpy %s to device memory and back", uvm.FormatSize(m.o.Size))
+	s, err := memcpySession(m.o.Size, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -139,16 +170,22 @@ func benchMemcpy(args []string) error {
 		s.Close()
 		return err
 	}
-	rep.Engine = in.CopyEngine
-	var eng transferRates
-	eng, err = engineRates(s, src, dst, *runs, baseline)
+	m.rep.Engine = in.CopyEngine
+	eng, err := engineRates(s, m.src, m.dst, m.o.Runs, m.baseline)
 	s.Close()
 	if err != nil {
 		return err
 	}
+	rep := m.rep
 	rep.EngineH2DFirstGBps = eng.first
 	rep.EngineH2DGBps, rep.EngineD2HGBps, rep.EngineH2DFraction, rep.EngineD2HFraction = eng.h2d, eng.d2h, eng.h2dFraction, eng.d2hFraction
+	return nil
+}
 
+// prefetches times Prefetch to device 0 and back as calibrated, with the
+// chunk pipeline forced on, and with no engine.
+func (m *memcpyRun) prefetches() error {
+	rep := m.rep
 	for _, mode := range []struct {
 		name        string
 		producers   int
@@ -159,8 +196,8 @@ func benchMemcpy(args []string) error {
 		{"pipeline forced on", 0, 1, &rep.PrefetchEngineH2DGBps, &rep.PrefetchEngineD2HGBps},
 		{"no engine", 1, math.MaxInt64, &rep.PrefetchDirectH2DGBps, &rep.PrefetchDirectD2HGBps},
 	} {
-		progress("Prefetch %s to device 0 and back, %s", uvm.FormatSize(size), mode.name)
-		pf, err := prefetchRates(size, src, *runs, mode.producers, mode.directBelow, baseline)
+		m.progress("Prefetch %s to device 0 and back, %s", uvm.FormatSize(m.o.Size), mode.name)
+		pf, err := prefetchRates(m.o.Size, m.src, m.o.Runs, mode.producers, mode.directBelow, m.baseline)
 		if err != nil {
 			return err
 		}
@@ -169,7 +206,12 @@ func benchMemcpy(args []string) error {
 			rep.PrefetchH2DFraction, rep.PrefetchD2HFraction = pf.h2dFraction, pf.d2hFraction
 		}
 	}
+	return nil
+}
 
+// producers times Memcpy both ways with each producer count forced.
+func (m *memcpyRun) producers() error {
+	producers := m.o.Producers
 	if producers == nil {
 		for n := 1; n <= cpus(); n *= 2 {
 			producers = append(producers, n)
@@ -179,58 +221,40 @@ func benchMemcpy(args []string) error {
 		}
 	}
 	for _, n := range producers {
-		progress("engine with %d producers", n)
-		s, err := memcpySession(size, n, 0)
+		m.progress("engine with %d producers", n)
+		s, err := memcpySession(m.o.Size, n, 0)
 		if err != nil {
 			return err
 		}
-		r, err := engineRates(s, src, dst, *runs, baseline)
+		r, err := engineRates(s, m.src, m.dst, m.o.Runs, m.baseline)
 		s.Close()
 		if err != nil {
 			return err
 		}
-		rep.Producers = append(rep.Producers, producerRow{Producers: n, H2DGBps: r.h2d, D2HGBps: r.d2h})
+		m.rep.Producers = append(m.rep.Producers, ProducerRow{Producers: n, H2DGBps: r.h2d, D2HGBps: r.d2h})
 	}
-
-	progress("sizes: engine against one thread, 64 KiB to %s", uvm.FormatSize(size))
-	if rep.Sizes, err = sizeSweep(size, src, dst, *runs, 0, 0); err != nil {
-		return err
-	}
-	if *plotDir != "" {
-		rep.SizesEngineProducers = cpus()
-		progress("sizes, for --plot: Memcpy with the engine forced off, then forced on with %d producers", rep.SizesEngineProducers)
-		if rep.SizesOneThread, err = sizeSweep(size, src, dst, *runs, 0, math.MaxInt64); err != nil {
-			return err
-		}
-		if rep.SizesEngineForced, err = sizeSweep(size, src, dst, *runs, rep.SizesEngineProducers, 1); err != nil {
-			return err
-		}
-	}
-	if _, err := plotMemcpy(*plotDir, rep); err != nil {
-		return err
-	}
-
-	if *asJSON {
-		return writeJSON(os.Stdout, rep)
-	}
-	printMemcpyReport(rep)
 	return nil
 }
 
-func parseProducers(text string) ([]int, error) {
-	if text == "" {
-		return nil, nil
+// sizes sweeps Memcpy's sizes against one thread's copy; for the figure,
+// also with the engine forced off and forced on.
+func (m *memcpyRun) sizes() error {
+	size, runs, src, dst, rep := m.o.Size, m.o.Runs, m.src, m.dst, m.rep
+	m.progress("sizes: engine against one thread, 64 KiB to %s", uvm.FormatSize(size))
+	var err error
+	if rep.Sizes, err = sizeSweep(size, src, dst, runs, 0, 0); err != nil {
+		return err
 	}
-	var out []int
-	for _, part := range strings.Split(text, ",") {
-		part = strings.TrimSpace(part)
-		var n int
-		if _, err := fmt.Sscanf(part, "%d", &n); err != nil || n < 1 || n > 1024 {
-			return nil, fmt.Errorf("--producers: %q is not a count from 1 to 1024", part)
-		}
-		out = append(out, n)
+	if m.o.PlotDir == "" {
+		return nil
 	}
-	return out, nil
+	rep.SizesEngineProducers = cpus()
+	m.progress("sizes, for --plot: Memcpy with the engine forced off, then forced on with %d producers", rep.SizesEngineProducers)
+	if rep.SizesOneThread, err = sizeSweep(size, src, dst, runs, 0, math.MaxInt64); err != nil {
+		return err
+	}
+	rep.SizesEngineForced, err = sizeSweep(size, src, dst, runs, rep.SizesEngineProducers, 1)
+	return err
 }
 
 // memcpySession starts a private server with one device large enough for
@@ -242,30 +266,6 @@ func memcpySession(size int64, producers int, directBelow int64) (*uvm.Session, 
 	cfg.CopyProducers = producers
 	cfg.CopyDirectBelow = directBelow
 	return uvm.Connect(uvm.Config{Server: "private", Private: cfg})
-}
-
-// warmBuffer returns size bytes whose pages exist: this VM hands unused
-// memory back to the host, and the first touch of a page costs several
-// times a copy of it.
-func warmBuffer(size int64) []byte {
-	b := make([]byte, size)
-	for i := int64(0); i < size; i += uvm.PageSize {
-		b[i] = 1
-	}
-	return b
-}
-
-// parallelCopy copies src into dst with n goroutines, each a contiguous
-// share, as plain memcpy on every CPU.
-func parallelCopy(dst, src []byte, n int) {
-	var wg sync.WaitGroup
-	share := (len(src) + n - 1) / n
-	for lo := 0; lo < len(src); lo += share {
-		hi := min(len(src), lo+share)
-		wg.Add(1)
-		go func() { defer wg.Done(); copy(dst[lo:hi], src[lo:hi]) }()
-	}
-	wg.Wait()
 }
 
 // medianRate runs f once to warm up, then runs times, and returns the
@@ -374,21 +374,6 @@ func engineRates(s *uvm.Session, src, dst []byte, runs int, baseline func() floa
 	return r, nil
 }
 
-func firstDifference(a, b []byte) int {
-	const step = 1 << 20
-	for lo := 0; lo < len(a); lo += step {
-		hi := min(len(a), lo+step)
-		if string(a[lo:hi]) != string(b[lo:hi]) {
-			for i := lo; i < hi; i++ {
-				if a[i] != b[i] {
-					return i
-				}
-			}
-		}
-	}
-	return -1
-}
-
 // prefetchRates writes a managed range of size on the host, then times
 // Prefetch to device 0 and back to the CPU, runs times after a warm-up
 // round trip, and checks the bytes.
@@ -442,7 +427,7 @@ func prefetchRates(size int64, src []byte, runs, producers int, directBelow int6
 // buffers, each the median of enough repetitions to take a few
 // milliseconds; producers and directBelow override the engine's
 // calibration where nonzero (as memcpySession's).
-func sizeSweep(size int64, src, dst []byte, runs, producers int, directBelow int64) ([]sizeRow, error) {
+func sizeSweep(size int64, src, dst []byte, runs, producers int, directBelow int64) ([]SizeRow, error) {
 	s, err := memcpySession(size, producers, directBelow)
 	if err != nil {
 		return nil, err
@@ -457,7 +442,7 @@ func sizeSweep(size int64, src, dst []byte, runs, producers int, directBelow int
 	if err := s.Memcpy(dev.Addr(), host, size, uvm.MemcpyHostToDevice); err != nil { // its pages exist from here on
 		return nil, err
 	}
-	var rows []sizeRow
+	var rows []SizeRow
 	for n := int64(64 << 10); n <= size; n *= 4 {
 		reps := int(max(1, (8<<20)/n))
 		timeIt := func(f func() error) (float64, error) {
@@ -475,7 +460,7 @@ func sizeSweep(size int64, src, dst []byte, runs, producers int, directBelow int
 			}
 			return median(us), nil
 		}
-		row := sizeRow{Bytes: n}
+		row := SizeRow{Bytes: n}
 		row.SingleThreadUS, _ = timeIt(func() error { copy(dst[:n], src[:n]); return nil })
 		if row.H2DUS, err = timeIt(func() error { return s.Memcpy(dev.Addr(), host, n, uvm.MemcpyHostToDevice) }); err != nil {
 			return nil, err
@@ -492,37 +477,35 @@ func sizeSweep(size int64, src, dst []byte, runs, producers int, directBelow int
 	return rows, nil
 }
 
-func printMemcpyReport(r memcpyReport) {
-	fmt.Printf("machine: %d CPUs, Linux %s, %s; %s per transfer, medians of %d runs\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, uvm.FormatSize(r.SizeBytes), r.Runs)
+// Print writes the report as tables.
+func (r *MemcpyReport) Print(w io.Writer) {
+	fmt.Fprintf(w, "machine: %d CPUs, Linux %s, %s; %s per transfer, medians of %d runs\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, uvm.FormatSize(r.SizeBytes), r.Runs)
 	e := r.Engine
-	fmt.Printf("engine: %d producers for copies, %d for migrations; engine from %s for copies, %s for migrations\n\n",
-		e.CopyProducers, e.MigrationProducers, engineSize(e.CopyDirectBelow), engineSize(e.DirectBelow))
-	fmt.Printf("(fractions: each run against a memcpy on every CPU timed right before it, median over runs)\n")
-	fmt.Printf("memcpy one thread        %7.2f GB/s\n", r.Memcpy1tGBps)
-	fmt.Printf("memcpy all CPUs          %7.2f GB/s\n", r.MemcpyAllGBps)
-	fmt.Printf("engine host->device      %7.2f GB/s  %.2f of memcpy_all (goal 0.9); first copy into new device memory %.2f GB/s\n", r.EngineH2DGBps, r.EngineH2DFraction, r.EngineH2DFirstGBps)
-	fmt.Printf("engine device->host      %7.2f GB/s  %.2f of memcpy_all (goal 0.9)\n", r.EngineD2HGBps, r.EngineD2HFraction)
-	fmt.Printf("prefetch host->device    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); chunk pipeline forced on %.2f, no engine %.2f\n", r.PrefetchH2DGBps, r.PrefetchH2DFraction, r.PrefetchEngineH2DGBps, r.PrefetchDirectH2DGBps)
-	fmt.Printf("prefetch device->host    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); chunk pipeline forced on %.2f, no engine %.2f\n", r.PrefetchD2HGBps, r.PrefetchD2HFraction, r.PrefetchEngineD2HGBps, r.PrefetchDirectD2HGBps)
-	fmt.Printf("writing new memfd pages  %7.2f GB/s  (the ceiling of any migration here)\n\n", r.FreshPageWriteGBps)
-	fmt.Printf("%10s %10s %10s\n", "producers", "h2d GB/s", "d2h GB/s")
+	fmt.Fprintf(w, "engine: %d producers for copies, %d for migrations; engine from %s for copies, %s for migrations\n\n",
+		e.CopyProducers, e.MigrationProducers, config.FormatDirectBelow(e.CopyDirectBelow), config.FormatDirectBelow(e.DirectBelow))
+	fmt.Fprintf(w, "(fractions: each run against a memcpy on every CPU timed right before it, median over runs)\n")
+	fmt.Fprintf(w, "memcpy one thread        %7.2f GB/s\n", r.Memcpy1tGBps)
+	fmt.Fprintf(w, "memcpy all CPUs          %7.2f GB/s\n", r.MemcpyAllGBps)
+	fmt.Fprintf(w, "engine host->device      %7.2f GB/s  %.2f of memcpy_all (goal 0.9); first copy into new device memory %.2f GB/s\n", r.EngineH2DGBps, r.EngineH2DFraction, r.EngineH2DFirstGBps)
+	fmt.Fprintf(w, "engine device->host      %7.2f GB/s  %.2f of memcpy_all (goal 0.9)\n", r.EngineD2HGBps, r.EngineD2HFraction)
+	fmt.Fprintf(w, "prefetch host->device    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); chunk pipeline forced on %.2f, no engine %.2f\n", r.PrefetchH2DGBps, r.PrefetchH2DFraction, r.PrefetchEngineH2DGBps, r.PrefetchDirectH2DGBps)
+	fmt.Fprintf(w, "prefetch device->host    %7.2f GB/s  %.2f of memcpy_all (goal 0.8); chunk pipeline forced on %.2f, no engine %.2f\n", r.PrefetchD2HGBps, r.PrefetchD2HFraction, r.PrefetchEngineD2HGBps, r.PrefetchDirectD2HGBps)
+	fmt.Fprintf(w, "writing new memfd pages  %7.2f GB/s  (the ceiling of any migration here)\n\n", r.FreshPageWriteGBps)
+	fmt.Fprintf(w, "%10s %10s %10s\n", "producers", "h2d GB/s", "d2h GB/s")
 	for _, p := range r.Producers {
-		fmt.Printf("%10d %10.2f %10.2f\n", p.Producers, p.H2DGBps, p.D2HGBps)
+		fmt.Fprintf(w, "%10d %10.2f %10.2f\n", p.Producers, p.H2DGBps, p.D2HGBps)
 	}
-	fmt.Printf("\n%10s %14s %10s %10s %10s %10s\n", "size", "1 thread us", "h2d us", "d2h us", "h2d norm", "d2h norm")
+	fmt.Fprintf(w, "\n%10s %14s %10s %10s %10s %10s\n", "size", "1 thread us", "h2d us", "d2h us", "h2d norm", "d2h norm")
 	for _, s := range r.Sizes {
-		fmt.Printf("%10s %14.1f %10.1f %10.1f %10.2f %10.2f\n", uvm.FormatSize(s.Bytes), s.SingleThreadUS, s.H2DUS, s.D2HUS, s.H2DNormalized, s.D2HNormalized)
+		fmt.Fprintf(w, "%10s %14.1f %10.1f %10.1f %10.2f %10.2f\n", uvm.FormatSize(s.Bytes), s.SingleThreadUS, s.H2DUS, s.D2HUS, s.H2DNormalized, s.D2HNormalized)
 	}
 	if len(r.SizesOneThread) > 0 {
-		fmt.Printf("\nMemcpy us, engine forced off (one thread) and forced on (from 1 byte, %d producers):\n%10s %10s %10s %10s %10s\n", r.SizesEngineProducers, "size", "off h2d", "off d2h", "on h2d", "on d2h")
+		fmt.Fprintf(w, "\nMemcpy us, engine forced off (one thread) and forced on (from 1 byte, %d producers):\n%10s %10s %10s %10s %10s\n", r.SizesEngineProducers, "size", "off h2d", "off d2h", "on h2d", "on d2h")
 		for i, s := range r.SizesOneThread {
 			if i < len(r.SizesEngineForced) {
 				e := r.SizesEngineForced[i]
-				fmt.Printf("%10s %10.1f %10.1f %10.1f %10.1f\n", uvm.FormatSize(s.Bytes), s.H2DUS, s.D2HUS, e.H2DUS, e.D2HUS)
+				fmt.Fprintf(w, "%10s %10.1f %10.1f %10.1f %10.1f\n", uvm.FormatSize(s.Bytes), s.H2DUS, s.D2HUS, e.H2DUS, e.D2HUS)
 			}
 		}
 	}
 }
-
-// addrOf is the address of b's first byte, for Memcpy.
-func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

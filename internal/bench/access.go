@@ -1,8 +1,9 @@
-package cli
+package bench
 
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -16,11 +17,12 @@ import (
 	"github.com/softuvm/softuvm/uvm"
 )
 
-// accessReport is the JSON `uvm bench access --json` prints.
-type accessReport struct {
-	Machine     machineSummary `json:"machine"`
-	Runs        int            `json:"runs"`
-	FaultRounds int            `json:"fault_rounds"`
+// AccessReport is what `uvm bench access` measured, its JSON what
+// --json prints.
+type AccessReport struct {
+	Machine     Machine `json:"machine"`
+	Runs        int     `json:"runs"`
+	FaultRounds int     `json:"fault_rounds"`
 	// Mode is the access counting of the streaming run's server, as its
 	// Info says.
 	Mode   string `json:"mode"`
@@ -64,87 +66,83 @@ type accessReport struct {
 	AnatomyMissing string             `json:"anatomy_missing,omitempty"`
 }
 
-func benchAccess(args []string) error {
-	fs := newFlagSet("bench access", "[--json] [--runs N] [--size SIZE] [--period D] [--access-counting MODE]",
-		"Measure the access counters: their cost per fault, a kernel streaming over remotely mapped memory before and after delayed migration, and the anatomy of a fault")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	runs := fs.Int("runs", 7, "launches timed after migration (median)")
-	faultRounds := fs.Int("fault-rounds", 21, "rounds of each fault-cost condition (median)")
-	sizeText := fs.String("size", "256MiB", "the remotely mapped range")
-	period := fs.Duration("period", 50*time.Millisecond, "hint-fault period of the streaming run (the server's default is 1s)")
-	mode := fs.String("access-counting", config.AccessCountingAuto, "access counting of the streaming run: auto, ebpf or user")
-	faultPages := fs.Int("fault-pages", 65536, "minor faults per fault-cost round")
-	timeout := fs.Duration("timeout", 2*time.Minute, "give up waiting for delayed migration after this long")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	size, err := uvm.ParseSize(*sizeText)
-	if err != nil {
-		return fmt.Errorf("--size: %w", err)
-	}
-	if *runs < 1 || *faultRounds < 1 || size < 64<<10 || *faultPages < 64 || *period < time.Millisecond {
-		return fmt.Errorf("want --runs >= 1, --fault-rounds >= 1, --size >= 64KiB, --fault-pages >= 64 and --period >= 1ms")
-	}
-	if *mode != config.AccessCountingAuto && *mode != config.AccessCountingEBPF && *mode != config.AccessCountingUser {
-		return fmt.Errorf("--access-counting %q: want auto, ebpf or user", *mode)
-	}
-	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
-	rep := accessReport{Runs: *runs, RemoteBytes: size, Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}}
+// AccessOptions are what `uvm bench access` measures: its flags.
+type AccessOptions struct {
+	Runs        int   // launches timed after migration
+	FaultRounds int   // rounds of each fault-cost condition
+	FaultPages  int   // minor faults per fault-cost round
+	Size        int64 // the remotely mapped range
+	// Period is the hint-fault period of the streaming run, and
+	// AccessCounting its server's access counting (auto, ebpf or user).
+	Period         time.Duration
+	AccessCounting string
+	Timeout        time.Duration // how long to wait for delayed migration
+	Progress       Progress
+}
 
-	progress("counting overhead: %d rounds of %d kernel-resolved minor faults, without and with the eBPF counters", *faultRounds, *faultPages)
-	rep.FaultRounds = *faultRounds
-	if err := countingOverhead(*faultPages, *faultRounds, &rep); err != nil {
+// Access is `uvm bench access`, the access counters: their cost per
+// fault, a kernel streaming over remotely mapped memory before and after
+// delayed migration, and the anatomy of a fault. What cannot be measured
+// here (no eBPF) is reported missing, with the reason.
+func Access(o AccessOptions) (*AccessReport, error) {
+	progress := o.Progress.orQuiet()
+	rep := &AccessReport{Runs: o.Runs, RemoteBytes: o.Size, Machine: thisMachine()}
+
+	progress("counting overhead: %d rounds of %d kernel-resolved minor faults, without and with the eBPF counters", o.FaultRounds, o.FaultPages)
+	rep.FaultRounds = o.FaultRounds
+	if err := countingOverhead(o.FaultPages, o.FaultRounds, rep); err != nil {
 		rep.CountingOverheadMissing = err.Error()
 		progress("counting overhead not measured: %v", err)
 	}
 
 	policy := policy.DefaultAccessPolicy
-	policy.Period = core.Duration(*period)
-	policy.Decay = core.Duration(max(time.Duration(policy.Decay), 32**period))
+	policy.Period = core.Duration(o.Period)
+	policy.Decay = core.Duration(max(time.Duration(policy.Decay), 32*o.Period))
 	rep.Policy = policy.String()
-	progress("delayed migration: a kernel streaming over %s mapped remotely, hint faults every %v", uvm.FormatSize(size), *period)
-	if err := remoteStream(size, *runs, *mode, policy, *timeout, progress, &rep); err != nil {
-		return err
+	progress("delayed migration: a kernel streaming over %s mapped remotely, hint faults every %v", uvm.FormatSize(o.Size), o.Period)
+	if err := remoteStream(o.Size, o.Runs, o.AccessCounting, policy, o.Timeout, progress, rep); err != nil {
+		return nil, err
 	}
 	progress("the same stream with no hint faults")
-	if rep.RemoteGBpsUnsampled, err = unsampledStream(size, *runs, *mode, policy); err != nil {
-		return err
+	var err error
+	if rep.RemoteGBpsUnsampled, err = unsampledStream(o.Size, o.Runs, o.AccessCounting, policy); err != nil {
+		return nil, err
 	}
 
 	progress("fault anatomy: host faults on fresh managed pages, every one sampled")
-	if err := faultAnatomy(*faultPages, &rep); err != nil {
+	if err := faultAnatomy(o.FaultPages, rep); err != nil {
 		rep.AnatomyMissing = err.Error()
 		progress("fault anatomy not measured: %v", err)
 	}
+	return rep, nil
+}
 
-	if *asJSON {
-		return writeJSON(os.Stdout, rep)
-	}
-	fmt.Printf("access counting: %s\n", rep.Mode)
-	if rep.CountingOverheadUS != nil {
-		fmt.Printf("minor fault: %.0f ns without counters, %.0f ns with: +%.3f us counted, +%.3f us for an untracked process\n",
-			*rep.FaultNSOff, *rep.FaultNSOn, *rep.CountingOverheadUS, *rep.UntrackedOverheadUS)
+// Print writes the report.
+func (r *AccessReport) Print(w io.Writer) {
+	fmt.Fprintf(w, "access counting: %s\n", r.Mode)
+	if r.CountingOverheadUS != nil {
+		fmt.Fprintf(w, "minor fault: %.0f ns without counters, %.0f ns with: +%.3f us counted, +%.3f us for an untracked process\n",
+			*r.FaultNSOff, *r.FaultNSOn, *r.CountingOverheadUS, *r.UntrackedOverheadUS)
 	} else {
-		fmt.Printf("counting overhead: not measured (%s)\n", rep.CountingOverheadMissing)
+		fmt.Fprintf(w, "counting overhead: not measured (%s)\n", r.CountingOverheadMissing)
 	}
-	fmt.Printf("remote stream over %s: %.2f GB/s sampled remotely (%.2f unsampled), %.2f GB/s after delayed migration (%d launches, %.1f s, %.0f sampled accesses per 64 KiB region)\n",
-		uvm.FormatSize(size), rep.RemoteGBpsBefore, rep.RemoteGBpsUnsampled, rep.RemoteGBpsAfter, rep.LaunchesToMigrate, rep.MigrationSeconds, rep.AccessesToMigrate)
-	if rep.Anatomy != nil {
-		fmt.Printf("fault anatomy (median us of %d samples):", rep.AnatomySamples)
+	fmt.Fprintf(w, "remote stream over %s: %.2f GB/s sampled remotely (%.2f unsampled), %.2f GB/s after delayed migration (%d launches, %.1f s, %.0f sampled accesses per 64 KiB region)\n",
+		uvm.FormatSize(r.RemoteBytes), r.RemoteGBpsBefore, r.RemoteGBpsUnsampled, r.RemoteGBpsAfter, r.LaunchesToMigrate, r.MigrationSeconds, r.AccessesToMigrate)
+	if r.Anatomy != nil {
+		fmt.Fprintf(w, "fault anatomy (median us of %d samples):", r.AnatomySamples)
 		for _, k := range anatomyStages {
-			fmt.Printf(" %s %.1f", k, rep.Anatomy[k])
+			fmt.Fprintf(w, " %s %.1f", k, r.Anatomy[k])
 		}
-		fmt.Println()
+		fmt.Fprintln(w)
 	} else {
-		fmt.Printf("fault anatomy: not measured (%s)\n", rep.AnatomyMissing)
+		fmt.Fprintf(w, "fault anatomy: not measured (%s)\n", r.AnatomyMissing)
 	}
-	return nil
 }
 
 // countingOverhead times kernel-resolved minor faults in this process
 // with no program loaded, with the counters tracking it, and with the
 // counters loaded but the process untracked, rounds taken in turn.
-func countingOverhead(pages, runs int, rep *accessReport) error {
+func countingOverhead(pages, runs int, rep *AccessReport) error {
 	length := int64(pages) * uvm.PageSize
 	f, err := devmem.CreateFile("uvm-bench-minor", length)
 	if err != nil {
@@ -299,7 +297,7 @@ func unsampledStream(size int64, runs int, mode string, policy policy.AccessPoli
 
 // remoteStream streams a kernel over an accessed-by range resident on the
 // host until delayed migration has moved it all to device 0.
-func remoteStream(size int64, runs int, mode string, policy policy.AccessPolicy, timeout time.Duration, progress func(string, ...any), rep *accessReport) error {
+func remoteStream(size int64, runs int, mode string, policy policy.AccessPolicy, timeout time.Duration, progress func(string, ...any), rep *AccessReport) error {
 	rr, err := newRemoteRange(size, mode, policy)
 	if err != nil {
 		return err
@@ -396,7 +394,7 @@ var anatomyStages = []string{"to_server", "sampling", "decision", "ioctl", "wake
 
 // faultAnatomy takes host faults on fresh managed pages with every fault
 // sampled and reads the medians of the server's histograms.
-func faultAnatomy(pages int, rep *accessReport) error {
+func faultAnatomy(pages int, rep *AccessReport) error {
 	cfg := uvm.DefaultServerConfig()
 	cfg.AccessCounting = config.AccessCountingEBPF
 	cfg.AccessPolicy = policy.DefaultAccessPolicy

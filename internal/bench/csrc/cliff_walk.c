@@ -15,9 +15,9 @@
  *
  * and last reads every word in order, checking two sums (of the words,
  * and of each word times its index plus one) against those the walk
- * implies. The benchmark computes the same walk in Go (cli/bench_cliff.go:
- * walkIndices) for the page reference string from which it counts LRU's
- * and MIN's faults. It prints one line,
+ * implies. The benchmark computes the same walk in Go
+ * (internal/bench/cliff_synthetic.go: walkIndices) for the page reference
+ * string from which it counts LRU's and MIN's faults. It prints one line,
  *   cliff_walk: bytes=N steps=K seed=S indices=H ok
  * where H is the FNV-1a hash (64-bit, a word at a time) of the indices
  * visited, so that the Go walk can be checked against this one, and exits

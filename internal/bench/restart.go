@@ -1,8 +1,8 @@
-package cli
+package bench
 
 import (
 	"fmt"
-	"os"
+	"io"
 	"slices"
 	"syscall"
 	"time"
@@ -11,10 +11,11 @@ import (
 	"github.com/softuvm/softuvm/uvm"
 )
 
-// restartReport is what `uvm bench restart --json` prints.
-type restartReport struct {
-	Machine machineSummary `json:"machine"`
-	Kills   int            `json:"kills"`
+// RestartReport is what `uvm bench restart` measured, its JSON what
+// --json prints.
+type RestartReport struct {
+	Machine Machine `json:"machine"`
+	Kills   int     `json:"kills"`
 	// ResidentBytes is the managed memory the killed servers held, half
 	// on the host and half on device 0.
 	ResidentBytes int64 `json:"resident_bytes"`
@@ -34,33 +35,31 @@ type restartReport struct {
 	Checked bool `json:"checked"`
 }
 
-func benchRestart(args []string) error {
-	fs := newFlagSet("bench restart", "[--json] [--kills N] [--size SIZE]",
-		"Kill a private server N times under a client holding SIZE of managed memory (half on the host, half on device 0): the pause a client sees from the kill to an answer, the new server's rebuild of residency from the files, and every byte checked after")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	kills := fs.Int("kills", 20, "servers killed")
-	sizeText := fs.String("size", "512MiB", "managed memory the servers hold")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	size, err := uvm.ParseSize(*sizeText)
-	if err != nil {
-		return fmt.Errorf("--size: %w", err)
-	}
-	if *kills < 1 || size < 1<<20 {
-		return fmt.Errorf("want --kills >= 1 and --size >= 1MiB")
-	}
-	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
+// RestartOptions are what `uvm bench restart` measures: its flags.
+type RestartOptions struct {
+	Kills    int   // servers killed
+	Size     int64 // managed memory the servers hold
+	Progress Progress
+}
+
+// Restart is `uvm bench restart`: a private server killed Kills times
+// under a client holding Size of managed memory (half on the host, half
+// on device 0): the pause the client sees from the kill to an answer,
+// the new server's rebuild of residency from the files, and every byte
+// checked after.
+func Restart(o RestartOptions) (*RestartReport, error) {
+	progress := o.Progress.orQuiet()
+	size := o.Size
 	cfg := uvm.DefaultServerConfig()
 	cfg.Devices = config.DeviceSpecs(1, []int64{size}, cfg.Devices[0].Backend)
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer s.Close()
 	a, err := s.MallocManaged(size)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := a.Bytes()
 	pattern := func(i int) byte { return byte(i*31 + i>>12) }
@@ -68,27 +67,27 @@ func benchRestart(args []string) error {
 		b[i] = pattern(i)
 	}
 	if err := s.Prefetch(a.Addr()+uintptr(size/2), size/2, 0); err != nil {
-		return err
+		return nil, err
 	}
-	rep := restartReport{Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}, Kills: *kills, ResidentBytes: size}
+	rep := &RestartReport{Machine: thisMachine(), Kills: o.Kills, ResidentBytes: size}
 	var pauses, serverPauses, rebuilds []float64
-	progress("killing the server %d times under %s of managed memory", *kills, uvm.FormatSize(size))
-	for k := 0; k < *kills; k++ {
+	progress("killing the server %d times under %s of managed memory", o.Kills, uvm.FormatSize(size))
+	for k := 0; k < o.Kills; k++ {
 		in, err := s.Info()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := syscall.Kill(in.PID, syscall.SIGKILL); err != nil {
-			return fmt.Errorf("kill server %d: %w", in.PID, err)
+			return nil, fmt.Errorf("kill server %d: %w", in.PID, err)
 		}
 		killed := time.Now()
 		after, err := s.Info() // answered by the server that takes over
 		if err != nil {
-			return fmt.Errorf("after kill %d: %w", k+1, err)
+			return nil, fmt.Errorf("after kill %d: %w", k+1, err)
 		}
 		pauses = append(pauses, float64(time.Since(killed))/1e6)
 		if after.PID == in.PID || after.Restart.Restarts != uint64(k+1) {
-			return fmt.Errorf("after kill %d: server %d (restart %d), want a new one (restart %d)", k+1, after.PID, after.Restart.Restarts, k+1)
+			return nil, fmt.Errorf("after kill %d: server %d (restart %d), want a new one (restart %d)", k+1, after.PID, after.Restart.Restarts, k+1)
 		}
 		serverPauses = append(serverPauses, after.Restart.PauseMS)
 		rebuilds = append(rebuilds, after.Restart.RebuildMS)
@@ -97,7 +96,7 @@ func benchRestart(args []string) error {
 	}
 	for i := range b {
 		if b[i] != pattern(i) {
-			return fmt.Errorf("byte %#x is %#x after the kills, want %#x", i, b[i], pattern(i))
+			return nil, fmt.Errorf("byte %#x is %#x after the kills, want %#x", i, b[i], pattern(i))
 		}
 	}
 	rep.Checked = true
@@ -106,13 +105,14 @@ func benchRestart(args []string) error {
 	if rep.RebuildP50MS > 0 {
 		rep.AdoptedPagesPerSec = float64(rep.AdoptedPages) / (rep.RebuildP50MS / 1e3)
 	}
-	if *asJSON {
-		return writeJSON(os.Stdout, rep)
-	}
-	fmt.Printf("server killed %d times under %s of managed memory (half on the host, half on device 0)\n", rep.Kills, uvm.FormatSize(size))
-	fmt.Printf("  pause seen by a client (kill to answer)  p50 %.1f ms, max %.1f ms\n", rep.PauseP50MS, rep.PauseMaxMS)
-	fmt.Printf("  pause seen by the new server             p50 %.1f ms\n", rep.ServerPauseP50MS)
-	fmt.Printf("  residency rebuilt from the files         %d pages in %.1f ms (p50): %.0f pages/s\n", rep.AdoptedPages, rep.RebuildP50MS, rep.AdoptedPagesPerSec)
-	fmt.Printf("  every byte right after the kills         %v\n", rep.Checked)
-	return nil
+	return rep, nil
+}
+
+// Print writes the report.
+func (r *RestartReport) Print(w io.Writer) {
+	fmt.Fprintf(w, "server killed %d times under %s of managed memory (half on the host, half on device 0)\n", r.Kills, uvm.FormatSize(r.ResidentBytes))
+	fmt.Fprintf(w, "  pause seen by a client (kill to answer)  p50 %.1f ms, max %.1f ms\n", r.PauseP50MS, r.PauseMaxMS)
+	fmt.Fprintf(w, "  pause seen by the new server             p50 %.1f ms\n", r.ServerPauseP50MS)
+	fmt.Fprintf(w, "  residency rebuilt from the files         %d pages in %.1f ms (p50): %.0f pages/s\n", r.AdoptedPages, r.RebuildP50MS, r.AdoptedPagesPerSec)
+	fmt.Fprintf(w, "  every byte right after the kills         %v\n", r.Checked)
 }

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"os"
@@ -9,21 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func TestBenchGridFlags(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--rounds", "0"}, "want --rounds >= 1"},
-		{[]string{"--reduce-mib", "0"}, "--reduce-mib >= 1"},
-		{[]string{"--touch-kib", "6"}, `"6" is not a size in KiB, a multiple of 4`},
-		{[]string{"--touch-kib", "64,x"}, `"x" is not a size`},
-		{[]string{"--runtime", "rust"}, "--runtime \"rust\": want c, go or c,go"},
-	} {
-		assert.ErrorContains(t, benchGrid(c.args), c.want, "%v", c.args)
-	}
-}
 
 // A tiny `uvm bench grid`, C side: the program builds against libuvm,
 // runs every measurement once (its own checks of the sums and touches
@@ -43,7 +28,7 @@ func TestBenchGridC(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // libuvm.a built afresh, not a cached older one
 	t.Setenv("UVM_DEVICE_WORKERS", "2")
-	r, err := gridBenchC(bin, 1, 1, []int{4, 64}, 64<<20)
+	r, err := gridBenchC(bin, 1, 1, []int{4, 64}, 64<<20, t.Logf)
 	require.NoError(t, err)
 	assert.Equal(t, 2, r.Workers)
 	assert.Positive(t, r.NullGridUS)

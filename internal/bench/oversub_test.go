@@ -1,8 +1,7 @@
-package cli
+package bench
 
 import (
 	"encoding/binary"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,23 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func TestBenchOversubFlags(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--budget", "512KiB"}, "--budget 512KiB: want at least 1MiB"},
-		{[]string{"--budget", "lots"}, "--budget"},
-		{[]string{"--size", "16MiB"}, "--size 16MiB: want more than --budget 16MiB"},
-		{[]string{"--budget", "4MiB", "--size", "3MiB"}, "--size 3MiB: want more than --budget 4MiB"},
-		{[]string{"--sweeps", "0"}, "--sweeps 0: want at least 1"},
-		{[]string{"--runs", "-1"}, "--runs -1: want at least 1"},
-	} {
-		err := benchOversub(c.args)
-		assert.ErrorContains(t, err, c.want, "%v", c.args)
-	}
-}
 
 // The swap header written where mkswap is missing: what mkswap writes,
 // but for the UUID.
@@ -59,14 +41,14 @@ func TestSwapHeader(t *testing.T) {
 // cgroup and swap device gone after.
 func TestBenchOversub(t *testing.T) {
 	uvmBin := buildUVMForTest(t)
-	swapsBefore, _ := os.ReadFile("/proc/swaps")
+	leftNothing := noCgroupOrSwapLeft(t)
 
-	rep, err := oversubBench(oversubOptions{budget: 2 << 20, size: 6 << 20, sweeps: 2, runs: 1,
-		uvmBin: uvmBin, progress: t.Logf})
+	rep, err := Oversub(OversubOptions{Budget: 2 << 20, Size: 6 << 20, Sweeps: 2, Runs: 1,
+		UVMBin: uvmBin, Progress: t.Logf})
 	require.NoError(t, err)
 	assert.True(t, rep.Checked, "the program checked every word of every run")
 	assert.Equal(t, int64(6<<20), rep.SizeBytes)
-	for name, v := range map[string]*oversubVariant{"unmanaged": &rep.Unmanaged, "managed": &rep.Managed} {
+	for name, v := range map[string]*OversubVariant{"unmanaged": &rep.Unmanaged, "managed": &rep.Managed} {
 		assert.Greater(t, v.SweepSeconds, 0.0, name)
 		assert.Greater(t, v.WallSeconds, 0.0, name)
 		assert.Len(t, v.SweepRuns, 1, name)
@@ -89,12 +71,6 @@ func TestBenchOversub(t *testing.T) {
 		}
 		require.NotNil(t, rep.ManagedToCgroup)
 		require.NotNil(t, rep.GoalCgroupMet)
-		mount, _, err := memoryCgroupMount()
-		require.NoError(t, err)
-		if mount != "" {
-			assert.NoDirExists(t, filepath.Join(mount, fmt.Sprintf("uvm-bench-oversub-%d", os.Getpid())), "the cgroup is removed")
-		}
 	}
-	swapsAfter, _ := os.ReadFile("/proc/swaps")
-	assert.Equal(t, string(swapsBefore), string(swapsAfter), "the swap device is gone")
+	leftNothing()
 }

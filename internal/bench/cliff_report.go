@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"fmt"
@@ -8,18 +8,18 @@ import (
 )
 
 // cliffGoals checks the goals on a program's curve.
-func cliffGoals(pr *cliffProgram) []cliffGoal {
+func cliffGoals(pr *CliffProgram) []CliffGoal {
 	if pr.Skipped != "" {
 		return nil
 	}
-	var goals []cliffGoal
+	var goals []CliffGoal
 	at := func(pct, limit float64) {
 		for i := range pr.Points {
 			pt := &pr.Points[i]
 			if pt.Percent != pct {
 				continue
 			}
-			g := cliffGoal{Goal: fmt.Sprintf("at %g%% of the peak at most %gx plain", pct, limit)}
+			g := CliffGoal{Goal: fmt.Sprintf("at %g%% of the peak at most %gx plain", pct, limit)}
 			switch {
 			case !pt.ok() || pt.ToPlain == 0:
 				switch {
@@ -39,7 +39,7 @@ func cliffGoals(pr *cliffProgram) []cliffGoal {
 	at(90, cliffGoalAt90)
 	at(50, cliffGoalAt50)
 
-	step := cliffGoal{Goal: fmt.Sprintf("no step between neighbouring budgets above %gx", cliffGoalStep), Met: true}
+	step := CliffGoal{Goal: fmt.Sprintf("no step between neighbouring budgets above %gx", cliffGoalStep), Met: true}
 	worst := 0.0
 	for i := 1; i < len(pr.Points); i++ {
 		a, b := &pr.Points[i-1], &pr.Points[i]
@@ -67,7 +67,7 @@ func cliffGoals(pr *cliffProgram) []cliffGoal {
 	}
 	goals = append(goals, step)
 
-	fl := cliffGoal{Goal: "faults at most LRU's at every budget", Met: true}
+	fl := CliffGoal{Goal: "faults at most LRU's at every budget", Met: true}
 	known, worstX, worstAt := 0, 0.0, 0.0
 	for i := range pr.Points {
 		pt := &pr.Points[i]
@@ -99,7 +99,9 @@ func cliffGoals(pr *cliffProgram) []cliffGoal {
 	return append(goals, fl)
 }
 
-func printCliffReport(out io.Writer, r cliffReport) {
+// Print writes the report: a table of each program's curve, and its
+// goals.
+func (r *CliffReport) Print(out io.Writer) {
 	fmt.Fprintf(out, "machine: %d CPUs, Linux %s, %s; medians of %d run(s) after a warm-up, variants alternating; each run limited to %s\n",
 		r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, r.Runs, limitText(r.TimeoutSeconds, r.TimeoutFactor, r.TimeoutFloorSeconds))
 	fmt.Fprintf(out, "budgets: percent of each program's peak, %s; under uvm run with %s; every output checked against the plain run's\n", r.Peak, r.policies())
@@ -131,7 +133,7 @@ func printCliffReport(out io.Writer, r cliffReport) {
 		}
 		fmt.Fprintf(out, "  %-18s %10s %8s %9s %9s %9s %9s %9s %9s %9s %9s %8s %9s\n",
 			"budget", "time", "x plain", "x no bgt", "faults", "missing", "to device", "back", "protected", "LRU", "MIN", "x LRU", "back/MIN")
-		row := func(pt *cliffPoint) {
+		row := func(pt *CliffPoint) {
 			name := pt.Name
 			if pt.Failed != "" && !pt.TimedOut {
 				fmt.Fprintf(out, "  %-18s failed: %s\n", name, firstLine(pt.Failed))
@@ -164,7 +166,7 @@ func printCliffReport(out io.Writer, r cliffReport) {
 		for i := range p.Points {
 			row(&p.Points[i])
 		}
-		for _, pt := range append([]*cliffPoint{&p.Unbounded}, pointers(p.Points)...) {
+		for _, pt := range append([]*CliffPoint{&p.Unbounded}, pointers(p.Points)...) {
 			if pt.TimedOut {
 				fmt.Fprintf(out, "  %s: %s; its figures are what it did until then\n", pt.Name, firstLine(pt.Failed))
 			}
@@ -178,7 +180,7 @@ func printCliffReport(out io.Writer, r cliffReport) {
 
 // policies says which policies the managed runs had: the flags given to
 // uvm run, or its defaults.
-func (r *cliffReport) policies() string {
+func (r *CliffReport) policies() string {
 	var flags []string
 	if r.Eviction != "" {
 		flags = append(flags, "--eviction "+r.Eviction)

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	_ "embed"
@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/lab"
 )
 
@@ -45,7 +45,7 @@ type cliffSynthetic struct {
 var cliffSynthetics = []cliffSynthetic{
 	{
 		name: "loop", file: "oversub_sweep.c", source: oversubSweepSource, defaultSize: 128 << 20,
-		summary: fmt.Sprintf("writes an array once, then reads and writes every 8-byte word of it in order %d times (a loop over the whole array), and checks every word (cli/csrc/oversub_sweep.c)", loopSweeps),
+		summary: fmt.Sprintf("writes an array once, then reads and writes every 8-byte word of it in order %d times (a loop over the whole array), and checks every word (internal/bench/csrc/oversub_sweep.c)", loopSweeps),
 		args:    func(size int64) []string { return []string{strconv.FormatInt(size, 10), strconv.Itoa(loopSweeps)} },
 		refs:    func(size int64) iter.Seq2[uint64, bool] { return loopRefs(uint64(size/lab.PageSize), loopSweeps) },
 		check: func(_ int64, out string) error {
@@ -57,7 +57,7 @@ var cliffSynthetics = []cliffSynthetic{
 	},
 	{
 		name: "walk", file: "cliff_walk.c", source: cliffWalkSource, defaultSize: 128 << 20,
-		summary: fmt.Sprintf("writes an array once, then makes one read-modify-write of an 8-byte word chosen by xorshift64 (seed %#x) per %d bytes of the array, then reads every word and checks two sums (cli/csrc/cliff_walk.c)", uint64(walkSeed), walkBytesPerStep),
+		summary: fmt.Sprintf("writes an array once, then makes one read-modify-write of an 8-byte word chosen by xorshift64 (seed %#x) per %d bytes of the array, then reads every word and checks two sums (internal/bench/csrc/cliff_walk.c)", uint64(walkSeed), walkBytesPerStep),
 		args: func(size int64) []string {
 			return []string{strconv.FormatInt(size, 10), strconv.FormatInt(size/walkBytesPerStep, 10), fmt.Sprintf("%#x", uint64(walkSeed))}
 		},
@@ -89,7 +89,7 @@ func syntheticNamed(name string) (cliffSynthetic, bool) {
 }
 
 // cliffProgramNames is every name --programs takes.
-func cliffProgramNames() []string {
+func CliffProgramNames() []string {
 	var names []string
 	for _, s := range cliffSynthetics {
 		names = append(names, s.name)
