@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/bench"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
@@ -51,8 +52,8 @@ func Main() {
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 2 && args[0] == "__pingpong" { // the child of `uvm bench launch`'s pipe round trip
-		return pingPong(args[1])
+	if len(args) == 2 && args[0] == bench.PingPongCommand { // the child of `uvm bench launch`'s pipe round trip
+		return bench.PingPong(args[1])
 	}
 	if len(args) == 0 {
 		usage(stderr)

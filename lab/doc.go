@@ -30,5 +30,9 @@
 // references are known, made page by page: PageRefs), on which LRU's and
 // MIN's misses are counted per page or granule at any capacity (uvm lab
 // bound, uvm bench cliff): the bound of eviction on all a program
-// touched, not only on what a trace holds.
+// touched, not only on what a trace holds. MeasureBound (bound_run.go)
+// makes one: it runs the program once under lackey, with a small library
+// preloaded (built at run time by libuvm's C compiler) that leaves the
+// program's maps behind at exit, so that only its heap's references
+// count.
 package lab

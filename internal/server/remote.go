@@ -1,17 +1,14 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/procinfo"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -51,26 +48,7 @@ const mappingReserve = 4096
 
 // remoteRunBudget is how many remote runs the process pid may map on
 // top of what it maps now.
-func remoteRunBudget(pid int) int {
-	limit, err := readIntFile("/proc/sys/vm/max_map_count")
-	if err != nil || limit <= 0 {
-		limit = 65530 // Linux's default
-	}
-	used := 0
-	if maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid)); err == nil {
-		used = bytes.Count(maps, []byte{'\n'})
-	}
-	return max(0, (limit-used-mappingReserve)/2)
-}
-
-// readIntFile reads a file that holds one decimal integer (a sysctl).
-func readIntFile(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
+func remoteRunBudget(pid int) int { return procinfo.MappingsLeft(pid, mappingReserve) / 2 }
 
 // mapsFull marks view v as out of mappings for remote runs (what found
 // out names the occasion), and says so once per server.
