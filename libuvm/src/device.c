@@ -579,7 +579,7 @@ static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int
 
 /* ensure_running starts device index's process if none runs. d->mu is
  * held. */
-static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, int index)
+static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, int index, const char *what)
 {
 	if (d->pid > 0) {
 		int status = 0;
@@ -589,7 +589,7 @@ static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, in
 		/* Dead since the last look: the device has failed, and the
 		 * launch with it. */
 		died(d, index, true, r == d->pid, status);
-		return uvm__fail(d->failed, "uvmLaunchKernel on device %d: %s", index, d->failed_msg);
+		return uvm__fail(d->failed, "%s on device %d: %s", what, index, d->failed_msg);
 	}
 	struct timespec start, now;
 	clock_gettime(CLOCK_MONOTONIC, &start);
@@ -1004,17 +1004,20 @@ uvmError_t uvm__device_launch(int index, uint32_t stream, uintptr_t kernel, cons
 			      size_t paramsSize, int cpu)
 {
 	struct uvm_session *s = NULL;
-	uvmError_t err = uvm__check_device(index, "uvmLaunchKernel on", &s);
+	const char *what = shape->grid ? (shape->flags & UVM_GRID_COOPERATIVE ? "uvmLaunchCooperativeKernel" : "uvmLaunchGrid") : "uvmLaunchKernel";
+	char on[64];
+	snprintf(on, sizeof on, "%s on", what);
+	uvmError_t err = uvm__check_device(index, on, &s);
 	if (err)
 		return err;
 	struct uvm_device *d = &devices[index];
 	pthread_mutex_lock(&d->mu);
 	struct stream_sock *k = NULL;
 	if (d->failed) {
-		err = uvm__fail(d->failed, "uvmLaunchKernel on device %d: it failed earlier (uvmDeviceReset clears that): %s", index, d->failed_msg);
+		err = uvm__fail(d->failed, "%s on device %d: it failed earlier (uvmDeviceReset clears that): %s", what, index, d->failed_msg);
 		goto out;
 	}
-	if ((err = ensure_running(s, d, index)) || (err = stream_sock_of(d, index, stream, true, &k)))
+	if ((err = ensure_running(s, d, index, what)) || (err = stream_sock_of(d, index, stream, true, &k)))
 		goto out;
 	note_launch(d, stream, kernel);
 

@@ -274,6 +274,10 @@ static void test_grid_sync_refused(void)
 	CHECK_OK(uvmLaunchGrid(1, NULL, (uvmDim3){2, 1, 1}, (uvmDim3){4, 1, 1}, 0, grid_sync_kernel, NULL, 0));
 	CHECK_OK(uvmSetDevice(1));
 	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
+	/* A grid launch is refused by a failed device, as a thread launch
+	 * is, and every synchronize reports the failure again. */
+	CHECK_ERR(uvmLaunchGrid(1, NULL, (uvmDim3){1, 1, 1}, (uvmDim3){1, 1, 1}, 0, grid_sync_kernel, NULL, 0), uvmErrorLaunchFailure);
+	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
 	uvmGetLastError();
 	CHECK_OK(uvmDeviceReset()); /* a crash fails the device until then */
 	CHECK_OK(uvmSetDevice(0));
