@@ -75,10 +75,10 @@ func layerOrder() string {
 }
 
 // foundation are the packages below every layer, which own the kernel
-// boundary (userfaultfd, memory files, eBPF), the trace format (which
-// readers outside use without the runtime) or help tests: they import no
-// package of the layers.
-var foundation = []string{"uffd", "devmem", "bpf", "libuvm", "trace", "internal/fdleak", "internal/proctest"}
+// boundary (userfaultfd, memory files, eBPF, what /proc tells of other
+// processes), the trace format (which readers outside use without the
+// runtime) or help tests: they import no package of the layers.
+var foundation = []string{"uffd", "devmem", "bpf", "libuvm", "trace", "internal/fdleak", "internal/proctest", "internal/procinfo"}
 
 // outside are the packages that check the others from outside, and may
 // import any of them.

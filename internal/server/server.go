@@ -48,6 +48,9 @@ type Server struct {
 	features uffd.Feature // what the server asks of each client's userfaultfd
 	started  time.Time
 	logger   *log.Logger
+	// mapsFullLogged: a device process ran out of mappings for remote
+	// runs, and the log said so (remote.go mapsFull): once is enough.
+	mapsFullLogged atomic.Bool
 
 	cpus []int // where each session's handler threads go; -1 unpinned
 
