@@ -15,20 +15,7 @@ import (
 // Belady's faults: each page's first touch and no more.
 func TestReuseKeepsHotSetThroughScans(t *testing.T) {
 	const hot, scan, rounds, budget = 32, 1024, 4, 256
-	var refs []int
-	for r := 0; r < rounds; r++ {
-		for p := 0; p < hot; p++ {
-			refs = append(refs, p)
-		}
-		first := pagesPerBlock * (1 + 2*r) // blocks of their own, fresh each round
-		for p := first; p < first+scan; p++ {
-			refs = append(refs, p)
-		}
-	}
-	for p := 0; p < hot; p++ {
-		refs = append(refs, p)
-	}
-	blocks := 1 + 2*rounds
+	refs, blocks := hotSetThroughScans(hot, scan, rounds)
 	h, events := pageTrace(refs, nil, blocks, budget)
 
 	minFaults, _, _ := bruteMIN(refs, budget)
@@ -74,4 +61,25 @@ func TestReuseLoopNearMIN(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("loop of %d pages under %d, %d passes: reuse %d faults, MIN %d, LRU %d", perBlock*blocks, budget, passes, reuse.Replayed.Faults, minFaults, lruFaults)
 	assert.LessOrEqual(t, float64(reuse.Replayed.Faults), 1.6*float64(minFaults))
+}
+
+// hotSetThroughScans is the page references of a program that uses a
+// hot set (pages 0 to hot-1), then scans scan pages it never uses again
+// (in blocks of their own, fresh each round), rounds times, and uses the
+// hot set once more at the end; and the blocks they span.
+func hotSetThroughScans(hot, scan, rounds int) (refs []int, blocks int) {
+	perScan := (scan + pagesPerBlock - 1) / pagesPerBlock
+	for r := 0; r < rounds; r++ {
+		for p := 0; p < hot; p++ {
+			refs = append(refs, p)
+		}
+		first := pagesPerBlock * (1 + perScan*r)
+		for p := first; p < first+scan; p++ {
+			refs = append(refs, p)
+		}
+	}
+	for p := 0; p < hot; p++ {
+		refs = append(refs, p)
+	}
+	return refs, 1 + perScan*rounds
 }

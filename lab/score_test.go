@@ -20,19 +20,8 @@ import (
 // without the replay's code, count.
 func TestScoreboardDefaultAgainstLRUAndMIN(t *testing.T) {
 	const hot, scan, rounds, budget = 16, 300, 2, 64
-	var refs []int
-	for r := 0; r < rounds; r++ {
-		for p := 0; p < hot; p++ {
-			refs = append(refs, p)
-		}
-		for p := pagesPerBlock * (1 + r); p < pagesPerBlock*(1+r)+scan; p++ {
-			refs = append(refs, p)
-		}
-	}
-	for p := 0; p < hot; p++ {
-		refs = append(refs, p)
-	}
-	h, events := pageTrace(refs, nil, 1+rounds, budget)
+	refs, blocks := hotSetThroughScans(hot, scan, rounds)
+	h, events := pageTrace(refs, nil, blocks, budget)
 	path := filepath.Join(t.TempDir(), "synthetic.uvmtrace")
 	w, err := trace.Create(path, h)
 	require.NoError(t, err)
