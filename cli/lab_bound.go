@@ -16,7 +16,7 @@ import (
 
 func runLabBound(args []string) error {
 	fs := newFlagSet("lab bound", "[--budget LIST] [--granule LIST] [--fault-cost D] [--allocator jemalloc|system] [--json] [--] PROGRAM [ARGS...]",
-		"Run PROGRAM once under valgrind's lackey tool, which reports every load and store it makes, and count the faults its heap would take at each host budget: with least-recently-used eviction, and with Belady's MIN, the eviction that knows the future (no policy takes fewer). This is the bound of eviction on the program's whole reference stream, where uvm lab score sees only what a trace recorded. The heap (what uvm run makes managed) is every page referenced outside the mappings of files, the kernel's and the main stack at the program's exit, so that memory it unmapped before (CPython's arenas) counts; the maps come from /proc/self/maps through a small library preloaded into the program (built at run time with $CC, cc or gcc). Every reference passes through valgrind and a pipe as a line of text, so a program runs thousands of times slower than plain (0.1 s plain took about 10 minutes on a 2-CPU VM): give it a small input. The program's standard input is this command's, its standard output is discarded, its standard error passed through. Cold faults (the first reference to each granule) are counted apart: every policy takes them")
+		"Run PROGRAM once under valgrind's lackey tool, which reports every load and store it makes, and count the faults its heap would take at each host budget: with least-recently-used eviction, with Belady's MIN, the eviction that knows the future (no policy takes fewer), and, at the 4 KiB granule, with the server's default eviction policy, replayed page by page through the server's own block engine with demand fetching (so that a regression of the default shows against both without a live run). This is the bound of eviction on the program's whole reference stream, where uvm lab score sees only what a trace recorded. The heap (what uvm run makes managed) is every page referenced outside the mappings of files, the kernel's and the main stack at the program's exit, so that memory it unmapped before (CPython's arenas) counts; the maps come from /proc/self/maps through a small library preloaded into the program (built at run time with $CC, cc or gcc). Every reference passes through valgrind and a pipe as a line of text, so a program runs thousands of times slower than plain (0.1 s plain took about 10 minutes on a 2-CPU VM): give it a small input. The program's standard input is this command's, its standard output is discarded, its standard error passed through. Cold faults (the first reference to each granule) are counted apart: every policy takes them")
 	budgets := fs.String("budget", "25%,50%,75%", "host budgets, a comma list of sizes (4MiB) or percentages of the heap's footprint (25%)")
 	granules := fs.String("granule", "4KiB,64KiB", "the units that move, a comma list of sizes (powers of two, at least 4KiB): a miss brings one granule")
 	faultCost := fs.Duration("fault-cost", 0, "the least one fault costs (uvm bench faults' p50, say): adds the least time MIN's faults take")
@@ -108,6 +108,9 @@ func printBound(w io.Writer, rep lab.BoundReport) {
 	for _, t := range rep.Granules {
 		fmt.Fprintf(w, "\ngranule %s, %d references to the heap (repeats collapsed):\n", core.FormatSize(t.GranuleBytes), t.References)
 		fmt.Fprintf(w, "  %-22s %10s %12s %12s %16s", "budget", "cold", "LRU faults", "MIN faults", "MIN write-backs")
+		if t.GranuleBytes == lab.PageSize {
+			fmt.Fprintf(w, " %18s %10s %10s", rep.DefaultEviction+" faults", "/ LRU's", "/ MIN's")
+		}
 		if rep.FaultCost > 0 {
 			fmt.Fprintf(w, "  %s", fmt.Sprintf("MIN's faults at %v", rep.FaultCost))
 		}
@@ -118,10 +121,25 @@ func printBound(w io.Writer, rep lab.BoundReport) {
 				budget += " (" + r.Budget + ")"
 			}
 			fmt.Fprintf(w, "  %-22s %10d %12d %12d %16d", budget, r.Cold, r.LRU, r.OPT, r.OPTWriteBacks)
+			if r.Default != nil {
+				fmt.Fprintf(w, " %18d %10s %10s", *r.Default, faultRatio(*r.Default, r.LRU), faultRatio(*r.Default, r.OPT))
+			}
 			if rep.FaultCost > 0 {
 				fmt.Fprintf(w, "  %.3f s", r.LeastSeconds)
 			}
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// faultRatio is a over b as the bound's table prints it: 1 where both
+// are 0, "inf" where only b is.
+func faultRatio(a, b int64) string {
+	switch {
+	case b == 0 && a == 0:
+		return "1.000"
+	case b == 0:
+		return "inf"
+	}
+	return fmt.Sprintf("%.3f", float64(a)/float64(b))
 }

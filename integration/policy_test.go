@@ -217,7 +217,7 @@ func TestCustomBinaryForC(t *testing.T) {
 	for _, k := range mi.Policies {
 		known[k.Kind] = k.Names
 	}
-	assert.Equal(t, []string{"lru", "2q", "clock[:regions|copy]", "mru"}, known["eviction"])
+	assert.Equal(t, []string{"lru", "2q", "clock[:regions|copy]", "reuse", "mru"}, known["eviction"])
 	assert.Contains(t, known["prefetch"], "evens")
 
 	t.Run("private", func(t *testing.T) {

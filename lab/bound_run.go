@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/libuvm"
+	"github.com/softuvm/softuvm/policy"
 )
 
 // MeasureBound is `uvm lab bound` (and `uvm bench cliff --bound`): a
@@ -66,7 +67,10 @@ type BoundReport struct {
 	Stores    int64         `json:"stores"`
 	HeapBytes int64         `json:"heap_bytes"`
 	FaultCost time.Duration `json:"fault_cost_ns,omitempty"`
-	Granules  []BoundTable  `json:"granules"`
+	// DefaultEviction is the server's default eviction policy, whose
+	// faults the rows of the 4 KiB granule count (BoundRow.Default).
+	DefaultEviction string       `json:"default_eviction"`
+	Granules        []BoundTable `json:"granules"`
 }
 
 // BoundTable is one granule size's misses at each budget.
@@ -79,13 +83,17 @@ type BoundTable struct {
 // BoundRow is one budget's misses (Misses) and, with --fault-cost,
 // the least time MIN's misses take.
 type BoundRow struct {
-	Budget        string  `json:"budget"`
-	BudgetBytes   int64   `json:"budget_bytes"`
-	Cold          int64   `json:"cold"`
-	LRU           int64   `json:"lru"`
-	OPT           int64   `json:"opt"`
-	OPTWriteBacks int64   `json:"opt_write_backs"`
-	LeastSeconds  float64 `json:"least_fault_seconds,omitempty"`
+	Budget        string `json:"budget"`
+	BudgetBytes   int64  `json:"budget_bytes"`
+	Cold          int64  `json:"cold"`
+	LRU           int64  `json:"lru"`
+	OPT           int64  `json:"opt"`
+	OPTWriteBacks int64  `json:"opt_write_backs"`
+	// Default is the default eviction policy's faults but the cold ones,
+	// replayed page by page with demand fetching (RefStream.PolicyFaults):
+	// for the 4 KiB granule only, which is the unit the replay moves.
+	Default      *int64  `json:"default,omitempty"`
+	LeastSeconds float64 `json:"least_fault_seconds,omitempty"`
 }
 
 // BoundOptions say how MeasureBound runs the program and what it
@@ -172,7 +180,8 @@ func MeasureBound(ctx context.Context, argv []string, o BoundOptions) (*BoundRep
 	if err != nil {
 		return nil, err
 	}
-	rep := BoundReport{Command: argv, Allocator: o.Allocator, Loads: stream.Loads, Stores: stream.Stores, FaultCost: o.FaultCost}
+	rep := BoundReport{Command: argv, Allocator: o.Allocator, Loads: stream.Loads, Stores: stream.Stores, FaultCost: o.FaultCost,
+		DefaultEviction: policy.DefaultEviction}
 	pages, err := stream.Granules(notHeap, PageSize)
 	if err != nil {
 		return nil, err
@@ -198,6 +207,13 @@ func MeasureBound(ctx context.Context, argv []string, o BoundOptions) (*BoundRep
 			row := BoundRow{Budget: b.Text, BudgetBytes: bytes, Cold: m.Cold, LRU: m.LRU, OPT: m.OPT, OPTWriteBacks: m.OPTWriteBacks}
 			if o.FaultCost > 0 {
 				row.LeastSeconds = float64(m.OPT) * o.FaultCost.Seconds()
+			}
+			if gb == PageSize {
+				n, err := stream.PolicyFaults(notHeap, policy.DefaultEviction, bytes)
+				if err != nil {
+					return nil, err
+				}
+				row.Default = &n
 			}
 			table.Rows = append(table.Rows, row)
 		}

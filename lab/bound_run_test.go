@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/libuvm"
+	"github.com/softuvm/softuvm/policy"
 )
 
 // loopSource sweeps N pages of one allocation ROUNDS times (argv[1]),
@@ -67,4 +68,12 @@ func TestMeasureBoundCountsALoop(t *testing.T) {
 	assert.GreaterOrEqual(t, l.OPT-s.OPT, int64(320), "MIN: at least half of every sweep")
 	assert.InDelta(t, 640.0*32/63, float64(l.OPT-s.OPT), 8, "MIN: (n-c)/(n-1) of ten more sweeps")
 	assert.InDelta(t, float64(l.OPT)*10e-6, l.LeastSeconds, 1e-9)
+	// The default policy's column, replayed: between MIN and LRU on a
+	// sweep larger than the budget, with each sweep costing it faults.
+	require.NotNil(t, s.Default)
+	require.NotNil(t, l.Default)
+	t.Logf("%s faults: %d and %d; LRU %d and %d; MIN %d and %d", long.DefaultEviction, *s.Default, *l.Default, s.LRU, l.LRU, s.OPT, l.OPT)
+	assert.Equal(t, policy.DefaultEviction, long.DefaultEviction)
+	assert.GreaterOrEqual(t, *l.Default, l.OPT, "no policy below MIN")
+	assert.Greater(t, *l.Default, *s.Default, "ten more sweeps cost the default faults")
 }
