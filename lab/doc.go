@@ -35,4 +35,12 @@
 // preloaded (built at run time by libuvm's C compiler) that leaves the
 // program's maps behind at exit, so that only its heap's references
 // count.
+//
+// Import direction: the lab comes right after the block engine in the
+// layers internal/lint checks (core < policy < workingset < block < lab
+// < config < ... < server). It imports the engine (internal/block),
+// policy, internal/core, trace and libuvm (which builds the library
+// MeasureBound preloads), and nothing of the server
+// (TestEngineAndLabDoNotImportServer): a replay runs the server's own
+// engine without a server.
 package lab
