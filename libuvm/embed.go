@@ -225,19 +225,9 @@ func sourceNames() []string {
 // there: one object per C file, as many compilers at once as CPUs, then
 // the link.
 func build(cc []string, dir string, jemalloc bool) error {
-	var units []string
-	for _, name := range sourceNames() {
-		b, _ := sources.ReadFile(name)
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			return err
-		}
-		if strings.HasSuffix(name, ".c") {
-			units = append(units, name)
-		}
+	units, err := writeSources(dir)
+	if err != nil {
+		return err
 	}
 	if err := os.Mkdir(filepath.Join(dir, "obj"), 0o755); err != nil {
 		return err
@@ -282,6 +272,26 @@ func build(cc []string, dir string, jemalloc bool) error {
 	args := append(append([]string(nil), linkFlags...), "-o", PreloadName)
 	args = append(args, objs...)
 	return run(args...)
+}
+
+// writeSources writes the embedded files into dir under their paths,
+// and returns the paths of the C files among them.
+func writeSources(dir string) ([]string, error) {
+	var units []string
+	for _, name := range sourceNames() {
+		b, _ := sources.ReadFile(name)
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(name, ".c") {
+			units = append(units, name)
+		}
+	}
+	return units, nil
 }
 
 // removeStaleBuilds removes temporary build directories an hour old or
