@@ -45,6 +45,16 @@ type view struct {
 	reqMu   sync.Mutex
 	replies chan []byte
 	seq     atomic.Uint32
+	// awaited is the number of the request in flight, 0 for none: the
+	// reader delivers only its reply. Another is a reply to a request
+	// nobody waits for any more: one of a server that died (it waits in
+	// the connection the guard kept), or one given up on. Delivered, it
+	// would take the one place in replies, and the reply awaited, read
+	// right after it, would be dropped: the request then timed out after
+	// deviceRequestTimeout and the device process was hung up on (soak,
+	// 2026-12-07: a takeover stalled for 10 s, then the client's next
+	// synchronize failed with its device process "exited with status 1").
+	awaited atomic.Uint32
 	// connDone is closed when the device process's connection ends, so
 	// that a request in flight fails at once instead of at its timeout
 	// (detach waits for it).
@@ -162,14 +172,26 @@ func (sess *session) readDeviceReplies(v *view) {
 		if err != nil {
 			break
 		}
-		select {
-		case v.replies <- append([]byte(nil), b...):
-		default:
-			sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, v.loc)
-		}
+		v.deliver(b)
 	}
 	close(v.connDone)
 	sess.detach(v)
+}
+
+// deliver passes a message of the device process to the request in
+// flight. A reply to a request nobody waits for is dropped. It reports
+// whether the message was delivered.
+func (v *view) deliver(b []byte) bool {
+	if h, _, err := wire.ParseHeader(b); err == nil && h.Seq != v.awaited.Load() {
+		return false
+	}
+	select {
+	case v.replies <- append([]byte(nil), b...):
+		return true
+	default:
+		v.sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", v.sess.pid, v.loc)
+		return false
+	}
 }
 
 // staleViewWait bounds how long a device process's hello waits for the
@@ -383,6 +405,8 @@ func (v *view) request(b []byte, typ wire.MsgType) error {
 // requestLocked is request with v.reqMu held.
 func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 	h, _, _ := wire.ParseHeader(b)
+	v.awaited.Store(h.Seq) // before the request: its reply cannot come sooner
+	defer v.awaited.Store(0)
 	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
 		return fmt.Errorf("%w: device %d process: %v", core.ErrInternal, v.loc, err)
 	}
