@@ -22,7 +22,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub|run [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub, run.")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub|run|soak [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub, run, soak.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -43,8 +43,10 @@ func runBench(args []string) error {
 		return benchOversub(args[1:])
 	case "run":
 		return benchRun(args[1:])
+	case "soak":
+		return benchSoak(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart, oversub or run", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart, oversub, run or soak", args[0])
 }
 
 // faultsReport is the JSON `uvm bench faults --json` prints. Each figure

@@ -53,6 +53,9 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "__pingpong" { // the child of `uvm bench launch`'s pipe round trip
 		return pingPong(args[1])
 	}
+	if len(args) > 0 && args[0] == soakClientArg { // a Go client of `uvm bench soak`
+		return soakClientMain(args[1:])
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return 2

@@ -1,0 +1,1734 @@
+package cli
+
+import (
+	"bufio"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"hash"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/softuvm/softuvm/internal/config"
+	"github.com/softuvm/softuvm/internal/wire"
+	"github.com/softuvm/softuvm/libuvm"
+	"github.com/softuvm/softuvm/uvm"
+)
+
+// `uvm bench soak` runs, for a given time, a daemon shared by Go and C
+// clients that check every byte they read against shadow copies, and
+// unmodified programs under `uvm run` whose output is compared with a
+// plain run's, while it kills the daemon's server, the clients' device
+// processes, the guards, and the servers of the `uvm run`s, one at a
+// time, each after the last one's recovery was seen. It reports what
+// the clients did, the kills and their recoveries, and every failure: a
+// wrong byte with the operations that touched it, a hang, a crash, an
+// unexpected error, a kill not recovered from, or a server that logged
+// a poisoned or lost page.
+
+//go:embed csrc/soak_client.c
+var soakClientSource string
+
+// soakReport is what `uvm bench soak --json` prints.
+type soakReport struct {
+	Machine         machineSummary `json:"machine"`
+	Seed            uint64         `json:"seed"`
+	DurationSeconds float64        `json:"duration_seconds"`
+	ElapsedSeconds  float64        `json:"elapsed_seconds"`
+	// Daemon is the daemon's command line, less the socket.
+	Daemon   []string            `json:"daemon"`
+	Clients  []*soakClientReport `json:"clients"`
+	Ops      map[string]uint64   `json:"ops"` // the Go and C clients' operations by kind
+	OpsTotal uint64              `json:"ops_total"`
+	// BytesChecked counts the bytes the clients compared with their
+	// shadows (kernels' hashes count their ranges); RunOutputBytes the
+	// output of programs under uvm run compared with a plain run's.
+	BytesChecked   uint64 `json:"bytes_checked"`
+	RunOutputBytes uint64 `json:"run_output_bytes_checked"`
+	// LaunchesLost counts launches whose device process a kill ended.
+	LaunchesLost uint64                   `json:"launches_lost"`
+	Runs         map[string]*soakRunCount `json:"runs"`  // by program
+	Kills        map[string]*soakKills    `json:"kills"` // by kind: server, device, guard
+	KillLog      []soakKill               `json:"kill_log"`
+	// KillsSkipped counts kills not made because nothing of the kind
+	// was there to kill (no `uvm run` in progress, say).
+	KillsSkipped map[string]int `json:"kills_skipped,omitempty"`
+	Notes        []string       `json:"notes,omitempty"`
+	Failures     []soakFailure  `json:"failures"`
+	Interrupted  string         `json:"interrupted,omitempty"`
+	// LogDir holds the daemon's, the clients' and the runs' logs: kept
+	// when the soak fails, or when --log-dir names it.
+	LogDir string `json:"log_dir,omitempty"`
+	OK     bool   `json:"ok"`
+}
+
+type soakClientReport struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // go, c, run
+	// Go and C clients.
+	Ops            uint64            `json:"ops,omitempty"`
+	OpsByKind      map[string]uint64 `json:"ops_by_kind,omitempty"`
+	BytesChecked   uint64            `json:"bytes_checked,omitempty"`
+	LaunchesLost   uint64            `json:"launches_lost,omitempty"`
+	ServerRestarts int               `json:"server_restarts,omitempty"` // takeovers a Go client saw
+	Finished       bool              `json:"finished"`                  // ended well, every allocation checked whole
+	// Clients under uvm run: programs run, and the restarts of their
+	// servers that uvm run counted.
+	Runs           uint64 `json:"runs,omitempty"`
+	RunRestarts    uint64 `json:"run_server_restarts,omitempty"`
+	RunOutputBytes uint64 `json:"run_output_bytes,omitempty"`
+}
+
+type soakRunCount struct {
+	Runs     int     `json:"runs"`
+	OK       int     `json:"ok"`
+	Restarts uint64  `json:"server_restarts"`
+	Seconds  float64 `json:"seconds"` // summed wall time
+}
+
+// soakKills counts one kind of kill: how many, how many were recovered
+// from (a takeover logged, a new guard holding every session, a new
+// device process), where, and the time from the kill to the recovery.
+type soakKills struct {
+	Kills         int     `json:"kills"`
+	Survived      int     `json:"survived"`
+	Daemon        int     `json:"daemon"`
+	Run           int     `json:"run"`
+	RecoveryP50MS float64 `json:"recovery_p50_ms"`
+	RecoveryMaxMS float64 `json:"recovery_max_ms"`
+	recoveries    []float64
+}
+
+type soakKill struct {
+	AtSeconds float64 `json:"at_seconds"`
+	Kind      string  `json:"kind"`  // server, device, guard
+	Where     string  `json:"where"` // daemon, or the run client and its program
+	PID       int     `json:"pid"`
+	Client    string  `json:"client,omitempty"` // a device process's
+	Recovery  string  `json:"recovery"`
+	// RecoveredMS is the time from the kill until the recovery was seen
+	// (polled every 20 ms; 100 ms for device processes).
+	RecoveredMS float64 `json:"recovered_ms"`
+	Survived    bool    `json:"survived"`
+}
+
+type soakFailure struct {
+	// Kind: wrong-byte, hang, crash, error, kill (a kill not recovered
+	// from), run (a program under uvm run failed or printed other
+	// output), server (a server counted or logged a lost or poisoned
+	// page, or a panic).
+	Kind    string     `json:"kind"`
+	Client  string     `json:"client,omitempty"`
+	Message string     `json:"message"`
+	Wrong   *soakWrong `json:"wrong,omitempty"`
+	// Kills lists, for a wrong byte, the kills made while the
+	// operations its history lists ran.
+	Kills []soakKill `json:"kills,omitempty"`
+}
+
+type soakOptions struct {
+	duration         time.Duration
+	clients          map[string]int // go, c, run
+	seed             uint64
+	killMin, killMax time.Duration
+	killKinds        map[string]bool // server, device, guard; empty: no kills
+	hangAfter        time.Duration
+	maxAlloc         int64
+	slots            int
+	ops              []string // the operations the Go and C clients choose from
+	programs         []string
+	daemonArgs       []string // uvm serve's server flags
+	runArgs          []string // the server flags given, for uvm run
+	logDir           string
+	uvmBin           string
+	progress         func(format string, a ...any)
+	interruptions    <-chan os.Signal
+}
+
+// soakProgramNames are the programs --programs may name.
+var soakProgramNames = []string{"memtester", "sha256sum", "sort", "gzip"}
+
+func benchSoak(args []string) error {
+	fs := newFlagSet("bench soak", "[--duration D] [--clients N|go=N,c=N,run=N] [--seed S] [--kill-every MIN-MAX|off] [--kills server,device,guard] [--json] [server flags]",
+		"Run a daemon shared by Go and C clients doing random allocations, frees, host writes and reads, advice, prefetches and kernels on every device, each checking every byte against a shadow copy, "+
+			"and unmodified programs under uvm run (memtester; sha256sum, sort and a gzip round trip compared with plain runs), for --duration, while the daemon's server, a device process and the guard "+
+			"(and the servers and guards of the uvm runs) are killed with SIGKILL at random moments, one at a time, each after the last one's recovery was seen. "+
+			"Reports operations by kind, kills by kind and their recoveries, bytes checked, and every wrong byte with the operations that touched it, hang (no progress for --hang-after), crash or kill not recovered from; "+
+			"exits 1 if there was any. The other flags configure the daemon, as for uvm serve")
+	var sf serverFlags
+	sf.register(fs)
+	// The daemon's defaults: two devices whose arenas, and a host budget,
+	// are smaller than what the clients allocate, so that pages are
+	// evicted from every processor while the kills come.
+	for name, value := range map[string]string{"devices": "2", "arena-size": "16MiB", "host-budget": "24MiB", "device-workers": "2"} {
+		f := fs.Lookup(name)
+		f.Value.Set(value)
+		f.DefValue = value
+	}
+	serverNames := flagNames(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	duration := fs.Duration("duration", 5*time.Minute, "how long the clients run and the kills come")
+	clients := fs.String("clients", "2", "clients of each kind at once (Go, C, programs under uvm run), or go=N,c=N,run=N")
+	seed := fs.Uint64("seed", 0, "the seed of every client's operations and of the kills (0: from the clock; the report gives it)")
+	killEvery := fs.String("kill-every", "2s-6s", "time between a recovery and the next kill: MIN-MAX (random, uniform), one duration, or off")
+	kills := fs.String("kills", "server,device,guard", "the kinds of process killed, in rounds that kill each kind once in random order: server (the daemon's, and a uvm run's), device (a client's device process), guard (the daemon's, and a uvm run's)")
+	hangAfter := fs.Duration("hang-after", 2*time.Minute, "a client that makes no progress for this long, a program under uvm run that runs this long, or a kill not recovered from in this time, is a hang")
+	maxAlloc := fs.String("max-alloc", "4MiB", "the largest allocation a client makes")
+	slots := fs.Int("slots", 5, "allocations each Go and C client keeps at once")
+	ops := fs.String("ops", strings.Join(soakOpNames(), ","), "the operations the Go and C clients choose from at random (to narrow down a failure): "+strings.Join(soakOpNames(), ", "))
+	programs := fs.String("programs", strings.Join(soakProgramNames, ","), "the programs the clients under uvm run take turns to run: "+strings.Join(soakProgramNames, ", ")+" (gzip: compress, then decompress)")
+	logDir := fs.String("log-dir", "", "keep the daemon's, the clients' and the runs' logs in this directory (default: a temporary one, kept only if the soak fails)")
+	uvmBin := fs.String("uvm", "", "the uvm binary that runs the daemon, the Go clients and uvm run (default: this one)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if _, err := sf.config(); err != nil {
+		return err
+	}
+	o := soakOptions{duration: *duration, seed: *seed, hangAfter: *hangAfter, slots: *slots, logDir: *logDir, uvmBin: *uvmBin,
+		killKinds: map[string]bool{}}
+	if o.duration <= 0 {
+		return fmt.Errorf("--duration %v: want a positive duration", o.duration)
+	}
+	if o.hangAfter < 10*time.Second {
+		return fmt.Errorf("--hang-after %v: want at least 10s (a takeover alone takes a fraction of a second, a program under uvm run seconds)", o.hangAfter)
+	}
+	if sf.devices < 1 {
+		return fmt.Errorf("--devices %d: the clients run kernels, want at least 1", sf.devices)
+	}
+	if o.slots < 2 {
+		return fmt.Errorf("--slots %d: want at least 2 (kernels on two devices use two allocations)", o.slots)
+	}
+	var err error
+	if o.maxAlloc, err = uvm.ParseSize(*maxAlloc); err != nil || o.maxAlloc < 1 {
+		return fmt.Errorf("--max-alloc %q: want a size of at least 1 byte", *maxAlloc)
+	}
+	if o.clients, err = parseSoakClients(*clients); err != nil {
+		return err
+	}
+	if o.killMin, o.killMax, err = parseKillEvery(*killEvery); err != nil {
+		return err
+	}
+	if o.killMax > 0 {
+		for _, k := range strings.Split(*kills, ",") {
+			if k = strings.TrimSpace(k); k != "server" && k != "device" && k != "guard" {
+				return fmt.Errorf("--kills: unknown kind %q, want server, device or guard", k)
+			}
+			o.killKinds[k] = true
+		}
+	}
+	for _, op := range strings.Split(*ops, ",") {
+		if op = strings.TrimSpace(op); !slices.Contains(soakOpNames(), op) {
+			return fmt.Errorf("--ops: unknown operation %q, want some of %s", op, strings.Join(soakOpNames(), ", "))
+		}
+		o.ops = append(o.ops, op)
+	}
+	for _, p := range strings.Split(*programs, ",") {
+		if p = strings.TrimSpace(p); !slices.Contains(soakProgramNames, p) {
+			return fmt.Errorf("--programs: unknown program %q, want some of %s", p, strings.Join(soakProgramNames, ", "))
+		}
+		o.programs = append(o.programs, p)
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	if o.uvmBin == "" {
+		if o.uvmBin, err = os.Executable(); err != nil {
+			return fmt.Errorf("the path of this uvm binary, for the daemon and the clients: %w", err)
+		}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range serverNames {
+		arg := "--" + name + "=" + fs.Lookup(name).Value.String()
+		o.daemonArgs = append(o.daemonArgs, arg)
+		// uvm run gets the server flags given, but not the daemon's
+		// defaults: its programs have sizes and budgets of their own.
+		if given[name] && name != "devices" && name != "arena-size" && name != "host-budget" && name != "device-workers" {
+			o.runArgs = append(o.runArgs, arg)
+		}
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	o.interruptions = sigs
+	o.progress = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench soak: "+format+"\n", a...) }
+	rep, err := runSoak(o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := writeJSON(os.Stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printSoakReport(os.Stdout, rep)
+	}
+	switch {
+	case rep.Interrupted != "":
+		return fmt.Errorf("interrupted (%s) after %.0fs", rep.Interrupted, rep.ElapsedSeconds)
+	case !rep.OK:
+		return fmt.Errorf("the soak failed: %d failures; the logs are in %s", len(rep.Failures), rep.LogDir)
+	}
+	return nil
+}
+
+// flagNames lists the flags registered so far.
+func flagNames(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return names
+}
+
+// parseSoakClients reads --clients: N (each kind), or go=N,c=N,run=N
+// (a kind not named: none).
+func parseSoakClients(text string) (map[string]int, error) {
+	if n, err := strconv.Atoi(text); err == nil {
+		if n < 1 {
+			return nil, fmt.Errorf("--clients %d: want at least 1 of each kind, or go=N,c=N,run=N", n)
+		}
+		return map[string]int{"go": n, "c": n, "run": n}, nil
+	}
+	out := map[string]int{}
+	for _, part := range strings.Split(text, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 || (k != "go" && k != "c" && k != "run") {
+			return nil, fmt.Errorf("--clients %q: want a count, or go=N,c=N,run=N", text)
+		}
+		out[k] = n
+	}
+	if out["go"]+out["c"]+out["run"] == 0 {
+		return nil, fmt.Errorf("--clients %q: no client", text)
+	}
+	return out, nil
+}
+
+// parseKillEvery reads --kill-every: MIN-MAX, one duration, or off (0, 0).
+func parseKillEvery(text string) (time.Duration, time.Duration, error) {
+	if text == "off" {
+		return 0, 0, nil
+	}
+	lo, hi, ranged := strings.Cut(text, "-")
+	if !ranged {
+		hi = lo
+	}
+	a, err1 := time.ParseDuration(lo)
+	b, err2 := time.ParseDuration(hi)
+	if err1 != nil || err2 != nil || a <= 0 || b < a {
+		return 0, 0, fmt.Errorf("--kill-every %q: want MIN-MAX (2s-6s), one duration (3s) or off", text)
+	}
+	return a, b, nil
+}
+
+// soak is one run of the soak. mu guards rep and the clients' progress.
+type soak struct {
+	o        soakOptions
+	dir      string // logs and inputs
+	sock     string
+	env      []string // the clients' environment
+	start    time.Time
+	ended    chan struct{} // closed at a failure or an interruption
+	endOnce  sync.Once
+	mu       sync.Mutex
+	rep      soakReport
+	procs    []*soakProc
+	runners  []*soakRunner
+	killedDP map[int]bool // device processes the soak killed
+	daemon   *exec.Cmd
+	daemonLg string
+	inputs   soakInputs
+	// quit is set once a hang's report sent the daemon's server SIGQUIT
+	// (for its goroutines): the end does not ask it anything more.
+	quit atomic.Bool
+}
+
+// fail records a failure and ends the soak.
+func (s *soak) fail(f soakFailure) {
+	s.mu.Lock()
+	s.rep.Failures = append(s.rep.Failures, f)
+	s.mu.Unlock()
+	s.progress("FAILURE (%s%s): %s", f.Kind, map[bool]string{true: ", " + f.Client}[f.Client != ""], firstLine(f.Message))
+	s.end()
+}
+
+func (s *soak) end() { s.endOnce.Do(func() { close(s.ended) }) }
+
+func (s *soak) isEnded() bool {
+	select {
+	case <-s.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *soak) progress(format string, a ...any) {
+	if s.o.progress != nil {
+		s.o.progress(format, a...)
+	}
+}
+
+func runSoak(o soakOptions) (soakReport, error) {
+	s := &soak{o: o, ended: make(chan struct{}), killedDP: map[int]bool{}}
+	s.rep = soakReport{Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}, Seed: o.seed,
+		DurationSeconds: o.duration.Seconds(), Daemon: append([]string{"uvm", "serve"}, o.daemonArgs...),
+		Ops: map[string]uint64{}, Runs: map[string]*soakRunCount{}, Kills: map[string]*soakKills{}, KillsSkipped: map[string]int{},
+		Failures: []soakFailure{}}
+	var err error
+	if o.logDir != "" {
+		if err := os.MkdirAll(o.logDir, 0o755); err != nil {
+			return s.rep, fmt.Errorf("--log-dir: %w", err)
+		}
+		s.dir = o.logDir
+	} else if s.dir, err = os.MkdirTemp("", "uvm-soak-"); err != nil {
+		return s.rep, err
+	}
+	sockDir, err := os.MkdirTemp("", "uvm-soak-sock-") // 0700, and short: a socket path has at most 107 bytes
+	if err != nil {
+		return s.rep, err
+	}
+	defer os.RemoveAll(sockDir)
+	s.sock = filepath.Join(sockDir, "uvm.sock")
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != uvm.EnvSocket && k != uvm.EnvServer && k != "UVM_BIN" {
+			s.env = append(s.env, kv)
+		}
+	}
+	s.env = append(s.env, uvm.EnvSocket+"="+s.sock, uvm.EnvServer+"=daemon", "UVM_BIN="+o.uvmBin)
+	s.progress("seed %d; logs in %s; the daemon's socket (uvm stat --socket) %s", o.seed, s.dir, s.sock)
+
+	cClient := ""
+	if o.clients["c"] > 0 {
+		cClient = filepath.Join(s.dir, "soak_client")
+		src := filepath.Join(s.dir, "soak_client.c")
+		if err := os.WriteFile(src, []byte(soakClientSource), 0o644); err != nil {
+			return s.rep, err
+		}
+		s.progress("building the C client with libuvm's sources")
+		if err := libuvm.BuildProgramWithLibuvm(cClient, src); err != nil {
+			return s.rep, fmt.Errorf("the C client is built at run time: %w", err)
+		}
+	}
+	var progs []*soakProgram
+	if o.clients["run"] > 0 {
+		s.progress("writing the programs' input and running each plainly once")
+		if progs, err = s.preparePrograms(); err != nil {
+			return s.rep, err
+		}
+		if len(progs) == 0 {
+			s.rep.Notes = append(s.rep.Notes, "no client under uvm run: none of the programs is installed")
+		}
+	}
+
+	defer s.cleanup()
+	if err := s.startDaemon(); err != nil {
+		return s.rep, err
+	}
+	s.start = time.Now()
+	seq := 0
+	for _, kind := range []string{"go", "c"} {
+		for i := 0; i < o.clients[kind]; i++ {
+			if err := s.startClient(kind, fmt.Sprintf("%s-%d", kind, i), cClient, clientSeed(o.seed, seq)); err != nil {
+				return s.rep, err
+			}
+			seq++
+		}
+	}
+	var runWG sync.WaitGroup
+	stopRuns := make(chan struct{})
+	if len(progs) > 0 {
+		for i := 0; i < o.clients["run"]; i++ {
+			r := &soakRunner{s: s, name: fmt.Sprintf("run-%d", i), progs: progs, first: i, rep: &soakClientReport{Name: fmt.Sprintf("run-%d", i), Kind: "run"}}
+			s.mu.Lock()
+			s.runners = append(s.runners, r)
+			s.rep.Clients = append(s.rep.Clients, r.rep)
+			s.mu.Unlock()
+			runWG.Add(1)
+			go func() { defer runWG.Done(); r.loop(stopRuns) }()
+		}
+	}
+	stopKills := make(chan struct{})
+	killerDone := make(chan struct{})
+	go func() { defer close(killerDone); s.killer(stopKills) }()
+
+	kills := "no kills"
+	if o.killMax > 0 {
+		kills = fmt.Sprintf("a kill %v to %v after each recovery", o.killMin, o.killMax)
+	}
+	s.progress("running for %v: %d Go, %d C and %d uvm run clients; %s", o.duration, o.clients["go"], o.clients["c"], len(s.runners), kills)
+	deadline := time.NewTimer(o.duration)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastLine := time.Now()
+wait:
+	for {
+		select {
+		case <-deadline.C:
+			break wait
+		case <-s.ended:
+			break wait
+		case sig := <-o.interruptions:
+			s.mu.Lock()
+			s.rep.Interrupted = sig.String()
+			s.mu.Unlock()
+			s.end()
+			break wait
+		case <-tick.C:
+			s.checkHangs()
+			if time.Since(lastLine) >= 10*time.Second {
+				s.progress("%s", s.statusLine())
+				lastLine = time.Now()
+			}
+		}
+	}
+	// The kill in progress is seen through; then the clients stop after
+	// their operation in progress and check everything once more.
+	close(stopKills)
+	<-killerDone
+	close(stopRuns)
+	s.stopClients()
+	runWG.Wait()
+	s.finalChecks()
+	s.rep.ElapsedSeconds = time.Since(s.start).Seconds()
+	s.summarize()
+	if s.rep.OK && o.logDir == "" {
+		os.RemoveAll(s.dir)
+	} else {
+		s.rep.LogDir = s.dir
+	}
+	return s.rep, nil
+}
+
+// clientSeed derives client i's seed from the soak's.
+func clientSeed(seed uint64, i int) uint64 {
+	return rand.New(rand.NewPCG(seed, uint64(i)+0xc11e)).Uint64() | 1
+}
+
+// startDaemon starts `uvm serve` on the soak's socket, its standard
+// error (and its guard's, and every server's after it) in daemon.log,
+// and waits for it to listen.
+func (s *soak) startDaemon() error {
+	s.daemonLg = filepath.Join(s.dir, "daemon.log")
+	logf, err := os.Create(s.daemonLg)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the daemon has its own copy
+	cmd := exec.Command(s.o.uvmBin, append([]string{"serve", "--socket", s.sock}, s.o.daemonArgs...)...)
+	cmd.Env = s.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// A process group of its own: a Ctrl-C at the terminal reaches the
+	// soak, which stops everything in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the daemon: %w", err)
+	}
+	s.daemon = cmd
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() // reaped whenever it dies: a kill, or the end
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(readFile(s.daemonLg), "listening on") {
+		select {
+		case <-exited:
+			return fmt.Errorf("the daemon exited before it listened: %s", lastBytesOf(readFile(s.daemonLg), 4096))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the daemon did not listen within a minute: %s", lastBytesOf(readFile(s.daemonLg), 4096))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// lastBytesOf is the end of s, at most n bytes of it.
+func lastBytesOf(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "...\n" + s[len(s)-n:]
+}
+
+// soakProc is a Go or C client process.
+type soakProc struct {
+	name, kind string
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	logPath    string
+	rep        *soakClientReport
+	exited     chan struct{} // closed once it exited and its output was read
+	// Guarded by soak.mu.
+	lastProgress time.Time
+	stopAsked    bool
+	reported     bool // a failure of its own was reported (a wrong byte, an error, a hang)
+}
+
+func (s *soak) startClient(kind, name, cClient string, seed uint64) error {
+	var cmd *exec.Cmd
+	if kind == "go" {
+		cmd = exec.Command(s.o.uvmBin, soakClientArg, "--name", name, "--socket", s.sock, "--seed", strconv.FormatUint(seed, 10),
+			"--max-alloc", strconv.FormatInt(s.o.maxAlloc, 10), "--slots", strconv.Itoa(s.o.slots), "--epoch", strconv.FormatInt(s.start.UnixNano(), 10), "--ops", strings.Join(s.o.ops, ","))
+	} else {
+		cmd = exec.Command(cClient, name, strconv.FormatUint(seed, 10), strconv.FormatInt(s.o.maxAlloc, 10), strconv.Itoa(s.o.slots), strconv.FormatInt(s.start.UnixNano(), 10), strings.Join(s.o.ops, ","))
+	}
+	cmd.Env = s.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &soakProc{name: name, kind: kind, cmd: cmd, logPath: filepath.Join(s.dir, name+".log"), exited: make(chan struct{}),
+		rep: &soakClientReport{Name: name, Kind: kind}, lastProgress: time.Now()}
+	// A file, not a pipe: its device processes inherit it.
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start client %s: %w", name, err)
+	}
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.rep.Clients = append(s.rep.Clients, p.rep)
+	s.mu.Unlock()
+	go s.readClient(p, stdout)
+	return nil
+}
+
+var killedByUs = regexp.MustCompile(`\(pid (\d+)\) was killed by signal 9`)
+
+// readClient reads a client's lines until it exits.
+func (s *soak) readClient(p *soakProc, stdout io.Reader) {
+	defer close(p.exited)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var done *soakClientDone
+	for sc.Scan() {
+		word, rest, _ := strings.Cut(sc.Text(), " ")
+		switch word {
+		case "progress":
+			var ops, checked uint64
+			if _, err := fmt.Sscan(rest, &ops, &checked); err == nil {
+				s.mu.Lock()
+				p.rep.Ops, p.rep.BytesChecked, p.lastProgress = ops, checked, time.Now()
+				s.mu.Unlock()
+			}
+		case "lost":
+			// A launch whose device process died: one the soak killed.
+			if m := killedByUs.FindStringSubmatch(rest); m != nil {
+				pid, _ := strconv.Atoi(m[1])
+				s.mu.Lock()
+				ours := s.killedDP[pid]
+				s.mu.Unlock()
+				if !ours {
+					s.fail(soakFailure{Kind: "crash", Client: p.name, Message: fmt.Sprintf("a device process the soak did not kill was killed: %s", rest)})
+				}
+			}
+		case "wrong":
+			w := &soakWrong{}
+			if err := json.Unmarshal([]byte(rest), w); err != nil {
+				s.fail(soakFailure{Kind: "wrong-byte", Client: p.name, Message: "a wrong byte, reported unreadably: " + rest})
+				break
+			}
+			w.Client = p.name
+			s.mu.Lock()
+			p.reported = true
+			var kills []soakKill
+			for _, k := range s.rep.KillLog {
+				if k.AtSeconds >= w.SinceSeconds && k.AtSeconds <= w.AtSeconds {
+					kills = append(kills, k)
+				}
+			}
+			s.mu.Unlock()
+			s.fail(soakFailure{Kind: "wrong-byte", Client: p.name, Message: w.Error(), Wrong: w, Kills: kills})
+		case "error":
+			s.mu.Lock()
+			p.reported = true
+			s.mu.Unlock()
+			s.fail(soakFailure{Kind: "error", Client: p.name, Message: rest})
+		case "done":
+			done = &soakClientDone{}
+			if err := json.Unmarshal([]byte(rest), done); err != nil {
+				done = nil
+			}
+		}
+	}
+	err := p.cmd.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if done != nil {
+		p.rep.OpsByKind, p.rep.BytesChecked, p.rep.LaunchesLost, p.rep.ServerRestarts = done.Ops, done.BytesChecked, done.LaunchesLost, done.ServerRestarts
+		p.rep.Ops = 0
+		for _, n := range done.Ops {
+			p.rep.Ops += n
+		}
+	}
+	if p.reported {
+		return
+	}
+	if err != nil || done == nil || !p.stopAsked {
+		how := "exited"
+		if err != nil {
+			how = err.Error()
+		}
+		msg := fmt.Sprintf("client %s (pid %d) %s", p.name, p.cmd.Process.Pid, how)
+		if !p.stopAsked {
+			msg += " before the soak ended"
+		} else if done == nil {
+			msg += " without its last line"
+		}
+		go s.fail(soakFailure{Kind: "crash", Client: p.name, Message: msg + "; its log ends: " + lastBytesOf(readFile(p.logPath), 4096)})
+		return
+	}
+	p.rep.Finished = true
+}
+
+// checkHangs reports a client that made no progress for --hang-after.
+func (s *soak) checkHangs() {
+	s.mu.Lock()
+	var hung []*soakProc
+	for _, p := range s.procs {
+		select {
+		case <-p.exited:
+			continue
+		default:
+		}
+		if !p.reported && time.Since(p.lastProgress) > s.o.hangAfter {
+			p.reported = true
+			hung = append(hung, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range hung {
+		s.hang(p.name, p.cmd.Process.Pid, p.kind == "go", fmt.Sprintf("client %s made no progress for %v", p.name, s.o.hangAfter), p.logPath)
+	}
+}
+
+// hang reports a hung process with the state of each thread of it and
+// of its descendants, then kills it (a Go program first dumps its
+// goroutines into its log, on SIGQUIT).
+func (s *soak) hang(client string, pid int, goDump bool, what, logPath string) {
+	state := processStates(pid)
+	below := descendants(pid)
+	if goDump {
+		syscall.Kill(pid, syscall.SIGQUIT)
+		time.Sleep(2 * time.Second)
+	}
+	for _, p := range append([]int{pid}, below...) {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	msg := what + "; its threads and its children's:\n" + state
+	if logPath != "" {
+		msg += "\nits log ends:\n" + lastBytesOf(readFile(logPath), 8192)
+	}
+	// What the daemon's server was doing: its goroutines, which SIGQUIT
+	// makes it write to its log as it dies (the guard starts another).
+	if in, err := s.daemonInfo(5 * time.Second); err == nil && alive(in.PID) {
+		var sessions []string
+		for _, si := range in.Sessions {
+			d := ""
+			for _, pf := range si.Devices {
+				d += fmt.Sprintf(" %v:%d", pf.Processor, pf.PID)
+			}
+			sessions = append(sessions, fmt.Sprintf("%s %d (devices%s)", si.Role, si.PID, d))
+		}
+		msg += fmt.Sprintf("\nthe daemon's server (pid %d) has the sessions: %s; its threads: %s", in.PID, strings.Join(sessions, ", "), processStates(in.PID))
+		s.quit.Store(true)
+		syscall.Kill(in.PID, syscall.SIGQUIT)
+		msg += fmt.Sprintf("(it was sent SIGQUIT: its goroutines are in %s)", s.daemonLg)
+	}
+	s.fail(soakFailure{Kind: "hang", Client: client, Message: msg + "\nthe daemon's log ends:\n" + lastBytesOf(readFile(s.daemonLg), 4096)})
+}
+
+// processStates describes each thread of pid and its descendants: its
+// state and where in the kernel it waits (wchan).
+func processStates(pid int) string {
+	var b strings.Builder
+	for _, p := range append([]int{pid}, descendants(pid)...) {
+		argv0, _, _ := strings.Cut(readFile(fmt.Sprintf("/proc/%d/cmdline", p)), "\x00")
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", p))
+		fmt.Fprintf(&b, "pid %d (%s):", p, argv0)
+		for _, t := range tasks {
+			st := readFile(t + "/stat")
+			state := "?"
+			if i := strings.LastIndexByte(st, ')'); i >= 0 && len(st) > i+2 {
+				state = st[i+2 : i+3]
+			}
+			fmt.Fprintf(&b, " %s:%s:%s", filepath.Base(t), state, strings.TrimSpace(readFile(t+"/wchan")))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// descendants lists the processes below pid.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, pp, ok := procStateParent(p); ok {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	frontier := []int{pid}
+	for len(frontier) > 0 {
+		var next []int
+		for p, pp := range parent {
+			if slices.Contains(frontier, pp) {
+				next = append(next, p)
+			}
+		}
+		sort.Ints(next)
+		out = append(out, next...)
+		frontier = next
+	}
+	return out
+}
+
+// procStateParent reads a process's state and parent.
+func procStateParent(pid int) (string, int, bool) {
+	st := readFile(fmt.Sprintf("/proc/%d/stat", pid))
+	i := strings.LastIndexByte(st, ')')
+	if i < 0 {
+		return "", 0, false
+	}
+	f := strings.Fields(st[i+1:])
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return f[0], pp, err == nil
+}
+
+// alive says whether pid runs (and is not a zombie).
+func alive(pid int) bool {
+	st, _, ok := procStateParent(pid)
+	return ok && st != "Z"
+}
+
+// argv0 is a process's argv[0].
+func argv0(pid int) string {
+	a, _, _ := strings.Cut(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00")
+	return a
+}
+
+// stopClients closes every Go and C client's standard input and waits
+// for each to check everything and exit, for --hang-after at most.
+func (s *soak) stopClients() {
+	s.mu.Lock()
+	procs := slices.Clone(s.procs)
+	for _, p := range procs {
+		p.stopAsked = true
+	}
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.stdin.Close()
+	}
+	deadline := time.After(s.o.hangAfter)
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+		case <-deadline:
+			s.mu.Lock()
+			reported := p.reported
+			p.reported = true
+			s.mu.Unlock()
+			if !reported {
+				s.hang(p.name, p.cmd.Process.Pid, p.kind == "go", fmt.Sprintf("client %s did not finish within %v of being told to stop", p.name, s.o.hangAfter), p.logPath)
+			}
+			<-p.exited
+		}
+	}
+}
+
+// daemonInfo asks the daemon's server for its Info, waiting at most
+// timeout (a server taking over answers once it serves).
+func (s *soak) daemonInfo(timeout time.Duration) (config.Info, error) {
+	return monitorInfo(s.sock, timeout)
+}
+
+func monitorInfo(path string, timeout time.Duration) (config.Info, error) {
+	type result struct {
+		in  config.Info
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		m, err := wire.ConnectMonitor(path)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer m.Close()
+		in, err := m.Info()
+		ch <- result{in, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.in, r.err
+	case <-time.After(timeout):
+		return config.Info{}, fmt.Errorf("no answer from the server at %s within %v", path, timeout)
+	}
+}
+
+// checkServerCounters fails the soak if a server counted a lost, stray
+// or poisoned page (its counters start again at each takeover, so it is
+// asked before each kill of it, and at the end).
+func (s *soak) checkServerCounters(where string, in config.Info) {
+	if in.LostPages+in.StrayPresentPages+in.PoisonedPage == 0 {
+		return
+	}
+	s.fail(soakFailure{Kind: "server", Message: fmt.Sprintf("%s's server (pid %d) counts %d lost pages, %d stray present pages and %d poisoned pages (each must be 0; its log names them)",
+		where, in.PID, in.LostPages, in.StrayPresentPages, in.PoisonedPage)})
+}
+
+// badLogLine is what no server, guard, device process or client may
+// log: a poisoned page, a lost one, a panic, a runtime's fatal error, a
+// takeover that failed.
+var badLogLine = regexp.MustCompile(`(?i)poison|panic|fatal error|lost page|data is lost|no new server took over|no new one could start`)
+
+// finalChecks asks the daemon for its counters, stops it, and reads
+// every log for lines no run may write.
+func (s *soak) finalChecks() {
+	if s.quit.Load() {
+		// A hang's report ended the daemon's server; what a new one
+		// would answer says nothing of the soak.
+		if in, err := s.daemonInfo(5 * time.Second); err == nil {
+			s.stopDaemon(in)
+		}
+	} else if in, err := s.daemonInfo(30 * time.Second); err != nil {
+		s.fail(soakFailure{Kind: "server", Message: fmt.Sprintf("the daemon does not answer at the end: %v; its log ends: %s", err, lastBytesOf(readFile(s.daemonLg), 4096))})
+	} else {
+		s.checkServerCounters("the daemon", in)
+		s.stopDaemon(in)
+	}
+	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
+	for _, path := range logs {
+		var bad []string
+		for _, line := range strings.Split(readFile(path), "\n") {
+			if badLogLine.MatchString(line) {
+				bad = append(bad, line)
+			}
+		}
+		if len(bad) > 0 {
+			if len(bad) > 20 {
+				bad = append(bad[:20], fmt.Sprintf("... and %d more", len(bad)-20))
+			}
+			s.fail(soakFailure{Kind: "server", Client: strings.TrimSuffix(filepath.Base(path), ".log"),
+				Message: fmt.Sprintf("%s has lines no run may write:\n%s", filepath.Base(path), strings.Join(bad, "\n"))})
+		}
+	}
+}
+
+// stopDaemon ends the daemon serving now with SIGTERM, and waits for it
+// and its guard to exit.
+func (s *soak) stopDaemon(in config.Info) {
+	syscall.Kill(in.PID, syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for alive(in.PID) || (in.Restart.GuardPID != 0 && alive(in.Restart.GuardPID)) {
+		if time.Now().After(deadline) {
+			s.fail(soakFailure{Kind: "hang", Message: fmt.Sprintf("the daemon (pid %d) and its guard (pid %d) did not exit within 30s of SIGTERM:\n%s%s",
+				in.PID, in.Restart.GuardPID, processStates(in.PID), processStates(in.Restart.GuardPID))})
+			syscall.Kill(in.PID, syscall.SIGKILL)
+			syscall.Kill(in.Restart.GuardPID, syscall.SIGKILL)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cleanup kills whatever is left after an error or a hang.
+func (s *soak) cleanup() {
+	s.mu.Lock()
+	procs := slices.Clone(s.procs)
+	runners := slices.Clone(s.runners)
+	s.mu.Unlock()
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+		}
+	}
+	for _, r := range runners {
+		r.mu.Lock()
+		if r.active != nil {
+			syscall.Kill(r.active.pid, syscall.SIGTERM)
+		}
+		r.mu.Unlock()
+	}
+	if s.daemon == nil {
+		return
+	}
+	if in, err := s.daemonInfo(5 * time.Second); err == nil && alive(in.PID) {
+		s.stopDaemon(in)
+	} else if alive(s.daemon.Process.Pid) {
+		s.daemon.Process.Kill()
+	}
+}
+
+// statusLine is the progress line: time, operations, runs, bytes
+// checked, kills.
+func (s *soak) statusLine() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ops := map[string]uint64{}
+	var checked uint64
+	runs := 0
+	for _, c := range s.rep.Clients {
+		ops[c.Kind] += c.Ops
+		checked += c.BytesChecked
+		runs += int(c.Runs)
+	}
+	var kills []string
+	for _, k := range []string{"server", "device", "guard"} {
+		if n := s.rep.Kills[k]; n != nil {
+			kills = append(kills, fmt.Sprintf("%s %d", k, n.Kills))
+		}
+	}
+	if len(kills) == 0 {
+		kills = []string{"none yet"}
+	}
+	return fmt.Sprintf("%v of %v: operations go %d, c %d; %d runs under uvm run; %s checked; kills: %s",
+		time.Since(s.start).Round(time.Second), s.o.duration, ops["go"], ops["c"], runs, uvm.FormatSize(int64(checked)), strings.Join(kills, ", "))
+}
+
+// summarize adds up the clients' counts and the kills' recoveries.
+func (s *soak) summarize() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &s.rep
+	for _, c := range r.Clients {
+		for k, n := range c.OpsByKind {
+			r.Ops[k] += n
+		}
+		r.OpsTotal += c.Ops
+		r.BytesChecked += c.BytesChecked
+		r.LaunchesLost += c.LaunchesLost
+		r.RunOutputBytes += c.RunOutputBytes
+	}
+	for _, k := range r.Kills {
+		if len(k.recoveries) > 0 {
+			k.RecoveryP50MS, k.RecoveryMaxMS = median(k.recoveries), slices.Max(k.recoveries)
+		}
+	}
+	r.OK = len(r.Failures) == 0 && r.Interrupted == ""
+}
+
+func printSoakReport(w io.Writer, r soakReport) {
+	fmt.Fprintf(w, "soak of %.0f s (asked %.0f s), seed %d, on %d CPUs, Linux %s\n", r.ElapsedSeconds, r.DurationSeconds, r.Seed, r.Machine.CPUs, r.Machine.Kernel)
+	fmt.Fprintf(w, "daemon: %s\n\n", strings.Join(r.Daemon, " "))
+	fmt.Fprintf(w, "clients\n")
+	for _, c := range r.Clients {
+		switch c.Kind {
+		case "run":
+			fmt.Fprintf(w, "  %-8s under uvm run  %6d runs, %s of output compared, %d server restarts\n", c.Name, c.Runs, uvm.FormatSize(int64(c.RunOutputBytes)), c.RunRestarts)
+		default:
+			fmt.Fprintf(w, "  %-8s %-12s %8d operations, %s checked, %d launches lost to kills, finished %v\n", c.Name, map[string]string{"go": "Go", "c": "C"}[c.Kind], c.Ops, uvm.FormatSize(int64(c.BytesChecked)), c.LaunchesLost, c.Finished)
+		}
+	}
+	fmt.Fprintf(w, "\noperations (Go and C clients): %d\n", r.OpsTotal)
+	kinds := make([]string, 0, len(r.Ops))
+	for k := range r.Ops {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "  %-16s %10d\n", k, r.Ops[k])
+	}
+	fmt.Fprintf(w, "bytes checked against shadows: %s; program output compared: %s\n", uvm.FormatSize(int64(r.BytesChecked)), uvm.FormatSize(int64(r.RunOutputBytes)))
+	if len(r.Runs) > 0 {
+		fmt.Fprintf(w, "\nprograms under uvm run\n")
+		names := make([]string, 0, len(r.Runs))
+		for k := range r.Runs {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			c := r.Runs[n]
+			fmt.Fprintf(w, "  %-10s %5d runs, %5d right, %4d server restarts, %.1f s each\n", n, c.Runs, c.OK, c.Restarts, c.Seconds/float64(max(1, c.Runs)))
+		}
+	}
+	fmt.Fprintf(w, "\nkills (SIGKILL)         kills  survived  daemon's  uvm run's  recovery p50   max\n")
+	for _, k := range []string{"server", "device", "guard"} {
+		if c := r.Kills[k]; c != nil {
+			fmt.Fprintf(w, "  %-20s %6d  %8d  %8d  %9d  %8.0f ms  %4.0f ms\n", k, c.Kills, c.Survived, c.Daemon, c.Run, c.RecoveryP50MS, c.RecoveryMaxMS)
+		}
+	}
+	for k, n := range r.KillsSkipped {
+		fmt.Fprintf(w, "  %s skipped %d times: nothing of the kind to kill\n", k, n)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if len(r.Failures) == 0 && r.Interrupted == "" {
+		fmt.Fprintf(w, "\nno wrong byte, no hang, no crash; every kill survived\n")
+		return
+	}
+	if r.Interrupted != "" {
+		fmt.Fprintf(w, "\ninterrupted by %s\n", r.Interrupted)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "\nFAILURE (%s) %s: %s\n", f.Kind, f.Client, f.Message)
+		if f.Wrong != nil {
+			if f.Wrong.HistoryOmitted > 0 {
+				fmt.Fprintf(w, "  (%d earlier operations on the allocation not shown)\n", f.Wrong.HistoryOmitted)
+			}
+			fmt.Fprintf(w, "  the operations that touched its block (* the byte itself), at seconds into the soak:\n")
+			for _, h := range f.Wrong.History {
+				fmt.Fprintf(w, "    %s\n", h)
+			}
+			fmt.Fprintf(w, "  the kills from %.3fs to %.3fs, when it was found:\n", f.Wrong.SinceSeconds, f.Wrong.AtSeconds)
+			for _, k := range f.Kills {
+				fmt.Fprintf(w, "    %s\n", k)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nevery kill, at seconds into the soak:\n")
+	for _, k := range r.KillLog {
+		fmt.Fprintf(w, "  %s\n", k)
+	}
+	if r.LogDir != "" {
+		fmt.Fprintf(w, "\nlogs: %s\n", r.LogDir)
+	}
+}
+
+// ---- programs under uvm run ----
+
+// soakInputs are the files the programs read.
+type soakInputs struct {
+	lines, gz string
+}
+
+// soakProgram is one program a client under uvm run runs.
+type soakProgram struct {
+	name  string
+	argv  []string
+	flags []string // uvm run's: its threshold and budget
+	env   []string
+	// want is the SHA-256 of the output a plain run printed; "" for
+	// memtester, which checks its own patterns.
+	want string
+}
+
+// preparePrograms writes the input (4 MB of text from the seed), runs
+// each program plainly once for the output to compare with, and returns
+// those installed.
+func (s *soak) preparePrograms() ([]*soakProgram, error) {
+	s.inputs = soakInputs{lines: filepath.Join(s.dir, "lines.txt"), gz: filepath.Join(s.dir, "lines.txt.gz")}
+	if err := writeSoakLines(s.inputs.lines, 4e6, s.o.seed); err != nil {
+		return nil, err
+	}
+	var progs []*soakProgram
+	for _, name := range s.o.programs {
+		tool := name
+		if _, err := exec.LookPath(tool); err != nil {
+			s.rep.Notes = append(s.rep.Notes, fmt.Sprintf("%s is not installed: not run", tool))
+			continue
+		}
+		switch name {
+		case "memtester":
+			// It checks its own patterns; 2 MB under a budget of half.
+			progs = append(progs, &soakProgram{name: name, argv: []string{"memtester", "2M", "1"}, flags: []string{"--host-budget", "1MiB"}})
+		case "sha256sum":
+			// Its 32 KiB read buffer managed, each page faulting alone
+			// under a 16 KiB budget (docs/benchmarks.md).
+			progs = append(progs, &soakProgram{name: name, argv: []string{"sha256sum", s.inputs.lines}, flags: []string{"--min-size", "4KiB", "--prefetch", "none", "--host-budget", "16KiB"}})
+		case "sort":
+			progs = append(progs, &soakProgram{name: name, argv: []string{"sort", s.inputs.lines}, flags: []string{"--host-budget", "3MiB"}, env: []string{"LC_ALL=C"}})
+		case "gzip":
+			// Its buffers are static arrays: managed from 512 KiB.
+			flags := []string{"--min-size", "512KiB", "--host-budget", "640KiB"}
+			progs = append(progs, &soakProgram{name: "gzip", argv: []string{"gzip", "-c", "-n", s.inputs.lines}, flags: flags},
+				&soakProgram{name: "gunzip", argv: []string{"gzip", "-d", "-c", s.inputs.gz}, flags: flags})
+		}
+	}
+	for _, p := range progs {
+		if p.name == "memtester" {
+			continue
+		}
+		var out io.Writer
+		h := sha256.New()
+		out = h
+		var gz *os.File
+		if p.name == "gzip" {
+			var err error
+			if gz, err = os.Create(s.inputs.gz); err != nil {
+				return nil, err
+			}
+			out = io.MultiWriter(h, gz)
+		}
+		if p.name == "gunzip" {
+			// The round trip gives the input back.
+			b, err := os.ReadFile(s.inputs.lines)
+			if err != nil {
+				return nil, err
+			}
+			sum := sha256.Sum256(b)
+			p.want = hex.EncodeToString(sum[:])
+			continue
+		}
+		cmd := exec.Command(p.argv[0], p.argv[1:]...)
+		cmd.Env = append(os.Environ(), p.env...)
+		var errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = out, &errOut
+		err := cmd.Run()
+		if gz != nil {
+			gz.Close()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s, plainly: %v: %s", strings.Join(p.argv, " "), err, errOut.String())
+		}
+		p.want = hex.EncodeToString(h.Sum(nil))
+	}
+	return progs, nil
+}
+
+// writeSoakLines writes about size bytes of lines, a hexadecimal key and
+// a repeated word each: what sort sorts and gzip compresses.
+func writeSoakLines(path string, size int, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	rng := rand.New(rand.NewPCG(seed, 0x11e5))
+	for n := 0; n < size; {
+		word := "abcdefgh"[:1+rng.IntN(8)]
+		line := fmt.Sprintf("%016x %s\n", rng.Uint64(), strings.Repeat(word, 1+rng.IntN(8)))
+		w.WriteString(line)
+		n += len(line)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// soakRunner is a client that runs the programs under uvm run in turn
+// until the soak ends.
+type soakRunner struct {
+	s     *soak
+	name  string
+	progs []*soakProgram
+	first int
+	rep   *soakClientReport // guarded by soak.mu
+	mu    sync.Mutex
+	// active is the run in progress, nil between runs. Guarded by mu.
+	active *soakActiveRun
+}
+
+// soakActiveRun is a uvm run in progress: the killer kills its server
+// and its guard.
+type soakActiveRun struct {
+	pid     int // uvm run's
+	program string
+	stderr  *syncBuffer
+	done    chan struct{} // closed when it ended; ok is set before
+	ok      bool
+}
+
+// syncBuffer is a buffer a child writes while the soak reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// soakOutput hashes a program's output and keeps its first 64 KiB.
+type soakOutput struct {
+	h    hash.Hash
+	head []byte
+	n    uint64
+}
+
+func (o *soakOutput) Write(p []byte) (int, error) {
+	o.h.Write(p)
+	o.n += uint64(len(p))
+	if room := 64<<10 - len(o.head); room > 0 {
+		o.head = append(o.head, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (r *soakRunner) loop(stop <-chan struct{}) {
+	logf, err := os.Create(filepath.Join(r.s.dir, r.name+".log"))
+	if err != nil {
+		r.s.fail(soakFailure{Kind: "error", Client: r.name, Message: err.Error()})
+		return
+	}
+	defer logf.Close()
+	stats := filepath.Join(r.s.dir, r.name+"-stats.json")
+	for i := r.first; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-r.s.ended:
+			return
+		default:
+		}
+		if !r.runOnce(r.progs[i%len(r.progs)], logf, stats) {
+			return
+		}
+	}
+}
+
+// runOnce runs one program under uvm run and checks it; false if the
+// soak must end.
+func (r *soakRunner) runOnce(p *soakProgram, logf *os.File, stats string) bool {
+	s := r.s
+	args := append([]string{"run", "--quiet", "--stats-json", stats}, s.o.runArgs...)
+	args = append(append(args, p.flags...), "--")
+	cmd := exec.Command(s.o.uvmBin, append(args, p.argv...)...)
+	cmd.Env = append(slices.Clone(s.env), p.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &soakOutput{h: sha256.New()}
+	errOut := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errOut
+	// Its server writes to our buffer through a pipe that the guard and
+	// the servers after it inherit: once uvm run exited, whatever still
+	// holds it open does not hold the run up.
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		s.fail(soakFailure{Kind: "run", Client: r.name, Message: fmt.Sprintf("start %s: %v", p.name, err)})
+		return false
+	}
+	run := &soakActiveRun{pid: cmd.Process.Pid, program: p.name, stderr: errOut, done: make(chan struct{})}
+	r.mu.Lock()
+	r.active = run
+	r.mu.Unlock()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-waited:
+	case <-time.After(s.o.hangAfter):
+		s.hang(r.name, cmd.Process.Pid, false, fmt.Sprintf("%s under uvm run (pid %d) did not end within %v", strings.Join(p.argv, " "), cmd.Process.Pid, s.o.hangAfter), "")
+		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+		<-waited
+		r.finish(run, logf, p, errOut, start, "hung")
+		return false
+	case <-s.ended:
+		syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
+		<-waited
+		r.finish(run, logf, p, errOut, start, "stopped: the soak ended")
+		return false
+	}
+	elapsed := time.Since(start)
+	var problems []string
+	if err != nil {
+		problems = append(problems, "uvm run: "+err.Error())
+	}
+	got := hex.EncodeToString(out.h.Sum(nil))
+	if p.want != "" && got != p.want {
+		problems = append(problems, fmt.Sprintf("its output (%d bytes, SHA-256 %s) is not the plain run's (SHA-256 %s)", out.n, got, p.want))
+	}
+	if p.name == "memtester" && (strings.Contains(string(out.head), "FAILURE") || strings.Contains(errOut.String(), "FAILURE")) {
+		problems = append(problems, "memtester reported a FAILURE")
+	}
+	var restarts uint64
+	var rr runReport
+	if b, err := os.ReadFile(stats); err == nil && json.Unmarshal(b, &rr) == nil {
+		restarts = rr.ServerRestarts
+	}
+	s.mu.Lock()
+	c := s.rep.Runs[p.name]
+	if c == nil {
+		c = &soakRunCount{}
+		s.rep.Runs[p.name] = c
+	}
+	c.Runs++
+	c.Seconds += elapsed.Seconds()
+	c.Restarts += restarts
+	r.rep.Runs++
+	r.rep.RunRestarts += restarts
+	if len(problems) == 0 {
+		c.OK++
+		if p.want != "" {
+			r.rep.RunOutputBytes += out.n
+		}
+	}
+	s.mu.Unlock()
+	run.ok = len(problems) == 0
+	r.finish(run, logf, p, errOut, start, fmt.Sprintf("%d restarts, %s", restarts, map[bool]string{true: "right", false: strings.Join(problems, "; ")}[run.ok]))
+	if !run.ok {
+		s.fail(soakFailure{Kind: "run", Client: r.name, Message: fmt.Sprintf("%s under uvm run (%s): %s; what uvm run and its servers wrote:\n%s",
+			strings.Join(p.argv, " "), strings.Join(p.flags, " "), strings.Join(problems, "; "), lastBytesOf(errOut.String()+string(out.head), 8192))})
+		return false
+	}
+	return true
+}
+
+// finish logs a run and tells the killer it ended.
+func (r *soakRunner) finish(run *soakActiveRun, logf *os.File, p *soakProgram, errOut *syncBuffer, start time.Time, result string) {
+	fmt.Fprintf(logf, "=== %s %s (%s %s): %.1fs, %s\n%s", time.Now().Format(time.TimeOnly), strings.Join(p.argv, " "), "uvm run", strings.Join(p.flags, " "), time.Since(start).Seconds(), result, errOut.String())
+	r.mu.Lock()
+	r.active = nil
+	r.mu.Unlock()
+	close(run.done)
+}
+
+// ---- the kills ----
+
+// soakTarget is a kind of kill: what (server, device, guard) and whose
+// (the daemon's, or a uvm run's).
+type soakTarget struct{ kind, where string }
+
+func (t soakTarget) String() string { return t.kind + " (" + t.where + ")" }
+
+// killer kills, until stop, one process at a time: in rounds that kill
+// each kind of target once, in random order, each kill after a random
+// pause in --kill-every, and each after the last one's recovery.
+func (s *soak) killer(stop <-chan struct{}) {
+	if s.o.killMax == 0 {
+		return
+	}
+	var targets []soakTarget
+	for _, kind := range []string{"server", "device", "guard"} {
+		if !s.o.killKinds[kind] {
+			continue
+		}
+		if kind == "device" {
+			if s.o.clients["go"]+s.o.clients["c"] > 0 {
+				targets = append(targets, soakTarget{kind, "daemon"})
+			}
+			continue
+		}
+		if s.o.clients["go"]+s.o.clients["c"] > 0 {
+			targets = append(targets, soakTarget{kind, "daemon"})
+		}
+		if len(s.runners) > 0 {
+			targets = append(targets, soakTarget{kind, "run"})
+		}
+	}
+	if len(targets) == 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(s.o.seed, 0x4b111))
+	for {
+		rng.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
+		for _, t := range targets {
+			pause := s.o.killMin + time.Duration(rng.Int64N(int64(s.o.killMax-s.o.killMin)+1))
+			select {
+			case <-stop:
+				return
+			case <-s.ended:
+				return
+			case <-time.After(pause):
+			}
+			if !s.killOne(t, rng, stop) {
+				return
+			}
+		}
+	}
+}
+
+// soakVictim is a process about to be killed, and how its recovery is
+// seen.
+type soakVictim struct {
+	pid    int
+	where  string
+	client string
+	// recovered is polled after the kill: what was seen, or "" while
+	// nothing is.
+	recovered func() string
+	// gone, if not nil, is closed when what the process served ended
+	// (a uvm run that finished): no recovery is then due.
+	gone <-chan struct{}
+}
+
+// killOne kills one process of target's kind and waits for its
+// recovery; false if the soak must end.
+func (s *soak) killOne(t soakTarget, rng *rand.Rand, stop <-chan struct{}) bool {
+	var v *soakVictim
+	// Something to kill is there almost always; a uvm run may be between
+	// programs, a client between device processes.
+	for give := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if v, err = s.victim(t, rng); err != nil {
+			s.fail(soakFailure{Kind: "kill", Message: fmt.Sprintf("finding a %s to kill: %v", t, err)})
+			return false
+		}
+		if v != nil {
+			break
+		}
+		if time.Now().After(give) || s.isEnded() {
+			s.mu.Lock()
+			s.rep.KillsSkipped[t.String()]++
+			s.mu.Unlock()
+			return !s.isEnded()
+		}
+		select {
+		case <-stop:
+			return true
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if t.kind == "device" {
+		s.mu.Lock()
+		s.killedDP[v.pid] = true
+		s.mu.Unlock()
+	}
+	killedAt := time.Now()
+	if err := syscall.Kill(v.pid, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+		// It ended between being found and the kill: another time.
+		s.mu.Lock()
+		s.rep.KillsSkipped[t.String()]++
+		s.mu.Unlock()
+		return true
+	} else if err != nil {
+		s.fail(soakFailure{Kind: "kill", Message: fmt.Sprintf("kill %s pid %d: %v", t, v.pid, err)})
+		return false
+	}
+	k := soakKill{AtSeconds: killedAt.Sub(s.start).Seconds(), Kind: t.kind, Where: v.where, PID: v.pid, Client: v.client, Recovery: "pending"}
+	// In the log at once: a wrong byte found meanwhile lists it.
+	s.mu.Lock()
+	at := len(s.rep.KillLog)
+	s.rep.KillLog = append(s.rep.KillLog, k)
+	s.mu.Unlock()
+	poll := 20 * time.Millisecond
+	if t.kind == "device" {
+		poll = 100 * time.Millisecond
+	}
+	deadline := killedAt.Add(s.o.hangAfter)
+	for {
+		if what := v.recovered(); what != "" {
+			k.Recovery, k.Survived = what, true
+			break
+		}
+		if v.gone != nil {
+			select {
+			case <-v.gone:
+				k.Recovery, k.Survived = "what it served ended first", true
+			default:
+			}
+			if k.Survived {
+				break
+			}
+		}
+		if s.isEnded() {
+			k.Recovery = "the soak ended first"
+			break
+		}
+		if time.Now().After(deadline) {
+			k.Recovery = "none"
+			s.fail(soakFailure{Kind: "kill", Client: v.client, Message: fmt.Sprintf("no recovery within %v of killing the %s (pid %d); the daemon's log ends:\n%s",
+				s.o.hangAfter, t, v.pid, lastBytesOf(readFile(s.daemonLg), 4096))})
+			break
+		}
+		time.Sleep(poll)
+	}
+	k.RecoveredMS = float64(time.Since(killedAt).Microseconds()) / 1e3
+	s.mu.Lock()
+	c := s.rep.Kills[t.kind]
+	if c == nil {
+		c = &soakKills{}
+		s.rep.Kills[t.kind] = c
+	}
+	c.Kills++
+	if t.where == "daemon" {
+		c.Daemon++
+	} else {
+		c.Run++
+	}
+	if k.Survived {
+		c.Survived++
+		c.recoveries = append(c.recoveries, k.RecoveredMS)
+	}
+	s.rep.KillLog[at] = k
+	s.mu.Unlock()
+	return k.Survived || k.Recovery == "the soak ended first"
+}
+
+func (k soakKill) String() string {
+	s := fmt.Sprintf("%.3fs: %s %s pid %d", k.AtSeconds, k.Where, k.Kind, k.PID)
+	if k.Client != "" {
+		s += " of " + k.Client
+	}
+	return s + fmt.Sprintf(": %s after %.0f ms", k.Recovery, k.RecoveredMS)
+}
+
+var (
+	tookOverLine = regexp.MustCompile(`took over from a server that ended`)
+	newGuardLine = regexp.MustCompile(`the guard \(pid \d+\) died; a new one \(pid \d+\) holds every session again`)
+)
+
+// victim picks a process of target's kind, nil if there is none now.
+func (s *soak) victim(t soakTarget, rng *rand.Rand) (*soakVictim, error) {
+	if t.where == "run" {
+		return s.runVictim(t, rng)
+	}
+	in, err := s.daemonInfo(s.o.hangAfter)
+	if err != nil {
+		return nil, fmt.Errorf("the daemon: %w", err)
+	}
+	switch t.kind {
+	case "server":
+		if !alive(in.PID) || (argv0(in.PID) != "softuvm-server" && in.PID != s.daemon.Process.Pid) {
+			return nil, nil
+		}
+		s.checkServerCounters("the daemon", in)
+		before := len(tookOverLine.FindAllStringIndex(readFile(s.daemonLg), -1))
+		return &soakVictim{pid: in.PID, where: "daemon", recovered: func() string {
+			if len(tookOverLine.FindAllStringIndex(readFile(s.daemonLg), -1)) <= before {
+				return ""
+			}
+			return "a new server took over (logged)"
+		}}, nil
+	case "guard":
+		if in.Restart.GuardPID == 0 || !alive(in.Restart.GuardPID) || argv0(in.Restart.GuardPID) != "softuvm-guard" {
+			return nil, nil
+		}
+		before := len(newGuardLine.FindAllStringIndex(readFile(s.daemonLg), -1))
+		return &soakVictim{pid: in.Restart.GuardPID, where: "daemon", recovered: func() string {
+			if len(newGuardLine.FindAllStringIndex(readFile(s.daemonLg), -1)) <= before {
+				return ""
+			}
+			return "a new guard holds every session (logged)"
+		}}, nil
+	}
+	// A device process of one of the soak's clients: a child of the
+	// client, known to the daemon.
+	s.mu.Lock()
+	clients := map[int]*soakProc{}
+	for _, p := range s.procs {
+		if !p.stopAsked {
+			clients[p.cmd.Process.Pid] = p
+		}
+	}
+	s.mu.Unlock()
+	type dev struct {
+		p   *soakProc
+		d   int
+		pid int
+	}
+	var devs []dev
+	for _, si := range in.Sessions {
+		p := clients[si.PID]
+		if p == nil {
+			continue
+		}
+		for _, pf := range si.Devices {
+			if pf.Processor >= 0 && pf.PID > 0 {
+				if _, pp, ok := procStateParent(pf.PID); ok && pp == si.PID && alive(pf.PID) {
+					devs = append(devs, dev{p, int(pf.Processor), pf.PID})
+				}
+			}
+		}
+	}
+	if len(devs) == 0 {
+		return nil, nil
+	}
+	d := devs[rng.IntN(len(devs))]
+	clientPID := d.p.cmd.Process.Pid
+	return &soakVictim{pid: d.pid, where: "daemon", client: d.p.name, gone: d.p.exited, recovered: func() string {
+		// A new process for the device, started at the client's next
+		// launch there.
+		in, err := s.daemonInfo(5 * time.Second)
+		if err != nil {
+			return ""
+		}
+		for _, si := range in.Sessions {
+			if si.PID != clientPID {
+				continue
+			}
+			for _, pf := range si.Devices {
+				if int(pf.Processor) == d.d && pf.PID > 0 && pf.PID != d.pid {
+					return fmt.Sprintf("device %d has a new process (pid %d)", d.d, pf.PID)
+				}
+			}
+		}
+		return ""
+	}}, nil
+}
+
+// runVictim picks the server or the guard of a uvm run in progress.
+func (s *soak) runVictim(t soakTarget, rng *rand.Rand) (*soakVictim, error) {
+	var runs []*soakActiveRun
+	var names []string
+	for _, r := range s.runners {
+		r.mu.Lock()
+		if r.active != nil {
+			runs, names = append(runs, r.active), append(names, r.name)
+		}
+		r.mu.Unlock()
+	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	i := rng.IntN(len(runs))
+	run := runs[i]
+	in, err := monitorInfo(config.PrivateServerSocketPath(run.pid), 2*time.Second)
+	if err != nil {
+		return nil, nil // starting, or ending: another moment
+	}
+	pid, line, what := in.PID, tookOverLine, "a new server took over (logged)"
+	if t.kind == "guard" {
+		pid, line, what = in.Restart.GuardPID, newGuardLine, "a new guard holds every session (logged)"
+		if pid == 0 || argv0(pid) != "softuvm-guard" {
+			return nil, nil
+		}
+	} else if argv0(pid) != "softuvm-server" {
+		return nil, nil
+	}
+	if !alive(pid) {
+		return nil, nil
+	}
+	if t.kind == "server" {
+		s.checkServerCounters(names[i]+"'s uvm run", in)
+	}
+	before := len(line.FindAllStringIndex(run.stderr.String(), -1))
+	return &soakVictim{pid: pid, where: names[i] + ": " + run.program, gone: run.done, recovered: func() string {
+		if len(line.FindAllStringIndex(run.stderr.String(), -1)) <= before {
+			return ""
+		}
+		return what
+	}}, nil
+}
