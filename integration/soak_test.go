@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,4 +193,79 @@ func TestSoakFindsAWrongByte(t *testing.T) {
 			os.RemoveAll(rep.LogDir)
 		})
 	}
+}
+
+// TestCAdviceAndKernelsOnTwoDevices runs advise_write.c (accessed-by
+// advice on random parts of two allocations, and kernels on two devices
+// writing random parts of them at once) with a private server of two
+// devices and a host budget of 24 MiB, which its 8 MiB never reach, for
+// 300 rounds; each round must end within a minute of the last.
+//
+// `uvm bench soak` found it hanging (2026-12-07): a kernel thread of a
+// device process waits in handle_userfault forever, the client waits in
+// uvmDeviceSynchronize, the server serves no fault any more and logs
+// nothing. Here it hung in 11 runs of 12 with the budget and the clock
+// eviction (the default), at round 9 to 137 (most often 11); without the
+// budget (5 runs), or with UVM_EVICTION=lru (2 runs), 1,000 rounds
+// passed; turning the access counters or their hint faults off changed
+// nothing, nor did the server being a daemon; the soak's Go clients,
+// doing the same, do not hang.
+func TestCAdviceAndKernelsOnTwoDevices(t *testing.T) {
+	requireRoot(t)
+	bin := buildC(t, "advise_write", "testdata/soak/advise_write.c")
+	cmd := exec.Command(bin, "300")
+	cmd.Env = append(os.Environ(), "UVM_BIN="+filepath.Join(binDir, "uvm"), "UVM_SERVER=private",
+		"UVM_DEVICES=2", "UVM_ARENA_SIZE=16MiB", "UVM_HOST_BUDGET=24MiB", "UVM_DEVICE_WORKERS=2")
+	p := startPasser(t, "advise_write", cmd)
+	p.stdin.Close() // it reads nothing
+	rounds := 0
+	for {
+		select {
+		case _, ok := <-p.passes:
+			if !ok {
+				err := cmd.Wait()
+				require.NoError(t, err, "advise_write after %d rounds: %s", rounds, p.errText())
+				require.Equal(t, 300, rounds)
+				return
+			}
+			rounds++
+		case <-time.After(time.Minute):
+			t.Fatalf("advise_write: no round within a minute after round %d; its processes' threads (state:wait channel):\n%s%s",
+				rounds, threadStates(cmd.Process.Pid), p.errText())
+		}
+	}
+}
+
+// threadStates describes each thread of pid and of its children: its
+// state and where in the kernel it waits.
+func threadStates(pid int) string {
+	var b strings.Builder
+	pids := []int{pid}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 1 && f[1] == fmt.Sprint(pid) {
+			if child, err := strconv.Atoi(e.Name()); err == nil {
+				pids = append(pids, child)
+			}
+		}
+	}
+	for _, p := range pids {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", p))
+		fmt.Fprintf(&b, "pid %d:", p)
+		for _, task := range tasks {
+			stat, _ := os.ReadFile(task + "/stat")
+			wchan, _ := os.ReadFile(task + "/wchan")
+			state := "?"
+			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && len(stat) > i+2 {
+				state = string(stat[i+2])
+			}
+			fmt.Fprintf(&b, " %s:%s:%s", filepath.Base(task), state, wchan)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
