@@ -17,17 +17,23 @@ LIBUVM_SRC := $(wildcard libuvm/src/*.c)
 LIBUVM_OBJ := $(patsubst libuvm/src/%.c,$(BIN)/obj/%.o,$(LIBUVM_SRC))
 PRELOAD_OBJ := $(BIN)/obj/preload.o
 # The preload library serves a program's small allocations from jemalloc
-# arenas over managed memory (its "managed heap"). It is built for that
-# where jemalloc's header is installed (Debian: libjemalloc-dev), and
-# loads libjemalloc.so.2 at run time; built without the header, or run
-# where the library is missing, those allocations stay in glibc's.
-HAVE_JEMALLOC := $(shell echo '\043include <jemalloc/jemalloc.h>' | $(CC) -fsyntax-only -x c - >/dev/null 2>&1 && echo yes)
-PRELOAD_CFLAGS := $(if $(HAVE_JEMALLOC),-DUVM_PRELOAD_JEMALLOC)
+# arenas over managed memory (its "managed heap"). It declares the part
+# of jemalloc 5 it uses itself (libuvm/preload/jemalloc_abi.h), so that
+# building needs no jemalloc, and loads libjemalloc.so.2 when a program
+# starts: where that is missing, `uvm run` says so once and the small
+# allocations stay in glibc's.
+PRELOAD_SRC := libuvm/preload/preload.c libuvm/preload/jemalloc_abi.h
 LIBS := $(BIN)/libuvm.so $(BIN)/libuvm.a $(BIN)/libuvm-preload.so
 
-.PHONY: all build lib demo test fuzz bench lint generate help clean install FORCE
+.PHONY: all setup build lib demo test fuzz bench lint generate help clean install
 
-all: build demo ## build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
+all: setup build demo ## set up (below), build bin/uvm, bin/uvm-cfloor and libuvm, then run `uvm demo`
+
+# What the build and `uvm run` need (Go, a C compiler, pkg-config,
+# jemalloc's run-time library), installed where missing as root with
+# apt-get, else the one command that installs it, and make stops.
+setup: ## find Go, a C compiler, pkg-config and libjemalloc2; install what is missing (root, apt-get) or name the command that does
+	@CC='$(CC)' GO='$(GO)' sh scripts/setup.sh
 
 build: lib ## build bin/uvm, the C fault-handler floor bin/uvm-cfloor and libuvm
 	$(GO) build -o $(BIN)/uvm ./cmd/uvm
@@ -39,19 +45,9 @@ $(BIN)/obj/%.o: libuvm/src/%.c libuvm/src/internal.h libuvm/src/wire_gen.h libuv
 	@mkdir -p $(BIN)/obj
 	$(CC) $(LIBUVM_CFLAGS) -c -o $@ $<
 
-# The preload object depends on the flags it was built with, kept in a
-# file rewritten only when they change: a jemalloc header installed (or
-# removed) since the last build then rebuilds it, where make would
-# relink the old object, built without the managed heap, and `uvm run`
-# would manage no small allocation.
-PRELOAD_FLAGS := $(BIN)/obj/preload.flags
-$(PRELOAD_FLAGS): FORCE
+$(PRELOAD_OBJ): $(PRELOAD_SRC) libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h
 	@mkdir -p $(BIN)/obj
-	@echo '$(PRELOAD_CFLAGS)' | cmp -s - $@ || echo '$(PRELOAD_CFLAGS)' > $@
-
-$(PRELOAD_OBJ): libuvm/preload/preload.c libuvm/src/internal.h libuvm/src/wire_gen.h libuvm/include/uvm.h $(PRELOAD_FLAGS)
-	@mkdir -p $(BIN)/obj
-	$(CC) $(LIBUVM_CFLAGS) $(PRELOAD_CFLAGS) -Ilibuvm/src -c -o $@ $<
+	$(CC) $(LIBUVM_CFLAGS) -Ilibuvm/src -c -o $@ $<
 
 $(BIN)/libuvm.so: $(LIBUVM_OBJ)
 	$(CC) -shared -pthread -Wl,-soname,libuvm.so -o $@ $^
@@ -66,7 +62,7 @@ $(BIN)/libuvm-preload.so: $(LIBUVM_OBJ) $(PRELOAD_OBJ)
 install: build ## install uvm, uvm.h, libuvm and uvm.pc under PREFIX (default /usr/local)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BIN)/uvm $(DESTDIR)$(PREFIX)/bin/uvm
-	install -m 644 libuvm/include/uvm.h $(DESTDIR)$(PREFIX)/include/uvm.h
+	install -m 644 libuvm/include/uvm.h libuvm/include/uvm_cuda.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BIN)/libuvm.so $(BIN)/libuvm-preload.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(BIN)/libuvm.a $(DESTDIR)$(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' libuvm/uvm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvm.pc
@@ -101,7 +97,7 @@ bench: build ## run the Go benchmarks and `uvm bench` faults, launch, memcpy and
 lint: ## gofmt, go vet, the import fence, uvm's API hiding internal types, a tidy go.mod, and libuvm's wire constants as Go defines them
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }
 	$(GO) vet ./...
-	$(GO) test -count=1 -run 'TestImportFence|TestPublicAPIHidesInternals' ./internal/lint/
+	$(GO) test -count=1 -run 'TestImportFence|TestLayers|TestEngineAndLabDoNotImportServer|TestPublicAPIHidesInternals' ./internal/lint/
 	$(GO) mod tidy -diff
 	$(GO) run ./internal/wire/internal/gencheader -check -o libuvm/src/wire_gen.h
 

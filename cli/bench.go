@@ -22,7 +22,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|memcpy|access|restart|oversub|run|soak [flags]\n\nBenchmarks: faults, launch, memcpy, access, restart, oversub, run, soak.")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|grid|memcpy|access|restart|oversub|run|cliff|soak [flags]\n\nBenchmarks: faults, launch, grid, memcpy, access, restart, oversub, run, cliff, soak.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -33,6 +33,8 @@ func runBench(args []string) error {
 		return benchFaults(args[1:])
 	case "launch":
 		return benchLaunch(args[1:])
+	case "grid":
+		return benchGrid(args[1:])
 	case "memcpy":
 		return benchMemcpy(args[1:])
 	case "access":
@@ -43,10 +45,12 @@ func runBench(args []string) error {
 		return benchOversub(args[1:])
 	case "run":
 		return benchRun(args[1:])
+	case "cliff":
+		return benchCliff(args[1:])
 	case "soak":
 		return benchSoak(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch, memcpy, access, restart, oversub, run or soak", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, grid, memcpy, access, restart, oversub, run, cliff or soak", args[0])
 }
 
 // faultsReport is the JSON `uvm bench faults --json` prints. Each figure

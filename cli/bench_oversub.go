@@ -75,11 +75,8 @@ type oversubVariant struct {
 	SweepRuns    []float64 `json:"sweep_seconds_runs"`
 	WallRuns     []float64 `json:"wall_seconds_runs"`
 	// Managed: what the server did in the last measured run.
-	ManagedBytes      uint64 `json:"managed_bytes,omitempty"`
-	Faults            uint64 `json:"faults,omitempty"`
-	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
-	HostToDeviceBytes uint64 `json:"host_to_device_bytes,omitempty"`
-	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
+	ManagedBytes uint64 `json:"managed_bytes,omitempty"`
+	serverFigures
 	// Cgroup: the peaks in the last measured run of memory, and of
 	// memory plus swap (v1) or swap (v2).
 	PeakMemoryBytes     int64 `json:"peak_memory_bytes,omitempty"`
@@ -610,12 +607,8 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 	}
 
 	// A zram device of our own: hot-added, else zram0 if unused.
-	if _, err := os.Stat("/sys/class/zram-control"); err != nil {
-		if _, err := os.Stat("/sys/block/zram0"); err != nil {
-			if out, err := exec.Command("modprobe", "zram").CombinedOutput(); err != nil {
-				return fail("no zram: /sys/block/zram0 does not exist and modprobe zram failed: %v: %s", err, strings.TrimSpace(string(out)))
-			}
-		}
+	if _, err := zramPresent(true); err != nil {
+		return fail("no zram: %v", err)
 	}
 	if b, err := os.ReadFile("/sys/class/zram-control/hot_add"); err == nil {
 		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -703,6 +696,33 @@ func setupOversubCgroup(budget, size int64) (*oversubCgroup, string) {
 		}
 	}
 	return c, ""
+}
+
+// zramPresent says how this machine offers zram devices: loaded, with
+// devices added on demand (/sys/class/zram-control) or a zram0, or as a
+// module, which load loads (modprobe) and which is otherwise only looked
+// for (modprobe --dry-run), as `uvm doctor` asks, changing nothing. The
+// error says why there is none; it wraps exec.ErrNotFound where modprobe
+// itself is missing.
+func zramPresent(load bool) (string, error) {
+	if _, err := os.Stat("/sys/class/zram-control"); err == nil {
+		return "zram loaded; devices are added on demand (/sys/class/zram-control)", nil
+	}
+	if _, err := os.Stat("/sys/block/zram0"); err == nil {
+		return "zram loaded (/sys/block/zram0)", nil
+	}
+	args := []string{"zram"}
+	if !load {
+		args = []string{"--dry-run", "zram"}
+	}
+	out, err := exec.Command("modprobe", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("/sys/block/zram0 does not exist and modprobe %s failed: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	if load {
+		return "zram module loaded", nil
+	}
+	return "zram module available (the benchmarks load it)", nil
 }
 
 // memoryCgroupMount finds where a cgroup with the memory controller can

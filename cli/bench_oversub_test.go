@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,29 +58,11 @@ func TestSwapHeader(t *testing.T) {
 // cgroup one was skipped), every run checked by the program, and the
 // cgroup and swap device gone after.
 func TestBenchOversub(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds uvm and libuvm")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("uvm run needs userfaultfd, which is root-only here")
-	}
-	for _, tool := range []string{"go", "make", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s: %v", tool, err)
-		}
-	}
-	dir := t.TempDir()
-	for _, args := range [][]string{
-		{"go", "build", "-o", filepath.Join(dir, "uvm"), "github.com/softuvm/softuvm/cmd/uvm"},
-		{"make", "-s", "-C", "..", "lib", "BIN=" + dir},
-	} {
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-		require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
-	}
+	uvmBin := buildUVMForTest(t)
 	swapsBefore, _ := os.ReadFile("/proc/swaps")
 
 	rep, err := oversubBench(oversubOptions{budget: 2 << 20, size: 6 << 20, sweeps: 2, runs: 1,
-		uvmBin: filepath.Join(dir, "uvm"), progress: t.Logf})
+		uvmBin: uvmBin, progress: t.Logf})
 	require.NoError(t, err)
 	assert.True(t, rep.Checked, "the program checked every word of every run")
 	assert.Equal(t, int64(6<<20), rep.SizeBytes)

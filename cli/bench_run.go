@@ -72,34 +72,22 @@ type runBenchProgram struct {
 // runBenchVariant is one way of running a program: the median wall time
 // of its measured runs, and what went wrong if one did.
 type runBenchVariant struct {
-	Name     string    `json:"name"`               // plain, lru, ..., cgroup
-	Eviction string    `json:"eviction,omitempty"` // the managed variants' --eviction
-	Seconds  float64   `json:"seconds"`
-	Runs     []float64 `json:"seconds_runs"`
-	// Failed: the variant was dropped (timed out, failed, or its output
-	// differed from the plain run's), with the reason; its figures are
-	// those of the runs before.
-	Failed   string `json:"failed,omitempty"`
-	TimedOut bool   `json:"timed_out,omitempty"`
+	benchTiming        // Name: plain, uvm run --eviction lru, ..., cgroup
+	Eviction    string `json:"eviction,omitempty"` // the managed variants' --eviction
 	// Trace is where --trace recorded the variant's runs (the last
 	// one's stays).
 	Trace string `json:"trace,omitempty"`
 	// Managed variants: from `uvm run --stats-json` of the last run.
-	Allocations       uint64 `json:"allocations,omitempty"`
-	AllocatedBytes    uint64 `json:"allocated_bytes,omitempty"`
-	PopulatedBytes    uint64 `json:"populated_bytes,omitempty"`
-	HostToDeviceBytes uint64 `json:"host_to_device_bytes,omitempty"`
-	DeviceToHostBytes uint64 `json:"device_to_host_bytes,omitempty"`
-	EvictedPages      uint64 `json:"evicted_pages,omitempty"`
-	Faults            uint64 `json:"faults,omitempty"`
+	Allocations    uint64 `json:"allocations,omitempty"`
+	AllocatedBytes uint64 `json:"allocated_bytes,omitempty"`
+	PopulatedBytes uint64 `json:"populated_bytes,omitempty"`
+	serverFigures
 	// Cgroup: the peaks of the last run of memory, and of memory plus
 	// swap (v1) or swap (v2).
 	PeakMemoryBytes     int64 `json:"peak_memory_bytes,omitempty"`
 	PeakMemorySwapBytes int64 `json:"peak_memory_swap_bytes,omitempty"`
 	PeakSwapBytes       int64 `json:"peak_swap_bytes,omitempty"`
 }
-
-func (v *runBenchVariant) ok() bool { return v.Failed == "" && len(v.Runs) > 0 }
 
 type runBenchOptions struct {
 	programs      []workloads.Program
@@ -260,20 +248,12 @@ func runBenchAll(ctx context.Context, o runBenchOptions) (runBenchReport, error)
 	return rep, nil
 }
 
-// runBenchVariantSpec runs one variant once into a fresh directory.
-type runBenchVariantSpec struct {
-	v   *runBenchVariant
-	run func(ctx context.Context, dir string) (*workloads.Run, error)
-	// after reads the variant's own figures of a run.
-	after func(r *workloads.Run)
-}
-
 // measureRunBenchProgram measures one program; an error is fatal to the
 // whole benchmark (an interruption, a failure to set up), a variant's
 // failure is recorded in it.
 func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.Program, dir, peakWrapper, cgroupSkipped string) (pr runBenchProgram, err error) {
 	progress := o.progress
-	pr = runBenchProgram{Name: p.Name, Checker: p.Checker, Plain: runBenchVariant{Name: "plain"}}
+	pr = runBenchProgram{Name: p.Name, Checker: p.Checker, Plain: runBenchVariant{benchTiming: benchTiming{Name: "plain"}}}
 	if _, err := p.Path(); err != nil {
 		pr.Skipped = err.Error()
 		progress("%s: skipped: %v", p.Name, err)
@@ -299,30 +279,27 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 	ref := warm // the output every later run must match
 	pr.PeakRSSBytes = warm.MaxRSS
 	pr.BudgetBytes = workloads.Budget(warm.MaxRSS, o.fraction, 4<<20)
-	limit := o.timeout
-	if limit == 0 {
-		limit = max(o.timeoutFloor, time.Duration(o.timeoutFactor*float64(warm.Wall)))
-	}
+	limit := benchLimit(o.timeout, o.timeoutFactor, o.timeoutFloor, warm.Wall)
 	pr.LimitSeconds = limit.Seconds()
 	progress("%s: %s; plain warm-up %.2fs, peak RSS %s: host budget and cgroup limit %s, each run limited to %v",
 		p.Name, pr.CommandLine, warm.Wall.Seconds(), humanSize(uint64(warm.MaxRSS)), humanSize(uint64(pr.BudgetBytes)), limit.Round(time.Second))
 
-	variants := []runBenchVariantSpec{{v: &pr.Plain, run: w.RunPlain}}
+	variants := []benchVariant{{t: &pr.Plain.benchTiming, run: w.RunPlain, warmedUp: true}}
 	pr.Managed = make([]runBenchVariant, len(o.evictions))
 	for i, ev := range o.evictions {
 		v := &pr.Managed[i]
-		*v = runBenchVariant{Name: "uvm run --eviction " + ev, Eviction: ev}
+		*v = runBenchVariant{benchTiming: benchTiming{Name: "uvm run --eviction " + ev}, Eviction: ev}
 		opts := workloads.UVMOptions{Bin: o.uvmBin, HostBudget: pr.BudgetBytes, Flags: []string{"--eviction", ev}}
 		if o.traceDir != "" {
 			v.Trace = filepath.Join(o.traceDir, p.Name+"-"+strings.ReplaceAll(ev, ":", "_")+".uvmtrace")
 			opts.Flags = append(opts.Flags, "--trace", v.Trace)
 		}
-		variants = append(variants, runBenchVariantSpec{v: v,
+		variants = append(variants, benchVariant{t: &v.benchTiming,
 			run: func(ctx context.Context, dir string) (*workloads.Run, error) { return w.RunUVM(ctx, dir, opts) },
 			after: func(r *workloads.Run) {
 				st := r.Stats
 				v.Allocations, v.AllocatedBytes, v.PopulatedBytes = st.Allocations, st.AllocatedBytes, st.PopulatedBytes()
-				v.HostToDeviceBytes, v.DeviceToHostBytes, v.EvictedPages, v.Faults = st.HostToDeviceBytes, st.DeviceToHostBytes, st.EvictedPages, st.Faults()
+				v.serverFigures.read(st)
 			}})
 	}
 	switch {
@@ -347,12 +324,12 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 				}
 			}
 		}()
-		pr.Cgroup = &runBenchVariant{Name: "cgroup"}
+		pr.Cgroup = &runBenchVariant{benchTiming: benchTiming{Name: "cgroup"}}
 		v := pr.Cgroup
 		// The shell moves itself into the cgroup, then becomes the
 		// program.
 		prefix := []string{"/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", cg.procs()}
-		variants = append(variants, runBenchVariantSpec{v: v,
+		variants = append(variants, benchVariant{t: &v.benchTiming,
 			run: func(ctx context.Context, dir string) (*workloads.Run, error) {
 				cg.resetPeaks()
 				kills := cg.oomKills()
@@ -371,69 +348,8 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 			after: func(*workloads.Run) { v.PeakMemoryBytes, v.PeakMemorySwapBytes, v.PeakSwapBytes = cg.peaks() }})
 	}
 
-	// Round 0 warms every variant up (plain's was its warm-up run);
-	// then the variants alternate, each taking each place in turn.
-	for r := 0; r <= o.runs; r++ {
-		for i := range variants {
-			vs := variants[(i+r)%len(variants)]
-			if vs.v.Failed != "" || (r == 0 && vs.v == &pr.Plain) {
-				continue
-			}
-			rdir := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(vs.v.Name, " ", "_"), r))
-			rctx, cancel := context.WithTimeout(ctx, limit)
-			res, err := vs.run(rctx, rdir)
-			timedOut := rctx.Err() == context.DeadlineExceeded
-			cancel()
-			if ctx.Err() != nil {
-				return pr, fmt.Errorf("interrupted: %w", ctx.Err())
-			}
-			what := "warm-up"
-			if r > 0 {
-				what = fmt.Sprintf("run %d", r)
-			}
-			fail := func(reason string) {
-				vs.v.Failed = reason
-				progress("%s %s %s: dropped: %s", p.Name, what, vs.v.Name, reason)
-			}
-			switch {
-			case timedOut:
-				vs.v.TimedOut = true
-				until := ""
-				if res != nil && res.Stats != nil {
-					vs.after(res) // what it did until then
-					until = fmt.Sprintf(": until then host to device %s, back %s", humanSize(res.Stats.HostToDeviceBytes), humanSize(res.Stats.DeviceToHostBytes))
-				}
-				fail(fmt.Sprintf("did not finish within %v (%s)%s", limit.Round(time.Second), what, until))
-			case err != nil:
-				fail(err.Error())
-			default:
-				err = w.Check(res)
-				if err == nil {
-					err = w.Compare(ref, res)
-				}
-				if err != nil {
-					fail(err.Error())
-					break
-				}
-				if vs.after != nil {
-					vs.after(res)
-				}
-				if r > 0 {
-					vs.v.Runs = append(vs.v.Runs, res.Wall.Seconds())
-				}
-				extra := ""
-				if res.Stats != nil {
-					extra = fmt.Sprintf(": host to device %s, back %s", humanSize(res.Stats.HostToDeviceBytes), humanSize(res.Stats.DeviceToHostBytes))
-				}
-				progress("%s %s %-26s %.3fs%s", p.Name, what, vs.v.Name, res.Wall.Seconds(), extra)
-			}
-			os.RemoveAll(rdir)
-		}
-	}
-	for _, vs := range variants {
-		if len(vs.v.Runs) > 0 {
-			vs.v.Seconds = median(vs.v.Runs)
-		}
+	if err := alternateVariants(ctx, dir, p.Name, w, ref, limit, o.runs, variants, progress); err != nil {
+		return pr, err
 	}
 	pr.ManagedToPlain, pr.GoalPlainMet = map[string]float64{}, map[string]bool{}
 	cgOK := pr.Cgroup != nil && pr.Cgroup.ok() && pr.Plain.ok()
@@ -468,21 +384,15 @@ func measureRunBenchProgram(ctx context.Context, o runBenchOptions, p workloads.
 }
 
 func printRunBenchReport(out io.Writer, r runBenchReport) {
-	limit := fmt.Sprintf("each run limited to %gx the plain warm-up run, at least %gs", r.TimeoutFactor, r.TimeoutFloorSeconds)
-	if r.TimeoutSeconds > 0 {
-		limit = fmt.Sprintf("each run limited to %gs", r.TimeoutSeconds)
-	}
-	fmt.Fprintf(out, "machine: %d CPUs, Linux %s, %s; medians of %d run(s) after a warm-up, variants alternating; %s\n",
-		r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, r.Runs, limit)
+	fmt.Fprintf(out, "machine: %d CPUs, Linux %s, %s; medians of %d run(s) after a warm-up, variants alternating; each run limited to %s\n",
+		r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, r.Runs, limitText(r.TimeoutSeconds, r.TimeoutFactor, r.TimeoutFloorSeconds))
 	fmt.Fprintf(out, "host budget and cgroup limit: %g of the plain run's peak RSS; every run's output checked against the plain run's\n", r.BudgetFraction)
 	if r.CgroupSkipped != "" {
 		fmt.Fprintf(out, "memory cgroup variant skipped: %s\n", r.CgroupSkipped)
 	}
 	met := map[bool]string{true: "met", false: "NOT met"}
 	for _, p := range r.Programs {
-		fmt.Fprintf(out, "\n%s: %s\n", p.Name, p.CommandLine)
-		if p.Skipped != "" {
-			fmt.Fprintf(out, "  skipped: %s\n", p.Skipped)
+		if !printProgramHead(out, p.Name, p.CommandLine, p.Skipped) {
 			continue
 		}
 		fmt.Fprintf(out, "  peak RSS %s, budget %s\n", humanSize(uint64(p.PeakRSSBytes)), humanSize(uint64(p.BudgetBytes)))

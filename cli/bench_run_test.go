@@ -38,18 +38,20 @@ func TestBenchRunFlags(t *testing.T) {
 	}
 }
 
-// A tiny `uvm bench run`: sort of 4 MiB with a budget of its whole peak
-// (nothing here is timed or meant to thrash), every variant run and
-// checked, the figures read from `uvm run --stats-json`, and the cgroup
-// and swap device gone after.
-func TestBenchRun(t *testing.T) {
+// buildUVMForTest builds uvm and libuvm (its preload library beside it)
+// into a temporary directory for a test that runs `uvm run`, and returns
+// the uvm binary's path. It skips the test where that cannot work: -short,
+// not root (userfaultfd), or one of the tools missing (go, make, cc and
+// those named).
+func buildUVMForTest(t *testing.T, tools ...string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds uvm and libuvm")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("uvm run needs userfaultfd, which is root-only here")
 	}
-	for _, tool := range []string{"go", "make", "cc", "sort"} {
+	for _, tool := range append([]string{"go", "make", "cc"}, tools...) {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("no %s: %v", tool, err)
 		}
@@ -62,12 +64,21 @@ func TestBenchRun(t *testing.T) {
 		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 		require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
 	}
+	return filepath.Join(dir, "uvm")
+}
+
+// A tiny `uvm bench run`: sort of 4 MiB with a budget of its whole peak
+// (nothing here is timed or meant to thrash), every variant run and
+// checked, the figures read from `uvm run --stats-json`, and the cgroup
+// and swap device gone after.
+func TestBenchRun(t *testing.T) {
+	uvmBin := buildUVMForTest(t, "sort")
 	swapsBefore, _ := os.ReadFile("/proc/swaps")
 	progs, err := workloads.Select("sort")
 	require.NoError(t, err)
 	traces := t.TempDir()
 	rep, err := runBenchAll(context.Background(), runBenchOptions{programs: progs, fraction: 1, evictions: []string{"lru"}, runs: 1,
-		size: map[string]int64{"sort": 4 << 20}, uvmBin: filepath.Join(dir, "uvm"), timeout: time.Minute, progress: t.Logf, traceDir: traces})
+		size: map[string]int64{"sort": 4 << 20}, uvmBin: uvmBin, timeout: time.Minute, progress: t.Logf, traceDir: traces})
 	require.NoError(t, err)
 	require.Len(t, rep.Programs, 1)
 	p := rep.Programs[0]

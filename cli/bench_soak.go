@@ -417,7 +417,8 @@ func runSoak(o soakOptions) (soakReport, error) {
 			return s.rep, err
 		}
 		s.progress("building the C client with libuvm's sources")
-		if err := libuvm.BuildProgramWithLibuvm(cClient, src); err != nil {
+		build := libuvm.Options{Building: func(dir string) { s.progress("building libuvm.a into %s (once per version)", dir) }}
+		if err := libuvm.BuildProgramWithLibuvm(build, cClient, src); err != nil {
 			return s.rep, fmt.Errorf("the C client is built at run time: %w", err)
 		}
 	}

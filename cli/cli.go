@@ -28,10 +28,11 @@ func init() {
 	commands = []command{
 		{"serve", "[flags]", "run a fault server daemon on a Unix socket", runServe},
 		{"run", "[flags] [--] PROGRAM [ARGS...]", "run an unmodified program with its large allocations in managed memory, served by a fault server of its own", runRun},
-		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, devices and running servers", runInfo},
+		{"info", "[--json]", "show the kernel's userfaultfd features, NUMA nodes, what the environment configures and running servers", runInfo},
+		{"doctor", "[--json]", "say what this machine gives softuvm and what it lacks, each lack with its cost and its fix (exit status 1: something uvm run needs is missing)", runDoctor},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
-		{"bench", "faults|launch|oversub|run [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run)", runBench},
+		{"bench", "faults|launch|grid|oversub|run|cliff [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); grid launches, barriers and shared memory against the thread launch, in C and Go (grid); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run); the budget curve, time and faults from 100% to 25% of each program's managed peak against plain, LRU and MIN (cliff)", runBench},
 		{"trace", "record|export|plot|summary|replay [flags]", "record every fault and migration of a program (or of a server's clients) to a file; export it for Perfetto or as CSV, draw it, sum it up, or replay other policies over it", runTrace},
 		{"lab", "grade ASSIGNMENT FILE.go | score ... | bound ... -- PROGRAM", "grade a course assignment's policy (lab/course): replayed on the shipped traces against its baseline and oracle, and run live; score every policy over traces; or bound what any eviction can do on a program's every reference (valgrind)", runLab},
 		{"help", "[COMMAND]", "show help", nil},
@@ -109,39 +110,28 @@ Commands:
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-6s %-40s %s\n", c.name, c.args, c.summary)
 	}
+	fmt.Fprintf(w, "\nEnvironment (read by programs using softuvm, their private servers and %s; the flags of the same names override it):\n", preloadName)
+	for _, s := range config.Settings {
+		fmt.Fprintln(w, settingLine(s))
+	}
 	fmt.Fprintf(w, `
-Environment (read by programs using softuvm and by private servers):
-  %-18s daemon socket (default %s)
-  %-18s auto (daemon if one runs, else a private server), private, daemon
-  %-18s number of devices (default %d)
-  %-18s arena size per device, or a comma list (default %s)
-  %-18s auto, memfd or numa, or a comma list, one per device
-  %-18s %s
-  %-18s %s
-  %-18s follow (default), per-cpu or single
-  %-18s 1: record which prefetched pages get used
-  %-18s threads that run each device's kernels (default: one per CPU)
-  %-18s managed memory kept on the host before pages go to devices (default: unbounded)
-  %-18s on (default), off, or settings: %s
-  %-18s auto (default: eBPF where it loads, else user space), ebpf, user or off
-  %-18s on (default), off, or settings: %s
-  %-18s when the server dies: new servers in a row the guard starts (on: 5), or off
-  %-18s auto (location files of 2 MiB folios where the server may make a tmpfs) or off (default)
-  %-18s under libuvm-preload.so (uvm run): the smallest allocation made managed (default 1MiB)
-  %-18s 1: libuvm-preload.so reports its allocations at exit
-  %-18s uvm run: the path of libuvm-preload.so
-  %-18s the uvm binary a C program's private server runs from (uvm run: this one)
-
 Policies this uvm knows, by kind (a uvm built with package cli also knows
 those its packages register):
-`, uvm.EnvSocket, config.DefaultSocketPath(), uvm.EnvServer, config.EnvDevices, config.DefaultDevices,
-		config.EnvArenaSize, uvm.FormatSize(config.DefaultArenaSize), config.EnvArenaBackend, config.EnvPrefetch,
-		strings.Join(policy.PrefetchPolicyNames(), ", "), config.EnvEviction, strings.Join(policy.EvictionNames(), ", "), config.EnvHandlers, config.EnvTrackPrefetch,
-		config.EnvWorkers, config.EnvHostBudget, config.EnvThrashing, policy.DefaultThrashing, config.EnvAccessCount, config.EnvAccessPolicy, policy.DefaultAccessPolicy, config.EnvRestarts, config.EnvLargeFolios, "UVM_MIN_SIZE", "UVM_PRELOAD_STATS", "UVM_PRELOAD", "UVM_BIN")
+`)
 	for _, k := range policyKinds() {
 		fmt.Fprintf(w, "  %-18s %s (%s)\n", k.Kind, strings.Join(k.Names, ", "), k.Choose)
 	}
 	fmt.Fprintf(w, "\nRun 'uvm help COMMAND' for a command's flags.\n")
+}
+
+// settingLine is a variable's line in `uvm help`: its name, what it
+// takes, and its default from config.Settings.
+func settingLine(s config.Setting) string {
+	line := fmt.Sprintf("  %-20s %s", s.Env, s.Values)
+	if s.Default != "" {
+		line += " (default: " + s.Default + ")"
+	}
+	return line
 }
 
 // policyKind is what this binary offers of one kind of policy.
@@ -247,6 +237,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	if err != nil {
 		base = uvm.DefaultServerConfig()
 	}
+	// What the environment (or its absence) configures, with empty
+	// fields written out as the server reads them: the flags' defaults.
+	base = base.Resolved()
 	size := int64(config.DefaultArenaSize)
 	backend := devmem.BackendAuto
 	if len(base.Devices) > 0 {
@@ -256,11 +249,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.arenaSize, "arena-size", uvm.FormatSize(size), "arena size of each device, or a comma list, one per device")
 	fs.StringVar(&f.arenaBackend, "arena-backend", backend.String(), "arena backend: auto, memfd or numa, or a comma list, one per device")
 	fs.StringVar(&f.prefetch, "prefetch", base.Prefetch.String(), "fault prefetch policy: "+strings.Join(policy.PrefetchPolicyNames(), ", "))
-	eviction := base.Eviction
-	if eviction == "" {
-		eviction = policy.DefaultEviction
-	}
-	fs.StringVar(&f.eviction, "eviction", eviction, "eviction policy, which blocks leave a full device or the host over its budget: "+strings.Join(policy.EvictionNames(), ", "))
+	fs.StringVar(&f.eviction, "eviction", base.Eviction, "eviction policy, which blocks leave a full device or the host over its budget: "+strings.Join(policy.EvictionNames(), ", "))
 	fs.StringVar(&f.handlers, "handlers", string(base.Handlers), "handler threads: follow (a handler waits only on CPUs the client faults on), per-cpu or single")
 	fs.BoolVar(&f.track, "track-prefetch", base.TrackPrefetchUse, "record which prefetched pages get used (costs a minor fault per prefetched page)")
 	fs.IntVar(&f.workers, "device-workers", base.DeviceWorkers, "threads that run each device's kernels (0: one per CPU)")
@@ -271,27 +260,11 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.hostBudget, "host-budget", budget, "managed memory kept on the host; above it, pages go to the device with the most room (empty: unbounded)")
 	fs.StringVar(&f.thrashing, "thrashing", base.Thrashing.String(), "thrashing detection: on, off, or settings such as threshold=3,lapse=500us,nap=500us,pin-threshold=10,pin=150ms (pages bouncing between processors) and refault=on,refault-distance=100,core=97,core-age=4 (a processor over its capacity: a resident core of the pages it evicted too early)")
 	fs.IntVar(&f.copyThreads, "copy-threads", base.CopyProducers, "the copy engine's producer threads per bulk move (0: calibrated at start)")
-	access := base.AccessCounting
-	if access == "" {
-		access = config.AccessCountingAuto
-	}
-	fs.StringVar(&f.access, "access-counting", access, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
+	fs.StringVar(&f.access, "access-counting", base.AccessCounting, "access counters: auto (eBPF where it loads, else user space), ebpf (or fail), user (MINOR-mode faults counted by the server), off")
 	fs.StringVar(&f.accessPolicy, "access-policy", base.AccessPolicy.String(), "what the access counters drive: on, off (count only), or settings such as hints=on,threshold=256,period=1s,sample=256MiB,decay=32s,anatomy=64")
-	coherence := base.Coherence
-	if coherence == "" {
-		coherence = "fault"
-	}
-	fs.StringVar(&f.coherence, "coherence", coherence, "how host and devices share managed memory: fault (pages move on faults, anyone may touch them any time) or launch (a launch hands a kernel's memory to its device; the CPU may not touch it until a synchronize), for clients that do not choose (UVM_COHERENCE)")
-	dirty := base.DirtyTracking
-	if dirty == "" {
-		dirty = "auto"
-	}
-	fs.StringVar(&f.dirtyTracking, "dirty-tracking", dirty, "how the launch model finds the pages the CPU wrote: auto (wp-async where the kernel has it), wp-async or wp-fault")
-	large := base.LargeFolios
-	if large == "" {
-		large = config.LargeFoliosAuto
-	}
-	fs.StringVar(&f.largeFolios, "large-folios", large, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto, the default (where the server may make a tmpfs: as root; uvm info says why not elsewhere), or off (UVM_LARGE_FOLIOS)")
+	fs.StringVar(&f.coherence, "coherence", base.Coherence, "how host and devices share managed memory: fault (pages move on faults, anyone may touch them any time) or launch (a launch hands a kernel's memory to its device; the CPU may not touch it until a synchronize), for clients that do not choose (UVM_COHERENCE)")
+	fs.StringVar(&f.dirtyTracking, "dirty-tracking", base.DirtyTracking, "how the launch model finds the pages the CPU wrote: auto (wp-async where the kernel has it), wp-async or wp-fault")
+	fs.StringVar(&f.largeFolios, "large-folios", base.LargeFolios, "location files of 2 MiB folios, so that a block moving whole costs one page allocation and one free instead of 512: auto (where the server may make a tmpfs: as root; uvm doctor says why not elsewhere) or off (UVM_LARGE_FOLIOS)")
 	fs.StringVar(&f.trace, "trace", base.Trace, "record every fault, migration, eviction, allocation and free the server sees to this file (uvm trace export, plot and summary read it; UVM_TRACE=FILE in a client's environment records that client alone)")
 	fs.StringVar(&f.traceAccess, "trace-access", base.TraceAccess.String(), "the trace's access mode: off, or PERIOD[,SAMPLE] (e.g. 100ms,64MiB; on: 100ms): every PERIOD, unmap up to SAMPLE of each processor's managed pages, leaving them where they are, and record which it touched again, faulting or not (UVM_TRACE_ACCESS for a client recording its own trace)")
 	fs.StringVar(&f.restarts, "restarts", config.FormatRestarts(base.Restarts), "when the server dies, how many new servers in a row the guard starts to take over (on: 5), or off (then every page not on the host is poisoned: SIGBUS)")
@@ -318,7 +291,7 @@ func (f *serverFlags) config() (uvm.ServerConfig, error) {
 	if cfg.Prefetch, err = uvm.ParsePrefetchSpec(f.prefetch); err != nil {
 		return cfg, fmt.Errorf("--prefetch: %w", policyHint(err))
 	}
-	if _, err := policy.NewEviction(f.eviction); err != nil {
+	if err := policy.ValidateEviction(f.eviction); err != nil {
 		return cfg, fmt.Errorf("--eviction: %w", policyHint(err))
 	}
 	cfg.Eviction = f.eviction

@@ -25,12 +25,26 @@ type machineInfo struct {
 	Nodes           []devmem.Node  `json:"numa_nodes"`
 	Daemon          *serverSummary `json:"daemon,omitempty"`
 	Private         []int          `json:"private_servers"`
-	Configured      []arenaPlan    `json:"configured_devices"`
-	Prefetch        string         `json:"configured_prefetch"`
-	Workers         int            `json:"configured_device_workers"`
-	Thrashing       string         `json:"configured_thrashing"`
-	AccessCounting  string         `json:"configured_access_counting"`
-	AccessPolicy    string         `json:"configured_access_policy"`
+	// What the UVM_* environment configures a server to be, every empty
+	// setting written out as the server reads it (config.Resolved): one
+	// configured_* for each server variable of config.Settings.
+	Configured     []arenaPlan `json:"configured_devices"`
+	Prefetch       string      `json:"configured_prefetch"`
+	Eviction       string      `json:"configured_eviction"`
+	Handlers       string      `json:"configured_handlers"`
+	TrackPrefetch  bool        `json:"configured_track_prefetch"`
+	Workers        int         `json:"configured_device_workers"`
+	HostBudget     int64       `json:"configured_host_budget"` // bytes; 0: unbounded
+	Thrashing      string      `json:"configured_thrashing"`
+	CopyThreads    int         `json:"configured_copy_threads"` // 0: calibrated
+	AccessCounting string      `json:"configured_access_counting"`
+	AccessPolicy   string      `json:"configured_access_policy"`
+	// Coherence is the model of clients that do not choose; a client's
+	// own UVM_COHERENCE chooses for itself.
+	Coherence     string `json:"configured_coherence"`
+	LargeFolios   string `json:"configured_large_folios"`
+	DirtyTracking string `json:"configured_dirty_tracking"`
+	Restarts      string `json:"configured_restarts"`
 	// Policies are those this binary knows: a uvm built with package cli
 	// lists the ones its packages register too.
 	Policies []policyKind `json:"policies"`
@@ -88,14 +102,21 @@ func runInfo(args []string) error {
 	mi.Policies = policyKinds()
 	cfg, cfgErr := uvm.ServerConfigFromEnv()
 	if cfgErr == nil {
+		cfg = cfg.Resolved()
 		mi.Prefetch = cfg.Prefetch.String()
+		mi.Eviction = cfg.Eviction
+		mi.Handlers = string(cfg.Handlers)
+		mi.TrackPrefetch = cfg.TrackPrefetchUse
 		mi.Workers = config.DeviceWorkers(cfg)
+		mi.HostBudget = cfg.HostBudget
 		mi.Thrashing = cfg.Thrashing.String()
+		mi.CopyThreads = cfg.CopyProducers
 		mi.AccessCounting = cfg.AccessCounting
-		if mi.AccessCounting == "" {
-			mi.AccessCounting = config.AccessCountingAuto
-		}
 		mi.AccessPolicy = cfg.AccessPolicy.String()
+		mi.Coherence = cfg.Coherence
+		mi.LargeFolios = cfg.LargeFolios
+		mi.DirtyTracking = cfg.DirtyTracking
+		mi.Restarts = config.FormatRestarts(cfg.Restarts)
 		for _, spec := range cfg.Devices {
 			plan := arenaPlan{Spec: spec.String()}
 			if a, err := devmem.NewArena(spec); err != nil {
@@ -137,8 +158,21 @@ func runInfo(args []string) error {
 				fmt.Printf("  device %d      %s, %d workers\n", i, p.Resolved, mi.Workers)
 			}
 		}
+		budget := "unbounded"
+		if mi.HostBudget > 0 {
+			budget = uvm.FormatSize(mi.HostBudget)
+		}
+		copyThreads := "calibrated"
+		if mi.CopyThreads > 0 {
+			copyThreads = strconv.Itoa(mi.CopyThreads)
+		}
+		fmt.Printf("eviction        %s (UVM_EVICTION), host budget %s (UVM_HOST_BUDGET)\n", mi.Eviction, budget)
+		fmt.Printf("handlers        %s (UVM_HANDLERS), copy threads %s (UVM_COPY_THREADS), track prefetch use %t (UVM_TRACK_PREFETCH)\n", mi.Handlers, copyThreads, mi.TrackPrefetch)
 		fmt.Printf("thrashing       %s\n", mi.Thrashing)
 		fmt.Printf("access          counting %s (UVM_ACCESS_COUNTING), policy %s (UVM_ACCESS_POLICY)\n", mi.AccessCounting, mi.AccessPolicy)
+		fmt.Printf("coherence       %s for clients that do not choose (UVM_COHERENCE); the launch model's dirty tracking %s (UVM_DIRTY_TRACKING)\n", mi.Coherence, mi.DirtyTracking)
+		fmt.Printf("large folios    %s (UVM_LARGE_FOLIOS)%s\n", mi.LargeFolios, largeFoliosHere(mi.LargeFolios))
+		fmt.Printf("restarts        %s (UVM_RESTARTS)\n", mi.Restarts)
 	}
 	for i, k := range mi.Policies {
 		label := ""
@@ -174,6 +208,8 @@ func printServer(kind, socket string, in uvm.Info) {
 	fmt.Printf("                coherence for clients that do not choose: %s (the launch model finds written pages by %s; concurrent managed access %d)\n",
 		in.Coherence, in.DirtyTracking, concurrentManagedAccess(in.Coherence))
 	fmt.Printf("                large folios: %s; blocks broken into 4 KiB folios as part of one left: %d\n", in.LargeFolios, in.FoliosRebuilt)
+	fmt.Printf("                managed memory on the host: %s now, at most %s at once since the server started\n",
+		humanSize(uint64(in.HostResidentBytes)), humanSize(uint64(in.HostPeakBytes)))
 	if in.StrayPresentPages+in.LostPages > 0 {
 		fmt.Printf("                WARNING: %d pages found present where a move put them (written over), %d resident pages missing from their file (read as zeros): a server bug; its log names each page\n",
 			in.StrayPresentPages, in.LostPages)
@@ -216,6 +252,17 @@ func printServer(kind, socket string, in uvm.Info) {
 			}
 		}
 	}
+}
+
+// largeFoliosHere says what "auto" gives on this machine.
+func largeFoliosHere(setting string) string {
+	if setting != config.LargeFoliosAuto {
+		return ""
+	}
+	if err := devmem.LargeFoliosAvailable(); err != nil {
+		return ": here off, " + err.Error()
+	}
+	return ": here on"
 }
 
 // concurrentManagedAccess is cudaDevAttrConcurrentManagedAccess under a

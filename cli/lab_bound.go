@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -115,7 +116,20 @@ func runLabBound(args []string) error {
 	if *allocator != "jemalloc" && *allocator != "system" {
 		return fmt.Errorf("--allocator %q: want jemalloc or system", *allocator)
 	}
-	rep, err := measureBound(pos, boundOptions{budgets: budgetList, granules: granuleSizes, faultCost: *faultCost, allocator: *allocator})
+	o := boundOptions{budgets: budgetList, granules: granuleSizes, faultCost: *faultCost, allocator: *allocator, stdin: os.Stdin}
+	if isTerminal(os.Stderr) {
+		// One line, rewritten in place, cleared at the end.
+		o.progressEvery = 2 * time.Second
+		o.progress = func(read int64, took time.Duration, done bool) {
+			if done {
+				fmt.Fprintf(os.Stderr, "\r%-72s\r", "")
+				return
+			}
+			fmt.Fprintf(os.Stderr, "\r%-72s", fmt.Sprintf("uvm lab bound: %s under valgrind, %s of lackey output read (%v)",
+				filepath.Base(pos[0]), core.FormatSize(read), took.Round(time.Second)))
+		}
+	}
+	rep, err := measureBound(context.Background(), pos, o)
 	if err != nil {
 		return err
 	}
@@ -131,11 +145,25 @@ type boundOptions struct {
 	granules  []int64
 	faultCost time.Duration
 	allocator string
+	// How the program runs: its standard input (nil: none), working
+	// directory ("": this one) and variables added to the environment.
+	stdin io.Reader
+	dir   string
+	env   []string
+	// progress, if set, is called every progressEvery while the program
+	// runs, with the bytes of lackey output read so far, and once more
+	// with done when it has ended.
+	progress      func(read int64, took time.Duration, done bool)
+	progressEvery time.Duration
 }
 
-// measureBound runs argv under lackey and counts its misses.
-func measureBound(argv []string, o boundOptions) (*BoundReport, error) {
-	valgrind, err := exec.LookPath("valgrind")
+// lookValgrind finds valgrind, which uvm lab bound runs programs under.
+func lookValgrind() (string, error) { return exec.LookPath("valgrind") }
+
+// measureBound runs argv under lackey and counts its misses. Cancelling
+// ctx stops valgrind (SIGTERM, then SIGKILL 5 s later).
+func measureBound(ctx context.Context, argv []string, o boundOptions) (*BoundReport, error) {
+	valgrind, err := lookValgrind()
 	if err != nil {
 		return nil, fmt.Errorf("uvm lab bound runs the program under valgrind's lackey tool, and valgrind is not in PATH (Debian: apt-get install valgrind)")
 	}
@@ -167,7 +195,7 @@ func measureBound(argv []string, o boundOptions) (*BoundReport, error) {
 	preload = append(preload, dumper)
 	mapsFile := filepath.Join(dir, "maps")
 
-	stream, err := lackeyRun(valgrind, argv, preload, mapsFile)
+	stream, err := lackeyRun(ctx, valgrind, argv, preload, mapsFile, o)
 	if err != nil {
 		return nil, err
 	}
@@ -217,22 +245,24 @@ func measureBound(argv []string, o boundOptions) (*BoundReport, error) {
 	return &rep, nil
 }
 
-// lackeyRun runs argv under lackey with the libraries preloaded and
-// reads its references as they come (through a pipe: a second's run
-// writes gigabytes). On a terminal, a line says how far it got.
-func lackeyRun(valgrind string, argv, preload []string, mapsFile string) (*lab.RefStream, error) {
+// lackeyRun runs argv under lackey with the libraries preloaded, as o
+// says, and reads its references as they come (through a pipe: a
+// second's run writes gigabytes), telling o.progress how far it got.
+func lackeyRun(ctx context.Context, valgrind string, argv, preload []string, mapsFile string, o boundOptions) (*lab.RefStream, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(valgrind, append([]string{"--tool=lackey", "--trace-mem=yes", "--log-fd=3", "--"}, argv...)...)
+	cmd := exec.CommandContext(ctx, valgrind, append([]string{"--tool=lackey", "--trace-mem=yes", "--log-fd=3", "--"}, argv...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
 	cmd.ExtraFiles = []*os.File{w}
-	cmd.Stdin, cmd.Stderr = os.Stdin, os.Stderr
+	cmd.Stdin, cmd.Stderr, cmd.Dir = o.stdin, os.Stderr, o.dir
 	ld := strings.Join(preload, ":")
 	if old := os.Getenv("LD_PRELOAD"); old != "" {
 		ld += ":" + old
 	}
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+ld, "UVM_BOUND_MAPS="+mapsFile)
+	cmd.Env = append(append(os.Environ(), o.env...), "LD_PRELOAD="+ld, "UVM_BOUND_MAPS="+mapsFile)
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
@@ -241,22 +271,25 @@ func lackeyRun(valgrind string, argv, preload []string, mapsFile string) (*lab.R
 	w.Close()
 	counted := &countingReader{r: r}
 	stop := make(chan struct{})
-	if isTerminal(os.Stderr) {
+	stopped := make(chan struct{})
+	if o.progress != nil {
 		started := time.Now()
 		go func() {
-			tick := time.NewTicker(2 * time.Second)
+			defer close(stopped)
+			tick := time.NewTicker(o.progressEvery)
 			defer tick.Stop()
 			for {
 				select {
 				case <-stop:
-					fmt.Fprintf(os.Stderr, "\r%-72s\r", "")
+					o.progress(counted.n.Load(), time.Since(started), true)
 					return
 				case <-tick.C:
-					fmt.Fprintf(os.Stderr, "\r%-72s", fmt.Sprintf("uvm lab bound: %s under valgrind, %s of lackey output read (%v)",
-						filepath.Base(argv[0]), core.FormatSize(counted.n.Load()), time.Since(started).Round(time.Second)))
+					o.progress(counted.n.Load(), time.Since(started), false)
 				}
 			}
 		}()
+	} else {
+		close(stopped)
 	}
 	stream, readErr := lab.ReadLackey(counted)
 	if readErr != nil {
@@ -266,6 +299,7 @@ func lackeyRun(valgrind string, argv, preload []string, mapsFile string) (*lab.R
 	r.Close()
 	waitErr := cmd.Wait()
 	close(stop)
+	<-stopped // its last word said before anything else is
 	if readErr != nil {
 		return nil, fmt.Errorf("reading lackey's references: %w", readErr)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,9 +50,9 @@ func TestLabBoundCountsALoop(t *testing.T) {
 	require.NoError(t, libuvm.BuildProgram(bin, src))
 
 	opts := boundOptions{budgets: []boundBudget{{text: "128KiB", bytes: 128 << 10}}, granules: []int64{4096}, faultCost: 10 * time.Microsecond, allocator: "jemalloc"}
-	short, err := measureBound([]string{bin, "10"}, opts)
+	short, err := measureBound(context.Background(), []string{bin, "10"}, opts)
 	require.NoError(t, err)
-	long, err := measureBound([]string{bin, "20"}, opts)
+	long, err := measureBound(context.Background(), []string{bin, "20"}, opts)
 	require.NoError(t, err)
 
 	assert.Equal(t, short.HeapBytes, long.HeapBytes, "the same pages, swept more often")

@@ -48,8 +48,13 @@ type runReport struct {
 	Signal      string   `json:"signal,omitempty"`
 	WallSeconds float64  `json:"wall_seconds"`
 	MinSize     int64    `json:"min_size"`
-	HostBudget  int64    `json:"host_budget,omitempty"`
-	Devices     int      `json:"devices"`
+	// Heap is where allocations below MinSize came from: managed or
+	// system. HeapUnavailable says why the managed heap could not be had
+	// where it was wanted (--heap not given) and the run went on without.
+	Heap            string `json:"heap"`
+	HeapUnavailable string `json:"heap_unavailable,omitempty"`
+	HostBudget      int64  `json:"host_budget,omitempty"`
+	Devices         int    `json:"devices"`
 
 	Allocations    uint64                `json:"allocations"`
 	AllocatedBytes uint64                `json:"allocated_bytes"`
@@ -60,8 +65,15 @@ type runReport struct {
 	HostToDeviceBytes uint64 `json:"host_to_device_bytes"`
 	DeviceToHostBytes uint64 `json:"device_to_host_bytes"`
 	EvictedPages      uint64 `json:"evicted_pages"`
-	FaultServiceP50NS int64  `json:"fault_service_p50_ns"`
-	FaultServiceP99NS int64  `json:"fault_service_p99_ns"`
+	// HostPeakBytes is the most managed memory the host held at once
+	// (the server's high-water mark of host-resident pages, every
+	// process of the run): without --host-budget, the managed peak a
+	// budget would constrain; with one, about the budget (eviction runs
+	// after pages arrive, and the budget is soft: busy blocks leave next
+	// time).
+	HostPeakBytes     int64 `json:"host_peak_bytes"`
+	FaultServiceP50NS int64 `json:"fault_service_p50_ns"`
+	FaultServiceP99NS int64 `json:"fault_service_p99_ns"`
 	// ServerRestarts counts the servers that died under the program and
 	// were replaced; the counters are those of the last one, since it
 	// took over.
@@ -80,9 +92,9 @@ func runRun(args []string) error {
 			"built into it with the C compiler ($CC, cc or gcc) into $XDG_CACHE_HOME/softuvm (~/.cache/softuvm) on first use, and reuses after")
 	var sf serverFlags
 	sf.register(flags)
-	minSize := flags.String("min-size", "1MiB", "the smallest allocation that becomes a managed allocation of its own; smaller ones come from the heap (--heap). Given alone, it also sets --heap system: only allocations of at least this size are managed")
-	heapKind := flags.String("heap", "managed", "where allocations below --min-size come from: managed (jemalloc arenas whose memory is managed, so the whole heap is) or system (glibc's allocator, unmanaged)")
-	statics := flags.Bool("statics", true, "also make the program's own static arrays managed where its writable data segment holds at least --min-size bytes (gzip's buffers, say, are static)")
+	minSize := flags.String("min-size", config.SettingOf(config.EnvMinSize).Default, "the smallest allocation that becomes a managed allocation of its own; smaller ones come from the heap (--heap). Given alone, it also sets --heap system: only allocations of at least this size are managed")
+	heapKind := flags.String("heap", config.SettingOf(config.EnvHeap).Default, "where allocations below --min-size come from: managed (jemalloc arenas whose memory is managed, so the whole heap is) or system (glibc's allocator, unmanaged)")
+	statics := flags.Bool("statics", config.SettingOf(config.EnvStatics).Default == "1", "also make the program's own static arrays managed where its writable data segment holds at least --min-size bytes (gzip's buffers, say, are static)")
 	preload := flags.String("preload", "", "path of "+preloadName+" (default: $UVM_PRELOAD, else next to the uvm binary, else ../lib from it, else built from the sources in this uvm into the user's cache directory on first use, which needs a C compiler); a path given here or in UVM_PRELOAD must exist")
 	statsJSON := flags.String("stats-json", "", "also write the summary and the server's counters as JSON to this file")
 	quiet := flags.Bool("quiet", false, "print no summary on standard error")
@@ -108,7 +120,7 @@ func runRun(args []string) error {
 	if minBytes < 1 {
 		return usageErr("--min-size %q: want at least 1 byte", *minSize)
 	}
-	heap, err := runHeap(flags, *heapKind)
+	heap, heapChosen, err := runHeap(flags, *heapKind)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -148,6 +160,24 @@ func runRun(args []string) error {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "uvm run: the path of this uvm binary, for the program's libuvm: %v\n", err)
 		return exitStatus(runStatusFailed)
+	}
+	var heapUnavailable string
+	if heap == "managed" {
+		// Asked once, before the program starts, so that a run of many
+		// processes (a shell, a build) hears once that its heap is not
+		// managed, and each of them is told to use glibc's quietly.
+		switch p, err := libuvm.ProbeHeap(runEnv(os.Environ(), "", minBytes, heap, false, lib, self)); {
+		case err != nil:
+			// Not known here: each process's library says so if it fails.
+			fmt.Fprintf(os.Stderr, "uvm run: warning: %v; each process of the program says so itself if its heap cannot be managed\n", err)
+		case !p.Managed && heapChosen:
+			fmt.Fprintf(os.Stderr, "uvm run: --heap managed: the managed heap cannot be had: %s (%s), or run with --heap system\n", p.Why, p.Fix)
+			return exitStatus(runStatusFailed)
+		case !p.Managed:
+			fmt.Fprintf(os.Stderr, "uvm run: the managed heap cannot be had: %s, so allocations below %s come from glibc's allocator, unmanaged, in every process of this run; to fix: %s (or give --heap system to run without it)\n",
+				p.Why, humanSize(uint64(minBytes)), p.Fix)
+			heap, heapUnavailable = "system", p.Why
+		}
 	}
 	var jsonOut *os.File
 	if *statsJSON != "" {
@@ -198,12 +228,13 @@ func runRun(args []string) error {
 		return exitStatus(runStatusFailed)
 	}
 
-	st, restarts, err := serverStats(srv)
+	st, in, err := serverStats(srv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "uvm run: the fault server's counters: %v\n", err)
 	}
 	rep := makeRunReport(argv, ws, wall, minBytes, cfg, st)
-	rep.ServerRestarts = restarts
+	rep.ServerRestarts, rep.HostPeakBytes = in.Restart.Restarts, in.HostPeakBytes
+	rep.Heap, rep.HeapUnavailable = heap, heapUnavailable
 	if !*quiet {
 		var b strings.Builder
 		renderRunSummary(&b, filepath.Base(argv[0]), rep)
@@ -247,20 +278,20 @@ func startRunServer(cfg uvm.ServerConfig) (*server.ServerProcess, string, func()
 	return proc, sock, cleanup, nil
 }
 
-// serverStats reads the run server's counters and how many times it was
-// restarted.
-func serverStats(proc *server.ServerProcess) (uvm.Stats, uint64, error) {
+// serverStats reads the run server's counters and its state (how many
+// times it was restarted, its host peak).
+func serverStats(proc *server.ServerProcess) (uvm.Stats, uvm.Info, error) {
 	m, err := proc.Monitor()
 	if err != nil {
-		return uvm.Stats{}, 0, err
+		return uvm.Stats{}, uvm.Info{}, err
 	}
 	defer m.Close()
 	st, err := m.ServerStats()
 	if err != nil {
-		return st, 0, err
+		return st, uvm.Info{}, err
 	}
 	in, err := m.Info()
-	return st, in.Restart.Restarts, err
+	return st, in, err
 }
 
 // staticallyLinked says whether path is an ELF executable with no
@@ -308,8 +339,8 @@ func findPreload(flagPath string) (string, error) {
 	if flagPath != "" {
 		return check(flagPath, "--preload")
 	}
-	if env := os.Getenv("UVM_PRELOAD"); env != "" {
-		return check(env, "UVM_PRELOAD")
+	if env := os.Getenv(config.EnvPreload); env != "" {
+		return check(env, config.EnvPreload)
 	}
 	var looked []string
 	if exe, err := os.Executable(); err == nil {
@@ -339,23 +370,19 @@ func findPreload(flagPath string) (string, error) {
 		"and pass --preload PATH or set UVM_PRELOAD=PATH", preloadName, strings.Join(looked, " or "), what, err)
 }
 
-// staticTLSTunable is glibc's tunable for the static TLS it keeps for
-// libraries loaded with dlopen.
-const staticTLSTunable = "glibc.rtld.optional_static_tls"
-
-// runHeap is the heap --heap names: "managed" or "system". --min-size
-// given without --heap asks for large allocations only, as it did before
-// the heap was managed.
-func runHeap(flags *flag.FlagSet, heap string) (string, error) {
+// runHeap is the heap --heap names: "managed" or "system", and whether
+// --heap chose it. --min-size given without --heap asks for large
+// allocations only, as it did before the heap was managed.
+func runHeap(flags *flag.FlagSet, heap string) (string, bool, error) {
 	set := map[string]bool{}
 	flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case heap != "managed" && heap != "system":
-		return "", fmt.Errorf("--heap %q: want managed or system", heap)
+		return "", false, fmt.Errorf("--heap %q: want managed or system", heap)
 	case set["min-size"] && !set["heap"]:
-		return "system", nil
+		return "system", false, nil
 	}
-	return heap, nil
+	return heap, set["heap"], nil
 }
 
 // runEnv is the program's environment: the server's socket, the
@@ -375,7 +402,7 @@ func runEnv(env []string, sock string, minSize int64, heap string, statics bool,
 				preload = lib + ":" + v
 			}
 			continue
-		case uvm.EnvSocket, uvm.EnvServer, "UVM_MIN_SIZE", "UVM_HEAP", "UVM_STATICS", "UVM_BIN":
+		case uvm.EnvSocket, uvm.EnvServer, config.EnvMinSize, config.EnvHeap, config.EnvStatics, config.EnvBin:
 			continue
 		case "GLIBC_TUNABLES":
 			tunables = v
@@ -383,14 +410,9 @@ func runEnv(env []string, sock string, minSize int64, heap string, statics bool,
 		}
 		out = append(out, kv)
 	}
-	if heap == "managed" && !strings.Contains(tunables, staticTLSTunable+"=") {
-		// The managed heap loads jemalloc with dlopen, and Debian's
-		// jemalloc keeps its thread state in static TLS (2.6 KiB), more
-		// than glibc leaves for libraries loaded late (512 bytes).
-		if tunables != "" {
-			tunables += ":"
-		}
-		tunables += staticTLSTunable + "=16384"
+	if heap == "managed" {
+		// The managed heap loads jemalloc with dlopen: room for its TLS.
+		tunables = libuvm.HeapTunables(tunables)
 	}
 	if tunables != "" {
 		out = append(out, "GLIBC_TUNABLES="+tunables)
@@ -398,10 +420,10 @@ func runEnv(env []string, sock string, minSize int64, heap string, statics bool,
 	return append(out,
 		uvm.EnvSocket+"="+sock,
 		uvm.EnvServer+"=daemon", // this server, never a private one of its own
-		"UVM_BIN="+self,
-		"UVM_MIN_SIZE="+strconv.FormatInt(minSize, 10),
-		"UVM_HEAP="+heap,
-		"UVM_STATICS="+map[bool]string{true: "1", false: "0"}[statics],
+		config.EnvBin+"="+self,
+		config.EnvMinSize+"="+strconv.FormatInt(minSize, 10),
+		config.EnvHeap+"="+heap,
+		config.EnvStatics+"="+map[bool]string{true: "1", false: "0"}[statics],
 		"LD_PRELOAD="+preload)
 }
 
@@ -488,6 +510,14 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 	}
 	fmt.Fprintf(w, "uvm run: %s %s after %.2fs\n", name, how, r.WallSeconds)
 	fmt.Fprintf(w, "  %-20s %d (%s), threshold %s\n", "managed allocations", r.Allocations, humanSize(r.AllocatedBytes), humanSize(uint64(r.MinSize)))
+	switch {
+	case r.Heap == "managed":
+		fmt.Fprintf(w, "  %-20s managed: smaller allocations from jemalloc arenas over managed memory (counted above as their chunks)\n", "heap")
+	case r.HeapUnavailable != "":
+		fmt.Fprintf(w, "  %-20s system: smaller allocations were glibc's, unmanaged (the managed heap could not be had, as said at the start)\n", "heap")
+	default:
+		fmt.Fprintf(w, "  %-20s system: smaller allocations were glibc's, unmanaged\n", "heap")
+	}
 	var faults []string
 	for _, f := range r.Faults {
 		faults = append(faults, fmt.Sprintf("%v %d (missing %d, minor %d, write-protect %d)", f.Processor, f.Total(), f.Missing, f.Minor, f.WriteProtect))
@@ -511,6 +541,9 @@ func renderRunSummary(w io.Writer, name string, r runReport) {
 		fmt.Fprintf(w, ", host budget %s", humanSize(uint64(r.HostBudget)))
 	}
 	fmt.Fprintln(w)
+	if r.HostPeakBytes > 0 {
+		fmt.Fprintf(w, "  %-20s %s of managed memory on the host at once\n", "host peak", humanSize(uint64(r.HostPeakBytes)))
+	}
 	for _, rf := range r.Stats.Refaults {
 		fmt.Fprintf(w, "  %-20s %d pages, %s\n", fmt.Sprintf("refaults on %v", rf.Processor), rf.Pages, refaultDetail(rf))
 	}

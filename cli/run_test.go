@@ -98,6 +98,7 @@ func TestRunReportAndSummary(t *testing.T) {
 	cfg := uvm.DefaultServerConfig()
 	cfg.HostBudget = 4 << 20
 	rep := makeRunReport([]string{"prog", "x"}, syscall.WaitStatus(3<<8), 1500*time.Millisecond, 1<<20, cfg, st)
+	rep.HostPeakBytes = 5 << 20
 	assert.Equal(t, 3, rep.ExitStatus)
 	assert.Empty(t, rep.Signal)
 	assert.Equal(t, uint64(100*uvm.PageSize), rep.HostToDeviceBytes)
@@ -116,6 +117,7 @@ func TestRunReportAndSummary(t *testing.T) {
 		"copied               host -> device 400 KiB, device -> host 240 KiB",
 		"cpu -> device 0",
 		"evicted              93 pages (372 KiB), host budget 4 MiB",
+		"host peak            5 MiB of managed memory on the host at once",
 		"fault service        16 faults: p50 1µs, p99 4µs, max 4µs",
 	} {
 		assert.Contains(t, b.String(), want)
@@ -130,6 +132,7 @@ func TestRunReportAndSummary(t *testing.T) {
 	assert.Contains(t, b.String(), "uvm run: prog was killed by SIGKILL (status 137)")
 	assert.Contains(t, b.String(), "faults               none")
 	assert.Contains(t, b.String(), "fault service        no faults")
+	assert.NotContains(t, b.String(), "host peak", "no peak known: no line")
 }
 
 // staticallyLinked tells a program LD_PRELOAD cannot reach (no ELF

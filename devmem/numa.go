@@ -69,6 +69,51 @@ func (f *File) BindRange(node int, off, length int64) error {
 	return nil
 }
 
+// PreferNode gives [addr, addr+length), a shared mapping of a location
+// file, the memory policy that prefers NUMA node node (MPOL_PREFERRED):
+// the file keeps it (a shared policy), so pages allocated there later, by
+// whichever process, are allocated on node where they can be. With move,
+// the pages already there that this process alone maps move to the node
+// (MPOL_MF_MOVE); one that cannot move (mapped elsewhere too) stays, as a
+// preference allows. Node -1 puts back the default policy.
+func PreferNode(addr uintptr, length int64, node int, move bool) error {
+	mode, nodes, flags := memsys.MpolDefault, []int(nil), 0
+	if node >= 0 {
+		mode, nodes = memsys.MpolPreferred, []int{node}
+		if move {
+			flags = memsys.MpolMfMove
+		}
+	}
+	err := memsys.Mbind(addr, uintptr(length), mode, nodes, flags)
+	if err != nil && !errors.Is(err, syscall.EIO) {
+		return fmt.Errorf("prefer NUMA node %d for %#x+%d: mbind: %w", node, addr, length, err)
+	}
+	return nil
+}
+
+// PreferredNodeOf reports the node the memory policy at addr prefers
+// (MPOL_PREFERRED), or -1 for any other policy.
+func PreferredNodeOf(addr uintptr) (int, error) {
+	mode, nodes, err := memsys.PolicyOfAddress(addr)
+	if err != nil {
+		return -1, fmt.Errorf("policy of address %#x: %w", addr, err)
+	}
+	if mode != memsys.MpolPreferred || len(nodes) != 1 {
+		return -1, nil
+	}
+	return nodes[0], nil
+}
+
+// CurrentNode is the NUMA node of the CPU the calling thread runs on
+// (getcpu).
+func CurrentNode() (int, error) {
+	_, node, err := memsys.Getcpu()
+	if err != nil {
+		return -1, fmt.Errorf("getcpu: %w", err)
+	}
+	return node, nil
+}
+
 // NodeOfAddress reports the NUMA node of the page at addr. The kernel
 // faults the page in to look at it, so asking about a hole of a mapped
 // file allocates a page (under the file's policy).
@@ -160,4 +205,28 @@ func probeBindOnce(node int) (err error) {
 		return fmt.Errorf("mbind probe: page of a file bound to node %d landed on node %d", node, got)
 	}
 	return nil
+}
+
+// ArenaNode is the node to run copies into an arena of backend on: its
+// node for a NUMA arena of a machine with several nodes, else -1.
+func ArenaNode(backend string, node int) int {
+	if backend != BackendNUMA.String() || !multiNode() {
+		return -1
+	}
+	return node
+}
+
+var (
+	multiNodeOnce sync.Once
+	multiNodeMemo bool
+)
+
+// multiNode reports whether this machine has more than one NUMA node, the
+// only case where pinning copy threads to one matters.
+func multiNode() bool {
+	multiNodeOnce.Do(func() {
+		nodes, err := Nodes()
+		multiNodeMemo = err == nil && len(nodes) > 1
+	})
+	return multiNodeMemo
 }

@@ -187,6 +187,56 @@ func TestInfo(t *testing.T) {
 	assert.Contains(t, text, "capacity=134217728")
 }
 
+// TestInfoConfiguredIsComplete: `uvm info --json` has a configured_* for
+// every variable a server reads (the three of the devices in
+// configured_devices), each the setting's default with the environment
+// clear, the default resolved as the server reads it, and what the
+// environment chooses otherwise.
+func TestInfoConfiguredIsComplete(t *testing.T) {
+	var clear []string
+	for _, s := range config.Settings {
+		clear = append(clear, s.Env+"=")
+	}
+	info := func(env ...string) map[string]any {
+		out, errOut, err := uvmCmd(t, append(clear[:len(clear):len(clear)], env...), "info", "--json")
+		require.NoError(t, err, errOut)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &m), out)
+		return m
+	}
+	key := func(env string) string {
+		switch env {
+		case config.EnvDevices, config.EnvArenaSize, config.EnvArenaBackend:
+			return "configured_devices"
+		}
+		return "configured_" + strings.ToLower(strings.TrimPrefix(env, "UVM_"))
+	}
+	m := info()
+	for _, s := range config.Settings {
+		if s.Server {
+			assert.Contains(t, m, key(s.Env), "uvm info --json shows what %s configures", s.Env)
+		}
+	}
+	for env, want := range map[string]any{
+		config.EnvCoherence: "fault", config.EnvLargeFolios: "auto", config.EnvDirtyTracking: "auto", config.EnvEviction: "clock",
+		config.EnvHandlers: "follow", config.EnvAccessCount: "auto", config.EnvRestarts: "on", config.EnvPrefetch: "density",
+		config.EnvTrackPrefetch: false, config.EnvHostBudget: 0.0, config.EnvCopyThreads: 0.0,
+	} {
+		assert.Equal(t, want, m[key(env)], "%s unset", env)
+		if s, ok := want.(string); ok {
+			assert.Equal(t, config.SettingOf(env).Default, s, "the default uvm help prints for %s", env)
+		}
+	}
+	m = info(config.EnvCoherence+"=launch", config.EnvLargeFolios+"=off", config.EnvDirtyTracking+"=wp-fault", config.EnvEviction+"=2q",
+		config.EnvHostBudget+"=64MiB", config.EnvRestarts+"=off", config.EnvTrackPrefetch+"=1", config.EnvCopyThreads+"=3")
+	for env, want := range map[string]any{
+		config.EnvCoherence: "launch", config.EnvLargeFolios: "off", config.EnvDirtyTracking: "wp-fault", config.EnvEviction: "2q",
+		config.EnvHostBudget: float64(64 << 20), config.EnvRestarts: "off", config.EnvTrackPrefetch: true, config.EnvCopyThreads: 3.0,
+	} {
+		assert.Equal(t, want, m[key(env)], "%s set", env)
+	}
+}
+
 // TestBenchMemcpy runs the copy engine's benchmark small and checks that
 // it measured every figure the issue names.
 func TestBenchMemcpy(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/softuvm/softuvm/cli/workloads"
 	"github.com/softuvm/softuvm/internal/proctest"
 	"github.com/softuvm/softuvm/uvm"
 )
@@ -41,6 +42,8 @@ type runReport struct {
 	Signal            string                `json:"signal"`
 	WallSeconds       float64               `json:"wall_seconds"`
 	MinSize           int64                 `json:"min_size"`
+	Heap              string                `json:"heap"`
+	HeapUnavailable   string                `json:"heap_unavailable"`
 	HostBudget        int64                 `json:"host_budget"`
 	Devices           int                   `json:"devices"`
 	Allocations       uint64                `json:"allocations"`
@@ -206,31 +209,6 @@ func writeLines(t *testing.T, path string, size int64, seed uint64) {
 	require.NoError(t, w.Flush())
 }
 
-// writeLog writes deterministic, compressible log lines until size
-// bytes: what the compressors compress (repeated text with variation,
-// about 7:1 for gzip).
-func writeLog(t *testing.T, path string, size int64, seed uint64) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	rng := rand.New(rand.NewPCG(seed, seed+1))
-	paths := []string{"/api/v1/items", "/api/v1/users", "/static/app.js", "/health", "/api/v2/orders"}
-	var line []byte
-	for i, n := 0, int64(0); n < size; i, n = i+1, n+int64(len(line)) {
-		status := 200
-		if rng.IntN(20) == 0 {
-			status = 404
-		}
-		line = fmt.Appendf(line[:0], "2024-05-%02d %06d INFO req=%08d path=%s/%d status=%d bytes=%d\n",
-			1+i/3000000%28, i%1000000, i, paths[i%len(paths)], rng.IntN(1000), status, rng.IntN(100000))
-		_, err := w.Write(line)
-		require.NoError(t, err)
-	}
-	require.NoError(t, w.Flush())
-}
-
 // pythonHash builds a 500 MB bytearray (zeroed, then filled with a
 // pattern) and prints its SHA-256.
 const pythonHash = `import hashlib
@@ -274,7 +252,7 @@ func TestRunRealPrograms(t *testing.T) {
 	logs := filepath.Join(dir, "log-100MB.txt")
 	start := time.Now()
 	writeLines(t, lines, 200e6, 1)
-	writeLog(t, logs, 100e6, 2)
+	require.NoError(t, workloads.WriteLog(logs, 100e6, 2))
 	t.Logf("test data written in %v", time.Since(start).Round(time.Millisecond))
 
 	python := "/usr/bin/python3" // Debian's, not a pyenv shim in PATH
@@ -625,6 +603,49 @@ func TestRunCommand(t *testing.T) {
 		assert.True(t, strings.HasSuffix(parts[3], "/uvm.sock"), "a socket of its own: %q", parts[3])
 		_, err := os.Stat(parts[3])
 		assert.True(t, os.IsNotExist(err), "the socket is gone after the run")
+	})
+
+	t.Run("heap of a run of several processes", func(t *testing.T) {
+		// sh, seq, awk and sort: processes of one run. awk's array and
+		// sort's lines are small allocations, managed where jemalloc
+		// loads: the run's managed allocations are the heap's chunks.
+		script := `seq 1 100000 | awk '{ a[$1] = $1 } END { print length(a) }'; seq 1 50000 | sort -rn | head -n 1`
+		r, rep := uvmRun(t, 2*time.Minute, nil, nil, nil, "sh", "-c", script)
+		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+		assert.Equal(t, "100000\n50000\n", r.stdout)
+		assert.Empty(t, r.stderr, "nothing to say: the heap is managed")
+		assert.Equal(t, "managed", rep.Heap)
+		assert.Empty(t, rep.HeapUnavailable)
+		assert.Positive(t, rep.Allocations, "the heap's chunks")
+		assert.Positive(t, rep.Stats.FaultsBy(uvm.CPU).Missing, "the heap's pages are served by the server")
+
+		// jemalloc missing (a name the loader cannot find): one notice
+		// for the whole run, with the fix, and none from its processes,
+		// which use glibc's allocator.
+		missing := []string{"UVM_JEMALLOC=libsoftuvm-no-such-jemalloc.so.2"}
+		r, rep = uvmRun(t, 2*time.Minute, missing, nil, nil, "sh", "-c", script)
+		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+		assert.Equal(t, "100000\n50000\n", r.stdout)
+		assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r.stderr)
+		assert.Equal(t, 1, strings.Count(r.stderr, "uvm run: the managed heap cannot be had: cannot load libsoftuvm-no-such-jemalloc.so.2 ("), r.stderr)
+		assert.Contains(t, r.stderr, "so allocations below 1 MiB come from glibc's allocator, unmanaged, in every process of this run")
+		assert.Contains(t, r.stderr, "install jemalloc: apt-get install libjemalloc2")
+		assert.NotContains(t, r.stderr, "libuvm-preload[", "no process says it again")
+		assert.Equal(t, "system", rep.Heap)
+		assert.Contains(t, rep.HeapUnavailable, "cannot load libsoftuvm-no-such-jemalloc.so.2")
+
+		// Without --quiet the summary says which heap, without the notice again.
+		r = runCommand(t, time.Minute, missing, nil, uvmBin, "run", "sh", "-c", "true; true")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Equal(t, 1, strings.Count(r.stderr, "cannot load libsoftuvm-no-such-jemalloc.so.2"), r.stderr)
+		assert.Contains(t, r.stderr, "heap                 system: smaller allocations were glibc's, unmanaged (the managed heap could not be had, as said at the start)")
+
+		// Asked for by name, the managed heap is required.
+		r = runCommand(t, time.Minute, missing, nil, uvmBin, "run", "--heap", "managed", "true")
+		assert.Equal(t, 125, r.code)
+		assert.Equal(t, "uvm run: --heap managed: the managed heap cannot be had: cannot load libsoftuvm-no-such-jemalloc.so.2 "+
+			"(libsoftuvm-no-such-jemalloc.so.2: cannot open shared object file: No such file or directory) "+
+			"(install jemalloc: apt-get install libjemalloc2), or run with --heap system\n", r.stderr)
 	})
 
 	t.Run("preload report", func(t *testing.T) {

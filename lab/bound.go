@@ -6,6 +6,7 @@ import (
 	"container/heap"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -37,38 +38,72 @@ type RefStream struct {
 // References is the number of references after collapsing.
 func (r *RefStream) References() int { return len(r.seq) }
 
+// refBuilder appends references to a RefStream, collapsing repeats.
+type refBuilder struct {
+	r         *RefStream
+	ids       map[uint64]uint32
+	last      uint32
+	lastStore bool
+}
+
+func newRefBuilder() *refBuilder {
+	return &refBuilder{r: &RefStream{}, ids: map[uint64]uint32{}, last: math.MaxUint32}
+}
+
+// add appends one reference to page (a page number, address /
+// PageSize), without counting it in Loads or Stores.
+func (b *refBuilder) add(page uint64, store bool) error {
+	r := b.r
+	id, ok := b.ids[page]
+	if !ok {
+		if len(r.pages) >= storeBit-1 {
+			return fmt.Errorf("more than %d distinct pages referenced: too many for the bound", storeBit-1)
+		}
+		id = uint32(len(r.pages))
+		b.ids[page] = id
+		r.pages = append(r.pages, page)
+	}
+	if id == b.last && (b.lastStore || !store) {
+		return nil
+	}
+	if len(r.seq) == math.MaxInt32 {
+		return fmt.Errorf("more than %d page references after collapsing repeats: run a smaller input", math.MaxInt32)
+	}
+	b.last, b.lastStore = id, store
+	if store {
+		id |= storeBit
+	}
+	r.seq = append(r.seq, id)
+	return nil
+}
+
+// PageRefs makes a RefStream of a reference string known page by page
+// (a synthetic program's, computed rather than traced): refs yields each
+// reference's page number (address / PageSize) and whether it stores.
+// Each counts once in Loads or Stores; repeats collapse as ReadLackey's.
+func PageRefs(refs iter.Seq2[uint64, bool]) (*RefStream, error) {
+	b := newRefBuilder()
+	for page, store := range refs {
+		if store {
+			b.r.Stores++
+		} else {
+			b.r.Loads++
+		}
+		if err := b.add(page, store); err != nil {
+			return nil, err
+		}
+	}
+	return b.r, nil
+}
+
 // ReadLackey reads the output of valgrind --tool=lackey --trace-mem=yes:
 // lines " L ADDR,SIZE", " S ADDR,SIZE" and " M ADDR,SIZE" are the data
 // references (load, store, modify), hexadecimal; instruction fetches
 // ("I") and valgrind's own messages ("==PID== ...") are skipped. A
 // reference that crosses a page boundary references both pages.
 func ReadLackey(in io.Reader) (*RefStream, error) {
-	r := &RefStream{}
-	ids := map[uint64]uint32{}
-	last, lastStore := uint32(math.MaxUint32), false
-	add := func(page uint64, store bool) error {
-		id, ok := ids[page]
-		if !ok {
-			if len(r.pages) >= storeBit-1 {
-				return fmt.Errorf("more than %d distinct pages referenced: too many for the bound", storeBit-1)
-			}
-			id = uint32(len(r.pages))
-			ids[page] = id
-			r.pages = append(r.pages, page)
-		}
-		if id == last && (lastStore || !store) {
-			return nil
-		}
-		if len(r.seq) == math.MaxInt32 {
-			return fmt.Errorf("more than %d page references after collapsing repeats: run a smaller input", math.MaxInt32)
-		}
-		last, lastStore = id, store
-		if store {
-			id |= storeBit
-		}
-		r.seq = append(r.seq, id)
-		return nil
-	}
+	b := newRefBuilder()
+	r := b.r
 	br := bufio.NewReaderSize(in, 1<<20)
 	for lineNo := 1; ; lineNo++ {
 		line, err := br.ReadSlice('\n')
@@ -88,7 +123,7 @@ func ReadLackey(in io.Reader) (*RefStream, error) {
 			}
 			first, end := addr/PageSize, (addr+max(size, 1)-1)/PageSize
 			for p := first; p <= end; p++ {
-				if aerr := add(p, store); aerr != nil {
+				if aerr := b.add(p, store); aerr != nil {
 					return nil, aerr
 				}
 			}

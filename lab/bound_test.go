@@ -165,6 +165,41 @@ func TestBoundLoop(t *testing.T) {
 	require.Zero(t, g.Misses(4).OPTWriteBacks, "nothing was written")
 }
 
+// PageRefs makes the stream ReadLackey reads from the same references:
+// the same pages in the same order, the same repeats collapsed, the same
+// counts, and so the same misses.
+func TestPageRefsMatchesLackey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	refs := make([]int, 2000)
+	stores := make([]bool, len(refs))
+	for i := range refs {
+		refs[i], stores[i] = rng.IntN(40), rng.IntN(3) == 0
+	}
+	refs[1], stores[1] = refs[0], false // a repeat to collapse
+	fromLackey, err := ReadLackey(strings.NewReader(lackeyOf(refs, stores)))
+	require.NoError(t, err)
+	fromPages, err := PageRefs(func(yield func(uint64, bool) bool) {
+		for i, p := range refs {
+			// lackeyOf's addresses: 0x10000000 + p pages + 64 bytes.
+			if !yield(0x10000+uint64(p), stores[i]) {
+				return
+			}
+		}
+	})
+	require.NoError(t, err)
+	require.Equal(t, fromLackey.pages, fromPages.pages)
+	require.Equal(t, fromLackey.seq, fromPages.seq)
+	require.Equal(t, fromLackey.Loads, fromPages.Loads)
+	require.Equal(t, fromLackey.Stores, fromPages.Stores)
+	require.Less(t, fromPages.References(), len(refs), "repeats collapsed")
+	g, err := fromPages.Granules(nil, PageSize)
+	require.NoError(t, err)
+	for _, c := range []int{1, 10, 39, 40} {
+		m := g.Misses(c)
+		require.Equal(t, lruMisses(refs, c), m.LRU, "capacity %d", c)
+	}
+}
+
 func TestBoundGranulesAndSpans(t *testing.T) {
 	// Pages 0-15 are one 64 KiB granule, 16-31 another; page 40 lies
 	// in the span excluded.

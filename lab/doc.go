@@ -1,14 +1,16 @@
 // Package lab is softuvm's policy lab: it replays the policies of
 // package policy (the server's own implementations, not copies) over a
-// recorded trace (package trace), with residency simulated in memory,
-// and scores them against oracles that know the trace's future.
+// recorded trace (package trace) by running the fault server's own
+// block engine (internal/block) over memory simulated in page masks
+// (memory.go), and scores them against oracles that know the trace's
+// future.
 //
 // A replay serves the trace's references (the faults the recorded run
 // took, and the pages its access mode saw touched) with the policies
-// under test, moving pages between simulated locations by the server's
-// rules: its fault decision, its prefetch context, whole-block moves of
-// large folios, the soft host budget and hard device capacities, and
-// eviction to the roomiest device. What the recorded run's own policies
+// under test, through the engine: its fault decision, its prefetch
+// context, whole-block moves of large folios, the soft host budget and
+// hard device capacities, eviction and the resident core, read-ahead,
+// clean eviction. What the recorded run's own policies
 // did (its migrations, evictions, prefetches) is not replayed, only
 // counted (Result.Recorded) and timed (Costs); what the client asked for
 // (allocations, frees, prefetches, advice) is done again.
@@ -24,8 +26,9 @@
 // builds on this package.
 //
 // RefStream (bound.go) is the other view: a program's every data
-// reference, read from valgrind's lackey tool, on which LRU's and MIN's
-// misses are counted per page or granule at any capacity (uvm lab bound):
-// the bound of eviction on all a program touched, not only on what a
-// trace holds.
+// reference, read from valgrind's lackey tool (or, for a program whose
+// references are known, made page by page: PageRefs), on which LRU's and
+// MIN's misses are counted per page or granule at any capacity (uvm lab
+// bound, uvm bench cliff): the bound of eviction on all a program
+// touched, not only on what a trace holds.
 package lab

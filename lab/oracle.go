@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -48,7 +49,7 @@ func (f *future) nextUse(k pageKey, after int) int {
 func scanFuture(src source) (*future, error) {
 	f := &future{uses: map[pageKey][]int{}}
 	src = &reorder{src: src}
-	s := &sim{byID: map[uint64]*simRange{}, eviction: policy.NewLRU(), res: &Result{}}
+	s := &sim{byID: map[uint64]*simRange{}, res: &Result{}} // ranges only: no engine
 	add := func(p core.Device, addr uint64, _ bool) {
 		if r := s.lookup(addr); r != nil {
 			k := pageKey{slot: p.Slot(), rng: r.id, page: int((addr - r.start) / core.PageSize)}
@@ -71,9 +72,9 @@ func scanFuture(src source) (*future, error) {
 	}
 }
 
-// keyOf is the key of page x of block b at location l.
-func keyOf(b *simBlock, l core.Device, x int) pageKey {
-	return pageKey{slot: l.Slot(), rng: b.r.id, page: b.firstPage() + x}
+// keyOf is the key of page x of block v at location l.
+func keyOf(v block.Ref, l core.Device, x int) pageKey {
+	return pageKey{slot: l.Slot(), rng: v.R.ID, page: v.I*core.PagesPerBlock + x}
 }
 
 // opt is Belady's MIN (OPT): the pages evicted are those whose next use
@@ -94,7 +95,7 @@ type opt struct {
 
 type optEntry struct {
 	next int
-	b    *simBlock
+	v    block.Ref
 	page int
 }
 
@@ -115,8 +116,8 @@ func newOPT(s *sim) *opt { return &opt{s: s} }
 
 func (o *opt) Name() string { return OracleEviction }
 
-func (o *opt) push(b *simBlock, l core.Device, x int, next int) {
-	heap.Push(&o.heaps[l.Slot()], optEntry{next: next, b: b, page: x})
+func (o *opt) push(v block.Ref, l core.Device, x int, next int) {
+	heap.Push(&o.heaps[l.Slot()], optEntry{next: next, v: v, page: x})
 }
 
 func (o *opt) Arrived(*policy.Block, policy.Processor, int, policy.Cause) {}
@@ -126,9 +127,9 @@ func (o *opt) Victims(policy.Processor, int, []*policy.Block) []*policy.Block {
 }
 
 func (o *opt) ArrivedPages(pb *policy.Block, l policy.Processor, pages policy.PageMask, _ policy.Cause) {
-	b := pb.Owner().(*simBlock)
+	v, _ := block.RefOf(pb)
 	for x := pages.NextSet(0); x >= 0; x = pages.NextSet(x + 1) {
-		o.push(b, l, x, o.s.future.nextUse(keyOf(b, l, x), o.s.ref))
+		o.push(v, l, x, o.s.future.nextUse(keyOf(v, l, x), o.s.ref))
 	}
 }
 
@@ -136,9 +137,9 @@ func (o *opt) LeftPages(*policy.Block, policy.Processor, policy.PageMask) {}
 
 // Touched: the page's next use is now the one after this reference.
 func (o *opt) Touched(pb *policy.Block, l policy.Processor, x int, _ bool, _ policy.Clock) {
-	b := pb.Owner().(*simBlock)
-	if b.resident[l.Slot()].Test(x) {
-		o.push(b, l, x, o.s.future.nextUse(keyOf(b, l, x), o.s.ref))
+	v, _ := block.RefOf(pb)
+	if v.B.Resident[l.Slot()].Test(x) {
+		o.push(v, l, x, o.s.future.nextUse(keyOf(v, l, x), o.s.ref))
 	}
 }
 
@@ -148,21 +149,22 @@ func (o *opt) Touched(pb *policy.Block, l policy.Processor, x int, _ bool, _ pol
 func (o *opt) VictimPages(l policy.Processor, want int, out []policy.Victim) []policy.Victim {
 	h := &o.heaps[l.Slot()]
 	var taken []optEntry
-	byBlock := map[*simBlock]int{}
+	byBlock := map[*block.Block]int{}
+	serving, keep := o.s.eng.Sparing()
 	for n := 0; n < want && h.Len() > 0; {
 		e := heap.Pop(h).(optEntry)
-		if !e.b.resident[l.Slot()].Test(e.page) || (e.next <= o.s.ref && e.next != never) {
+		if !e.v.B.Resident[l.Slot()].Test(e.page) || (e.next <= o.s.ref && e.next != never) {
 			continue // gone, or passed by: a newer entry stands for it
 		}
-		if e.b == o.s.serving && o.s.keep.Test(e.page) {
+		if e.v.B == serving && keep.Test(e.page) {
 			taken = append(taken, e) // what the move brings stays
 			continue
 		}
-		i, ok := byBlock[e.b]
+		i, ok := byBlock[e.v.B]
 		if !ok {
 			i = len(out)
-			byBlock[e.b] = i
-			out = append(out, policy.Victim{Block: e.b.ref})
+			byBlock[e.v.B] = i
+			out = append(out, policy.Victim{Block: e.v.B.Ref})
 		}
 		if out[i].Pages.Test(e.page) {
 			continue // a duplicate entry
@@ -188,7 +190,7 @@ func (p *oraclePrefetch) Name() string { return OraclePrefetch }
 
 func (p *oraclePrefetch) Expand(c *policy.PrefetchContext) (out policy.PageMask) {
 	s := p.s
-	b, ok := c.Block.Owner().(*simBlock)
+	v, ok := block.RefOf(c.Block)
 	if !ok {
 		return out
 	}
@@ -204,7 +206,7 @@ func (p *oraclePrefetch) Expand(c *policy.PrefetchContext) (out policy.PageMask)
 		if c.ResidentOnDest.Test(x) || c.Faulted.Test(x) || c.Thrashing.Test(x) {
 			continue
 		}
-		if n := s.future.nextUse(keyOf(b, c.Processor, x), s.ref); n != never && n <= horizon {
+		if n := s.future.nextUse(keyOf(v, c.Processor, x), s.ref); n != never && n <= horizon {
 			out.Set(x)
 		}
 	}

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 )
@@ -37,45 +38,43 @@ type Config struct {
 	// Costs prices what the replay counts (EstimatedTime); nil takes
 	// what the trace measured, and defaults for the rest.
 	Costs *Costs
+	// Mechanism is the block engine's numbers (the zero value: the
+	// server's defaults).
+	Mechanism policy.Mechanism
 }
 
-// sim is a replay in progress.
+// sim is a replay in progress: the block engine (internal/block), the
+// server's own, run over simulated memory (memory.go).
 type sim struct {
-	hdr          trace.Header
-	prefetch     policy.PrefetchPolicy
-	eviction     policy.Eviction
-	pageEviction policy.PageEviction
-	thrashing    policy.Thrashing
-	hostBudget   int64 // bytes; 0: none
-	capacity     int64 // pages of each device
-	devices      int
-	largeFolios  bool
-	hostMinor    bool // the host view registers MINOR faults
-	deviceMinor  bool // device views register MINOR faults over their own files
+	hdr         trace.Header
+	set         *policy.Set
+	eng         *block.Engine
+	hostBudget  int64 // bytes; 0: none
+	capacity    int64 // pages of each device
+	devices     int
+	largeFolios bool
+	arenas      []*block.CountedArena
 
 	ranges    []*simRange // by start
 	byID      map[uint64]*simRange
 	lastRange *simRange
-	used      [maxLocs]int64 // pages resident per location
 
-	now         policy.Clock
-	prefetchCtx policy.PrefetchContext
-	future      *future   // for the oracles; nil otherwise
-	ref         int       // the index of the reference being served
-	serving     *simBlock // the block whose move is evicting: never its own victim,
-	// except under the oracle (evictsOwn), which spares only the pages
-	// the move brings (keep): the server skips the block whose lock it
-	// holds, Belady's MIN knows no blocks.
-	evictsOwn bool
-	keep      core.PageMask
-	observer  AccessObserver
-	// refaulting is the thrashing policy where it answers refaults, and
-	// ws the processors' refault stamps and resident cores
-	// (workingset.go).
-	refaulting policy.Refaulting
-	ws         *workingset.Set[*simBlock]
-	res        *Result
-	measured   costSamples
+	now      policy.Clock
+	scratch  block.Scratch
+	mover    block.Mover // the fault's, reused: one of its own would be allocated each fault
+	future   *future     // for the oracles; nil otherwise
+	ref      int         // the index of the reference being served
+	observer AccessObserver
+	res      *Result
+	measured costSamples
+}
+
+// simRange is one allocation of the trace.
+type simRange struct {
+	id    uint64
+	start uint64
+	pages int
+	r     *block.Range // nil in a scan of the future
 }
 
 // AccessObserver is an optional interface of an eviction policy that
@@ -160,7 +159,7 @@ const (
 )
 
 // newSim builds the policies and the memory cfg asks for over a trace
-// with header h.
+// with header h: the one policy set (policy.NewSet) the engine runs by.
 func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	s := &sim{hdr: h, byID: map[uint64]*simRange{}, future: fut}
 	pick := func(asked, kind string) string {
@@ -169,51 +168,45 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 		}
 		return h.Policies[kind]
 	}
+	var specs policy.Specs
 	var err error
-	// Prefetch.
-	switch spec := pick(cfg.Prefetch, "prefetch"); spec {
-	case OraclePrefetch:
-		s.prefetch = &oraclePrefetch{s: s}
-	default:
-		ps, perr := policy.ParsePrefetchSpec(spec)
-		if perr != nil {
-			return nil, fmt.Errorf("%w (or %q, the replay's bound)", perr, OraclePrefetch)
-		}
-		if s.prefetch, err = policy.NewPrefetchPolicy(ps); err != nil {
-			return nil, err
+	prefetch := pick(cfg.Prefetch, "prefetch")
+	if prefetch != OraclePrefetch {
+		if specs.Prefetch, err = policy.ParsePrefetchSpec(prefetch); err != nil {
+			return nil, fmt.Errorf("%w (or %q, the replay's bound)", err, OraclePrefetch)
 		}
 	}
-	// Eviction.
-	switch spec := pick(cfg.Eviction, "eviction"); spec {
-	case OracleEviction:
-		s.eviction = newOPT(s)
-		s.evictsOwn = true
-	default:
-		if s.eviction, err = policy.NewEviction(spec); err != nil {
-			return nil, fmt.Errorf("%w (or %q, the replay's bound)", err, OracleEviction)
-		}
-	}
-	s.pageEviction, _ = s.eviction.(policy.PageEviction)
-	s.observer, _ = s.eviction.(AccessObserver)
-	if o, ok := s.eviction.(policy.Observing); ok {
-		o.Observe(hintFaults{s})
+	eviction := pick(cfg.Eviction, "eviction")
+	if eviction != OracleEviction {
+		specs.Eviction = eviction
 	}
 	// Thrashing: the header records the spec as ThrashingSpec.String
 	// writes it, which ParseThrashingSpec reads back. A recorded spec
 	// that says nothing of refaults was written by a server that had no
 	// answer to them: its replay has none either.
 	thrashingSpec := pick(cfg.Thrashing, "thrashing")
-	ts, err := policy.ParseThrashingSpec(thrashingSpec)
-	if err != nil {
+	if specs.Thrashing, err = policy.ParseThrashingSpec(thrashingSpec); err != nil {
 		return nil, err
 	}
 	if cfg.Thrashing == "" && thrashingSpec != "" && !strings.Contains(thrashingSpec, "refault") {
-		ts.Refault = false
+		specs.Thrashing.Refault = false
 	}
-	if ts.Enabled {
-		if s.thrashing, err = policy.NewThrashing(ts); err != nil {
-			return nil, err
+	specs.Mechanism = cfg.Mechanism
+	if s.set, err = policy.NewSet(specs); err != nil {
+		if eviction != OracleEviction && specs.Eviction != "" && policy.ValidateEviction(specs.Eviction) != nil {
+			return nil, fmt.Errorf("%w (or %q, the replay's bound)", err, OracleEviction)
 		}
+		return nil, err
+	}
+	if prefetch == OraclePrefetch {
+		s.set.Prefetch = &oraclePrefetch{s: s}
+	}
+	if eviction == OracleEviction {
+		s.set.UseEviction(newOPT(s))
+	}
+	s.observer, _ = s.set.Eviction.(AccessObserver)
+	if o, ok := s.set.Eviction.(policy.Observing); ok {
+		o.Observe(hintFaults{})
 	}
 	// Memory.
 	s.hostBudget = h.HostBudget
@@ -250,20 +243,21 @@ func newSim(h trace.Header, cfg Config, fut *future) (*sim, error) {
 	default:
 		return nil, fmt.Errorf("%w: large folios %q: want on or off", core.ErrInvalidValue, cfg.LargeFolios)
 	}
-	// The host view registers MINOR faults where the host file takes
-	// large folios, and a device's view over its own file where its
-	// arena does, under the fault coherence model (server:
-	// session.hostMinor, session.deviceMinor); replays assume that
-	// model, and that the arenas take large folios where the host file
-	// does.
-	s.hostMinor = s.largeFolios
-	s.deviceMinor = s.largeFolios
-	s.res = &Result{Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), Thrashing: "off",
+	s.res = &Result{Prefetch: s.set.Prefetch.Name(), Eviction: s.set.Eviction.Name(), Thrashing: "off",
 		HostBudget: s.hostBudget, DeviceBytes: s.capacity * core.PageSize, Devices: s.devices, LargeFolios: s.largeFolios}
-	if s.thrashing != nil {
-		s.res.Thrashing = s.thrashing.Name()
+	if s.set.Thrashing != nil {
+		s.res.Thrashing = s.set.Thrashing.Name()
 	}
-	s.setRefaultLimits()
+	arenas := make([]block.Arena, s.devices)
+	for d := range arenas {
+		a := &block.CountedArena{Pages: s.capacity}
+		s.arenas = append(s.arenas, a)
+		arenas[d] = a
+	}
+	s.eng = block.New(block.Config{Policies: s.set, Arenas: arenas, HostBudget: s.hostBudget,
+		Now:        func() int64 { return int64(s.now/policy.Clock(time.Microsecond)) + 1 },
+		Background: func(f func()) { f() }, OwnVictims: eviction == OracleEviction,
+		Observers: []block.Observer{counter{s.res}}})
 	if cfg.Costs != nil {
 		s.res.Costs = *cfg.Costs
 		if s.res.Costs.Source == "" {
@@ -323,7 +317,7 @@ func (s *sim) event(e *trace.Event) {
 		s.measured.fault(e)
 		eachReference(e, s.reference)
 	case trace.KindAccess:
-		eachReference(e, s.reference)
+		eachReference(e, s.lateReference)
 	case trace.KindArm:
 		s.arm(core.Device(e.Processor), e.Addr, e.Pages)
 	case trace.KindDiscard:
@@ -383,9 +377,12 @@ func (s *sim) operation(dst core.Device, addr uint64, pages uint32, cause policy
 	if int(dst) >= s.devices {
 		return
 	}
-	s.eachBlock(addr, pages, func(b *simBlock, want core.PageMask) {
-		o := mover{s: s, b: b, cause: cause, via: true}
-		o.moveTo(dst, want, core.PageMask{})
+	s.eachBlock(addr, pages, func(o *block.Mover, want core.PageMask) {
+		if cause == policy.CausePrefetch {
+			_ = o.Prefetch(dst, want)
+		} else {
+			_ = o.MoveIn(dst, want, cause)
+		}
 	})
 }
 
@@ -396,25 +393,39 @@ func (s *sim) arm(p core.Device, addr uint64, pages uint32) {
 	if p != core.CPU {
 		return
 	}
-	s.eachBlock(addr, pages, func(b *simBlock, m core.PageMask) { b.hostMapped.AndNot(&m) })
+	s.eachBlock(addr, pages, func(o *block.Mover, m core.PageMask) {
+		tables(o.B).mapped[core.CPU.Slot()].AndNot(&m)
+	})
+}
+
+// discard is the server's session.discard: every location's copies of
+// pages [addr, addr+pages) go, and their next touch is a first touch.
+func (s *sim) discard(addr uint64, pages uint32) {
+	s.eachBlock(addr, pages, func(o *block.Mover, m core.PageMask) { o.Discard(m) })
 }
 
 // eachBlock calls fn for each block that pages [addr, addr+pages) cover,
-// with the pages of it they cover, until one lies outside every range.
-func (s *sim) eachBlock(addr uint64, pages uint32, fn func(b *simBlock, m core.PageMask)) {
+// with the block locked and the pages of it they cover, until one lies
+// outside every range.
+func (s *sim) eachBlock(addr uint64, pages uint32, fn func(o *block.Mover, m core.PageMask)) {
 	end := addr + uint64(pages)*core.PageSize
 	for addr < end {
-		r := s.lookup(addr)
-		if r == nil {
+		sr := s.lookup(addr)
+		if sr == nil {
 			return
 		}
-		page := int((addr - r.start) / core.PageSize)
-		b := s.block(r, page/core.PagesPerBlock)
+		page := int((addr - sr.start) / core.PageSize)
+		bi := page / core.PagesPerBlock
+		b := sr.r.Block(bi)
 		first := page % core.PagesPerBlock
-		outer := min(b.pages, first+int((end-addr)/core.PageSize))
+		outer := min(b.Pages, first+int((end-addr)/core.PageSize))
 		var m core.PageMask
 		m.FillRange(first, outer)
-		fn(b, m)
+		b.Lock()
+		o := sr.r.NewMover(bi, b)
+		o.Use(&s.scratch)
+		fn(&o, m)
+		b.Unlock()
 		addr += uint64(outer-first) * core.PageSize
 	}
 }
@@ -423,106 +434,159 @@ func (s *sim) eachBlock(addr uint64, pages uint32, fn func(b *simBlock, m core.P
 // references are numbered in the order they are served (sim.ref), as
 // scanFuture numbers them for the oracles.
 func (s *sim) reference(p core.Device, addr uint64, write bool) {
+	s.serveReference(p, addr, write, false)
+}
+
+// lateReference serves a touch the access mode saw (trace.KindAccess):
+// it happened some time in the window the event closes, not at the
+// event's time, while the page was where the processor maps it (else it
+// would have faulted, and the fault is in the trace). A page that is
+// there now is a hit; one that has left since (the recorded run evicted
+// it after the touch, and so does the replay) is not brought back for a
+// touch already past: served as a fault at the window's end, it cost
+// the fault and, the window's pages coming in address order, looked
+// like a sweep to the prefetch policy (pointer_chase replayed 3% more
+// bytes than it moved). The eviction policy hears of it either way.
+func (s *sim) lateReference(p core.Device, addr uint64, write bool) {
+	s.serveReference(p, addr, write, true)
+}
+
+func (s *sim) serveReference(p core.Device, addr uint64, write, late bool) {
 	s.res.References++
 	defer func() { s.ref++ }()
-	r := s.lookup(addr)
-	if r == nil || (p != core.CPU && int(p) >= s.devices) {
+	sr := s.lookup(addr)
+	if sr == nil || (p != core.CPU && int(p) >= s.devices) {
 		s.res.Unserved++ // a page no allocation of the trace holds, or a device the replay lacks
 		return
 	}
-	page := int((addr - r.start) / core.PageSize)
-	b := s.block(r, page/core.PagesPerBlock)
-	x := page % core.PagesPerBlock
-	s.fault(b, p, x, write)
+	page := int((addr - sr.start) / core.PageSize)
+	bi, x := page/core.PagesPerBlock, page%core.PagesPerBlock
+	if late && !sr.r.Block(bi).Resident[p.Slot()].Test(x) {
+		s.res.LateTouches++
+	} else {
+		s.touch(sr.r, bi, p, x, write)
+	}
 	if s.observer != nil {
-		s.observer.Touched(b.ref, p, x, write, s.now)
+		s.observer.Touched(sr.r.Block(bi).Ref, p, x, write, s.now)
 	}
 }
 
-// fault serves a touch of page x of block b by processor p: nothing
-// where p has it mapped, a MINOR fault where the host's file has it but
-// its page table does not, and else the server's decision (decideFault)
-// for a page elsewhere or nowhere: thrashing, then the prefetch policy,
-// then the move and what it evicts.
-func (s *sim) fault(b *simBlock, p core.Device, x int, write bool) {
+// touch is processor p's touch of page x of block bi of r, as the
+// kernel takes it: nothing where p's view maps the page (but a write to
+// a protected one), a MINOR fault where p's file holds it and its view
+// registers them (else the kernel maps it), and else a fault the engine
+// serves, as the server's handlers do.
+func (s *sim) touch(r *block.Range, bi int, p core.Device, x int, write bool) {
 	slot := p.Slot()
-	if b.resident[slot].Test(x) {
-		if p != core.CPU && s.deviceMinor && b.unmapped[slot].Test(x) {
-			// In the device's file, not in its page table: one
-			// UFFDIO_CONTINUE maps the block's pages, writable.
-			s.res.Faults[slot]++
-			s.res.MinorFaults++
-			b.wpMarked[slot].AndNot(&b.unmapped[slot])
-			b.unmapped[slot] = core.PageMask{}
-			return
-		}
-		if p != core.CPU && write && b.wpMarked[slot].Test(x) {
-			// A device's first write to a page that came back to its
-			// file without its own install.
-			s.res.Faults[slot]++
-			s.res.WriteProtectFaults++
-			b.wpMarked[slot].Clear(x)
-			return
-		}
-		if p != core.CPU || b.hostMapped.Test(x) {
+	b := r.Block(bi)
+	t := tables(b)
+	kind := core.FaultMissing
+	switch {
+	case t.mapped[slot].Test(x):
+		if !write || !t.protected[slot].Test(x) {
 			s.res.Hits++
 			return
 		}
-		// In the host's file, not in its page table.
-		if s.hostMinor {
-			s.res.Faults[slot]++
-			s.res.MinorFaults++
-			mapped := b.resident[slot]
-			if b.watchRegions {
-				region := policy.RegionOf(x)
-				mapped.And(&region)
-			}
-			b.hostMapped.Or(&mapped)
-		} else {
-			s.res.Hits++ // the kernel maps it without asking the server
-			b.hostMapped.Set(x)
+		kind = core.FaultWP
+	case b.Resident[slot].Test(x):
+		// In p's file, not in its page table.
+		if (space{s}).Continues(r, labView(p)) {
+			kind = core.FaultMinor
+			break
 		}
-		return
-	}
-	if p != core.CPU && s.pinned(b, x) && b.resident[core.CPU.Slot()].Test(x) {
+		t.mapped[slot].Set(x) // the kernel maps it without the server
+		if !write || !t.protected[slot].Test(x) {
+			s.res.Hits++
+			return
+		}
+		kind = core.FaultWP // mapped read-only over a marker
+	case p != core.CPU && b.Pinned(s.eng, x) && b.Resident[core.CPU.Slot()].Test(x):
 		// Pinned in host memory: the device maps the host copy.
 		s.res.Hits++
 		s.res.RemoteTouches++
 		return
 	}
-	s.res.Faults[slot]++
-	src, populated := b.locationOfPage(x)
-	var faulted core.PageMask
-	faulted.Set(x)
-	o := mover{s: s, b: b, cause: policy.CauseFault, fault: true, via: true, demand: faulted}
-	if populated && src != p && s.thrashing != nil && b.thrash != nil {
-		f := policy.ThrashFault{Processor: p, Page: x, HostPreferred: true, Now: s.now}
-		switch s.thrashing.Check(b.thrash, f) {
-		case policy.ThrashThrottle:
+	r.ReadAheadReached(p, bi)
+	b.Lock()
+	defer b.Unlock()
+	o := &s.mover // reused: a mover of its own would be allocated each fault
+	*o = r.NewMover(bi, b)
+	o.FV = labView(p)
+	o.Use(&s.scratch)
+	f := block.Fault{Kind: kind, Write: write}
+	for {
+		plan, err := o.ServeFault(x, &f)
+		switch {
+		case errors.Is(err, block.ErrDeferred) && plan == block.PlanPinToHost:
+			// The page is pinned in host memory now: the device maps
+			// the host copy (the server's remapper), and reads it there.
+			s.res.RemoteTouches++
+		case errors.Is(err, block.ErrDeferred):
 			// The processor waits a nap, then the fault is served
-			// without asking again.
-			s.res.Throttles++
-			s.res.NapTime += s.thrashing.Nap()
-		case policy.ThrashPin:
-			s.res.Pins++
-			fallthrough
-		case policy.ThrashPinned:
-			if p != core.CPU {
-				// Bring the page to the host; the device maps it there.
-				o.moveTo(core.CPU, faulted, core.PageMask{})
-				s.res.RemoteTouches++
-				return
-			}
+			// again, as the server's deferred faults are.
+			f.Waits++
+			f.NoNap = f.Waits > s.eng.Mechanism().PinWaits
+			continue
+		case err != nil:
+			s.res.Refused++ // the server fails it: SIGBUS
 		}
-	}
-	extra := o.expand(p, faulted)
-	if !o.moveTo(p, faulted, extra) {
-		s.res.Refused++
+		o.Served(x, &f, plan, block.Event{Failed: err != nil})
+		return
 	}
 }
 
-// pinned reports whether the thrashing policy has page x of b pinned in
-// host memory now.
-func (s *sim) pinned(b *simBlock, x int) bool {
-	return s.thrashing != nil && b.thrash != nil && s.thrashing.Pinned(b.thrash, x, s.now)
+// lookup finds the range holding addr.
+func (s *sim) lookup(addr uint64) *simRange {
+	if r := s.lastRange; r != nil && addr >= r.start && addr < r.start+uint64(r.pages)*core.PageSize {
+		return r
+	}
+	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start > addr }) - 1
+	if i < 0 {
+		return nil
+	}
+	r := s.ranges[i]
+	if addr >= r.start+uint64(r.pages)*core.PageSize {
+		return nil
+	}
+	s.lastRange = r
+	return r
+}
+
+// addRange adds an allocation; one at an address a live range covers
+// replaces it (a trace whose free was lost). Its blocks are 2 MiB-aligned
+// in the simulated files, as a server's managed ranges are.
+func (s *sim) addRange(id, start, bytes uint64) {
+	if old := s.lookup(start); old != nil {
+		s.freeRange(old)
+	}
+	pages := int((bytes + core.PageSize - 1) / core.PageSize)
+	r := &simRange{id: id, start: start, pages: pages}
+	if s.eng != nil {
+		r.r = s.eng.NewRange(space{s}, uintptr(start), uintptr(pages)*core.PageSize)
+		r.r.FileOff, r.r.ID, r.r.Session, r.r.Kind, r.r.Prefetch = 0, id, 1, core.KindManaged, s.set.Prefetch
+	}
+	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start > start })
+	s.ranges = append(s.ranges, nil)
+	copy(s.ranges[i+1:], s.ranges[i:])
+	s.ranges[i] = r
+	s.byID[id] = r
+}
+
+// freeRange drops an allocation: its pages leave every location, as the
+// server's free does.
+func (s *sim) freeRange(sr *simRange) {
+	if sr.r != nil {
+		resident := sr.r.Free()
+		for d, a := range s.arenas {
+			a.Release(resident[d+1])
+		}
+	}
+	i := sort.Search(len(s.ranges), func(i int) bool { return s.ranges[i].start >= sr.start })
+	if i < len(s.ranges) && s.ranges[i] == sr {
+		s.ranges = append(s.ranges[:i], s.ranges[i+1:]...)
+	}
+	delete(s.byID, sr.id)
+	if s.lastRange == sr {
+		s.lastRange = nil
+	}
 }

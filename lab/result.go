@@ -92,9 +92,12 @@ type Result struct {
 	// device the replay lacks); Refused, faults a full device could not
 	// take (the server fails them: SIGBUS); BadVictims, victims an
 	// eviction policy named that are not blocks of the replay.
-	Unserved   uint64 `json:"unserved"`
-	Refused    uint64 `json:"refused"`
-	BadVictims uint64 `json:"bad_victims"`
+	Unserved uint64 `json:"unserved"`
+	// LateTouches counts touches the access mode saw of pages that had
+	// left by the end of their window (sim.lateReference): not served.
+	LateTouches uint64 `json:"late_touches"`
+	Refused     uint64 `json:"refused"`
+	BadVictims  uint64 `json:"bad_victims"`
 
 	// Costs priced EstimatedTime.
 	Costs         Costs         `json:"costs"`

@@ -5,24 +5,31 @@
 // Why it exists: `make build` puts bin/libuvm-preload.so beside bin/uvm,
 // where `uvm run` finds it, but a uvm built with `go build ./cmd/uvm` or
 // `go install` has no library beside it and so could not run any
-// program. With the sources embedded (src/*.c, src/*.h, include/uvm.h,
-// preload/preload.c: exactly what the Makefile compiles into the
-// library), such a uvm compiles the library itself, once, with the C
-// compiler ($CC, else cc, else gcc) and the Makefile's flags, into the
-// user's cache directory ($XDG_CACHE_HOME/softuvm, else
-// ~/.cache/softuvm), in a subdirectory named after a hash of the sources,
-// the flags and whether jemalloc was found. Later runs reuse that build;
-// a uvm with changed sources builds its own.
+// program. With the sources embedded (src/*.c, src/*.h, include/*.h,
+// preload/preload.c and preload/jemalloc_abi.h: exactly what the
+// Makefile compiles into the library, and the headers it installs),
+// such a uvm compiles the library itself, once, with the C compiler
+// ($CC, else cc, else gcc) and the Makefile's flags, into the user's
+// cache directory ($XDG_CACHE_HOME/softuvm, else ~/.cache/softuvm), in a
+// subdirectory named after a hash of the sources and the flags. Later
+// runs reuse that build; a uvm with changed sources builds its own.
 //
-// jemalloc: as the Makefile does, the builder compiles a one-line file
-// that includes <jemalloc/jemalloc.h>; if that works, preload.c is
-// compiled with -DUVM_PRELOAD_JEMALLOC (it loads libjemalloc.so.2 with
-// dlopen when a program runs, and is never linked with it), else
-// without. The check runs every
-// time (it takes a few tens of milliseconds), so that installing or
-// removing jemalloc selects another build rather than reusing one that
-// no longer matches the machine.
+// jemalloc: the library's managed heap needs jemalloc 5 when a program
+// runs, never when it is built. preload/jemalloc_abi.h declares what it
+// uses of jemalloc's interface, and the library loads libjemalloc.so.2
+// (or UVM_JEMALLOC) with dlopen as the program starts. ProbeHeap asks
+// the library, in a process started for that, whether that works in a
+// given environment: `uvm run` asks before it starts a program, so as to
+// say once for the whole run, not once per process, that the heap is not
+// managed and why; `uvm doctor` asks too.
 //
-// This package imports nothing of the module; package cli uses it only
-// when no library is found in the places it looks first.
+// StaticDir builds libuvm.a from the same sources (without the preload's
+// interposer) beside a copy of uvm.h and uvm_cuda.h, cached the same way:
+// `uvm bench grid` links its C program with it, and
+// BuildProgramWithLibuvm a program with it (`uvm bench soak`'s C client).
+//
+// This package imports nothing of the module; package cli builds the
+// library with it only where none is found in the places it looks first,
+// probes the heap with it before every `uvm run` of the managed heap, and
+// builds the benchmarks' C programs with it.
 package libuvm

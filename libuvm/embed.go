@@ -19,9 +19,9 @@ import (
 )
 
 // sources are the files the Makefile builds libuvm-preload.so from, under
-// their paths in this directory.
+// their paths in this directory, and the headers it installs.
 //
-//go:embed src/*.c src/*.h include/uvm.h preload/preload.c
+//go:embed src/*.c src/*.h include/*.h preload/preload.c preload/jemalloc_abi.h
 var sources embed.FS
 
 // PreloadName is the file name of the preload library.
@@ -29,7 +29,7 @@ const PreloadName = "libuvm-preload.so"
 
 // buildVersion names the layout of a build; a change to how the builder
 // works (not to the sources or flags, which are hashed) bumps it.
-const buildVersion = "softuvm-preload-build-1"
+const buildVersion = "softuvm-preload-build-2"
 
 // The Makefile's flags (LIBUVM_CFLAGS less the warnings, which change no
 // code, and less -DUVM_BINDIR, whose value there is by default the one
@@ -38,16 +38,12 @@ const buildVersion = "softuvm-preload-build-1"
 var (
 	compileFlags = []string{"-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-pthread", "-Iinclude"}
 	preloadFlags = []string{"-Isrc"} // preload.c only, as in the Makefile
-	linkFlags    = []string{"-shared", "-pthread", "-Wl,-soname," + PreloadName}
-	// With jemalloc's header: preload.c only. It is never linked with
-	// jemalloc: it loads libjemalloc.so.2 with dlopen at run time, so that
+	// Never -ljemalloc: preload.c declares what it uses of jemalloc
+	// (preload/jemalloc_abi.h) and loads libjemalloc.so.2 with dlopen
+	// when a program starts, so that building needs no jemalloc and
 	// jemalloc's constructor and fork handlers come after the core's.
-	jemallocDefine = "-DUVM_PRELOAD_JEMALLOC"
+	linkFlags = []string{"-shared", "-pthread", "-Wl,-soname," + PreloadName}
 )
-
-// jemallocProbe is the file whose compiling says that jemalloc's header
-// is there.
-const jemallocProbe = "#include <jemalloc/jemalloc.h>\n"
 
 // ErrNoCompiler is what Preload's error wraps when it finds no C compiler.
 var ErrNoCompiler = errors.New("no C compiler")
@@ -77,8 +73,8 @@ type Options struct {
 }
 
 // Preload returns the path of libuvm-preload.so built from the embedded
-// sources, building it first if the cache holds none for these sources,
-// flags and C compiler's view of jemalloc. A build is written into a
+// sources, building it first if the cache holds none for these sources
+// and flags. A build is written into a
 // temporary directory beside the builds and renamed into place, so that
 // concurrent callers see either no library or a whole one (each may
 // build; the last rename wins, and a program that already mapped an
@@ -87,49 +83,95 @@ type Options struct {
 // With no C compiler the error wraps ErrNoCompiler; a command that fails
 // gives a *BuildError with the compiler's output.
 func Preload(opt Options) (string, error) {
+	root, cc, err := cacheAndCompiler(opt)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, buildKey(cc[1:]))
+	if err := cached(opt, root, dir, PreloadName, func(tmp string) error { return build(cc, tmp, false) }); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, PreloadName), nil
+}
+
+// StaticDir returns a directory holding libuvm.a, the library built from
+// the embedded sources (without the preload's interposer), with uvm.h and
+// uvm_cuda.h in its include/: what a C program that uses the API links
+// with, cc -I DIR/include prog.c DIR/libuvm.a -pthread -lm (the
+// benchmarks build their C programs so). It builds it first when the
+// cache holds none for these sources and flags, as Preload does; the
+// errors are Preload's.
+func StaticDir(opt Options) (string, error) {
+	root, cc, err := cacheAndCompiler(opt)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "static-"+buildKey(cc[1:]))
+	if err := cached(opt, root, dir, "", func(tmp string) error { return build(cc, tmp, true) }); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// cached makes dir hold a build, building it first when it does not: into
+// a temporary directory beside it, then moved into place, so that
+// concurrent callers see either nothing or a whole build (each may build;
+// the last move wins, and a program that mapped an earlier file keeps it).
+// product is the one file of the build that moves into dir; "" moves the
+// whole directory (libuvm.a and its headers), which a concurrent build
+// that got there first leaves as it is, as good as this one.
+func cached(opt Options, root, dir, product string, buildInto func(tmp string) error) error {
+	done := filepath.Join(dir, product)
+	if product == "" {
+		done = filepath.Join(dir, "libuvm.a")
+	}
+	if fi, err := os.Stat(done); err == nil && fi.Mode().IsRegular() {
+		return nil
+	}
+	if opt.Building != nil {
+		opt.Building(dir)
+	}
+	tmp, err := os.MkdirTemp(root, ".build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := buildInto(tmp); err != nil {
+		return err
+	}
+	if product == "" {
+		if err := os.Rename(tmp, dir); err != nil {
+			if _, serr := os.Stat(done); serr != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(tmp, product), done)
+}
+
+// cacheAndCompiler is the cache directory, made, and the C compiler.
+func cacheAndCompiler(opt Options) (string, []string, error) {
 	root := opt.CacheDir
 	if root == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			return "", fmt.Errorf("no cache directory to build %s into: %v (set XDG_CACHE_HOME or HOME)", PreloadName, err)
+			return "", nil, fmt.Errorf("no cache directory to build libuvm into: %v (set XDG_CACHE_HOME or HOME)", err)
 		}
 		root = filepath.Join(base, "softuvm")
 	}
 	cc, err := compiler()
 	if err != nil {
-		return "", err
-	}
-	jemalloc, err := haveJemalloc(cc)
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(root, buildKey(cc[1:], jemalloc))
-	lib := filepath.Join(dir, PreloadName)
-	if fi, err := os.Stat(lib); err == nil && fi.Mode().IsRegular() {
-		return lib, nil
-	}
-	if opt.Building != nil {
-		opt.Building(dir)
+		return "", nil, err
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	removeStaleBuilds(root)
-	tmp, err := os.MkdirTemp(root, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := build(cc, tmp, jemalloc); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(tmp, PreloadName), lib); err != nil {
-		return "", err
-	}
-	return lib, nil
+	return root, cc, nil
 }
 
 // BuildProgram compiles the one C source file src (-O2) into the
@@ -154,9 +196,12 @@ func buildOne(out, src string, flags ...string) error {
 	return nil
 }
 
-// compiler is the C compiler's command: $CC (split at spaces, as make
-// would pass it to the shell, so "ccache gcc" works), else cc, else gcc,
-// with its program resolved in PATH.
+// Compiler is the C compiler Preload, BuildProgram and BuildLibrary use:
+// $CC (split at spaces, as make would pass it to the shell, so "ccache
+// gcc" works), else cc, else gcc, with its program resolved in PATH. With
+// none, the error wraps ErrNoCompiler.
+func Compiler() ([]string, error) { return compiler() }
+
 func compiler() ([]string, error) {
 	if env := os.Getenv("CC"); strings.TrimSpace(env) != "" {
 		cc := strings.Fields(env)
@@ -175,25 +220,9 @@ func compiler() ([]string, error) {
 	return nil, fmt.Errorf("%w: CC is not set, and neither cc nor gcc is in PATH", ErrNoCompiler)
 }
 
-// haveJemalloc says whether cc compiles the jemalloc probe.
-func haveJemalloc(cc []string) (bool, error) {
-	dir, err := os.MkdirTemp("", "softuvm-jemalloc-")
-	if err != nil {
-		return false, fmt.Errorf("checking for jemalloc: %v", err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "probe.c"), []byte(jemallocProbe), 0o644); err != nil {
-		return false, fmt.Errorf("checking for jemalloc: %v", err)
-	}
-	cmd := exec.Command(cc[0], append(cc[1:], "-fsyntax-only", "probe.c")...)
-	cmd.Dir = dir
-	return cmd.Run() == nil, nil
-}
-
 // buildKey names a build: a hash of the builder's version, the sources
-// (paths and contents), the flags, any in $CC after the program, and
-// whether jemalloc is used.
-func buildKey(ccArgs []string, jemalloc bool) string {
+// (paths and contents), the flags and any in $CC after the program.
+func buildKey(ccArgs []string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n", buildVersion)
 	for _, name := range sourceNames() {
@@ -201,10 +230,9 @@ func buildKey(ccArgs []string, jemalloc bool) string {
 		fmt.Fprintf(h, "file %q %d\n", name, len(b))
 		h.Write(b)
 	}
-	for _, f := range [][]string{ccArgs, compileFlags, preloadFlags, linkFlags, {jemallocDefine}} {
+	for _, f := range [][]string{ccArgs, compileFlags, preloadFlags, linkFlags} {
 		fmt.Fprintf(h, "flags %q\n", f)
 	}
-	fmt.Fprintf(h, "jemalloc %t\n", jemalloc)
 	return hex.EncodeToString(h.Sum(nil))[:24]
 }
 
@@ -222,12 +250,22 @@ func sourceNames() []string {
 }
 
 // build writes the sources into dir and builds dir/libuvm-preload.so
-// there: one object per C file, as many compilers at once as CPUs, then
-// the link.
-func build(cc []string, dir string, jemalloc bool) error {
-	units, err := writeSources(dir)
-	if err != nil {
-		return err
+// there, or (static) dir/libuvm.a without the preload's object: one object
+// per C file, as many compilers at once as CPUs, then the link (ar).
+func build(cc []string, dir string, static bool) error {
+	var units []string
+	for _, name := range sourceNames() {
+		b, _ := sources.ReadFile(name)
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return err
+		}
+		if strings.HasSuffix(name, ".c") && !(static && name == "preload/preload.c") {
+			units = append(units, name)
+		}
 	}
 	if err := os.Mkdir(filepath.Join(dir, "obj"), 0o755); err != nil {
 		return err
@@ -250,9 +288,6 @@ func build(cc []string, dir string, jemalloc bool) error {
 		args := append([]string(nil), compileFlags...)
 		if unit == "preload/preload.c" {
 			args = append(args, preloadFlags...)
-			if jemalloc {
-				args = append(args, jemallocDefine)
-			}
 		}
 		args = append(args, "-c", "-o", objs[i], unit)
 		wg.Add(1)
@@ -269,29 +304,17 @@ func build(cc []string, dir string, jemalloc bool) error {
 			return err // the first file's: a broken header breaks them all alike
 		}
 	}
+	if static {
+		cmd := exec.Command("ar", append([]string{"rcs", "libuvm.a"}, objs...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return &BuildError{Command: "ar rcs libuvm.a " + strings.Join(objs, " "), Err: err, Output: string(out)}
+		}
+		return nil
+	}
 	args := append(append([]string(nil), linkFlags...), "-o", PreloadName)
 	args = append(args, objs...)
 	return run(args...)
-}
-
-// writeSources writes the embedded files into dir under their paths,
-// and returns the paths of the C files among them.
-func writeSources(dir string) ([]string, error) {
-	var units []string
-	for _, name := range sourceNames() {
-		b, _ := sources.ReadFile(name)
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			return nil, err
-		}
-		if strings.HasSuffix(name, ".c") {
-			units = append(units, name)
-		}
-	}
-	return units, nil
 }
 
 // removeStaleBuilds removes temporary build directories an hour old or

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +26,7 @@ func requireCC(t *testing.T) {
 // that the Makefile builds the library from.
 func TestSourcesAreTheMakefiles(t *testing.T) {
 	var want []string
-	for _, pat := range []string{"include/uvm.h", "preload/preload.c", "src/*.c", "src/*.h"} {
+	for _, pat := range []string{"include/*.h", "preload/*.c", "preload/*.h", "src/*.c", "src/*.h"} {
 		m, err := filepath.Glob(pat)
 		require.NoError(t, err)
 		want = append(want, m...)
@@ -37,11 +36,10 @@ func TestSourcesAreTheMakefiles(t *testing.T) {
 }
 
 func TestBuildKey(t *testing.T) {
-	k := buildKey(nil, false)
+	k := buildKey(nil)
 	assert.Len(t, k, 24)
-	assert.Equal(t, k, buildKey(nil, false), "the same sources and flags: the same build")
-	assert.NotEqual(t, k, buildKey(nil, true), "jemalloc or not: another build")
-	assert.NotEqual(t, k, buildKey([]string{"-m32"}, false), "flags in $CC: another build")
+	assert.Equal(t, k, buildKey(nil), "the same sources and flags: the same build")
+	assert.NotEqual(t, k, buildKey([]string{"-m32"}), "flags in $CC: another build")
 }
 
 // TestPreloadBuildsOnceConcurrently: two builds at once into an empty
@@ -151,7 +149,7 @@ func TestPreloadBuildFails(t *testing.T) {
 	_, err := Preload(Options{CacheDir: cache, Building: func(d string) { built = d }})
 	var be *BuildError
 	require.True(t, errors.As(err, &be), "%v", err)
-	// The first file in name order; no jemalloc, since the probe failed too.
+	// The first file in name order.
 	assert.Equal(t, cc+" -O2 -std=gnu11 -fPIC -fvisibility=hidden -pthread -Iinclude -Isrc -c -o obj/preload_preload.o preload/preload.c", be.Command)
 	assert.Contains(t, be.Output, "failing-cc: cannot compile -O2")
 	assert.EqualError(t, be.Err, "exit status 3")
@@ -161,61 +159,33 @@ func TestPreloadBuildFails(t *testing.T) {
 	assert.Empty(t, left, "no library, no temporary directory")
 }
 
-// TestPreloadJemalloc: where the probe compiles, preload.c gets
-// -DUVM_PRELOAD_JEMALLOC (and the link never -ljemalloc); where it does
-// not, it does not; and the two are different builds. The compiler is cc behind a
-// script that logs its arguments and, with NO_JEMALLOC=1, fails the probe.
-func TestPreloadJemalloc(t *testing.T) {
+// TestStaticDir: the static library and its headers build from the
+// embedded sources, and a program using uvm_cuda.h links with them and
+// runs (no server: it only names an error); a later call reuses the build.
+func TestStaticDir(t *testing.T) {
 	requireCC(t)
-	cc, _ := compiler()
-	if ok, err := haveJemalloc(cc); err != nil || !ok {
-		t.Skipf("jemalloc's header or library is not installed (%v)", err)
-	}
-	dir := t.TempDir()
-	log := filepath.Join(dir, "log")
-	wrapper := filepath.Join(dir, "logging-cc")
-	require.NoError(t, os.WriteFile(wrapper, []byte(`#!/bin/sh
-echo "$*" >> `+log+`
-case "$NO_JEMALLOC $*" in "1 "*probe.c*) exit 1 ;; esac
-exec `+cc[0]+` "$@"
-`), 0o755))
-	t.Setenv("CC", wrapper)
 	cache := t.TempDir()
-	lines := func() []string {
-		b, err := os.ReadFile(log)
-		require.NoError(t, err)
-		os.Remove(log)
-		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	built := 0
+	dir, err := StaticDir(Options{CacheDir: cache, Building: func(string) { built++ }})
+	require.NoError(t, err)
+	assert.Equal(t, 1, built)
+	for _, f := range []string{"libuvm.a", "include/uvm.h", "include/uvm_cuda.h"} {
+		assert.FileExists(t, filepath.Join(dir, f))
 	}
-	find := func(lines []string, part string) string {
-		for _, l := range lines {
-			if strings.Contains(l, part) {
-				return l
-			}
-		}
-		t.Fatalf("no command with %q in %q", part, lines)
-		return ""
-	}
-
-	with, err := Preload(Options{CacheDir: cache})
+	src := filepath.Join(t.TempDir(), "p.c")
+	require.NoError(t, os.WriteFile(src, []byte(`#include <stdio.h>
+#include "uvm_cuda.h"
+__global__ void k(int *p) { p[threadIdx.x] = blockIdx.x; }
+int main(void) { printf("%s %d\n", uvmGetErrorName(uvmErrorInvalidConfiguration), dim3(4, 5).y); return 0; }
+`), 0o644))
+	bin := filepath.Join(t.TempDir(), "p")
+	out, err := exec.Command("cc", "-std=gnu11", "-I", filepath.Join(dir, "include"), "-o", bin, src, filepath.Join(dir, "libuvm.a"), "-pthread", "-lm").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(bin).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "uvmErrorInvalidConfiguration 5\n", string(out))
+	again, err := StaticDir(Options{CacheDir: cache, Building: func(string) { built++ }})
 	require.NoError(t, err)
-	l := lines()
-	assert.Equal(t, "-fsyntax-only probe.c", l[0], "the probe comes first")
-	assert.Contains(t, find(l, "preload/preload.c"), " -DUVM_PRELOAD_JEMALLOC")
-	assert.NotContains(t, find(l, "src/session.c"), "JEMALLOC", "the define is preload.c's alone")
-	assert.NotContains(t, find(l, "-shared"), "jemalloc", "loaded with dlopen, never linked")
-
-	t.Setenv("NO_JEMALLOC", "1")
-	without, err := Preload(Options{CacheDir: cache})
-	require.NoError(t, err)
-	assert.NotEqual(t, filepath.Dir(with), filepath.Dir(without), "with and without jemalloc: two builds")
-	l = lines()
-	assert.NotContains(t, find(l, "preload/preload.c"), "JEMALLOC")
-	assert.NotContains(t, find(l, "-shared"), "jemalloc")
-
-	t.Setenv("NO_JEMALLOC", "")
-	again, err := Preload(Options{CacheDir: cache, Building: func(string) { t.Error("rebuilt the jemalloc build") }})
-	require.NoError(t, err)
-	assert.Equal(t, with, again)
-	assert.Equal(t, []string{"-fsyntax-only probe.c"}, lines(), "only the probe ran")
+	assert.Equal(t, dir, again)
+	assert.Equal(t, 1, built, "the second call reuses the build")
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // TestBuildProgramWithLibuvm: a program that includes <uvm.h> builds
-// with the embedded sources alone (no libuvm installed, no -l) and runs
+// with the embedded sources alone (no libuvm installed) and runs
 // the library's code; a program that does not compile gives the
 // compiler's message.
 func TestBuildProgramWithLibuvm(t *testing.T) {
@@ -23,14 +23,14 @@ func TestBuildProgramWithLibuvm(t *testing.T) {
 int main(void) { printf("%s\n", uvmGetErrorName(uvmErrorInvalidValue)); return 0; }
 `), 0o644))
 	bin := filepath.Join(dir, "prog")
-	require.NoError(t, BuildProgramWithLibuvm(bin, src))
+	require.NoError(t, BuildProgramWithLibuvm(Options{CacheDir: filepath.Join(dir, "cache")}, bin, src))
 	out, err := exec.Command(bin).Output()
 	require.NoError(t, err)
 	assert.Equal(t, "uvmErrorInvalidValue\n", string(out))
 
 	bad := filepath.Join(dir, "bad.c")
 	require.NoError(t, os.WriteFile(bad, []byte("int main(void) { return uvmNoSuchFunction(); }\n"), 0o644))
-	err = BuildProgramWithLibuvm(filepath.Join(dir, "bad"), bad)
+	err = BuildProgramWithLibuvm(Options{CacheDir: filepath.Join(dir, "cache")}, filepath.Join(dir, "bad"), bad)
 	var be *BuildError
 	require.ErrorAs(t, err, &be)
 	assert.Contains(t, be.Output, "uvmNoSuchFunction")

@@ -52,7 +52,12 @@
 // The settings are plain data (PrefetchSpec, ThrashingSpec, AccessPolicy,
 // an eviction name in the server's configuration), parsed by
 // ParsePrefetchSpec, ParseThrashingSpec and ParseAccessPolicy; the
-// *Names functions list what can be chosen.
+// *Names functions list what can be chosen. Together, with the numbers
+// the block engine's mechanism runs by (Mechanism: read-ahead depth, the
+// share of a block that makes a move whole, pin waits, eviction rounds
+// and waits, ParseMechanism), they are Specs; NewSet builds a Set of
+// them once, which a server (or a replay of a trace) hands to the block
+// engine, the one place policies are built.
 //
 // # Where a policy must be registered
 //

@@ -84,9 +84,10 @@ type PrefetchPolicy interface {
 // cache's read-ahead, a block at a time. The server moves that block on
 // another thread, and the next one each time the host first faults on a
 // block it read ahead (a sweep then finds each block waiting, and its
-// fault only maps it). The server reads ahead only for the host: a
-// device's kernel works on its part of a range, and the block past it is
-// another device's. It brings a block only where all of it lives where
+// fault only maps it), up to Mechanism.ReadAheads of one range at once.
+// Which processors are read ahead for is the policy's choice
+// (PrefetchContext.Processor): density reads ahead only for the host.
+// The server brings a block only where all of it lives where
 // the faulted block came from (a block never touched is left to its
 // first toucher, which places it, and one that lives elsewhere to the
 // processor using it), the range has no advice there, and the host has
@@ -94,7 +95,8 @@ type PrefetchPolicy interface {
 //
 // ReadsAhead is called after Expand, with the same context, with the
 // pages the fault brings (faulted and prefetched); the same rules of
-// concurrency apply. The lab's replay does not model it.
+// concurrency apply. The lab's replay runs it as the server does, the
+// block read ahead at once rather than on another thread.
 type ReadAhead interface {
 	ReadsAhead(c *PrefetchContext, brought core.PageMask) bool
 }

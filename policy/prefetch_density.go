@@ -75,12 +75,15 @@ func (d DensityPrefetch) Expand(c *PrefetchContext) (out PageMask) {
 // ReadsAhead reads the next block ahead of a sweep that brings this one
 // whole (policy.ReadAhead): the sweep will want it next, and moving it
 // while the processor works on this block takes the move off the
-// processor's path. Not where pages thrash (they are being left alone),
-// nor on a full processor: the block read ahead would push out one that
-// the eviction policy keeps (a sweep of three times the host's budget
-// moved a fifth more each way).
+// processor's path. Only for the host: a device's kernel works on its
+// part of a range, and the block past it is another device's (six
+// devices each reading ahead into the next one's part pulled over the
+// part after it too, which its own kernel then faulted back). Not where
+// pages thrash (they are being left alone), nor on a full processor: the
+// block read ahead would push out one that the eviction policy keeps (a
+// sweep of three times the host's budget moved a fifth more each way).
 func (d DensityPrefetch) ReadsAhead(c *PrefetchContext, brought PageMask) bool {
-	return c.Sweep && !c.Full && c.Thrashing.Empty() && brought.CountRange(0, c.Pages) == c.Pages
+	return c.Processor == CPU && c.Sweep && !c.Full && c.Thrashing.Empty() && brought.CountRange(0, c.Pages) == c.Pages
 }
 
 // region walks from leaf page up to the root and returns the last (that

@@ -21,6 +21,11 @@ func MemAdvise(addr uintptr, n int64, advice Advice, d Device) error {
 // It returns once device mappings follow the advice: after
 // AdviseSetAccessedBy, the device's kernels do not fault on the range.
 func (s *Session) MemAdvise(addr uintptr, n int64, advice Advice, d Device) error {
+	return s.adviseFor(addr, n, advice, d, -1)
+}
+
+// adviseProcessor asks the server to take advice for processor d.
+func (s *Session) adviseProcessor(addr uintptr, n int64, advice Advice, d Device) error {
 	if advice < AdviseSetReadMostly || advice > AdviseUnsetAccessedBy {
 		return fmt.Errorf("%w: advice %d: want one of %v to %v", ErrInvalidValue, int(advice), AdviseSetReadMostly, AdviseUnsetAccessedBy)
 	}

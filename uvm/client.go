@@ -95,6 +95,9 @@ type Session struct {
 
 	devMu sync.Mutex
 	devs  []*deviceProc // created on first use, guarded by devMu
+
+	// nodes are the host NUMA nodes of ranges (location.go).
+	nodes hostNodes
 }
 
 // Allocation is one managed allocation.
@@ -527,6 +530,7 @@ func (s *Session) release(a *Allocation) error {
 	// sees which prefetched pages were used, and a thread blocked in a
 	// fault on the range is woken into SIGBUS rather than left waiting.
 	_, err := s.rpc.Request(wire.EncodeFree(s.rpc.NextSeq(), uint64(a.addr)), wire.MsgFree)
+	s.nodes.forget(a.addr, a.length)
 	if rerr := s.window.release(a.addr, a.reserved); rerr != nil && err == nil {
 		err = fmt.Errorf("%w: unmap %#x: %v", ErrInternal, a.addr, rerr)
 	}
@@ -556,6 +560,11 @@ func (s *Session) pageRange(what string, addr uintptr, n int64) (*Allocation, ui
 // rounded out to whole pages. Data moves by real copies, and the source
 // pages are freed; pages never touched are created, zero-filled, at dst.
 func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
+	return s.prefetchTo(addr, n, dst, -1)
+}
+
+// prefetchProcessor asks the server to prefetch to processor dst.
+func (s *Session) prefetchProcessor(addr uintptr, n int64, dst Device) error {
 	if dst != CPU && (dst < 0 || int(dst) >= len(s.devices)) {
 		return fmt.Errorf("%w: prefetch to %v: %s", ErrInvalidDevice, dst, s.deviceChoices())
 	}
@@ -623,31 +632,57 @@ func (s *Session) RangeAttributes(addr uintptr, n int64) (RangeAttributes, error
 	if err != nil {
 		return RangeAttributes{}, err
 	}
-	return wire.DecodeRangeAttrsReply(r)
+	a, err := wire.DecodeRangeAttrsReply(r)
+	if err == nil {
+		s.locate(&a, start, length)
+	}
+	return a, err
 }
 
 // RangeAttribute queries one attribute, as cuMemRangeGetAttribute. The
 // result is a bool for AttrReadMostly, a Device for AttrPreferredLocation
-// and AttrLastPrefetchLocation, and a []Device for AttrAccessedBy.
+// and AttrLastPrefetchLocation, a []Device for AttrAccessedBy, a
+// MemLocationType for AttrPreferredLocationType and
+// AttrLastPrefetchLocationType, and an int for AttrPreferredLocationID and
+// AttrLastPrefetchLocationID (RangeAttributes says what each means).
 func (s *Session) RangeAttribute(addr uintptr, n int64, attr RangeAttr) (any, error) {
-	switch attr {
-	case AttrReadMostly, AttrPreferredLocation, AttrAccessedBy, AttrLastPrefetchLocation:
-	default:
-		return nil, fmt.Errorf("%w: range attribute %d: want one of %v, %v, %v, %v", ErrInvalidValue, int(attr), AttrReadMostly, AttrPreferredLocation, AttrAccessedBy, AttrLastPrefetchLocation)
+	if err := checkRangeAttr(attr); err != nil {
+		return nil, fmt.Errorf("%w: range attribute %d: %v", ErrInvalidValue, int(attr), err)
 	}
 	a, err := s.RangeAttributes(addr, n)
 	if err != nil {
 		return nil, err
 	}
+	return rangeAttrValue(a, attr), nil
+}
+
+// checkRangeAttr accepts the range attributes there are.
+func checkRangeAttr(attr RangeAttr) error {
+	if attr < AttrReadMostly || attr > AttrLastPrefetchLocationID {
+		return fmt.Errorf("want one from %v (%d) to %v (%d)", AttrReadMostly, int(AttrReadMostly), AttrLastPrefetchLocationID, int(AttrLastPrefetchLocationID))
+	}
+	return nil
+}
+
+// rangeAttrValue is attribute attr of a, of the type RangeAttribute says.
+func rangeAttrValue(a RangeAttributes, attr RangeAttr) any {
 	switch attr {
 	case AttrReadMostly:
-		return a.ReadMostly, nil
+		return a.ReadMostly
 	case AttrPreferredLocation:
-		return a.PreferredLocation, nil
+		return a.PreferredLocation
 	case AttrAccessedBy:
-		return a.AccessedBy, nil
+		return append([]Device{}, a.AccessedBy...)
+	case AttrPreferredLocationType:
+		return a.PreferredLocationType
+	case AttrPreferredLocationID:
+		return a.PreferredLocationID
+	case AttrLastPrefetchLocationType:
+		return a.LastPrefetchLocationType
+	case AttrLastPrefetchLocationID:
+		return a.LastPrefetchLocationID
 	}
-	return a.LastPrefetchLocation, nil
+	return a.LastPrefetchLocation
 }
 
 // PointerAttributes describes the allocation ptr falls in, as

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/config"
 )
 
 func init() {
@@ -239,6 +240,61 @@ func TestLaunchModelRefusesTheCPUDuringAKernel(t *testing.T) {
 			assert.Contains(t, out, "SIGBUS", "the thread dies of SIGBUS: %s", out)
 			assert.Contains(t, out, `while kernel "waitFlag" (device 0 stream 0) may use it`, "%s", out)
 			assert.True(t, strings.Contains(out, "managed allocation 0x"), "the message names the allocation: %s", out)
+		})
+	}
+}
+
+// TestLaunchModelKeepsTheCPUsWritesToItsCopies: under the launch model
+// the host writes its copies of device pages without a fault (the
+// writes are found at the next launch's hand-off). Whatever moves those
+// pages before that launch must carry the host's bytes, not a device's
+// older copy: a prefetch to the other device, a prefetch back to the
+// first, and a launch on the other device.
+func TestLaunchModelKeepsTheCPUsWritesToItsCopies(t *testing.T) {
+	for _, dirty := range []string{"wp-async", "wp-fault"} {
+		t.Run(dirty, func(t *testing.T) {
+			cfg := launchConfig(dirty)
+			cfg.Devices = config.DeviceSpecs(2, []int64{8 << 20}, cfg.Devices[0].Backend)
+			s := newSession(t, cfg)
+			const pages = 32
+			a, err := s.MallocManaged(pages * PageSize)
+			require.NoError(t, err)
+			b := a.Bytes()
+			want := make([]byte, len(b))
+			round := 0
+			// write puts a new byte in every page on the host: after a
+			// launch, into the copies the host reads back from the
+			// device.
+			write := func() {
+				round++
+				for p := range pages {
+					b[p*PageSize+p] = byte(round*31 + p)
+					want[p*PageSize+p] = b[p*PageSize+p]
+				}
+			}
+			launchOn := func(d Device) {
+				t.Helper()
+				require.NoError(t, s.Launch(d, nil, "addOne", 2, rangeParams(a.Addr(), a.Size(), 0)))
+				require.NoError(t, s.DeviceSynchronize(d))
+				for i := range want {
+					want[i]++
+				}
+			}
+			write()
+			launchOn(0)
+			sameBytes(t, want, b, "the host reads what device 0 wrote") // host copies now
+			write()
+			require.NoError(t, s.Prefetch(a.Addr(), a.Size(), 1))
+			sameBytes(t, want, b, "after a prefetch to device 1")
+			launchOn(1)
+			sameBytes(t, want, b, "device 1's kernel saw the host's writes")
+			write()
+			require.NoError(t, s.Prefetch(a.Addr(), a.Size(), 1))
+			launchOn(0)
+			sameBytes(t, want, b, "device 0's kernel saw the host's writes")
+			write()
+			launchOn(1)
+			sameBytes(t, want, b, "device 1's kernel saw the host's writes after device 0's")
 		})
 	}
 }

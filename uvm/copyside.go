@@ -6,7 +6,6 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/engine"
-	"github.com/softuvm/softuvm/internal/server"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -68,7 +67,7 @@ func (s *Session) copyEngine(p copyParams, d side) *engine.CopyEngine {
 	s.copyMu.Unlock()
 	node := -1
 	if d.device() && int(d.a.device) < len(s.devices) {
-		node = server.ArenaNode(s.devices[d.a.device].Backend, s.devices[d.a.device].Node)
+		node = devmem.ArenaNode(s.devices[d.a.device].Backend, s.devices[d.a.device].Node)
 	}
 	return engines.ForNode(node)
 }

@@ -72,27 +72,6 @@ type Stream struct {
 	gen    uint64
 }
 
-// DeviceAttr names a device attribute for DeviceGetAttribute.
-type DeviceAttr int
-
-const (
-	// AttrArenaCapacity is the device's memory in bytes.
-	AttrArenaCapacity DeviceAttr = iota + 1
-	// AttrConcurrentManagedAccess is 1 under the fault coherence model:
-	// the host and devices may touch managed memory at the same time; 0
-	// under the launch model.
-	AttrConcurrentManagedAccess
-	// AttrCanMapHostMemory is 1: mapped host memory is reachable from
-	// kernels.
-	AttrCanMapHostMemory
-	// AttrPageableMemoryAccess is 0: kernels reach managed memory, not
-	// the process's ordinary (pageable) memory.
-	AttrPageableMemoryAccess
-	// AttrWorkerCount is the number of threads that run the device's
-	// kernels.
-	AttrWorkerCount
-)
-
 func processEnd(ps *os.ProcessState) string {
 	if ps == nil {
 		return "exited"
@@ -108,22 +87,6 @@ func (st *Stream) Device() Device { return Device(st.device) }
 
 func (st *Stream) String() string {
 	return fmt.Sprintf("stream %d of device %d", st.id, st.device)
-}
-
-func (a DeviceAttr) String() string {
-	switch a {
-	case AttrArenaCapacity:
-		return "arena-capacity"
-	case AttrConcurrentManagedAccess:
-		return "concurrent-managed-access"
-	case AttrCanMapHostMemory:
-		return "can-map-host-memory"
-	case AttrPageableMemoryAccess:
-		return "pageable-memory-access"
-	case AttrWorkerCount:
-		return "worker-count"
-	}
-	return "device-attribute(" + strconv.Itoa(int(a)) + ")"
 }
 
 // checkDevice accepts the session's devices (not the CPU).
@@ -142,32 +105,6 @@ func (s *Session) deviceChoicesNoCPU() string {
 		return "want device 0, the only one"
 	}
 	return fmt.Sprintf("want a device from 0 to %d", len(s.devices)-1)
-}
-
-// DeviceGetAttribute returns an attribute of device d, as
-// cudaDeviceGetAttribute.
-func (s *Session) DeviceGetAttribute(attr DeviceAttr, d Device) (int64, error) {
-	if err := s.checkDevice(d, "attribute of"); err != nil {
-		return 0, err
-	}
-	info := s.devices[d]
-	switch attr {
-	case AttrArenaCapacity:
-		return info.Capacity, nil
-	case AttrConcurrentManagedAccess:
-		if s.launchModel() {
-			return 0, nil // the CPU may not touch what a running kernel may use
-		}
-		return 1, nil
-	case AttrCanMapHostMemory:
-		return 1, nil
-	case AttrPageableMemoryAccess:
-		return 0, nil
-	case AttrWorkerCount:
-		return int64(info.Workers), nil
-	}
-	return 0, fmt.Errorf("%w: device attribute %d: want one of %v, %v, %v, %v, %v", ErrInvalidValue, int(attr),
-		AttrArenaCapacity, AttrConcurrentManagedAccess, AttrCanMapHostMemory, AttrPageableMemoryAccess, AttrWorkerCount)
 }
 
 func (s *Session) deviceProc(d Device) *deviceProc {
@@ -265,6 +202,13 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	if nthreads < 1 || nthreads > wire.MaxLaunchThreads {
 		return fmt.Errorf("%w: launch of kernel %q with %d threads: want 1 to %d", ErrInvalidValue, name, nthreads, wire.MaxLaunchThreads)
 	}
+	return s.launch(d, st, name, nthreads, nil, params)
+}
+
+// launch writes a launch of kernel name, nthreads threads or a grid, on
+// stream st of device d (nil: its default stream), or queues it behind
+// the stream's host work.
+func (s *Session) launch(d Device, st *Stream, name string, nthreads int, grid *wire.LaunchGridRequest, params []byte) error {
 	if len(params) > MaxKernelParams {
 		return fmt.Errorf("%w: launch of kernel %q with %d bytes of parameters: at most %d", ErrInvalidValue, name, len(params), MaxKernelParams)
 	}
@@ -288,10 +232,10 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	cpu := dp.cpuHint()
 	if len(ss.queue) > 0 {
 		// Behind a host operation: the stream's executor writes it.
-		dp.queueLaunchLocked(ss, name, nthreads, params, cpu)
+		dp.queueLaunchLocked(ss, name, nthreads, grid, params, cpu)
 		return nil
 	}
-	return dp.launchLocked(ss, name, nthreads, params, cpu)
+	return dp.launchLocked(ss, name, nthreads, grid, params, cpu)
 }
 
 // cpuHint is a launch's Cpu field: the launching thread's CPU, for the

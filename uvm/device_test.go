@@ -175,7 +175,8 @@ func TestLaunchBadInput(t *testing.T) {
 		{"destroy nil stream", s.StreamDestroy(nil), ErrInvalidValue, "default stream"},
 		{"sync unknown device", s.DeviceSynchronize(5), ErrInvalidDevice, "device 5"},
 		{"attribute of unknown device", second(s.DeviceGetAttribute(AttrWorkerCount, 9)), ErrInvalidDevice, "device 9"},
-		{"unknown attribute", second(s.DeviceGetAttribute(DeviceAttr(99), 0)), ErrInvalidValue, "device attribute 99"},
+		{"unknown attribute", second(s.DeviceGetAttribute(DeviceAttr(36), 0)), ErrInvalidValue, "device attribute 36"},
+		{"texture attribute", second(s.DeviceGetAttribute(DeviceAttr(21), 0)), ErrNotSupported, "no textures"},
 	} {
 		require.Error(t, tc.err, tc.name)
 		assert.ErrorIs(t, tc.err, tc.is, tc.name)

@@ -58,8 +58,29 @@
 // DeviceSynchronize and DefaultStreamSynchronize wait for it and report
 // the errors of its kernels: a panic, naming the kernel, the device and
 // the thread, or the death of the device process, after which the next
-// launch starts a new one with nothing lost. Devices, DeviceCount and
-// DeviceGetAttribute describe the devices; DeviceReset stops one.
+// launch starts a new one with nothing lost. Devices, DeviceCount,
+// GetDeviceProperties and DeviceGetAttribute (with cudaDeviceAttr's
+// values) describe the devices, each property with its value and why;
+// DeviceReset stops one.
+//
+// # Grids: CUDA's kernels
+//
+// A GridKernel (RegisterGridKernel, or RegisterTypedGridKernel for a
+// typed one) runs once for each thread of each block of a grid, as a CUDA
+// kernel: Session.LaunchGrid takes a LaunchConfig (Grid and Block as
+// Dim3, SharedBytes, Cooperative), and the kernel's Thread says where it
+// is (ThreadIdx, BlockIdx, BlockDim, GridDim), waits for its block
+// (SyncThreads, and its Count, And and Or forms), gives the block's
+// shared memory (Shared), and in a cooperative launch waits for the
+// whole grid (SyncGrid). A block runs on one worker: its first thread on
+// the worker's goroutine, the others, once a thread waits at a barrier,
+// as goroutines, so a block of any size runs and its threads may wait for
+// each other; a kernel without barriers is a loop over its threads. A
+// barrier costs a goroutine's park and wake for each waiting thread (a
+// few hundred nanoseconds; C's fibers cost some ten). Shapes past CUDA's
+// 6.0 limits are ErrInvalidConfiguration; a cooperative grid larger than
+// OccupancyMaxActiveBlocksPerMultiprocessor times the device's workers,
+// ErrCooperativeLaunchTooLarge. The (tid, nthreads) Kernel stays.
 //
 // # Advice
 //
@@ -67,10 +88,18 @@
 // reader gets a write-protected copy; a write keeps the writer's only),
 // AdviseSetPreferredLocation (devices map the page there and bring it
 // there), AdviseSetAccessedBy (a device maps the page wherever it lives
-// and does not fault on it), and their Unset forms. RangeAttribute and
-// RangeAttributes answer cuMemRangeGetAttribute. Discard drops a range's
-// contents everywhere, as cudaMemDiscardBatchAsync: it reads as zeros
-// after, and holds no memory until touched again.
+// and does not fault on it), and their Unset forms. MemAdviseLocation and
+// PrefetchLocation(Async) take a MemLocation instead of a processor, as
+// the _v2 forms of CUDA 12.2: a device, the host, a host NUMA node (the
+// host pages then prefer it, and a prefetch moves them there) or the node
+// nearest the caller. RangeAttribute and RangeAttributes answer
+// cuMemRangeGetAttribute, locations' types and ids included. Discard
+// drops a range's contents everywhere, as cudaMemDiscardBatchAsync: it
+// reads as zeros after, and holds no memory until touched again.
+// Memcpy2D and Memset2D copy and fill rows with pitches.
+//
+// ProfilerStart and ProfilerStop record a trace of the session between
+// them, as uvm trace records one (docs/traces.md).
 //
 // # Statistics
 //
@@ -86,8 +115,9 @@
 //
 // Every error wraps one of ErrInvalidValue, ErrMemoryAllocation,
 // ErrInvalidDevice, ErrInitialization, ErrNotSupported, ErrServerGone,
-// ErrLaunchFailure or ErrInternal (test with errors.Is), after CUDA's
-// error codes, and its message names the offending value.
+// ErrLaunchFailure, ErrInvalidConfiguration,
+// ErrCooperativeLaunchTooLarge or ErrInternal (test with errors.Is),
+// after CUDA's error codes, and its message names the offending value.
 //
 // How the server serves the faults, moves the pages and survives its own
 // death is in docs/architecture.md; the C API, with the same server, is

@@ -38,5 +38,5 @@ func MustRegisterKernel(name string, k Kernel) {
 	}
 }
 
-// KernelNames lists the registered kernels.
+// KernelNames lists the registered kernels, grid kernels included.
 func KernelNames() []string { return device.KernelNames() }

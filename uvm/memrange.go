@@ -18,11 +18,8 @@ func (s *Session) MemRangeGetAttributes(addr uintptr, n int64, attrs []RangeAttr
 		return nil, fmt.Errorf("%w: range attributes of %#x+%d: no attribute asked", ErrInvalidValue, addr, n)
 	}
 	for i, a := range attrs {
-		switch a {
-		case AttrReadMostly, AttrPreferredLocation, AttrAccessedBy, AttrLastPrefetchLocation:
-		default:
-			return nil, fmt.Errorf("%w: range attributes of %#x+%d: attribute %d is %d: want one of %v, %v, %v, %v",
-				ErrInvalidValue, addr, n, i, int(a), AttrReadMostly, AttrPreferredLocation, AttrAccessedBy, AttrLastPrefetchLocation)
+		if err := checkRangeAttr(a); err != nil {
+			return nil, fmt.Errorf("%w: range attributes of %#x+%d: attribute %d is %d: %v", ErrInvalidValue, addr, n, i, int(a), err)
 		}
 	}
 	all, err := s.RangeAttributes(addr, n)
@@ -31,16 +28,7 @@ func (s *Session) MemRangeGetAttributes(addr uintptr, n int64, attrs []RangeAttr
 	}
 	out := make([]any, len(attrs))
 	for i, a := range attrs {
-		switch a {
-		case AttrReadMostly:
-			out[i] = all.ReadMostly
-		case AttrPreferredLocation:
-			out[i] = all.PreferredLocation
-		case AttrAccessedBy:
-			out[i] = append([]Device{}, all.AccessedBy...)
-		case AttrLastPrefetchLocation:
-			out[i] = all.LastPrefetchLocation
-		}
+		out[i] = rangeAttrValue(all, a)
 	}
 	return out, nil
 }

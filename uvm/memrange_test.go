@@ -67,7 +67,7 @@ func TestMemRangeGetAttributes(t *testing.T) {
 		msg   string
 	}{
 		{"no attribute", m.Addr(), size, nil, "no attribute asked"},
-		{"unknown attribute", m.Addr(), size, []RangeAttr{AttrReadMostly, RangeAttr(9)}, "attribute 1 is 9: want one of read-mostly"},
+		{"unknown attribute", m.Addr(), size, []RangeAttr{AttrReadMostly, RangeAttr(9)}, "attribute 1 is 9: want one from read-mostly (1)"},
 		{"zero attribute", m.Addr(), size, []RangeAttr{0}, "attribute 0 is 0"},
 		{"not managed", addr(host), 64, all, "is not managed memory of this process"},
 		{"empty range", m.Addr(), 0, all, "length 0"},

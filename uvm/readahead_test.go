@@ -107,11 +107,11 @@ func TestNoReadAheadOutOfASweep(t *testing.T) {
 	assert.Equal(t, uint64(0), st.ReadAheadPages, "a policy without ReadAhead")
 }
 
-// ReadsAhead: only a sweep that brings the whole block, onto a processor
-// with room, where nothing thrashes.
+// ReadsAhead: only a sweep of the host that brings the whole block, onto
+// a processor with room, where nothing thrashes.
 func TestDensityReadsAheadOnlyInAWholeSweep(t *testing.T) {
 	d := policy.DensityPrefetch{Threshold: 51}
-	c := policy.PrefetchContext{Pages: core.PagesPerBlock, Populated: true, Sweep: true}
+	c := policy.PrefetchContext{Processor: core.CPU, Pages: core.PagesPerBlock, Populated: true, Sweep: true}
 	var whole, half core.PageMask
 	whole.FillRange(0, core.PagesPerBlock)
 	half.FillRange(0, core.PagesPerBlock/2)
@@ -128,7 +128,9 @@ func TestDensityReadsAheadOnlyInAWholeSweep(t *testing.T) {
 	assert.False(t, policy.ReadsAhead(policy.NoPrefetch{}, &c, whole), "none never reads ahead")
 	c.Sweep = true
 	assert.True(t, policy.ReadsAhead(d, &c, whole))
-	short := policy.PrefetchContext{Pages: 100, Populated: true, Sweep: true}
+	c.Processor = 0
+	assert.False(t, d.ReadsAhead(&c, whole), "a device's sweep")
+	short := policy.PrefetchContext{Processor: core.CPU, Pages: 100, Populated: true, Sweep: true}
 	var all100 core.PageMask
 	all100.FillRange(0, 100)
 	assert.True(t, d.ReadsAhead(&short, all100), "the last, short block of a range, whole")

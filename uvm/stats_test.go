@@ -152,3 +152,58 @@ func TestServerStatsCountEachEventOnce(t *testing.T) {
 		assert.Equal(t, run*pages, st.MigratedPages(0, CPU), "after client %d", run)
 	}
 }
+
+// The server's host high-water mark: the most managed pages the host
+// held at once. It follows arrivals (first touches, migrations back) and
+// does not fall when pages leave.
+func TestHostPeak(t *testing.T) {
+	s := newSession(t, DefaultServerConfig())
+	host := func() (now, peak int64) {
+		t.Helper()
+		in, err := s.Info()
+		require.NoError(t, err)
+		return in.HostResidentBytes / PageSize, in.HostPeakBytes / PageSize
+	}
+	now, peak := host()
+	require.Zero(t, now)
+	require.Zero(t, peak)
+	noPrefetch := WithPrefetch(PrefetchSpec{Policy: "none"})
+	a, err := s.MallocManaged(3<<20, noPrefetch)
+	require.NoError(t, err)
+	b := a.Bytes()
+	touch := func(b []byte, pages int) {
+		for i := 0; i < pages; i++ {
+			b[i*PageSize]++
+		}
+	}
+	touch(b, 100)
+	now, peak = host()
+	assert.Equal(t, int64(100), now)
+	assert.Equal(t, int64(100), peak)
+
+	// The prefetch to the device takes the pages away (one may stay where
+	// the clock's watch of the block holds it at that moment: busy pages
+	// wait for the next move).
+	require.NoError(t, a.Prefetch(0))
+	now, peak = host()
+	assert.LessOrEqual(t, now, int64(1))
+	assert.Equal(t, int64(100), peak, "the mark stays where it was")
+	left := now
+
+	touch(b, 40) // 40 come back
+	now, peak = host()
+	assert.InDelta(t, 40, now, float64(left))
+	assert.Equal(t, int64(100), peak)
+
+	c, err := s.MallocManaged(1<<20, noPrefetch)
+	require.NoError(t, err)
+	touch(c.Bytes(), 256)
+	now, peak = host()
+	assert.InDelta(t, 296, now, float64(left))
+	assert.Equal(t, now, peak, "a new high: the mark is where the count is")
+	require.NoError(t, c.Free())
+	require.NoError(t, a.Free())
+	now, peak = host()
+	assert.Zero(t, now)
+	assert.Equal(t, int64(296), peak)
+}

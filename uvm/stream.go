@@ -120,6 +120,7 @@ type streamOp struct {
 	kind     opKind
 	name     string
 	nthreads int
+	grid     *wire.LaunchGridRequest // a grid launch's shape (grid.go), or nil
 	params   []byte
 	cpu      int32
 	m        *marker
@@ -198,7 +199,7 @@ func (dp *deviceProc) stampLocked(ss *streamState, m *marker) {
 	slot := dp.slots[len(dp.slots)-1]
 	dp.slots = dp.slots[:len(dp.slots)-1]
 	atomic.StoreInt64(slotWord(slot), 0)
-	if err := dp.launchLocked(ss, device.EventTimeKernel, 1, binary.LittleEndian.AppendUint64(nil, uint64(slot)), -1); err != nil {
+	if err := dp.launchLocked(ss, device.EventTimeKernel, 1, nil, binary.LittleEndian.AppendUint64(nil, uint64(slot)), -1); err != nil {
 		dp.slots = append(dp.slots, slot)
 		return
 	}
@@ -400,7 +401,7 @@ func (dp *deviceProc) execute(ss *streamState) {
 		op := ss.queue[0]
 		switch op.kind {
 		case opLaunch:
-			if err := dp.launchLocked(ss, op.name, op.nthreads, op.params, op.cpu); err != nil {
+			if err := dp.launchLocked(ss, op.name, op.nthreads, op.grid, op.params, op.cpu); err != nil {
 				ss.errs = append(ss.errs, err)
 			}
 		case opMark:
@@ -460,8 +461,9 @@ func (dp *deviceProc) dropQueueLocked(ss *streamState) {
 }
 
 // launchLocked writes a launch on the stream, starting the device's
-// process and opening the stream's socket as needed. dp.mu is held.
-func (dp *deviceProc) launchLocked(ss *streamState, name string, nthreads int, params []byte, cpu int32) error {
+// process and opening the stream's socket as needed: of nthreads threads,
+// or of a grid of grid's shape. dp.mu is held.
+func (dp *deviceProc) launchLocked(ss *streamState, name string, nthreads int, grid *wire.LaunchGridRequest, params []byte, cpu int32) error {
 	if ss.dead {
 		return ss.deadError()
 	}
@@ -480,7 +482,15 @@ func (dp *deviceProc) launchLocked(ss *streamState, name string, nthreads int, p
 	ss.names = append(ss.names, name)
 	ss.written++
 	ss.launched = true
-	if err := send(c, wire.EncodeLaunch(dp.nextSeq(), wire.LaunchRequest{Stream: ss.id, Nthreads: uint32(nthreads), Name: name, Params: params, Cpu: cpu})); err != nil {
+	var msg []byte
+	if grid != nil {
+		lg := *grid
+		lg.Stream, lg.Name, lg.Params, lg.Cpu = ss.id, name, params, cpu
+		msg = wire.EncodeLaunchGrid(dp.nextSeq(), lg)
+	} else {
+		msg = wire.EncodeLaunch(dp.nextSeq(), wire.LaunchRequest{Stream: ss.id, Nthreads: uint32(nthreads), Name: name, Params: params, Cpu: cpu})
+	}
+	if err := send(c, msg); err != nil {
 		dp.died(err) // reported by the next synchronize
 	}
 	return nil
@@ -488,8 +498,8 @@ func (dp *deviceProc) launchLocked(ss *streamState, name string, nthreads int, p
 
 // queueLaunchLocked queues a launch behind the stream's queue, with a
 // copy of its parameters. dp.mu is held.
-func (dp *deviceProc) queueLaunchLocked(ss *streamState, name string, nthreads int, params []byte, cpu int32) {
-	dp.enqueueLocked(ss, &streamOp{kind: opLaunch, name: name, nthreads: nthreads, params: bytes.Clone(params), cpu: cpu})
+func (dp *deviceProc) queueLaunchLocked(ss *streamState, name string, nthreads int, grid *wire.LaunchGridRequest, params []byte, cpu int32) {
+	dp.enqueueLocked(ss, &streamOp{kind: opLaunch, name: name, nthreads: nthreads, grid: grid, params: bytes.Clone(params), cpu: cpu})
 }
 
 // destroyLocked ends a destroyed stream once what was queued before has

@@ -25,7 +25,8 @@ func TestParseThrashingSpec(t *testing.T) {
 	got, err := policy.ParseThrashingSpec("threshold=5,lapse=2ms,nap=1ms,pin-threshold=3,pin=1s,epoch=4s")
 	require.NoError(t, err)
 	assert.Equal(t, policy.ThrashingSpec{Enabled: true, Threshold: 5, Lapse: core.Duration(2 * time.Millisecond), Nap: core.Duration(time.Millisecond),
-		PinThreshold: 3, Pin: core.Duration(time.Second), Epoch: core.Duration(4 * time.Second)}, got)
+		PinThreshold: 3, Pin: core.Duration(time.Second), Epoch: core.Duration(4 * time.Second),
+		Refault: true, RefaultDistance: 100, Core: 97, CoreAge: 4}, got, "the refault settings keep their defaults")
 	back, err := policy.ParseThrashingSpec(got.String())
 	require.NoError(t, err)
 	assert.Equal(t, got, back, "String parses back")

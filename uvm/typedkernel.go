@@ -223,27 +223,53 @@ var typedKernels sync.Map // string → reflect.Type
 // string, a slice...), is larger than MaxKernelParams, or ends with a
 // zero-size field; or the name is invalid or taken.
 func RegisterTypedKernel[P any](name string, k TypedKernel[P]) error {
-	t := reflect.TypeFor[P]()
-	l, err := layoutOf(t)
+	decode, err := typedDecoder[P]("kernel", name)
 	if err != nil {
-		return fmt.Errorf("%w: kernel %q: %v", ErrInvalidValue, name, err)
+		return err
 	}
 	var bk Kernel
 	if k != nil {
-		bk = func(tid, nthreads int, params []byte) {
-			if len(params) != l.size {
-				panic(fmt.Sprintf("kernel %q takes %d bytes of parameters (a %v), the launch passed %d", name, l.size, t, len(params)))
-			}
-			var p P
-			l.decode(unsafe.Pointer(&p), params)
-			k(tid, nthreads, p)
-		}
+		bk = func(tid, nthreads int, params []byte) { k(tid, nthreads, decode(params)) }
 	}
 	if err := RegisterKernel(name, bk); err != nil {
 		return err
 	}
-	typedKernels.Store(name, t)
+	typedKernels.Store(name, reflect.TypeFor[P]())
 	return nil
+}
+
+// typedDecoder checks that P can be a kernel's parameters and returns
+// what turns a launch's bytes into a P; it panics, failing the kernel,
+// where they are not sizeof(P) long. what and name say whose parameters.
+func typedDecoder[P any](what, name string) (func(params []byte) P, error) {
+	t := reflect.TypeFor[P]()
+	l, err := layoutOf(t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %q: %v", ErrInvalidValue, what, name, err)
+	}
+	return func(params []byte) P {
+		if len(params) != l.size {
+			panic(fmt.Sprintf("%s %q takes %d bytes of parameters (a %v), the launch passed %d", what, name, l.size, t, len(params)))
+		}
+		var p P
+		l.decode(unsafe.Pointer(&p), params)
+		return p
+	}, nil
+}
+
+// typedParams encodes p for a launch of the kernel registered as name in
+// registry (typedKernels or typedGridKernels), which must take a P if it
+// was registered typed. what says which kind of kernel.
+func typedParams[P any](registry *sync.Map, what, name string, p P) ([]byte, error) {
+	t := reflect.TypeFor[P]()
+	if v, ok := registry.Load(name); ok && v.(reflect.Type) != t {
+		return nil, fmt.Errorf("%w: launch of %s %q with parameters of type %v: it takes %v", ErrInvalidValue, what, name, t, v)
+	}
+	l, err := layoutOf(t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: launch of %s %q: %v", ErrInvalidValue, what, name, err)
+	}
+	return l.encode(unsafe.Pointer(&p)), nil
 }
 
 // MustRegisterTypedKernel is RegisterTypedKernel for init functions: it
@@ -263,13 +289,9 @@ func MustRegisterTypedKernel[P any](name string, k TypedKernel[P]) {
 // EncodeKernelParams; kernels' own errors come back from the next
 // synchronize.
 func LaunchTyped[P any](s *Session, d Device, st *Stream, name string, nthreads int, p P) error {
-	t := reflect.TypeFor[P]()
-	if v, ok := typedKernels.Load(name); ok && v.(reflect.Type) != t {
-		return fmt.Errorf("%w: launch of kernel %q with parameters of type %v: it takes %v", ErrInvalidValue, name, t, v)
-	}
-	l, err := layoutOf(t)
+	params, err := typedParams(&typedKernels, "kernel", name, p)
 	if err != nil {
-		return fmt.Errorf("%w: launch of kernel %q: %v", ErrInvalidValue, name, err)
+		return err
 	}
-	return s.Launch(d, st, name, nthreads, l.encode(unsafe.Pointer(&p)))
+	return s.Launch(d, st, name, nthreads, params)
 }

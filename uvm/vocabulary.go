@@ -43,6 +43,12 @@ const (
 	AttrPreferredLocation    = core.AttrPreferredLocation
 	AttrAccessedBy           = core.AttrAccessedBy
 	AttrLastPrefetchLocation = core.AttrLastPrefetchLocation
+	// The locations' types (a MemLocationType) and ids (an int), as
+	// cudaMemRangeAttributePreferredLocationType and its kin (5 to 8).
+	AttrPreferredLocationType    = core.AttrPreferredLocationType
+	AttrPreferredLocationID      = core.AttrPreferredLocationID
+	AttrLastPrefetchLocationType = core.AttrLastPrefetchLocationType
+	AttrLastPrefetchLocationID   = core.AttrLastPrefetchLocationID
 )
 
 // Advice is cuMemAdvise's advice.
@@ -116,6 +122,12 @@ var (
 	ErrServerGone       = core.ErrServerGone
 	ErrLaunchFailure    = core.ErrLaunchFailure
 	ErrInternal         = core.ErrInternal
+	// ErrInvalidConfiguration is a grid launch of a shape past the
+	// device's limits (cudaErrorInvalidConfiguration).
+	ErrInvalidConfiguration = core.ErrInvalidConfiguration
+	// ErrCooperativeLaunchTooLarge is a cooperative launch of more blocks
+	// than are resident at once (cudaErrorCooperativeLaunchTooLarge).
+	ErrCooperativeLaunchTooLarge = core.ErrCooperativeLaunchTooLarge
 )
 
 // The environment variables a program's session reads (ConfigFromEnv).
@@ -123,6 +135,9 @@ const (
 	EnvServer    = config.EnvServer
 	EnvSocket    = config.EnvSocket
 	EnvCoherence = config.EnvCoherence
+	// EnvTrace names the file a client's own events are recorded to
+	// (from its start, or between ProfilerStart and ProfilerStop).
+	EnvTrace = config.EnvTrace
 )
 
 // ParseSize reads a size such as 64MiB, 2GiB or 4096; FormatSize writes one.

@@ -7,7 +7,11 @@
 // The set is what integration/workloads_test.go runs under `uvm run`
 // (output byte for byte against a plain run, the share of memory that is
 // managed, evictions) and what `uvm bench run` times against a plain run
-// and against a memory cgroup with zram swap.
+// and against a memory cgroup with zram swap. All adds two compressors,
+// gzip and xz -0, on a generated web-server log (WriteLog): their memory
+// is managed only with a `uvm run --min-size` of their own (a Program's
+// UVMFlags), and `uvm bench cliff` draws their budget curves with the
+// set's.
 //
 // A Program describes one program; Prepare writes its input into a
 // directory for a size and returns a Workload; a Workload runs plain

@@ -107,6 +107,26 @@ func writeText(path string, size int64, seed uint64, vocabDivisor int64) error {
 	})
 }
 
+// WriteLog writes deterministic, compressible web-server log lines until
+// size bytes: what the compressors compress (repeated text with
+// variation, about 7:1 for gzip). The same size and seed give the same
+// bytes.
+func WriteLog(path string, size int64, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	paths := []string{"/api/v1/items", "/api/v1/users", "/static/app.js", "/health", "/api/v2/orders"}
+	i := 0
+	return writeLines(path, size, func(line []byte) []byte {
+		status := 200
+		if rng.IntN(20) == 0 {
+			status = 404
+		}
+		line = fmt.Appendf(line, "2024-05-%02d %06d INFO req=%08d path=%s/%d status=%d bytes=%d\n",
+			1+i/3000000%28, i%1000000, i, paths[i%len(paths)], rng.IntN(1000), status, rng.IntN(100000))
+		i++
+		return line
+	})
+}
+
 // writeDAG writes the edges of a random acyclic graph, one "from to"
 // pair of node names per line, until size bytes: what tsort orders. The
 // nodes are size/20 names; each edge goes from a lower index to a higher

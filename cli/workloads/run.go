@@ -67,7 +67,9 @@ type RunStats struct {
 	DeviceToHostBytes uint64 `json:"device_to_host_bytes"`
 	// EvictedPages: pages evicted from every location (from the host
 	// over its budget, from a full device).
-	EvictedPages   uint64    `json:"evicted_pages"`
+	EvictedPages uint64 `json:"evicted_pages"`
+	// HostPeakBytes is the most managed memory the host held at once.
+	HostPeakBytes  int64     `json:"host_peak_bytes"`
 	ServerRestarts uint64    `json:"server_restarts"`
 	Stats          uvm.Stats `json:"stats"`
 }
@@ -147,15 +149,17 @@ func (o UVMOptions) UVMArgs(statsPath string) []string {
 	return append(append(args, o.Flags...), "--")
 }
 
-// RunUVM runs the workload under `uvm run` in dir and reads its report
-// into the run's Stats. A run whose report is missing or unreadable is
-// an error; one whose program failed is not (see Check). A cancelled run
-// is an error with the run, and its Stats where uvm run wrote them.
+// RunUVM runs the workload under `uvm run` in dir, with the program's
+// UVMFlags before o's own, and reads its report into the run's Stats. A
+// run whose report is missing or unreadable is an error; one whose
+// program failed is not (see Check). A cancelled run is an error with
+// the run, and its Stats where uvm run wrote them.
 func (w *Workload) RunUVM(ctx context.Context, dir string, o UVMOptions) (*Run, error) {
 	if o.Bin == "" {
 		return nil, fmt.Errorf("RunUVM: no uvm binary")
 	}
 	stats := filepath.Join(dir, StatsName)
+	o.Flags = append(append([]string(nil), w.Program.UVMFlags...), o.Flags...)
 	r, err := w.run(ctx, dir, o.UVMArgs(stats), false)
 	if err != nil {
 		if r != nil {
@@ -212,14 +216,10 @@ func (w *Workload) run(ctx context.Context, dir string, prefix []string, peak bo
 	cmd.Stdout = struct{ io.Writer }{out}
 	errBuf := &tailBuffer{max: 64 << 10}
 	cmd.Stderr = errBuf
-	if w.Stdin != "" {
-		in, err := os.Open(w.Stdin)
-		if err != nil {
-			return nil, err
-		}
-		defer in.Close()
-		cmd.Stdin = in
+	if cmd.Stdin, err = w.OpenStdin(); err != nil {
+		return nil, err
 	}
+	defer cmd.Stdin.(*os.File).Close()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
@@ -251,6 +251,15 @@ func (w *Workload) run(ctx context.Context, dir string, prefix []string, peak bo
 		return r, fmt.Errorf("%s: its peak RSS: %v (the wrapper exited with status %d); stderr:\n%s", w.Program.Name, peakErr, r.ExitStatus, tail(r.Stderr, 4000))
 	}
 	return r, nil
+}
+
+// OpenStdin opens the workload's standard input: its Stdin file, or the
+// null device where it has none. The caller closes it.
+func (w *Workload) OpenStdin() (*os.File, error) {
+	if w.Stdin == "" {
+		return os.Open(os.DevNull)
+	}
+	return os.Open(w.Stdin)
 }
 
 // SignalName is a signal's name as kill -l gives it, SIG prefix included.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,6 +30,14 @@ type Program struct {
 	// NoCgroup, where not empty, says why the program cannot run in a
 	// memory cgroup smaller than its memory.
 	NoCgroup string
+	// BoundSize is the size knob for a run under valgrind's lackey tool
+	// (uvm lab bound, uvm bench cliff --bound), thousands of times
+	// slower than plain: an input of about 0.1 s plain, minutes there.
+	BoundSize int64
+	// UVMFlags are flags `uvm run` needs to manage the program's memory
+	// (a --min-size small enough to catch its buffers); RunUVM puts them
+	// before the harness's own.
+	UVMFlags []string
 	prepare  func(dir string, size int64) (spec, error)
 }
 
@@ -71,12 +80,34 @@ func Set() []Program {
 }
 
 // Names returns the names of the programs of the set, in order.
-func Names() []string {
-	var names []string
-	for _, p := range Set() {
-		names = append(names, p.Name)
+func Names() []string { return names(Set()) }
+
+func names(programs []Program) []string {
+	var out []string
+	for _, p := range programs {
+		out = append(out, p.Name)
 	}
-	return names
+	return out
+}
+
+// All returns every program of the package: the set, then those whose
+// memory `uvm run` manages only with flags of their own (UVMFlags: gzip
+// keeps its buffers in 796 KiB of static arrays, xz in allocations of
+// 64-930 KiB), which a budget made of a fraction of the peak RSS, as
+// uvm bench run's, does not reach.
+func All() []Program { return append(Set(), gzipProgram, xzProgram) }
+
+// AllNames returns the names of All's programs, in order.
+func AllNames() []string { return names(All()) }
+
+// Lookup returns the program of All named name.
+func Lookup(name string) (Program, bool) {
+	for _, p := range All() {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Program{}, false
 }
 
 // Select returns the programs named in a comma list, in the set's
@@ -148,6 +179,16 @@ func (p Program) Prepare(dir string, size int64) (*Workload, error) {
 		Env: append([]string{"LC_ALL=C"}, s.env...), Dir: dir, check: s.check}, nil
 }
 
+// Synthetic makes a workload of a program built elsewhere (a C program a
+// benchmark builds at run time): argv is its command line, the
+// executable's absolute path first; size is what its size knob was. It
+// is a Checker: check reads its standard output and error, and outputs
+// are not compared.
+func Synthetic(name, summary string, argv, uvmFlags []string, size int64, check func(output string) error) *Workload {
+	return &Workload{Program: Program{Name: name, Command: argv[0], Checker: true, DefaultSize: size, Summary: summary, UVMFlags: uvmFlags},
+		Size: size, Argv: argv, Env: []string{"LC_ALL=C"}, check: check}
+}
+
 // CommandLine is the workload's command line as a shell would take it
 // (with its standard input), for reports: the executable and the files
 // in the workload's directory by their base names.
@@ -181,7 +222,7 @@ func writeScript(dir, name, text string) (string, error) {
 // wrong changes its output.
 
 var gawkProgram = Program{
-	Name: "gawk", Package: "gawk", Command: "gawk", DefaultSize: 16 << 20, SizeUnit: "bytes of text",
+	Name: "gawk", Package: "gawk", Command: "gawk", DefaultSize: 16 << 20, BoundSize: 1 << 20, SizeUnit: "bytes of text",
 	Summary: "counts the words of a text in an associative array and prints each word and its count, sorted",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "gawk-text.txt")
@@ -199,7 +240,7 @@ END {
 }
 
 var perlProgram = Program{
-	Name: "perl", Package: "perl-base", Command: "perl", DefaultSize: 12 << 20, SizeUnit: "bytes of text",
+	Name: "perl", Package: "perl-base", Command: "perl", DefaultSize: 12 << 20, BoundSize: 1 << 20, SizeUnit: "bytes of text",
 	Summary: "builds a hash of every word of a text to its count and the lines it is on, and prints it sorted",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "perl-text.txt")
@@ -219,7 +260,7 @@ printf "%d words\n", scalar keys %count;
 }
 
 var python3Program = Program{
-	Name: "python3", Package: "python3", Command: "python3", DefaultSize: 12 << 20, SizeUnit: "bytes of text",
+	Name: "python3", Package: "python3", Command: "python3", DefaultSize: 12 << 20, BoundSize: 1 << 20, SizeUnit: "bytes of text",
 	Summary: "builds a dict of every word of a text to the list of its line numbers, and prints each word's count, first and last line, sorted",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "python3-text.txt")
@@ -249,7 +290,7 @@ out.write(f"{len(index)} words\n")
 }
 
 var sqlite3Program = Program{
-	Name: "sqlite3", Package: "sqlite3", Command: "sqlite3", DefaultSize: 16 << 20, SizeUnit: "bytes of CSV",
+	Name: "sqlite3", Package: "sqlite3", Command: "sqlite3", DefaultSize: 16 << 20, BoundSize: 256 << 10, SizeUnit: "bytes of CSV",
 	Summary: "imports CSV rows into an in-memory database with a large page cache, indexes them and runs grouping, distinct and ordered queries",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "sqlite3-rows.csv")
@@ -275,7 +316,7 @@ SELECT grp, val, id FROM t WHERE grp = 17 ORDER BY val, id;
 }
 
 var jqProgram = Program{
-	Name: "jq", Package: "jq", Command: "jq", DefaultSize: 8 << 20, SizeUnit: "bytes of JSON",
+	Name: "jq", Package: "jq", Command: "jq", DefaultSize: 8 << 20, BoundSize: 512 << 10, SizeUnit: "bytes of JSON",
 	Summary: "parses a JSON array of records and groups them by tag: counts, sums, distinct users and words",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "jq-records.json")
@@ -288,7 +329,7 @@ var jqProgram = Program{
 }
 
 var tsortProgram = Program{
-	Name: "tsort", Package: "coreutils", Command: "tsort", DefaultSize: 8 << 20, SizeUnit: "bytes of edges",
+	Name: "tsort", Package: "coreutils", Command: "tsort", DefaultSize: 8 << 20, BoundSize: 1 << 20, SizeUnit: "bytes of edges",
 	Summary: "sorts the nodes of a random acyclic graph topologically (a tree of nodes and their successor lists)",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "tsort-edges.txt")
@@ -297,7 +338,7 @@ var tsortProgram = Program{
 }
 
 var sortProgram = Program{
-	Name: "sort", Package: "coreutils", Command: "sort", DefaultSize: 64 << 20, SizeUnit: "bytes of text",
+	Name: "sort", Package: "coreutils", Command: "sort", DefaultSize: 64 << 20, BoundSize: 8 << 20, SizeUnit: "bytes of text",
 	Summary: "sorts the lines of a text (one large buffer and a line table)",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "sort-text.txt")
@@ -306,7 +347,7 @@ var sortProgram = Program{
 }
 
 var zstdProgram = Program{
-	Name: "zstd", Package: "zstd", Command: "zstd", DefaultSize: 12 << 20, SizeUnit: "bytes of text",
+	Name: "zstd", Package: "zstd", Command: "zstd", DefaultSize: 12 << 20, BoundSize: 256 << 10, SizeUnit: "bytes of text",
 	Summary: "compresses a text at level 12 with a 64 MiB long-distance window into an output file (compared byte for byte)",
 	prepare: func(dir string, size int64) (spec, error) {
 		in := filepath.Join(dir, "zstd-text.txt")
@@ -315,10 +356,37 @@ var zstdProgram = Program{
 	},
 }
 
+// The compressors of All, beyond the set: their memory is managed only
+// with a --min-size of their own.
+
+// logCompressor is a compressor of a web-server log (WriteLog with
+// seed), with the uvm run flags it needs: it runs with args, then the
+// log's path.
+func logCompressor(name, pkg string, size, boundSize int64, seed uint64, summary string, uvmFlags []string, args ...string) Program {
+	return Program{Name: name, Package: pkg, Command: name, DefaultSize: size, BoundSize: boundSize, SizeUnit: "bytes of log text",
+		Summary: summary, UVMFlags: uvmFlags,
+		prepare: func(dir string, size int64) (spec, error) {
+			in := filepath.Join(dir, name+"-log.txt")
+			return spec{args: append(slices.Clip(args), in)}, WriteLog(in, size, seed)
+		},
+	}
+}
+
+// gzip keeps its buffers in static arrays: --min-size alone (which also
+// sets --heap system) makes its data segment what is managed, as in
+// integration's TestRunRealPrograms.
+var gzipProgram = logCompressor("gzip", "gzip", 24<<20, 1<<20, 19,
+	"compresses a web-server log to standard output; gzip keeps every buffer in static arrays (its 796 KiB writable data segment), which uvm run manages at --min-size 512KiB",
+	[]string{"--min-size", "512KiB"}, "-c")
+
+var xzProgram = logCompressor("xz", "xz-utils", 32<<20, 1<<20, 20,
+	"compresses a web-server log at preset 0 on one thread to standard output: a 1 MiB dictionary, a 512 KiB hash table and three buffers of 64-930 KiB, which uvm run manages at --min-size 64KiB",
+	[]string{"--min-size", "64KiB"}, "-0", "-T1", "-c")
+
 // The checkers.
 
 var memtesterProgram = Program{
-	Name: "memtester", Package: "memtester", Command: "memtester", Checker: true, DefaultSize: 24 << 20, SizeUnit: "bytes of memory tested",
+	Name: "memtester", Package: "memtester", Command: "memtester", Checker: true, DefaultSize: 24 << 20, BoundSize: 1 << 20, SizeUnit: "bytes of memory tested",
 	Summary:  "writes and checks its patterns over its memory once (every test of one loop)",
 	NoCgroup: "memtester locks its memory (mlock), which a memory cgroup smaller than it cannot swap out: the cgroup's OOM killer kills it",
 	prepare: func(dir string, size int64) (spec, error) {
@@ -327,7 +395,7 @@ var memtesterProgram = Program{
 }
 
 var stressNGProgram = Program{
-	Name: "stress-ng", Package: "stress-ng", Command: "stress-ng", Checker: true, DefaultSize: 48 << 20, SizeUnit: "bytes of memory stressed",
+	Name: "stress-ng", Package: "stress-ng", Command: "stress-ng", Checker: true, DefaultSize: 48 << 20, BoundSize: 1 << 20, SizeUnit: "bytes of memory stressed",
 	Summary: "runs every vm method over its memory with verification (--verify), a fixed number of operations",
 	prepare: func(dir string, size int64) (spec, error) {
 		// About 2,000 bogo operations per MiB: 2 s for 48 MiB here.

@@ -34,6 +34,7 @@ func TestGeneratorsDeterministic(t *testing.T) {
 		"dag":  func(p string) error { return writeDAG(p, size, 2) },
 		"csv":  func(p string) error { return writeRowsCSV(p, size, 3) },
 		"json": func(p string) error { return writeJSONRecords(p, size, 4) },
+		"log":  func(p string) error { return WriteLog(p, size, 5) },
 	} {
 		var sums [2][32]byte
 		for i := range sums {
@@ -67,6 +68,23 @@ func TestSelect(t *testing.T) {
 		assert.Positive(t, p.DefaultSize, p.Name)
 	}
 	assert.GreaterOrEqual(t, real, 7)
+}
+
+// All is the set and the compressors, which need flags of their own
+// under uvm run; Lookup finds any of them, and only them.
+func TestAllAndLookup(t *testing.T) {
+	assert.Equal(t, append(Names(), "gzip", "xz"), AllNames())
+	for _, name := range AllNames() {
+		p, ok := Lookup(name)
+		require.True(t, ok, name)
+		assert.Equal(t, name, p.Name)
+	}
+	gz, _ := Lookup("gzip")
+	assert.Equal(t, []string{"--min-size", "512KiB"}, gz.UVMFlags)
+	_, ok := Lookup("nosuch")
+	assert.False(t, ok)
+	_, err := Select("gzip")
+	assert.ErrorContains(t, err, "unknown program(s) gzip", "uvm bench run's set is unchanged")
 }
 
 func TestBudget(t *testing.T) {

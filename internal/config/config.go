@@ -135,6 +135,10 @@ type ServerConfig struct {
 	AccessPolicy policy.AccessPolicy `json:"access_policy"`
 	// Thrashing configures thrashing detection (thrash.go).
 	Thrashing policy.ThrashingSpec `json:"thrashing"`
+	// Mechanism holds the block engine's numbers (read-ahead depth, the
+	// whole-move share, pin waits, eviction rounds and waits); the zero
+	// value means the defaults, policy.DefaultMechanism.
+	Mechanism policy.Mechanism `json:"mechanism,omitzero"`
 	// Restarts is how many new servers in a row the guard starts to take
 	// over when the server dies, each failing before it has taken over,
 	// before it gives up and poisons every page not on the host. 0 means
@@ -371,8 +375,24 @@ func (c ServerConfig) ParsedAccessPolicy() policy.AccessPolicy {
 	return c.AccessPolicy
 }
 
+// Policies is the choice of policies c holds, as NewSet takes it: the
+// one description a server builds its policy set from.
+func (c ServerConfig) Policies() policy.Specs {
+	return policy.Specs{Prefetch: c.Prefetch, Eviction: c.Eviction, Thrashing: c.Thrashing, Access: c.ParsedAccessPolicy(), Mechanism: c.Mechanism}
+}
+
 // Validate checks every field and names the first bad value.
 func (c ServerConfig) Validate() error {
+	if err := c.ValidateSettings(); err != nil {
+		return err
+	}
+	return c.Policies().Validate()
+}
+
+// ValidateSettings checks every field but the policies, which building
+// them checks (policy.NewSet): a server checks its configuration this
+// way and builds its policies once.
+func (c ServerConfig) ValidateSettings() error {
 	if len(c.Devices) > core.MaxDevices {
 		return fmt.Errorf("%w: %d devices: at most %d are supported", core.ErrInvalidValue, len(c.Devices), core.MaxDevices)
 	}
@@ -383,12 +403,6 @@ func (c ServerConfig) Validate() error {
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("%w: device %d: %v", core.ErrInvalidValue, i, err)
 		}
-	}
-	if _, err := policy.NewPrefetchPolicy(c.Prefetch); err != nil {
-		return err
-	}
-	if _, err := policy.NewEviction(c.Eviction); err != nil {
-		return err
 	}
 	switch c.Handlers {
 	case HandlersFollow, HandlersPerCPU, HandlersSingle:
@@ -424,15 +438,10 @@ func (c ServerConfig) Validate() error {
 	default:
 		return fmt.Errorf("%w: access counting %q: want %q, %q, %q or %q", core.ErrInvalidValue, c.AccessCounting, AccessCountingAuto, AccessCountingEBPF, AccessCountingUser, AccessCountingOff)
 	}
-	if c.AccessPolicy != (policy.AccessPolicy{}) {
-		if err := c.AccessPolicy.Validate(); err != nil {
-			return err
-		}
-	}
 	if c.CopyDirectBelow < 0 {
 		return fmt.Errorf("%w: copy direct-path size %d: must not be negative", core.ErrInvalidValue, c.CopyDirectBelow)
 	}
-	return c.Thrashing.Validate()
+	return nil
 }
 
 func (c *ServerConfig) applyEnv(getenv func(string) string) error {
@@ -536,7 +545,7 @@ func (c *ServerConfig) applyEnv(getenv func(string) string) error {
 		c.CopyProducers = n
 	}
 	if v := getenv(EnvEviction); v != "" {
-		if _, err := policy.NewEviction(v); err != nil {
+		if err := policy.ValidateEviction(v); err != nil {
 			return fmt.Errorf("%s: %w", EnvEviction, err)
 		}
 		c.Eviction = v

@@ -11,6 +11,11 @@
 // ...), which a private server inherits from its client and the `uvm`
 // command's flags override. Validate names the first bad value. A
 // private server receives its configuration as JSON (ServerConfigEnv).
+// Resolved writes out what empty fields mean to the server.
+//
+// Settings is the one table of every UVM_* variable, with its default as
+// printed: `uvm help` prints it, the flags take their defaults from it,
+// and tests hold docs/usage.md and the code's behaviour to it.
 //
 // Info, with SessionInfo, ArenaInfo, RestartInfo and ProcessFaults, is
 // what `uvm info` and `uvm stat` show of a running server, and

@@ -32,8 +32,17 @@ type Info struct {
 	// over. LostPages counts pages the table held resident whose file
 	// had lost them: they read as zeros. Both stay zero unless the
 	// server has a bug; the server log names each page.
-	StrayPresentPages uint64        `json:"stray_present_pages"`
-	LostPages         uint64        `json:"lost_pages"`
+	StrayPresentPages uint64 `json:"stray_present_pages"`
+	LostPages         uint64 `json:"lost_pages"`
+	// HostResidentBytes is the managed memory resident on the host now,
+	// every session's, what a host budget bounds; HostPeakBytes the
+	// most that was resident there at once since this server started
+	// (a takeover starts again from what it adopted). Under a budget the
+	// peak may pass it a little (eviction runs after pages arrive, and
+	// the budget is soft); without one it is the managed peak a budget
+	// would constrain.
+	HostResidentBytes int64         `json:"host_resident_bytes"`
+	HostPeakBytes     int64         `json:"host_peak_bytes"`
 	HandlerCPUs       []int         `json:"handler_cpus"`
 	Guard             bool          `json:"guard"`
 	Sessions          []SessionInfo `json:"sessions"`

@@ -74,6 +74,41 @@ type RangeAttributes struct {
 	// was explicitly prefetched to, or InvalidDevice if some page was
 	// never prefetched or the pages disagree.
 	LastPrefetchLocation Device
+	// The preferred and last prefetch locations as locations
+	// (AttrPreferredLocationType and ID, AttrLastPrefetchLocationType and
+	// ID): a device and its index, the host, or one of its NUMA nodes and
+	// the node; LocationInvalid where the pages disagree or have none.
+	// The server answers with processors; the client adds the nodes.
+	PreferredLocationType, LastPrefetchLocationType MemLocationType
+	PreferredLocationID, LastPrefetchLocationID     int
+}
+
+// MemLocationType is what a memory location (cudaMemLocation) names, with
+// cudaMemLocationType's values.
+type MemLocationType int
+
+const (
+	LocationInvalid         MemLocationType = 0 // no location: pages that disagree, or none
+	LocationDevice          MemLocationType = 1 // a device; the id is its index
+	LocationHost            MemLocationType = 2 // the host; the id is ignored (reported as CPU, -1)
+	LocationHostNUMA        MemLocationType = 3 // a host NUMA node; the id is the node
+	LocationHostNUMACurrent MemLocationType = 4 // the host node nearest the calling thread; the id is ignored
+)
+
+func (t MemLocationType) String() string {
+	switch t {
+	case LocationInvalid:
+		return "invalid"
+	case LocationDevice:
+		return "device"
+	case LocationHost:
+		return "host"
+	case LocationHostNUMA:
+		return "host-numa"
+	case LocationHostNUMACurrent:
+		return "host-numa-current"
+	}
+	return "location-type(" + strconv.Itoa(int(t)) + ")"
 }
 
 // RangeAttr names one attribute for RangeAttribute.
@@ -84,6 +119,10 @@ const (
 	AttrPreferredLocation
 	AttrAccessedBy
 	AttrLastPrefetchLocation
+	AttrPreferredLocationType
+	AttrPreferredLocationID
+	AttrLastPrefetchLocationType
+	AttrLastPrefetchLocationID
 )
 
 func (d Device) String() string {
@@ -108,6 +147,14 @@ func (a RangeAttr) String() string {
 		return "accessed-by"
 	case AttrLastPrefetchLocation:
 		return "last-prefetch-location"
+	case AttrPreferredLocationType:
+		return "preferred-location-type"
+	case AttrPreferredLocationID:
+		return "preferred-location-id"
+	case AttrLastPrefetchLocationType:
+		return "last-prefetch-location-type"
+	case AttrLastPrefetchLocationID:
+		return "last-prefetch-location-id"
 	}
 	return "range-attribute(" + strconv.Itoa(int(a)) + ")"
 }

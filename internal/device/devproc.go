@@ -223,6 +223,7 @@ type deviceRuntime struct {
 // kernelChunk is the threads [first, outer) of one launch, run by one
 // worker.
 type kernelChunk struct {
+	grid         *gridRun // a grid's blocks to run (grid.go); then k to params are unused
 	k            Kernel
 	name         string
 	first, outer int
@@ -409,7 +410,11 @@ func (rt *deviceRuntime) worker(cpu int, ch <-chan *kernelChunk) {
 	// reported at synchronize, instead of killing the device.
 	debug.SetPanicOnFault(true)
 	for c := range ch {
-		c.err = runChunk(c, rt.index)
+		if c.grid != nil {
+			c.grid.work()
+		} else {
+			c.err = runChunk(c, rt.index)
+		}
 		c.wg.Done()
 	}
 }
@@ -456,6 +461,26 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 	debug.SetPanicOnFault(true)
 	buf := make([]byte, wire.MaxMessageSize)
 	var errs []error
+	// launched runs a launch of either kind: on a thread that follows the
+	// launching CPU, its error kept for the next synchronize, reported
+	// when the session is traced.
+	launched := func(cpuHint int32, name string, threads uint32, registered bool, run func() error) {
+		if cpu, poll := cpuOfHint(cpuHint); cpu >= 0 && (cpu != pinned || poll != asked) {
+			if p, err := rt.follow(cpu, poll); err == nil {
+				pinned, asked, polling = cpu, poll, p
+			}
+		}
+		var start int64
+		if rp != nil {
+			start = rp.now()
+		}
+		if err := run(); err != nil {
+			errs = append(errs, err)
+		}
+		if rp != nil && registered {
+			rp.launch(id, name, threads, start, rp.now())
+		}
+	}
 	for {
 		b, err := nextMessage(conn, buf, polling)
 		if err != nil {
@@ -468,24 +493,12 @@ func (rt *deviceRuntime) serveStream(id uint32, conn *wire.DirectConn) {
 		h, req, err := wire.ParseRequest(b)
 		switch r := req.(type) {
 		case wire.LaunchRequest:
-			if cpu, poll := cpuOfHint(r.Cpu); cpu >= 0 && (cpu != pinned || poll != asked) {
-				if p, err := rt.follow(cpu, poll); err == nil {
-					pinned, asked, polling = cpu, poll, p
-				}
-			}
-			var start int64
-			if rp != nil {
-				start = rp.now()
-			}
-			if err := rt.launch(&r); err != nil {
-				errs = append(errs, err)
-			}
-			if rp != nil && r.Name != EventTimeKernel {
-				end := rp.now()
-				if _, ran := LookupKernel(r.Name); ran { // not a kernel the registry lacks
-					rp.launch(id, r.Name, r.Nthreads, start, end)
-				}
-			}
+			_, registered := LookupKernel(r.Name) // not the event kernel, nor a kernel the registry lacks
+			launched(r.Cpu, r.Name, r.Nthreads, registered, func() error { return rt.launch(&r) })
+			continue
+		case wire.LaunchGridRequest:
+			_, registered := LookupGridKernel(r.Name)
+			launched(r.Cpu, r.Name, uint32(min(r.Grid.Count()*r.Block.Count(), wire.MaxLaunchThreads)), registered, func() error { return rt.launchGrid(&r) })
 			continue
 		case wire.StreamRequest:
 			if h.Typ == wire.MsgStreamDestroy {

@@ -24,14 +24,14 @@ var kernels struct {
 
 // RegisterKernel makes a kernel launchable by name.
 func RegisterKernel(name string, k Kernel) error {
-	if name == "" || len(name) > 256 || !utf8.ValidString(name) {
-		return fmt.Errorf("%w: kernel name %q: want 1 to 256 bytes of UTF-8", core.ErrInvalidValue, name)
+	if err := checkKernelName(name); err != nil {
+		return err
 	}
 	if k == nil {
 		return fmt.Errorf("%w: kernel %q: nil function", core.ErrInvalidValue, name)
 	}
-	if name == EventTimeKernel {
-		return fmt.Errorf("%w: kernel %q: the name is the device's built-in event kernel's", core.ErrInvalidValue, name)
+	if _, dup := LookupGridKernel(name); dup {
+		return fmt.Errorf("%w: kernel %q: a grid kernel (RegisterGridKernel) has that name", core.ErrInvalidValue, name)
 	}
 	kernels.Lock()
 	defer kernels.Unlock()
@@ -45,6 +45,17 @@ func RegisterKernel(name string, k Kernel) error {
 	return nil
 }
 
+// checkKernelName checks a kernel's name, of either kind.
+func checkKernelName(name string) error {
+	if name == "" || len(name) > 256 || !utf8.ValidString(name) {
+		return fmt.Errorf("%w: kernel name %q: want 1 to 256 bytes of UTF-8", core.ErrInvalidValue, name)
+	}
+	if name == EventTimeKernel {
+		return fmt.Errorf("%w: kernel %q: the name is the device's built-in event kernel's", core.ErrInvalidValue, name)
+	}
+	return nil
+}
+
 // LookupKernel finds a registered kernel.
 func LookupKernel(name string) (Kernel, bool) {
 	kernels.RLock()
@@ -53,14 +64,20 @@ func LookupKernel(name string) (Kernel, bool) {
 	return k, ok
 }
 
-// KernelNames lists the registered kernels, sorted.
+// KernelNames lists the registered kernels of both kinds (grid kernels
+// too: grid.go), sorted.
 func KernelNames() []string {
 	kernels.RLock()
-	defer kernels.RUnlock()
 	names := make([]string, 0, len(kernels.byName))
 	for n := range kernels.byName {
 		names = append(names, n)
 	}
+	kernels.RUnlock()
+	gridKernels.RLock()
+	for n := range gridKernels.byName {
+		names = append(names, n)
+	}
+	gridKernels.RUnlock()
 	sort.Strings(names)
 	return names
 }

@@ -32,23 +32,26 @@ func TestImportFence(t *testing.T) {
 // with the packages below them (relative to the module): a package
 // imports packages of its own layer and of earlier ones, never of a
 // later one. The shared data types come first (core, then the policies,
-// the refault bookkeeping that the server and the lab share,
-// the lab that replays them over traces, then the configuration); then the wire protocol, the copy engine, the
-// device processes, the fault server; then the public client; and on
-// top the commands with package cli, the uvm command as a library, which
-// they and a course's own uvm binaries (policy/coursework/cmd) and the
-// lab's course kit (lab/course) build on.
+// the refault bookkeeping, the block engine that moves pages and decides
+// how, which the server and the lab both run, the lab that replays the
+// policies over traces, then the configuration); then the wire protocol,
+// the copy engine, the device processes, the fault server; then the
+// public client; and on top the commands with package cli, the uvm
+// command as a library, which they and a course's own uvm binaries
+// (policy/coursework/cmd) and the lab's course kit (lab/course) build on.
 // A package belongs to the layer of the longest root it is under, so
 // that a command kept beside the policies it links is a command.
 var layers = [][]string{
 	{"internal/core"},
 	{"policy"},
 	{"internal/workingset"},
+	{"internal/block"},
 	{"lab"},
 	{"internal/config"},
 	{"internal/wire"},
 	{"internal/engine"},
 	{"internal/device"},
+	{"internal/guard"},
 	{"internal/server", "internal/metrics"},
 	{"uvm"},
 	{"cli", "cmd", "policy/coursework/cmd", "lab/course", "lab/programs"},
@@ -168,6 +171,26 @@ func TestLayers(t *testing.T) {
 	}
 }
 
+// serverFree are packages that must not depend on the fault server, even
+// through others: the block engine, which the server and the lab run
+// alike and knows the kernel only through its Memory interface, and the
+// lab, which runs the engine over simulated memory. The layers forbid
+// the direct import; this checks every dependency, so that the rule
+// holds if the layers are ever reordered.
+var serverFree = []string{"internal/block", "lab"}
+
+// TestEngineAndLabDoNotImportServer: neither the block engine nor the
+// lab depends on internal/server, directly or not.
+func TestEngineAndLabDoNotImportServer(t *testing.T) {
+	for _, root := range serverFree {
+		for _, p := range goDeps(t, module+"/"+root) {
+			if r, ok := rel(p); ok && within(r, "internal/server") {
+				t.Errorf("%s depends on %s: the engine and the lab know the kernel only through block.Memory", root, p)
+			}
+		}
+	}
+}
+
 // TestLayerViolations: the check finds what it is meant to.
 func TestLayerViolations(t *testing.T) {
 	m := func(r string) string { return module + "/" + r }
@@ -180,6 +203,9 @@ func TestLayerViolations(t *testing.T) {
 		{"policy", []string{"uffd"}, "policy imports uffd: it may import only internal/core"},
 		{"internal/core", []string{"policy"}, "internal/core imports policy: it may import only uffd and devmem"},
 		{"internal/wire", []string{"internal/server"}, "internal/wire imports internal/server, which comes later"},
+		{"internal/block", []string{"internal/server"}, "internal/block imports internal/server, which comes later"},
+		{"internal/block", []string{"internal/engine"}, "internal/block imports internal/engine, which comes later"},
+		{"lab", []string{"internal/server"}, "lab imports internal/server, which comes later"},
 		{"internal/server", []string{"uvm"}, "internal/server imports uvm, which comes later"},
 		{"uvm", []string{"cmd/uvm"}, "uvm imports cmd/uvm, which comes later"},
 		{"uvm", []string{"cli"}, "uvm imports cli, which comes later"},
@@ -203,6 +229,8 @@ func TestLayerViolations(t *testing.T) {
 		imports []string
 	}{
 		{"policy", []string{"internal/core"}},
+		{"lab", []string{"internal/block", "policy", "trace"}},
+		{"internal/block", []string{"policy", "internal/workingset", "devmem"}},
 		{"policy/coursework", []string{"policy"}},
 		{"internal/core", []string{"uffd"}},
 		{"internal/server", []string{"internal/device", "internal/engine", "policy", "uffd", "bpf"}},

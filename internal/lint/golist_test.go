@@ -60,3 +60,13 @@ func rel(path string) (string, bool) {
 func within(rel, root string) bool {
 	return rel == root || strings.HasPrefix(rel, root+"/")
 }
+
+// goDeps lists every package pkg depends on, directly or not.
+func goDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/softuvm/softuvm/bpf"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
@@ -348,40 +349,36 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 	ranges := sess.ranges.Load()
 	for _, x := range run {
 		if r := ranges.lookup(uintptr(x.region) << bpf.RegionShift); r != nil {
-			r.stats.Crossings[l.Slot()].Add(1)
+			r.Stats.Crossings[l.Slot()].Add(1)
 		}
 	}
 	if !s.Access.policy.Hints || l == core.CPU {
 		return // the CPU maps no remote memory: its faults migrate already
 	}
 	for _, r := range ranges.ranges {
-		if r.end() <= lo || r.start >= hi || r.kind != core.KindManaged {
+		if r.End() <= lo || r.Start >= hi || r.Kind != core.KindManaged {
 			continue
 		}
-		from, to := max(lo, r.start), min(hi, r.end())
+		from, to := max(lo, r.Start), min(hi, r.End())
 		// Blocks move in parallel, as Prefetch moves them, unless the
 		// device must evict to take them.
 		movers := s.copyCalibration().BlockMovers
-		if !s.roomFor(l, int64(to-from)) {
+		if !s.eng.RoomFor(l, int64(to-from)) {
 			movers = 1
 		}
 		var moved atomic.Int64
-		err := r.eachBlockParallel(from, to-from, movers, s.nodeOf(l), func(o *mover, pages core.PageMask) error {
-			o.cause = policy.CauseCounters
-			now := s.nowMicros()
+		err := r.eachBlockParallel(from, to-from, movers, s.nodeOf(l), func(o *block.Mover, pages core.PageMask) error {
 			var want core.PageMask
 			for p := pages.NextSet(0); p >= 0; p = pages.NextSet(p + 1) {
-				if o.counterMovable(l, p, now) {
+				if o.CounterMovable(l, p) {
 					want.Set(p)
 				}
 			}
 			if want.Empty() {
 				return nil
 			}
-			t := o.ownTarget(l)
-			defer o.doneWith(t.via)
-			err := o.moveTo(t, want, core.PageMask{}, -1)
-			want.And(&o.b.resident[l.Slot()])
+			err := o.MoveIn(l, want, policy.CauseCounters)
+			want.And(&o.B.Resident[l.Slot()])
 			moved.Add(int64(want.Count()))
 			return err
 		})
@@ -396,30 +393,9 @@ func (s *Server) serviceRun(code uint32, run []crossing) {
 			// that whoever watches the count (a test, uvm stat) sees the
 			// migration when a kernel reads the pages there without
 			// faults.
-			r.stats.CounterMigrated[l.Slot()].Add(uint64(n))
+			r.Stats.CounterMigrated[l.Slot()].Add(uint64(n))
 		}
 	}
-}
-
-// counterMovable asks the access migration policy whether page p
-// migrates to location l on its access counts. Only managed memory ever
-// does. The block's lock is held.
-func (o *mover) counterMovable(l core.Device, p int, now int64) bool {
-	if o.r.kind != core.KindManaged {
-		return false
-	}
-	m, known := o.mapsAt(l, p)
-	ap := policy.AccessPage{
-		Processor: l, Block: o.b.ref, Page: p,
-		Resident: o.b.resident[l.Slot()].Test(p),
-		Remote:   known && m != l,
-		Pinned:   o.pinnedAt(p, now),
-		Now:      clock(now),
-	}
-	if pref, ok := o.b.preferredAt(p); ok && pref != l {
-		ap.PreferredElsewhere = true
-	}
-	return o.sess.srv.accessMigration.Movable(ap)
 }
 
 // armHints drops, in every device view, the page-table entries of up to
@@ -468,30 +444,30 @@ func (sess *session) remoteRuns(v *view, budget int64) []wire.Mapping {
 		}
 		budget -= n
 		v.hintCursor = addr + uintptr(n)
-		r.stats.HintsArmed[l.Slot()].Add(uint64(pages))
+		r.Stats.HintsArmed[l.Slot()].Add(uint64(pages))
 	}
 	full := func() bool { return budget < core.PageSize || len(out) == maxHintRuns }
 	// visit adds the remote runs of [from, to), which lies in r.
 	visit := func(r *managedRange, from, to uintptr) {
-		if f, ok := r.staticFile(l); ok {
+		if f, ok := r.StaticFile(l); ok {
 			if f != l {
 				add(r, from, int((to-from)/core.PageSize))
 			}
 			return
 		}
-		for bi := int((from - r.start) >> core.BlockShift); bi <= int((to-1-r.start)>>core.BlockShift) && !full(); bi++ {
-			b := r.blocks[bi].Load()
+		for bi := int((from - r.Start) >> core.BlockShift); bi <= int((to-1-r.Start)>>core.BlockShift) && !full(); bi++ {
+			b := r.BlockAt(bi)
 			if b == nil {
 				continue
 			}
-			blockAddr := r.start + uintptr(bi)*core.BlockSize
+			blockAddr := r.Start + uintptr(bi)*core.BlockSize
 			first := int((max(from, blockAddr) - blockAddr) / core.PageSize)
 			outer := int((min(to, blockAddr+core.BlockSize) - blockAddr) / core.PageSize)
-			b.mu.Lock()
-			b.viewRuns(l, first, outer, true, full, func(p, q int) {
+			b.Lock()
+			b.ViewRuns(l, first, outer, true, full, func(p, q int) {
 				add(r, blockAddr+uintptr(p)*core.PageSize, q-p)
 			})
-			b.mu.Unlock()
+			b.Unlock()
 		}
 	}
 	sess.walkFromCursor(v.hintCursor, full, visit)
@@ -508,40 +484,14 @@ func (sess *session) remoteRuns(v *view, budget int64) []wire.Mapping {
 func (sess *session) walkFromCursor(cursor uintptr, full func() bool, visit func(r *managedRange, from, to uintptr)) {
 	ranges := sess.ranges.Load().ranges
 	for _, r := range ranges {
-		if !full() && r.end() > cursor && !r.freed.Load() {
-			visit(r, max(r.start, cursor), r.end())
+		if !full() && r.End() > cursor && !r.Freed.Load() {
+			visit(r, max(r.Start, cursor), r.End())
 		}
 	}
 	for _, r := range ranges {
-		if !full() && r.start < cursor && !r.freed.Load() {
-			visit(r, r.start, min(r.end(), cursor))
+		if !full() && r.Start < cursor && !r.Freed.Load() {
+			visit(r, r.Start, min(r.End(), cursor))
 		}
-	}
-}
-
-// viewRuns calls add with each run [p, q) of pages of [first, outer)
-// that view l maps from another location's file (remote) or from its own
-// (!remote), leaving out pages whose mapping is changing, until full
-// says to stop. The block is locked.
-func (b *block) viewRuns(l core.Device, first, outer int, remote bool, full func() bool, add func(p, q int)) {
-	m := b.viewMapOf(l)
-	in := func(p int) bool {
-		if m == nil {
-			return !remote // it maps its own file everywhere
-		}
-		return !m.pending.Test(p) && (fileOf(m.file[p], l) != l) == remote
-	}
-	for p := first; p < outer && !full(); {
-		if !in(p) {
-			p++
-			continue
-		}
-		q := p + 1
-		for q < outer && in(q) {
-			q++
-		}
-		add(p, q)
-		p = q
 	}
 }
 
@@ -549,21 +499,21 @@ func (b *block) viewRuns(l core.Device, first, outer int, remote bool, full func
 // device's access to a page it maps remotely, whose page-table entry a
 // hint round dropped. The access is counted and the page mapped again,
 // write-protected if it has other copies. The block's lock is held.
-func (o *mover) serveHintFault(p int) error {
-	v := o.fv
-	addr := o.pageAddr(p)
-	o.sess.srv.countUser(v, addr)
+func (sess *session) serveHintFault(o *block.Mover, v *view, p int) error {
+	addr := o.PageAddr(p)
+	sess.srv.countUser(v, addr)
 	var mode uffd.ContinueMode
-	if o.b.copies(p) > 1 {
+	if o.B.Copies(p) > 1 {
 		mode = uffd.ContinueWP
 	}
-	o.ioctlBegins()
+	h := handlerOf(o)
+	h.ioctlBegins()
 	_, err := v.uffd.Continue(addr, core.PageSize, mode)
-	o.ioctlEnds()
+	h.ioctlEnds()
 	if err != nil {
 		// The page left its file meanwhile (the retry faults as
 		// missing), or another handler mapped it: wake the thread.
-		o.wake(addr)
+		_ = v.uffd.Wake(addr, core.PageSize)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 
 // TraceAccessEnv turns on the access mode for a client recording its own
 // trace (UVM_TRACE), with ParseTraceAccess's syntax: UVM_TRACE_ACCESS=100ms.
-const TraceAccessEnv = "UVM_TRACE_ACCESS"
+const TraceAccessEnv = config.EnvTraceAccess
 
 // The access mode of traces: a fault shows only the first touch of a
 // page where it lies, so a trace of faults alone cannot say what another
@@ -178,7 +178,7 @@ func (as *accessSampler) readBack(v *view, sv *samplerView, pagemap *os.File) {
 	window := now.Sub(sv.armedAt)
 	var present []uffd.PageRun
 	for _, ap := range sv.armed {
-		if ap.r.freed.Load() {
+		if ap.r.Freed.Load() {
 			continue
 		}
 		var err error
@@ -188,7 +188,7 @@ func (as *accessSampler) readBack(v *view, sv *samplerView, pagemap *os.File) {
 			break
 		}
 		for _, run := range present {
-			as.sess.emitAt(&trace.Event{Kind: trace.KindAccess, Processor: int32(v.loc), Range: ap.r.id,
+			as.sess.emitAt(&trace.Event{Kind: trace.KindAccess, Processor: int32(v.loc), Range: ap.r.ID,
 				Addr: uint64(run.Start), Pages: uint32((run.End - run.Start) / core.PageSize), Duration: window}, now)
 		}
 	}
@@ -223,7 +223,7 @@ func (as *accessSampler) arm(v *view, sv *samplerView, pagemap *os.File) {
 		for _, p := range append(present, uffd.PageRun{Start: w.end, End: w.end}) {
 			if p.Start > at {
 				sv.armed = append(sv.armed, armedPage{r: w.r, start: at, end: p.Start})
-				as.sess.emitAt(&trace.Event{Kind: trace.KindArm, Processor: int32(v.loc), Range: w.r.id,
+				as.sess.emitAt(&trace.Event{Kind: trace.KindArm, Processor: int32(v.loc), Range: w.r.ID,
 					Addr: uint64(at), Pages: uint32((p.Start - at) / core.PageSize)}, sv.armedAt)
 			}
 			at = max(at, p.End)
@@ -297,14 +297,14 @@ func (as *accessSampler) nextSample(v *view, sv *samplerView) []armedPage {
 	}
 	full := func() bool { return budget == 0 }
 	visit := func(r *managedRange, from, to uintptr) {
-		if r.kind != core.KindManaged || (v.loc == core.CPU && r.trackPrefetch) {
+		if r.Kind != core.KindManaged || (v.loc == core.CPU && r.TrackPrefetch) {
 			// Ranges that audit prefetched pages read the host's page
 			// table to tell used from unused ones.
 			return
 		}
-		for bi := int((from - r.start) >> core.BlockShift); bi <= int((to-1-r.start)>>core.BlockShift) && !full(); bi++ {
-			blockAddr := r.start + uintptr(bi)*core.BlockSize
-			first, outer := max(from, blockAddr), min(to, blockAddr+core.BlockSize, r.end())
+		for bi := int((from - r.Start) >> core.BlockShift); bi <= int((to-1-r.Start)>>core.BlockShift) && !full(); bi++ {
+			blockAddr := r.Start + uintptr(bi)*core.BlockSize
+			first, outer := max(from, blockAddr), min(to, blockAddr+core.BlockSize, r.End())
 			if v.loc == core.CPU {
 				if first == blockAddr && budget < outer-first {
 					if len(out) > 0 {
@@ -316,14 +316,14 @@ func (as *accessSampler) nextSample(v *view, sv *samplerView) []armedPage {
 				add(r, first, outer)
 				continue
 			}
-			b := r.blocks[bi].Load()
+			b := r.BlockAt(bi)
 			if b == nil {
 				continue
 			}
-			b.mu.Lock()
-			b.viewRuns(v.loc, int((first-blockAddr)/core.PageSize), int((outer-blockAddr)/core.PageSize), false, full,
+			b.Lock()
+			b.ViewRuns(v.loc, int((first-blockAddr)/core.PageSize), int((outer-blockAddr)/core.PageSize), false, full,
 				func(p, q int) { add(r, blockAddr+uintptr(p)*core.PageSize, blockAddr+uintptr(q)*core.PageSize) })
-			b.mu.Unlock()
+			b.Unlock()
 		}
 	}
 	sess.walkFromCursor(sv.cursor, full, visit)

@@ -13,8 +13,8 @@ import (
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/device"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -82,15 +82,15 @@ type restartStats struct {
 }
 
 // adopt takes over the sessions in st.
-func (s *Server) adopt(st *keptState, died time.Time, restarts int) error {
+func (s *Server) adopt(st *guard.State, died time.Time, restarts int) error {
 	start := time.Now()
 	var sessions []*session
-	for _, id := range st.sessionIDs() {
+	for _, id := range st.SessionIDs() {
 		ks := st.Sessions[id]
 		delete(st.Sessions, id)
 		sess, err := s.adoptFiles(ks)
 		if err != nil {
-			s.logger.Printf("session %d (pid %d) cannot be adopted: %v", id, ks.pid, err)
+			s.logger.Printf("session %d (pid %d) cannot be adopted: %v", id, ks.PID, err)
 			continue
 		}
 		sessions = append(sessions, sess)
@@ -126,15 +126,15 @@ func (s *Server) adopt(st *keptState, died time.Time, restarts int) error {
 
 // adoptFiles makes a session of what the guard kept: its descriptors and
 // journal. Nothing runs for it yet.
-func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
+func (s *Server) adoptFiles(ks *guard.Session) (*session, error) {
 	conn, err := device.FileConn(uintptr(ks.Conn))
 	ks.Conn = -1
 	if err != nil {
 		wire.CloseFDs([]int{ks.Uffd, ks.Host})
 		return nil, fmt.Errorf("control socket: %v", err)
 	}
-	sess := s.newSession(ks.Id, ks.pid, wire.RoleClient, conn)
-	host, err := devmem.FileFromFD(ks.Host, fmt.Sprintf("host file of pid %d", ks.pid))
+	sess := s.newSession(ks.ID, ks.PID, wire.RoleClient, conn)
+	host, err := devmem.FileFromFD(ks.Host, fmt.Sprintf("host file of pid %d", ks.PID))
 	if err != nil {
 		uffd.NewFD(ks.Uffd).Close()
 		conn.Close()
@@ -142,21 +142,21 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 	}
 	sess.host = host
 	u := uffd.NewFD(ks.Uffd)
-	u.SetHandshaken(uffd.Feature(ks.features), 0)
-	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.pid, uffd: u})
-	if uffd.Feature(ks.features)&uffd.FeatureWPAsync != 0 {
+	u.SetHandshaken(uffd.Feature(ks.Features), 0)
+	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.PID, uffd: u})
+	if uffd.Feature(ks.Features)&uffd.FeatureWPAsync != 0 {
 		// Only launch-model sessions ask for WP_ASYNC: the host's writes
 		// are only read at launches, so the session stays one. Which
 		// kernels ran is not kept: the CPU may touch everything until
 		// the next launch.
-		ls, err := s.newLaunchState(core.CoherenceLaunch, ks.pid)
+		ls, err := s.newLaunchState(core.CoherenceLaunch, ks.PID)
 		if err != nil {
 			u.Close()
 			host.Close()
 			conn.Close()
 			return nil, err
 		}
-		sess.launch = ls.settle(uffd.Feature(ks.features))
+		sess.launch = ls.settle(uffd.Feature(ks.Features))
 	}
 	sess.devFiles = make([]*devmem.File, len(s.arenas))
 	for l, fd := range ks.Files {
@@ -165,9 +165,9 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 			syscall.Close(fd)
 			continue
 		}
-		f, err := devmem.FileFromFD(fd, fmt.Sprintf("softuvm-dev%d-pid%d", d, ks.pid))
+		f, err := devmem.FileFromFD(fd, fmt.Sprintf("softuvm-dev%d-pid%d", d, ks.PID))
 		if err != nil {
-			s.logger.Printf("session %d: device %d file: %v", ks.Id, d, err)
+			s.logger.Printf("session %d: device %d file: %v", ks.ID, d, err)
 			continue
 		}
 		sess.devFiles[d] = f
@@ -182,52 +182,52 @@ func (s *Server) adoptFiles(ks *KeptSession) (*session, error) {
 // was punched and it never arrived. It returns the pages written.
 func (s *Server) recoverStaged(byID map[uint64]*session) int64 {
 	var n int64
-	for _, mv := range s.staging.moves() {
-		sess := byID[mv.session]
+	for _, mv := range s.staging.Moves() {
+		sess := byID[mv.Session]
 		if sess == nil {
 			continue
 		}
 		// Unfinished: the source is whole, the destination perhaps
 		// partly written; finished copying: the destination is whole.
-		drop, keep := mv.dst, mv.src
-		if mv.copied {
-			drop, keep = mv.src, mv.dst
+		drop, keep := mv.Dst, mv.Src
+		if mv.Copied {
+			drop, keep = mv.Src, mv.Dst
 		}
 		f, err := sess.file(drop)
 		if err == nil && f != nil {
-			err = f.Punch(mv.off, mv.length)
+			err = f.Punch(mv.Off, mv.Length)
 		}
 		if err != nil {
-			s.logger.Printf("session %d: settle the move of %#x+%d from %v to %v, keeping %v's copy: %v", sess.id, mv.off, mv.length, mv.src, mv.dst, keep, err)
+			s.logger.Printf("session %d: settle the move of %#x+%d from %v to %v, keeping %v's copy: %v", sess.id, mv.Off, mv.Length, mv.Src, mv.Dst, keep, err)
 			continue
 		}
 		s.restart.settledMoves.Add(1)
 	}
-	for _, in := range s.staging.intents() {
-		sess := byID[in.session]
+	for _, in := range s.staging.Intents() {
+		sess := byID[in.Session]
 		if sess == nil {
 			continue
 		}
-		for p := 0; p < len(in.data)/core.PageSize; p++ {
-			off := in.off + int64(p)*core.PageSize
+		for p := 0; p < len(in.Data)/core.PageSize; p++ {
+			off := in.Off + int64(p)*core.PageSize
 			if sess.anyFileHolds(off) {
 				continue
 			}
-			if _, err := sess.host.WriteAt(in.data[p*core.PageSize:(p+1)*core.PageSize], off); err != nil {
+			if _, err := sess.host.WriteAt(in.Data[p*core.PageSize:(p+1)*core.PageSize], off); err != nil {
 				s.logger.Printf("session %d: put back the page at %#x that a migration carried: %v", sess.id, off, err)
 				continue
 			}
 			n++
 		}
 	}
-	s.staging.clearAll()
+	s.staging.ClearAll()
 	return n
 }
 
 // anyFileHolds reports whether a location file of the session holds the
 // page at file offset off.
 func (sess *session) anyFileHolds(off int64) bool {
-	for l := 0; l < sess.srv.locations(); l++ {
+	for l := 0; l < sess.srv.eng.Locations(); l++ {
 		f := sess.host
 		if l > 0 {
 			f = sess.devFiles[l-1]
@@ -249,7 +249,7 @@ func (sess *session) rebuild() (int64, error) {
 	srv := sess.srv
 	var pages int64
 	recs := sess.journal.Records()
-	sess.journal = NewJournal()
+	sess.journal = guard.NewJournal()
 	for _, rec := range recs {
 		_, req, err := wire.ParseRequest(rec[1:])
 		if err != nil {
@@ -268,7 +268,7 @@ func (sess *session) rebuild() (int64, error) {
 				srv.logger.Printf("session %d: replay %v on %#x+%d: %v", sess.id, core.Advice(r.Advice), r.Addr, r.Length, err)
 			}
 		}
-		sess.journal.apply(rec)
+		sess.journal.Apply(rec)
 	}
 	return pages, nil
 }
@@ -282,7 +282,7 @@ func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
 	}
 	sess.mu.Lock()
 	sess.nextID++
-	mr.id = sess.nextID
+	mr.ID = sess.nextID
 	sess.ranges.Store(sess.ranges.Load().with(mr))
 	sess.countRange(mr)
 	sess.mu.Unlock()
@@ -300,37 +300,34 @@ func (sess *session) restoreRange(r wire.AllocRequest) (*managedRange, error) {
 func (sess *session) residencyFromFiles(mr *managedRange) int64 {
 	srv := sess.srv
 	var total int64
-	for l := 0; l < srv.locations(); l++ {
+	for l := 0; l < srv.eng.Locations(); l++ {
 		f, err := sess.file(core.DeviceAtSlot(l))
 		if err != nil || f == nil {
 			continue
 		}
-		ext, err := f.DataExtents(mr.fileOff, int64(mr.length))
+		ext, err := f.DataExtents(mr.FileOff, int64(mr.Length))
 		if err != nil {
-			srv.logger.Printf("session %d: residency of %#x+%d on location %d: %v", sess.id, mr.start, mr.length, l, err)
+			srv.logger.Printf("session %d: residency of %#x+%d on location %d: %v", sess.id, mr.Start, mr.Length, l, err)
 			continue
 		}
 		var n int64
 		for _, e := range ext {
-			for off := max(e.Off, mr.fileOff); off < min(e.End(), mr.fileOff+int64(mr.length)); off += core.PageSize {
-				page := int((off - mr.fileOff) / core.PageSize)
+			for off := max(e.Off, mr.FileOff); off < min(e.End(), mr.FileOff+int64(mr.Length)); off += core.PageSize {
+				page := int((off - mr.FileOff) / core.PageSize)
 				bi := page / core.PagesPerBlock
-				b := mr.block(bi)
-				b.mu.Lock()
-				b.resident[l].Set(page % core.PagesPerBlock)
-				b.large.Store(^uint64(0)) // the dead server's folios are not known
-				b.mu.Unlock()
-				if mr.kind == core.KindManaged {
-					var one core.PageMask
-					one.Set(page % core.PagesPerBlock)
-					srv.announce(b, core.DeviceAtSlot(l), one, policy.CauseFault)
-				}
+				b := mr.Block(bi)
+				b.Lock()
+				var one core.PageMask
+				one.Set(page % core.PagesPerBlock)
+				o := mr.NewMover(bi, b)
+				o.Adopt(core.DeviceAtSlot(l), one)
+				b.Unlock()
 				n++
 			}
 		}
 		if l == core.CPU.Slot() {
-			srv.hostPages.Add(n)
-		} else if mr.kind == core.KindManaged {
+			srv.eng.AddHostPages(n)
+		} else if mr.Kind == core.KindManaged {
 			// Whatever the files hold is there: charge it, even past a
 			// capacity it can only exceed if accounting was wrong.
 			if err := srv.arenas[l-1].Reserve(n); err != nil {
@@ -353,7 +350,7 @@ func (sess *session) resume(restarts int) {
 	for l, kv := range sess.adoptedViews {
 		v, err := sess.adoptDevice(l, kv, restarts)
 		if err != nil {
-			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l, kv.pid, err)
+			srv.logger.Printf("session %d: device %d process (pid %d): %v", sess.id, l, kv.PID, err)
 			continue
 		}
 		views = append(views, v)
@@ -363,8 +360,8 @@ func (sess *session) resume(restarts int) {
 		// A move the dead server began left pages write-protected:
 		// lift that, then protect again what read duplication needs.
 		for _, r := range sess.ranges.Load().ranges {
-			if err := v.uffd.WriteProtect(r.start, r.length, false, true); err != nil {
-				srv.logger.Printf("session %d: unprotect %#x+%d in pid %d: %v", sess.id, r.start, r.length, v.pid, err)
+			if err := v.uffd.WriteProtect(r.Start, r.Length, false, true); err != nil {
+				srv.logger.Printf("session %d: unprotect %#x+%d in pid %d: %v", sess.id, r.Start, r.Length, v.pid, err)
 			}
 		}
 		sess.protectCopies(v)
@@ -372,10 +369,10 @@ func (sess *session) resume(restarts int) {
 	}
 	// Once per session, not per view.
 	sess.openSessionTrace(true)
-	if sess.tracer != nil {
+	if rec := sess.tracer.Load(); rec != nil {
 		for _, r := range sess.ranges.Load().ranges {
-			if r.kind == core.KindManaged {
-				sess.tracer.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+			if r.Kind == core.KindManaged {
+				rec.Emit(&trace.Event{Kind: trace.KindAlloc, PID: int32(sess.pid), Range: r.ID, Addr: uint64(r.Start), Bytes: uint64(r.size)})
 			}
 		}
 	}
@@ -421,15 +418,15 @@ func (sess *session) resume(restarts int) {
 
 // adoptDevice makes the view of a device process the dead server served,
 // and publishes it; the process keeps running its kernels.
-func (sess *session) adoptDevice(l core.Device, kv *KeptView, restarts int) (*view, error) {
-	conn, err := device.FileConn(uintptr(kv.conn))
+func (sess *session) adoptDevice(l core.Device, kv *guard.View, restarts int) (*view, error) {
+	conn, err := device.FileConn(uintptr(kv.Conn))
 	if err != nil {
-		syscall.Close(kv.uffd)
+		syscall.Close(kv.Uffd)
 		return nil, err
 	}
-	u := uffd.NewFD(kv.uffd)
+	u := uffd.NewFD(kv.Uffd)
 	u.SetHandshaken(sess.srv.features&core.WantedFeatures, 0)
-	v := &view{sess: sess, loc: l, pid: kv.pid, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{}),
+	v := &view{sess: sess, loc: l, pid: kv.PID, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{}),
 		minorOwn: sess.deviceMinor(l, u)}
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.
@@ -448,11 +445,11 @@ func (sess *session) adoptDevice(l core.Device, kv *KeptView, restarts int) (*vi
 // landing in a page being copied.
 func (sess *session) relayout(v *view) error {
 	for _, r := range sess.ranges.Load().ranges {
-		if r.kind != core.KindManaged {
+		if r.Kind != core.KindManaged {
 			continue // pinned host and device memory: mapped as they always were
 		}
-		for bi := range r.blocks {
-			if r.blocks[bi].Load() == nil {
+		for bi := range r.Blocks() {
+			if r.BlockAt(bi) == nil {
 				continue // no advice, nothing resident: the device maps its own file
 			}
 			if err := sess.relayoutBlock(v, r, bi); err != nil {
@@ -466,52 +463,51 @@ func (sess *session) relayout(v *view) error {
 func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 	v.reqMu.Lock()
 	defer v.reqMu.Unlock()
-	b := r.blocks[bi].Load()
-	o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*core.BlockSize}
+	b := r.BlockAt(bi)
+	o := r.NewMover(bi, b)
 	type run struct {
 		first, outer int
 		to           core.Device
 	}
 	var runs []run
-	b.mu.Lock()
-	if r.freed.Load() {
-		b.mu.Unlock()
+	b.Lock()
+	if r.Freed.Load() {
+		b.Unlock()
 		return nil
 	}
-	now := sess.srv.nowMicros()
-	for p := 0; p < b.pages; {
-		to := o.desiredFile(v.loc, p, now)
+	for p := 0; p < b.Pages; {
+		to := o.DesiredFile(v.loc, p)
 		q := p + 1
-		for q < b.pages && o.desiredFile(v.loc, q, now) == to {
+		for q < b.Pages && o.DesiredFile(v.loc, q) == to {
 			q++
 		}
 		runs = append(runs, run{p, q, to})
-		b.setMapping(v.loc, p, q, to, true, sess.srv.locations())
+		b.SetMapping(v.loc, p, q, to, true)
 		p = q
 	}
-	b.mu.Unlock()
+	b.Unlock()
 	var err error
 	done := 0
 	for _, rn := range runs {
 		var wp core.PageMask
 		wp.FillRange(0, rn.outer-rn.first)
 		err = v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.pageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
+			Addr: uint64(o.PageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
 		if err != nil {
 			break
 		}
 		done++
 	}
-	b.mu.Lock()
+	b.Lock()
 	for i, rn := range runs {
-		b.settle(v.loc, rn.first, rn.outer, i < done)
+		b.Settle(v.loc, rn.first, rn.outer, i < done)
 		if i < done && rn.to != v.loc {
-			r.countRemote(v.loc, o.pageAddr(rn.first), rn.outer-rn.first)
+			sess.srv.countRemote(r.Range, v.loc, o.PageAddr(rn.first), rn.outer-rn.first)
 		}
 	}
-	b.mu.Unlock()
+	b.Unlock()
 	if err != nil {
-		return fmt.Errorf("map %#x+%d again: %w", o.blockAddr, b.pages*core.PageSize, err)
+		return fmt.Errorf("map %#x+%d again: %w", o.BlockAddr, b.Pages*core.PageSize, err)
 	}
 	return nil
 }
@@ -525,7 +521,7 @@ func (sess *session) wakeAll() {
 			continue
 		}
 		for _, r := range sess.ranges.Load().ranges {
-			v.uffd.Wake(r.start, r.length)
+			v.uffd.Wake(r.Start, r.Length)
 		}
 		v.release()
 	}

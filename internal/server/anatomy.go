@@ -34,6 +34,7 @@ type anatomyKey struct {
 type anatomySample struct {
 	entry, read, decided, ioctlStart, ioctlEnd time.Duration
 	taken                                      time.Time
+	tid                                        int
 }
 
 func newAnatomy(every uint64) *anatomy {
@@ -59,17 +60,18 @@ func (s *anatomySample) ioctlBegins() {
 
 func (s *anatomySample) ioctlEnds() { s.ioctlEnd = monotonicNow() }
 
-// ioctlBegins and ioctlEnds mark the resolving ioctl when the mover
-// serves a sampled fault on its handler's thread.
-func (o *mover) ioctlBegins() {
-	if o.h != nil && o.h.sampling != nil {
-		o.h.sampling.ioctlBegins()
+// ioctlBegins and ioctlEnds mark the resolving ioctl when a handler
+// serves a sampled fault on its own thread (h nil: the control path, a
+// deferred fault).
+func (h *handler) ioctlBegins() {
+	if h != nil && h.sampling != nil {
+		h.sampling.ioctlBegins()
 	}
 }
 
-func (o *mover) ioctlEnds() {
-	if o.h != nil && o.h.sampling != nil {
-		o.h.sampling.ioctlEnds()
+func (h *handler) ioctlEnds() {
+	if h != nil && h.sampling != nil {
+		h.sampling.ioctlEnds()
 	}
 }
 
@@ -84,15 +86,25 @@ func (h *handler) serveSampled(an *anatomy, m *uffd.Msg, read time.Time) {
 		h.sess.serveFaultMsg(h.view, h, &h.fr)
 		return
 	}
-	h.sample = anatomySample{entry: entry, read: readAt, decided: monotonicNow()}
+	h.sample = anatomySample{entry: entry, read: readAt, decided: monotonicNow(), tid: int(m.TID)}
 	h.sampling = &h.sample
 	h.sess.serveFaultMsg(h.view, h, &h.fr)
+	// The fault's event (block.EvFault) completed the sample where it was
+	// served (finishSample); deferred, it was not.
 	h.sampling = nil
-	if h.sample.ioctlEnd == 0 {
-		return // deferred or failed: no single resolving ioctl
+}
+
+// finishSample completes the sample of the fault the handler served
+// (serverObserver, at the fault's event): the server's half joins the
+// eBPF program's report of the thread running again.
+func (h *handler) finishSample() {
+	s := h.sampling
+	h.sampling = nil
+	if s.ioctlEnd == 0 {
+		return // no single resolving ioctl
 	}
-	h.sample.taken = time.Now()
-	an.join(anatomyKey{tid: int(m.TID), entry: entry}, &h.sample, 0)
+	s.taken = time.Now()
+	h.srv.Access.anatomy.join(anatomyKey{tid: s.tid, entry: s.entry}, s, 0)
 }
 
 // complete takes the eBPF program's report of a sampled thread running

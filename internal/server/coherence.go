@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -166,55 +166,56 @@ func (ls *launchState) deviceMayUse(r *managedRange, d core.Device) bool {
 	return false
 }
 
-// launchRefused reports whether the launch model refuses the fault of
-// view o.fv on the mover's range: the CPU touching what a running kernel
-// may use, or a kernel touching what no launch of its device took.
-func (o *mover) launchRefused() bool {
-	ls := o.sess.launch
-	if ls == nil || o.r.kind != core.KindManaged {
+// LaunchRefused reports whether the launch model refuses the fault the
+// mover serves (of view o.FV on its range): the CPU touching what a
+// running kernel may use, or a kernel touching what no launch of its
+// device took.
+func (sess *session) LaunchRefused(o *block.Mover) bool {
+	ls := sess.launch
+	if ls == nil || o.R.Kind != core.KindManaged {
 		return false
 	}
-	if o.fv.loc == core.CPU {
-		locked, _ := ls.launchLocked(o.r)
-		return locked
+	r := rangeOf(o.R)
+	if l := o.FV.Processor(); l != core.CPU {
+		return !ls.deviceMayUse(r, l)
 	}
-	return !ls.deviceMayUse(o.r, o.fv.loc)
+	locked, _ := ls.launchLocked(r)
+	return locked
 }
 
-// launchStale reports whether a refused fault is a stale message rather
-// than a touch to refuse: a host fault whose read began before the
-// launch that locked the range, or a device's fault while no kernel of
-// the device runs (a second message for a page another thread's fault
-// brought in, served after the kernel ended). Its thread, if it still
-// waits, is woken and faults again; poisoning the page would fail a
-// later, lawful touch.
-func (o *mover) launchStale(fr *faultRequest) bool {
-	ls := o.sess.launch
+// launchStale reports whether a refused fault of view v on range r is a
+// stale message rather than a touch to refuse: a host fault whose read
+// began before the launch that locked the range, or a device's fault
+// while no kernel of the device runs (a second message for a page
+// another thread's fault brought in, served after the kernel ended). Its
+// thread, if it still waits, is woken and faults again; poisoning the
+// page would fail a later, lawful touch.
+func (sess *session) launchStale(v *view, r *managedRange, fr *faultRequest) bool {
+	ls := sess.launch
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if o.fv.loc == core.CPU {
-		return fr.readFrom.Before(o.r.launch.since)
+	if v.loc == core.CPU {
+		return fr.readFrom.Before(r.launch.since)
 	}
 	for k := range ls.busy {
-		if k.dev == o.fv.loc {
+		if k.dev == v.loc {
 			return false
 		}
 	}
 	return true
 }
 
-// launchRefusal says why the fault at page p was refused.
-func (o *mover) launchRefusal(p int) error {
-	ls := o.sess.launch
-	addr := o.pageAddr(p)
-	what := fmt.Sprintf("managed allocation %#x (%s, buffer %d)", o.r.start, core.FormatSize(o.r.size), o.r.id)
-	if o.fv.loc == core.CPU {
-		_, kernels := ls.launchLocked(o.r)
+// launchRefusal says why the fault of view v at addr in r was refused.
+func (sess *session) launchRefusal(v *view, r *managedRange, addr uintptr) error {
+	ls := sess.launch
+	what := fmt.Sprintf("managed allocation %#x (%s, buffer %d)", r.Start, core.FormatSize(r.size), r.ID)
+	if v.loc == core.CPU {
+		_, kernels := ls.launchLocked(r)
 		return fmt.Errorf("%w: the CPU touched %#x in %s while kernel %s may use it: under the launch coherence model the CPU may not touch managed memory between the launch of a kernel that may use it and the synchronize that follows (attach the allocation to the host or to another stream with StreamAttachMemAsync to keep it)",
 			core.ErrInvalidValue, addr, what, strings.Join(kernels, ", "))
 	}
 	ls.mu.Lock()
-	attach, single := o.r.launch.attach, o.r.launch.single
+	attach, single := r.launch.attach, r.launch.single
 	ls.mu.Unlock()
 	why := "no launch on this device took it"
 	switch attach {
@@ -223,7 +224,7 @@ func (o *mover) launchRefusal(p int) error {
 	case core.AttachSingle:
 		why = fmt.Sprintf("it is attached to %v only, which has no kernel running", single)
 	}
-	return fmt.Errorf("%w: a kernel on device %d touched %#x in %s, and %s: under the launch coherence model kernels use only memory attached globally or to their own stream", core.ErrInvalidValue, o.fv.loc, addr, what, why)
+	return fmt.Errorf("%w: a kernel on device %d touched %#x in %s, and %s: under the launch coherence model kernels use only memory attached globally or to their own stream", core.ErrInvalidValue, v.loc, addr, what, why)
 }
 
 // streamAttach records an allocation's attachment (cudaStreamAttachMemAsync).
@@ -234,8 +235,8 @@ func (sess *session) streamAttach(r wire.StreamAttachRequest) error {
 	if err != nil {
 		return err
 	}
-	if mr.kind != core.KindManaged {
-		return fmt.Errorf("%w: attach %#x to a stream: only managed memory is attached, and this is %s", core.ErrInvalidValue, r.Addr, mr.kind)
+	if mr.Kind != core.KindManaged {
+		return fmt.Errorf("%w: attach %#x to a stream: only managed memory is attached, and this is %s", core.ErrInvalidValue, r.Addr, mr.Kind)
 	}
 	if r.Mode == core.AttachSingle {
 		if err := sess.srv.checkDevice(core.Device(r.Device), "attach to a stream of"); err != nil {
@@ -278,7 +279,7 @@ func (sess *session) launchBegin(req wire.LaunchBeginRequest) error {
 	ls.mu.Lock()
 	ls.busy[key] = append(ls.busy[key], req.Kernel)
 	for _, r := range sess.ranges.Load().ranges {
-		if r.kind != core.KindManaged {
+		if r.Kind != core.KindManaged {
 			continue
 		}
 		rl := &r.launch
@@ -351,10 +352,9 @@ func (sess *session) handOff(r *managedRange, d core.Device) error {
 	if err != nil {
 		return err
 	}
-	return r.eachBlockParallel(r.start, r.length, 1, sess.srv.nodeOf(d), func(o *mover, pages core.PageMask) error {
-		w := written[o.blockIndex()]
-		if err := o.handOff(d, w); err != nil {
-			return fmt.Errorf("launch: hand %#x+%d to device %d: %w", o.blockAddr, core.BlockSize, d, err)
+	return r.eachBlockParallel(r.Start, r.Length, 1, sess.srv.nodeOf(d), func(o *block.Mover, pages core.PageMask) error {
+		if err := o.HandOff(d, written[o.BlockIndex()]); err != nil {
+			return fmt.Errorf("launch: hand %#x+%d to device %d: %w", o.BlockAddr, core.BlockSize, d, err)
 		}
 		return nil
 	})
@@ -364,16 +364,16 @@ func (sess *session) handOff(r *managedRange, d core.Device) error {
 // they were installed (wp-async), or nothing (wp-fault: a written page
 // has no other copy already).
 func (sess *session) writtenPages(r *managedRange) ([]core.PageMask, error) {
-	masks := make([]core.PageMask, len(r.blocks))
+	masks := make([]core.PageMask, r.Blocks())
 	ls := sess.launch
 	if ls.dirty != core.DirtyAsync {
 		return masks, nil
 	}
-	runs, err := uffd.ScanWritten(ls.pagemap, r.start, r.end(), nil)
+	runs, err := uffd.ScanWritten(ls.pagemap, r.Start, r.End(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: launch: find the pages the CPU wrote in %#x+%d: %v", core.ErrInternal, r.start, r.length, err)
+		return nil, fmt.Errorf("%w: launch: find the pages the CPU wrote in %#x+%d: %v", core.ErrInternal, r.Start, r.Length, err)
 	}
-	markRuns(masks, r.start, runs)
+	markRuns(masks, r.Start, runs)
 	return masks, nil
 }
 
@@ -390,61 +390,6 @@ func markRuns(masks []core.PageMask, base uintptr, runs []uffd.PageRun) {
 			a = end
 		}
 	}
-}
-
-// handOff is the block's share of a hand-off to dst; written holds the
-// pages the CPU wrote. The block is locked.
-func (o *mover) handOff(dst core.Device, written core.PageMask) error {
-	b := o.b
-	srv := o.sess.srv
-	host := b.resident[core.CPU.Slot()]
-	if host.Empty() {
-		return nil
-	}
-	dup := b.hostDuplicates()
-	clean := dup
-	clean.AndNot(&written)
-	if n := clean.Count(); n > 0 {
-		o.drop(core.CPU, clean)
-		b.resident[core.CPU.Slot()].AndNot(&clean)
-		srv.departed(b, core.CPU, clean)
-		srv.hostPages.Add(-int64(n))
-		o.r.stats.LaunchClean.Add(uint64(n))
-	}
-	dirty := dup
-	dirty.And(&written)
-	if !dirty.Empty() {
-		o.collapseTo(core.CPU, dirty) // the device copies are stale
-	}
-	rest := b.resident[core.CPU.Slot()]
-	if rest.Empty() {
-		o.residencyChanged()
-		return nil
-	}
-	o.cause = policy.CauseLaunch
-	t := o.ownTarget(dst)
-	defer o.doneWith(t.via)
-	n := rest.Count()
-	err := o.moveTo(t, rest, core.PageMask{}, -1)
-	left := b.resident[core.CPU.Slot()]
-	left.And(&rest)
-	o.r.stats.LaunchCopied.Add(uint64(n - left.Count()))
-	return err
-}
-
-// launchCopy reports whether a fault of the host view on page p is served
-// by a copy that the device keeps: the launch model's way back to the CPU.
-func (o *mover) launchCopy(p int) bool {
-	return o.sess.launch != nil && o.fv.loc == core.CPU && o.r.kind == core.KindManaged && !o.b.resident[core.CPU.Slot()].Test(p)
-}
-
-// launchCopyExtra is what the prefetch policy adds to a launch-model
-// copy back to the host: pages with a copy on a device, none here.
-func (o *mover) launchCopyExtra(extra core.PageMask) core.PageMask {
-	onDevices := o.b.onDevices()
-	extra.And(&onDevices)
-	extra.AndNot(&o.b.resident[core.CPU.Slot()])
-	return extra
 }
 
 // launchInfo adds the session's model to in, for `uvm info`.
@@ -475,33 +420,33 @@ func (s *Server) dirtyTrackingName() string {
 	return string(core.DirtyFault)
 }
 
-// settleHostWrites makes the host copy the only copy of each page of
+// SettleHostWrites makes the host copy the only copy of each page of
 // [first, outer) that the CPU wrote since it was protected, under the
 // launch model with wp-async: the server is about to write-protect the
 // host's mappings, after which a written page would look clean, and a
 // clean host copy is taken to equal every other copy. The block is
 // locked.
-func (o *mover) settleHostWrites(first, outer int) error {
-	ls := o.sess.launch
+func (sess *session) SettleHostWrites(o *block.Mover, first, outer int) error {
+	ls := sess.launch
 	if ls == nil || ls.dirty != core.DirtyAsync {
 		return nil
 	}
 	var dup core.PageMask
 	dup.FillRange(first, outer)
-	hostDup := o.b.hostDuplicates()
+	hostDup := o.B.HostDuplicates()
 	dup.And(&hostDup)
 	if dup.Empty() {
 		return nil
 	}
-	runs, err := uffd.ScanWritten(ls.pagemap, o.pageAddr(first), o.pageAddr(outer), nil)
+	runs, err := uffd.ScanWritten(ls.pagemap, o.PageAddr(first), o.PageAddr(outer), nil)
 	if err != nil {
-		return fmt.Errorf("%w: find the pages the CPU wrote in %#x+%d: %v", core.ErrInternal, o.pageAddr(first), (outer-first)*core.PageSize, err)
+		return fmt.Errorf("%w: find the pages the CPU wrote in %#x+%d: %v", core.ErrInternal, o.PageAddr(first), (outer-first)*core.PageSize, err)
 	}
 	written := make([]core.PageMask, 1)
-	markRuns(written, o.blockAddr, runs)
+	markRuns(written, o.BlockAddr, runs)
 	written[0].And(&dup)
 	if !written[0].Empty() {
-		o.collapseTo(core.CPU, written[0])
+		o.CollapseTo(core.CPU, written[0])
 	}
 	return nil
 }

@@ -4,8 +4,8 @@ import (
 	"errors"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -23,29 +23,6 @@ import (
 // takes large folios (hostViewMode); a device's view, over its own file,
 // where its arena does (deviceMinor, sent in the layout when the device
 // attaches).
-
-// continuesInto reports whether pages written into t's destination file
-// are mapped into its view with UFFDIO_CONTINUE: the view maps its own
-// file there and registers MINOR faults over it (viewContinues).
-func (o *mover) continuesInto(t target) bool {
-	return t.via != nil && t.via.loc == t.dst && o.viewContinues(t.via)
-}
-
-// viewContinues reports whether view v registers MINOR faults over its
-// own file in the mover's range.
-func (o *mover) viewContinues(v *view) bool {
-	if v.loc == core.CPU {
-		return o.hostContinues()
-	}
-	return v.minorOwn
-}
-
-// hostContinues reports whether the host view maps what its file takes
-// in the mover's range with UFFDIO_CONTINUE: it registers MINOR faults
-// there (not in a range that tracks prefetch use, hostViewMode).
-func (o *mover) hostContinues() bool {
-	return !o.r.trackPrefetch && o.sess.hostMinor()
-}
 
 // hostMinor reports whether the host view registers MINOR faults: under
 // the fault coherence model (the launch model's WP_ASYNC tracking is
@@ -88,43 +65,12 @@ func (sess *session) hostViewMode(trackPrefetch bool) uffd.RegisterMode {
 	return core.HostViewMode
 }
 
-// serveContinue answers a MINOR fault of view o.fv on page p, resident
-// in the view's own file: it maps p and every other page of the block
-// the file holds for the view, or, on the host while an eviction policy
-// watches the block's use by region (watch.go), those of p's 64 KiB
-// region; of a block watched by a sample, only the pages the view does
-// not map. (Pages prefetched lazily, whose first touch must show, are
-// only in ranges registered without MINOR faults.)
-func (o *mover) serveContinue(p int) error {
-	pages := o.heldInOwnFile(o.fv.loc)
-	if o.b.sampledOn(o.fv.loc) {
-		// A sampled watch left most pages mapped, on each of which
-		// UFFDIO_CONTINUE would fail (a call a page), and earlier
-		// watches' samples, a page further on each, may still be
-		// unmapped: map what the view's page table lacks. Mapping only
-		// the sample left those to a MINOR fault each, and a block
-		// watched again at every eviction (a working set inside one
-		// block) faulted page by page: 16 times the faults and the
-		// bytes moved (gzip in TestRunRealPrograms).
-		if unmapped, ok := o.unmappedInView(); ok {
-			unmapped.Set(p)
-			pages.And(&unmapped)
-		}
-	}
-	if o.fv.loc == core.CPU && o.b.watchRegions.Load() {
-		region := policy.RegionOf(p)
-		pages.And(&region)
-	}
-	o.continuePages(o.fv, pages, p)
-	return nil
-}
-
-// unmappedInView returns the block's pages that the process of view
-// o.fv does not map, from its page table (PAGEMAP_SCAN, as the use
-// observer reads it), or false where it cannot be read.
-func (o *mover) unmappedInView() (core.PageMask, bool) {
+// Unmapped returns the block's pages that the process of view v does
+// not map, from its page table (PAGEMAP_SCAN, as the use observer reads
+// it), or false where it cannot be read.
+func (sess *session) Unmapped(o *block.Mover, v block.View) (core.PageMask, bool) {
 	var unmapped core.PageMask
-	pid, w, ok := o.sess.watchOf(o.fv.loc)
+	pid, w, ok := sess.watchOf(v.Processor())
 	if !ok {
 		return unmapped, false
 	}
@@ -132,55 +78,30 @@ func (o *mover) unmappedInView() (core.PageMask, bool) {
 	if err != nil {
 		return unmapped, false
 	}
-	mapped, err := mappedPages(pagemap, o.pageAddr(0), o.b.pages)
+	mapped, err := mappedPages(pagemap, o.PageAddr(0), o.B.Pages)
 	if err != nil {
 		return unmapped, false
 	}
-	unmapped.FillRange(0, o.b.pages)
+	unmapped.FillRange(0, o.B.Pages)
 	unmapped.AndNot(&mapped)
 	return unmapped, true
 }
 
-// heldInOwnFile is the block's pages that view l maps its own file over
-// and that file holds: those UFFDIO_CONTINUE may map there.
-func (o *mover) heldInOwnFile(l core.Device) core.PageMask {
-	pages := o.b.resident[l.Slot()]
-	mapped := o.pagesMapping(l, l)
-	pages.And(&mapped)
-	return pages
-}
-
-// continuePages maps pages (held in the file view v maps over them) into
-// v, the run holding lead first, and wakes their faulting threads. Pages
-// with copies elsewhere (read duplication) are mapped write-protected. A
-// page mapped already is skipped; a page the file lacks (it left, or was
-// lost) is left unmapped: its thread is woken, faults as missing and is
-// served that way.
-func (o *mover) continuePages(v *view, pages core.PageMask, lead int) {
-	protect := o.b.duplicated()
-	protect.And(&pages)
-	pages.AndNot(&protect)
-	for _, set := range [...]struct {
-		pages core.PageMask
-		mode  uffd.ContinueMode
-	}{{pages, 0}, {protect, uffd.ContinueWP}} {
-		for _, leadRun := range [...]bool{true, false} {
-			for p, q := set.pages.NextRun(0); p >= 0; p, q = set.pages.NextRun(q) {
-				if (p <= lead && lead < q) == leadRun {
-					o.continueRun(v, p, q, set.mode)
-				}
-			}
-		}
+// Continue maps pages [first, outer) into v with UFFDIO_CONTINUE,
+// write-protected with wp. A page mapped already, or gone from the file,
+// is left, and whoever waits on it woken: it faults again if it must.
+func (sess *session) Continue(o *block.Mover, bv block.View, first, outer int, wp bool) {
+	v := bv.(*view)
+	var mode uffd.ContinueMode
+	if wp {
+		mode = uffd.ContinueWP
 	}
-}
-
-// continueRun maps pages [first, outer) into v with UFFDIO_CONTINUE.
-func (o *mover) continueRun(v *view, first, outer int, mode uffd.ContinueMode) {
+	h := handlerOf(o)
 	for p := first; p < outer; {
-		addr := o.pageAddr(p)
-		o.ioctlBegins()
+		addr := o.PageAddr(p)
+		h.ioctlBegins()
 		n, err := v.uffd.Continue(addr, uintptr(outer-p)*core.PageSize, mode)
-		o.ioctlEnds()
+		h.ioctlEnds()
 		p += int(max(n, 0) / core.PageSize)
 		switch {
 		case err == nil:
@@ -193,7 +114,7 @@ func (o *mover) continueRun(v *view, first, outer int, mode uffd.ContinueMode) {
 			// Mapped already (EEXIST), gone from the file (EFAULT), or
 			// an mremap in flight (EAGAIN): wake whoever waits on this
 			// page, which faults again if it must, and go on.
-			_ = v.uffd.Wake(o.pageAddr(p), core.PageSize)
+			_ = v.uffd.Wake(o.PageAddr(p), core.PageSize)
 			p++
 		}
 	}

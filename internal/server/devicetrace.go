@@ -96,7 +96,7 @@ func (sess *session) deviceConnectTraced(d core.Device) (int, error) {
 		sess.srv.logger.Printf("pid %d device %d: its launches will not be traced: %v", sess.pid, d, err)
 	}
 	go sess.serveDevice(d, local)
-	fd, err := dupCloexec(remote)
+	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	return fd, err
 }

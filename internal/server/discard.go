@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/trace"
 )
@@ -24,43 +25,17 @@ func (sess *session) discard(addr, length uintptr) error {
 	if err != nil {
 		return err
 	}
-	if r.kind != core.KindManaged {
-		return fmt.Errorf("%w: discard %#x: discard applies to managed memory, and this is %s", core.ErrInvalidValue, addr, r.kind)
+	if r.Kind != core.KindManaged {
+		return fmt.Errorf("%w: discard %#x: discard applies to managed memory, and this is %s", core.ErrInvalidValue, addr, r.Kind)
 	}
 	if sess.tracing() {
-		sess.emit(&trace.Event{Kind: trace.KindDiscard, Range: r.id, Addr: uint64(addr), Pages: uint32(min(length/core.PageSize, math.MaxUint32))})
+		sess.emit(&trace.Event{Kind: trace.KindDiscard, Range: r.ID, Addr: uint64(addr), Pages: uint32(min(length/core.PageSize, math.MaxUint32))})
 	}
 	// Blocks never touched have nothing to drop: not created for it.
-	return r.eachBlock(addr, length, false, func(o *mover, pages core.PageMask) error {
+	return r.EachBlock(addr, length, false, func(o *block.Mover, pages core.PageMask) error {
 		if o != nil {
-			o.discard(pages)
+			o.Discard(pages)
 		}
 		return nil
 	})
-}
-
-// discard drops every location's copies of pages. The block's lock is
-// held.
-func (o *mover) discard(pages core.PageMask) {
-	b := o.b
-	var populated core.PageMask
-	for l := range b.resident {
-		x := b.resident[l]
-		x.And(&pages)
-		if !x.Empty() {
-			populated.Or(&x)
-			o.dropCopies(core.DeviceAtSlot(l), x)
-		}
-	}
-	// Speculative pages that go untouched were prefetched for nothing.
-	pending := b.prefetchPending
-	pending.And(&pages)
-	if n := pending.Count(); n > 0 {
-		o.r.stats.Unused.Add(uint64(n))
-		b.prefetchPending.AndNot(&pending)
-	}
-	if n := populated.Count(); n > 0 {
-		o.r.stats.Discarded.Add(uint64(n))
-		o.residencyChanged()
-	}
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -40,11 +40,10 @@ type handler struct {
 	// Owned by the handler's thread. Scratch space, so that serving a
 	// fault allocates nothing: garbage collection in the server competes
 	// with the client for CPUs.
-	msgs        [16]uffd.Msg
-	fr          faultRequest
-	prefetchCtx policy.PrefetchContext
-	runBuf      []run
-	staging     []byte
+	msgs    [16]uffd.Msg
+	fr      faultRequest
+	scratch block.Scratch
+	staging []byte
 	// The fault being sampled for the anatomy, if any, and the faults
 	// this handler has seen (anatomy.go).
 	sample     anatomySample
@@ -73,7 +72,7 @@ func (s *Server) watch(v *view) error {
 			return fmt.Errorf("%w: %v", core.ErrInitialization, err)
 		}
 		hs = append(hs, &handler{srv: s, sess: v.sess, view: v, cpu: cpu, reader: r, done: make(chan struct{}),
-			stop: make(chan struct{}), unpark: make(chan struct{}, 1), runBuf: make([]run, 0, core.PagesPerBlock/2+1)})
+			stop: make(chan struct{}), unpark: make(chan struct{}, 1)})
 	}
 	if s.cfg.Handlers == config.HandlersFollow && len(hs) > 1 {
 		p := newPlacement(hs)

@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/engine"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
 )
 
@@ -19,7 +22,8 @@ import (
 // registered for MISSING faults, and a mover over it, as a fault on the
 // host view would have.
 type installHarness struct {
-	o    *mover
+	sess *session
+	o    *block.Mover
 	v    *view
 	file *devmem.File
 	mem  []byte // the view
@@ -47,12 +51,14 @@ func newInstallHarness(t *testing.T) *installHarness {
 	require.NoError(t, err)
 
 	srv := &Server{logger: log.New(io.Discard, "", 0)}
+	srv.eng = testEngine(t, policy.Specs{})
 	sess := &session{srv: srv, host: f}
-	r := &managedRange{sess: sess, start: m.Addr(), length: core.BlockSize}
-	b := &block{pages: core.PagesPerBlock, resident: make([]core.PageMask, 1)}
+	r := &managedRange{Range: srv.eng.NewRange(sess, m.Addr(), core.BlockSize), sess: sess}
+	r.Ext, r.FileOff = r, 0 // the file is the block alone
 	v := &view{sess: sess, loc: core.CPU, uffd: u}
-	o := &mover{sess: sess, r: r, b: b, blockAddr: m.Addr(), fv: v}
-	return &installHarness{o: o, v: v, file: f, mem: m.Bytes()}
+	o := r.NewMover(0, r.Block(0))
+	o.FV = v
+	return &installHarness{sess: sess, o: &o, v: v, file: f, mem: m.Bytes()}
 }
 
 func pagesOf(fill byte, n int) []byte {
@@ -72,14 +78,14 @@ func TestInstallCopyWritesOverAStrayPage(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i*7 + i/core.PageSize + 1)
 	}
-	done, found, err := h.o.install(h.v, installCopy, 3, 7, data, false)
+	done, found, err := h.sess.install(h.o, h.v, installCopy, 3, 7, data, false)
 	require.NoError(t, err)
 	for p := 3; p < 7; p++ {
 		// A page left out would hang the reads below.
 		require.True(t, done.Test(p), "page %d installed", p)
 	}
 	assert.True(t, found.Empty(), "no page was left as found: %v", found)
-	assert.Equal(t, uint64(1), h.o.sess.srv.strayPresent.Load(), "the stray page was counted")
+	assert.Equal(t, uint64(1), h.sess.srv.strayPresent.Load(), "the stray page was counted")
 	got := make([]byte, len(data))
 	_, err = h.file.ReadAt(got, 3*core.PageSize)
 	require.NoError(t, err)
@@ -94,7 +100,7 @@ func TestInstallZeroKeepsAPresentPage(t *testing.T) {
 	there := pagesOf(0xa5, 1)
 	_, err := h.file.WriteAt(there, 9*core.PageSize)
 	require.NoError(t, err)
-	done, found, err := h.o.install(h.v, installZero, 8, 11, nil, false)
+	done, found, err := h.sess.install(h.o, h.v, installZero, 8, 11, nil, false)
 	require.NoError(t, err)
 	for p := 8; p < 11; p++ {
 		require.True(t, done.Test(p), "page %d present", p)
@@ -102,7 +108,12 @@ func TestInstallZeroKeepsAPresentPage(t *testing.T) {
 	var want core.PageMask
 	want.Set(9)
 	assert.Equal(t, want, found)
-	assert.Zero(t, h.o.sess.srv.strayPresent.Load())
+	assert.Zero(t, h.sess.srv.strayPresent.Load())
 	assert.True(t, bytes.Equal(h.mem[9*core.PageSize:10*core.PageSize], there), "page 9 kept its bytes")
 	assert.True(t, bytes.Equal(h.mem[8*core.PageSize:9*core.PageSize], pagesOf(0, 1)), "page 8 is a zero page")
+}
+
+// The staging area's slots are the copy engine's buffers: a chunk each.
+func TestStagingSlotIsACopyChunk(t *testing.T) {
+	assert.Equal(t, engine.ChunkBytes, block.StagingSlotBytes)
 }

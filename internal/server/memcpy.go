@@ -5,9 +5,9 @@ import (
 	"syscall"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/wire"
-	"github.com/softuvm/softuvm/trace"
 )
 
 // deviceFileReply answers msgDeviceFile: the session's file of device d,
@@ -47,13 +47,13 @@ func (sess *session) deviceCopy(r wire.DeviceCopyRequest) error {
 // file its pages live in.
 func (sess *session) deviceFileAt(addr, n uintptr, what string) (*managedRange, *devmem.File, error) {
 	r := sess.ranges.Load().lookup(addr)
-	if r == nil || r.kind != core.KindDevice {
+	if r == nil || r.Kind != core.KindDevice {
 		return nil, nil, fmt.Errorf("%w: %s %#x: not device memory of pid %d", core.ErrInvalidValue, what, addr, sess.pid)
 	}
-	if n > r.end()-addr {
-		return nil, nil, fmt.Errorf("%w: %s %#x+%d runs past the end of the device memory %#x+%d", core.ErrInvalidValue, what, addr, n, r.start, r.length)
+	if n > r.End()-addr {
+		return nil, nil, fmt.Errorf("%w: %s %#x+%d runs past the end of the device memory %#x+%d", core.ErrInvalidValue, what, addr, n, r.Start, r.Length)
 	}
-	f, err := sess.file(r.owner)
+	f, err := sess.file(r.Owner)
 	return r, f, err
 }
 
@@ -64,17 +64,8 @@ func (sess *session) noteDeviceWritten(addr, n uintptr) error {
 	if err != nil {
 		return err
 	}
-	return r.eachBlock(addr&^core.PageOffsetMask, core.RoundUp(addr+n, core.PageSize)-addr&^core.PageOffsetMask, true, func(o *mover, pages core.PageMask) error {
-		fresh := pages
-		fresh.AndNot(&o.b.resident[r.owner.Slot()])
-		if k := fresh.Count(); k > 0 {
-			o.b.resident[r.owner.Slot()].Or(&fresh)
-			r.stats.Populated[r.owner.Slot()].Add(uint64(k))
-			if sess.tracing() {
-				e := trace.Event{Kind: trace.KindPopulate, Cause: trace.CauseAdvice, To: int32(r.owner), Range: r.id, Addr: uint64(o.pageAddr(fresh.NextSet(0))), Pages: uint32(k)}
-				sess.emit(&e)
-			}
-		}
+	return r.EachBlock(addr&^core.PageOffsetMask, core.RoundUp(addr+n, core.PageSize)-addr&^core.PageOffsetMask, true, func(o *block.Mover, pages core.PageMask) error {
+		o.NoteWritten(r.Owner, pages)
 		return nil
 	})
 }

@@ -27,7 +27,7 @@ import (
 
 // peerTable says, for each device, the devices whose device memory its
 // processes map: bit p of access[d] is device d's access to device p.
-// Read without a lock (staticFile, on the fault path); changed under
+// Read without a lock (block.Range.StaticFile, on the fault path); changed under
 // session.mu, in an order that keeps every reader right (peerAccess).
 type peerTable struct {
 	access [core.MaxDevices]atomic.Uint32
@@ -55,7 +55,7 @@ func (t *peerTable) set(d, peer core.Device, on bool) {
 // the owner. For other kinds of memory, and for the host (which maps its
 // own file there, its touches refused), it is true.
 func (r *managedRange) mapsDeviceMemory(l core.Device) bool {
-	return r.kind != core.KindDevice || l == core.CPU || l == r.owner || r.sess.peers.enabled(l, r.owner)
+	return r.Kind != core.KindDevice || l == core.CPU || l == r.Owner || r.sess.peers.enabled(l, r.Owner)
 }
 
 // peerAccess answers MsgPeerAccess: device d's access to the device
@@ -122,20 +122,20 @@ func (sess *session) mapPeerMemory(d, peer core.Device, on bool) error {
 	}
 	defer v.release()
 	for _, r := range sess.ranges.Load().ranges {
-		if r.kind != core.KindDevice || r.owner != peer {
+		if r.Kind != core.KindDevice || r.Owner != peer {
 			continue
 		}
 		var err error
 		if on {
-			err = v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), File: peer}), wire.MsgDeviceMap)
+			err = v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.Start), Length: uint64(r.Length), File: peer}), wire.MsgDeviceMap)
 			if err == nil {
-				r.countRemote(d, r.start, int(r.length/core.PageSize))
+				sess.srv.countRemote(r.Range, d, r.Start, int(r.Length/core.PageSize))
 			}
 		} else {
-			err = v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap)
+			err = v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.Start), uint64(r.Length)), wire.MsgDeviceUnmap)
 			// A thread of the device blocked in a fault there retries
 			// and meets the reservation.
-			_ = v.uffd.Wake(r.start, r.length) // nobody waiting, or the process is gone: fine
+			_ = v.uffd.Wake(r.Start, r.Length) // nobody waiting, or the process is gone: fine
 		}
 		if err != nil {
 			if v.connEnded() {
@@ -145,7 +145,7 @@ func (sess *session) mapPeerMemory(d, peer core.Device, on bool) error {
 			if !on {
 				what = "unmap"
 			}
-			return fmt.Errorf("%s device %d's memory %#x+%d in device %d: %w", what, peer, r.start, r.length, d, err)
+			return fmt.Errorf("%s device %d's memory %#x+%d in device %d: %w", what, peer, r.Start, r.Length, d, err)
 		}
 	}
 	return nil

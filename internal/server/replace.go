@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -30,7 +32,7 @@ func ReplaceDaemon(path string, ready func(*Server)) error {
 		m.Close()
 		return err
 	}
-	fd, err := dupCloexec(remote)
+	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	if err != nil {
 		m.Close()
@@ -61,53 +63,53 @@ func ReplaceDaemon(path string, ready func(*Server)) error {
 // takeOver reads a handover from the guard on link and serves what it
 // holds: the sessions, and the listeners (whose paths it returns).
 func takeOver(link *net.UnixConn) (*Server, []string, error) {
-	st := NewKeptState()
-	end, err := st.receiveHandover(link)
+	st := guard.NewState()
+	end, err := st.ReceiveHandover(link)
 	if err != nil {
-		st.close()
+		st.Close()
 		return nil, nil, err
 	}
-	cfg, err := config.UnmarshalServerConfig(st.config)
+	cfg, err := config.UnmarshalServerConfig(st.Config)
 	if err != nil {
-		st.close()
+		st.Close()
 		return nil, nil, fmt.Errorf("the dead server's configuration: %w", err)
 	}
-	var area *stagingArea
-	if st.staging >= 0 {
-		f, err := devmem.FileFromFD(st.staging, "staging file")
-		st.staging = -1
+	var area *block.Staging
+	if st.Staging >= 0 {
+		f, err := devmem.FileFromFD(st.Staging, "staging file")
+		st.Staging = -1
 		if err == nil {
-			area, err = mapStagingArea(f)
+			area, err = block.MapStaging(f)
 		}
 		if err != nil {
-			st.close()
+			st.Close()
 			return nil, nil, fmt.Errorf("staging file: %w", err)
 		}
 	}
-	g := &guardLink{conn: link, pid: end.guardPID, done: make(chan struct{})}
-	srv, err := newServer(cfg, serverStart{guard: g, staging: area, mode: st.mode, attempts: st.attempts})
+	g := &guardLink{conn: link, pid: end.GuardPID, done: make(chan struct{})}
+	srv, err := newServer(cfg, serverStart{guard: g, staging: area, mode: st.Mode, attempts: st.Attempts})
 	if err != nil {
-		st.close()
+		st.Close()
 		return nil, nil, err
 	}
-	srv.adopt(st, end.died, end.restarts)
+	srv.adopt(st, end.Died, end.Restarts)
 	var paths []string
-	for _, kl := range st.listeners {
-		l, err := listenerFromFD(kl.fd)
+	for _, kl := range st.Listeners {
+		l, err := listenerFromFD(kl.FD)
 		if err != nil {
-			srv.logger.Printf("listener %s: %v", kl.path, err)
+			srv.logger.Printf("listener %s: %v", kl.Path, err)
 			continue
 		}
 		srv.keptMu.Lock()
-		srv.keptListeners = append(srv.keptListeners, keptListenerRef{path: kl.path, l: l})
+		srv.keptListeners = append(srv.keptListeners, keptListenerRef{path: kl.Path, l: l})
 		srv.keptMu.Unlock()
-		paths = append(paths, kl.path)
+		paths = append(paths, kl.Path)
 		go srv.Serve(l)
 	}
-	st.listeners = nil
-	g.send([]byte{guardReady})
+	st.Listeners = nil
+	g.send([]byte{guard.OpReady})
 	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file, %d whole-block moves settled",
-		time.Since(end.died).Round(time.Millisecond), end.restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load(), srv.restart.settledMoves.Load())
+		time.Since(end.Died).Round(time.Millisecond), end.Restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load(), srv.restart.settledMoves.Load())
 	return srv, paths, nil
 }
 
@@ -149,7 +151,7 @@ func (s *Server) retire(successor int) error {
 		s.guard.quitting = true
 		c := s.guard.conn
 		if c != nil {
-			wire.WriteMessage(c, []byte{guardRetire}, []int{successor})
+			wire.WriteMessage(c, []byte{guard.OpRetire}, []int{successor})
 		}
 		s.guard.mu.Unlock()
 		syscall.Close(successor)

@@ -159,7 +159,7 @@ func (s *Server) Stats() core.Stats {
 // counters sums the server's statistics: the ended sessions' and each
 // live session's.
 func (s *Server) counters() *core.Counters {
-	total := core.NewCounters(s.locations())
+	total := core.NewCounters(s.eng.Locations())
 	s.sessionsMu.Lock()
 	defer s.sessionsMu.Unlock()
 	total.AddFrom(s.retired)

@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/engine"
 	"github.com/softuvm/softuvm/internal/wire"
-	"github.com/softuvm/softuvm/internal/workingset"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
@@ -37,12 +37,9 @@ type Server struct {
 	// session ended.
 	tracer *trace.Recorder
 	arenas []*devmem.Arena
-	// reserving[d] counts movers holding a reservation on device d's
-	// arena for pages the eviction policy does not list yet (evict.go:
-	// reserve), so that a full arena with nothing to evict is told from
-	// one whose room is in flight.
-	reserving []atomic.Int32
-	prefetch  policy.PrefetchPolicy
+	// eng is the block engine: the residency of every page, every move
+	// and what decides it, with the policies (package block).
+	eng *block.Engine
 	// retired holds the statistics of the sessions that ended. Every
 	// event is counted once, in its allocation's counters (retired into
 	// its session's when freed); the server's figures are sums of those,
@@ -54,37 +51,21 @@ type Server struct {
 
 	cpus []int // where each session's handler threads go; -1 unpinned
 
-	eviction policy.Eviction // which blocks leave a full location
-	// pageEviction is eviction, where it chooses pages (evict.go).
-	pageEviction policy.PageEviction
-	// cleanCopies: eviction asks for clean eviction
-	// (policy.CleanCopying; fault.go cleanCopy).
-	cleanCopies bool
-	thrashing   policy.Thrashing // nil: thrashing detection is off
-	// refaulting is thrashing where it answers refaults (nil: it does
-	// not), and ws every processor's refault stamps and resident core
-	// (workingset.go).
-	refaulting policy.Refaulting
-	ws         *workingset.Set[blockRef]
-	// accessMigration decides which counted pages migrate.
-	accessMigration policy.AccessMigration
-	hostPages       atomic.Int64 // pages resident on the host, all sessions
-
 	sessionsMu    sync.Mutex
 	sessions      map[uint64]*session // guarded by sessionsMu
 	nextSessionID atomic.Uint64
 	strayFaults   atomic.Uint64 // faults on addresses no range owns
 	poisoned      atomic.Uint64 // pages poisoned because a fault could not be served
-	foliosRebuilt atomic.Uint64 // blocks rebuilt in 4 KiB folios before part of them left (whole.go: breakLarge)
+	foliosRebuilt atomic.Uint64 // blocks rebuilt in 4 KiB folios before part of them left (block.EvRebuilt)
 	// Pages a move found already present where it installed them
 	// (migrate.go: install), which it overwrote, and pages the table
 	// held resident whose file had lost them, which read as zeros
-	// (fault.go: planWake). Both are zero unless something is wrong.
+	// (block.EvLostPage). Both are zero unless something is wrong.
 	strayPresent atomic.Uint64
 	lostPages    atomic.Uint64
 
 	guard   *guardLink
-	staging *stagingArea // the buffers migrations carry pages in (staging.go)
+	staging *block.Staging // the buffers migrations carry pages in (staging.go)
 	// largeFolios is nil where location files take 2 MiB folios, else
 	// why they do not (devmem.CreateLargeFolioFile; migrate.go).
 	largeFolios error
@@ -128,7 +109,7 @@ func NewServer(cfg config.ServerConfig) (*Server, error) {
 // died (adopt.go), with the dead one's guard and staging area.
 type serverStart struct {
 	guard    *guardLink
-	staging  *stagingArea
+	staging  *block.Staging
 	mode     byte
 	attempts int
 }
@@ -140,7 +121,12 @@ type keptListenerRef struct {
 }
 
 func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateSettings(); err != nil {
+		return nil, err
+	}
+	// The one place this server's policies are built.
+	policies, err := policy.NewSet(cfg.Policies())
+	if err != nil {
 		return nil, err
 	}
 	supported, err := uffd.Supported()
@@ -150,13 +136,8 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	if missing := core.RequiredFeatures &^ supported; missing != 0 {
 		return nil, fmt.Errorf("%w: this kernel's userfaultfd lacks %v, which the fault server needs", core.ErrNotSupported, missing)
 	}
-	prefetch, err := policy.NewPrefetchPolicy(cfg.Prefetch)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg:      cfg,
-		prefetch: prefetch,
 		features: core.WantedFeatures & supported,
 		started:  time.Now(),
 		logger:   log.New(os.Stderr, fmt.Sprintf("softuvm server[%d]: ", os.Getpid()), 0),
@@ -168,7 +149,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	}
 	s.largeFolios = largeFoliosFor(cfg)
 	if s.staging == nil {
-		if s.staging, err = newStagingArea(); err != nil {
+		if s.staging, err = block.NewStaging(); err != nil {
 			return nil, err
 		}
 	}
@@ -192,30 +173,17 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		}
 		s.arenas = append(s.arenas, a)
 	}
-	s.reserving = make([]atomic.Int32, len(s.arenas))
 	engine.Calibration() // reads the kept one, or starts measuring in the background
-	s.retired = core.NewCounters(s.locations())
-	if s.eviction, err = policy.NewEviction(cfg.Eviction); err == nil {
-		s.pageEviction, _ = s.eviction.(policy.PageEviction)
-		if c, ok := s.eviction.(policy.CleanCopying); ok {
-			s.cleanCopies = c.CleanCopies()
-		}
-		if o, ok := s.eviction.(policy.Observing); ok {
-			o.Observe(useObserver{s})
-		}
+	arenas := make([]block.Arena, len(s.arenas))
+	for i, a := range s.arenas {
+		arenas[i] = a
 	}
-	if err != nil {
-		s.closeArenas()
-		return nil, err
-	}
-	if s.thrashing, err = policy.NewThrashing(cfg.Thrashing); err != nil {
-		s.closeArenas()
-		return nil, err
-	}
-	s.setRefaultLimits()
-	if s.accessMigration, err = policy.NewAccessMigration(cfg.ParsedAccessPolicy()); err != nil {
-		s.closeArenas()
-		return nil, err
+	s.eng = block.New(block.Config{Policies: policies, Arenas: arenas, HostBudget: cfg.HostBudget,
+		Now: func() int64 { return time.Since(s.started).Microseconds() + 1 }, Logf: s.logger.Printf,
+		Observers: []block.Observer{block.Counters{}, serverObserver{s}}})
+	s.retired = core.NewCounters(s.eng.Locations())
+	if o, ok := policies.Eviction.(policy.Observing); ok {
+		o.Observe(useObserver{s})
 	}
 	if s.cpus, err = s.handlerCPUs(); err != nil {
 		return nil, err
@@ -223,7 +191,7 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	if err := s.startAccessCounting(); err != nil {
 		return nil, err
 	}
-	s.vmstatStart = readVMStat()
+	s.vmstatStart = config.ReadVMStat()
 	// Handler threads wait in read(2); when one returns it needs a P at
 	// once, so keep a few more Ps than CPUs.
 	if n := runtime.NumCPU() + 2; runtime.GOMAXPROCS(0) < n {
@@ -248,58 +216,10 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 		}
 		s.guard = g
 		g.send(GuardConfigMsg(s.mode, cfg.RestartAttempts(), cfg.Marshal()))
-		g.send([]byte{GuardStaging}, s.staging.file.Fd())
+		g.send([]byte{GuardStaging}, s.staging.FD())
 		go s.watchGuard()
 	}
 	return s, nil
-}
-
-// checkPeer accepts only processes of the server's own user, or root,
-// and returns the peer's process id. The socket's permissions already say
-// so; this is the second lock.
-func checkPeer(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *syscall.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if credErr != nil {
-		return 0, fmt.Errorf("peer credentials: %w", credErr)
-	}
-	if me := uint32(os.Geteuid()); cred.Uid != me && cred.Uid != 0 {
-		return 0, fmt.Errorf("peer pid %d runs as uid %d; this server (uid %d) serves only its own user", cred.Pid, cred.Uid, me)
-	}
-	return int(cred.Pid), nil
-}
-
-// arenaNode is the node to run copies into an arena of backend on: its
-// node for a NUMA arena of a machine with several nodes, else -1.
-func ArenaNode(backend string, node int) int {
-	if backend != devmem.BackendNUMA.String() || !multiNode() {
-		return -1
-	}
-	return node
-}
-
-var (
-	multiNodeOnce sync.Once
-	multiNodeMemo bool
-)
-
-// multiNode reports whether this machine has more than one NUMA node, the
-// only case where pinning copy threads to one matters.
-func multiNode() bool {
-	multiNodeOnce.Do(func() {
-		nodes, err := devmem.Nodes()
-		multiNodeMemo = err == nil && len(nodes) > 1
-	})
-	return multiNodeMemo
 }
 
 // inMove is where a test makes the server die in a whole move that
@@ -330,10 +250,6 @@ func (s *Server) afterPunch() {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 }
-
-// locations is the number of places a page can live: the host and each
-// device.
-func (s *Server) locations() int { return 1 + len(s.arenas) }
 
 // closeArenas reports arenas whose accounting went wrong: every session
 // has ended by now, so each should be empty.
@@ -384,7 +300,7 @@ func (s *Server) Serve(l *net.UnixListener) error {
 // when the peer goes away.
 func (s *Server) ServeConn(c *net.UnixConn) {
 	defer c.Close()
-	peer, err := checkPeer(c)
+	peer, err := wire.PeerPID(c)
 	if err != nil {
 		s.logger.Printf("refusing connection: %v", err)
 		return
@@ -425,7 +341,7 @@ func (s *Server) Close() error {
 			s.engines.Stop() // every move has ended with its session
 		}
 		s.guard.quit()
-		s.staging.close()
+		s.staging.Close()
 		s.closeArenas()
 		s.closeTrace()
 	})
@@ -452,15 +368,20 @@ func (s *Server) SessionCount() int {
 	return len(s.sessions)
 }
 
+// Info returns the server's configuration and state. It first waits
+// for the faults being served now, so that the host's pages count
+// every fault a client has seen resolved.
 func (s *Server) Info() config.Info {
+	s.quiesce()
 	in := config.Info{
 		PID: os.Getpid(), Uptime: time.Since(s.started).Round(time.Second).String(),
-		Features: s.features.String(), Prefetch: s.prefetch.Name(), Eviction: s.eviction.Name(), EvictionUse: s.evictionUse(), Handlers: s.cfg.Handlers,
+		Features: s.features.String(), Prefetch: s.eng.Policies().Prefetch.Name(), Eviction: s.eng.Policies().Eviction.Name(), EvictionUse: s.evictionUse(), Handlers: s.cfg.Handlers,
 		Coherence: s.defaultCoherence().String(), DirtyTracking: s.dirtyTrackingName(), LargeFolios: s.largeFoliosName(),
 		FoliosRebuilt: s.foliosRebuilt.Load(), StrayPresentPages: s.strayPresent.Load(), LostPages: s.lostPages.Load(),
+		HostResidentBytes: s.eng.HostPages() * core.PageSize, HostPeakBytes: s.eng.HostPeak() * core.PageSize,
 		Guard: s.guard != nil, StrayFaults: s.strayFaults.Load(), PoisonedPage: s.poisoned.Load(),
 		GoMaxProcs: runtime.GOMAXPROCS(0), CopyEngine: s.copyCalibration(), AccessCounting: s.Access.Mode,
-		VMStat: vmstatSince(s.vmstatStart),
+		VMStat: config.VMStatSince(s.vmstatStart),
 		Restart: config.RestartInfo{
 			Restarts: s.restart.count.Load(), PauseMS: float64(s.restart.lastPause.Load()) / 1e6,
 			AdoptedPages: s.restart.adoptedPages.Load(), RebuildMS: float64(s.restart.rebuild.Load()) / 1e6,
@@ -501,7 +422,7 @@ func (s *Server) sessionList() []*session {
 func (s *Server) quiesce() {
 	for _, sess := range s.sessionList() {
 		for _, r := range sess.ranges.Load().ranges {
-			r.quiesce()
+			r.Quiesce()
 		}
 	}
 }
@@ -534,7 +455,7 @@ func (s *Server) copyEngine(l core.Device) *engine.CopyEngine {
 	s.enginesOnce.Do(func() {
 		c := s.copyCalibration()
 		s.engines = engine.NewCopyEngines(c.MigrationProducers, c.DirectBelow)
-		s.byLocation = make([]*engine.CopyEngine, s.locations())
+		s.byLocation = make([]*engine.CopyEngine, s.eng.Locations())
 		for l := range s.byLocation {
 			s.byLocation[l] = s.engines.ForNode(s.nodeOf(core.DeviceAtSlot(l)))
 		}
@@ -552,7 +473,7 @@ func (s *Server) nodeOf(l core.Device) int {
 		return -1
 	}
 	spec := s.arenas[l].Spec()
-	return ArenaNode(spec.Backend.String(), spec.Node)
+	return devmem.ArenaNode(spec.Backend.String(), spec.Node)
 }
 
 // largeFoliosFor decides whether location files take large folios.

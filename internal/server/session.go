@@ -14,6 +14,7 @@ import (
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -45,9 +46,11 @@ type session struct {
 	filesMu  sync.Mutex
 	devFiles []*devmem.File // one per device, created on first use
 
-	// tracer records this client's own events (UVM_TRACE), nil when it
-	// asked for none; set before the session serves, closed at its end.
-	tracer *trace.Recorder
+	// tracer records this client's own events (UVM_TRACE, or between
+	// uvmProfilerStart and Stop), nil while it records none; set before
+	// the session serves, swapped by trace-control requests (trace.go),
+	// closed at its end.
+	tracer atomic.Pointer[trace.Recorder]
 	// devTraces are the report sockets of its device processes, which
 	// report their launches and synchronizations while the session is
 	// traced under the fault model (devicetrace.go).
@@ -93,7 +96,7 @@ type session struct {
 	launch *launchState
 	// adoptedViews are the device processes a new server takes over,
 	// until resume attaches them.
-	adoptedViews map[core.Device]*KeptView
+	adoptedViews map[core.Device]*guard.View
 	// peers is which devices reach which devices' memory (peer.go).
 	peers peerTable
 	// watch and deviceWatch hold what an eviction policy's hint faults
@@ -122,9 +125,9 @@ type freedRange struct {
 
 // newSession makes a session that serves nobody yet.
 func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) *session {
-	sess := &session{srv: s, id: id, pid: pid, role: role, conn: conn, stats: core.NewCounters(s.locations()),
+	sess := &session{srv: s, id: id, pid: pid, role: role, conn: conn, stats: core.NewCounters(s.eng.Locations()),
 		counted: map[*managedRange]struct{}{},
-		views:   make([]atomic.Pointer[view], s.locations()), remaps: newRemapper(), journal: NewJournal()}
+		views:   make([]atomic.Pointer[view], s.eng.Locations()), remaps: newRemapper(), journal: guard.NewJournal()}
 	sess.ranges.Store(&rangeTable{})
 	return sess
 }
@@ -133,7 +136,7 @@ func (s *Server) newSession(id uint64, pid int, role uint8, conn *net.UnixConn) 
 func (sess *session) record(rec []byte) {
 	sess.journalMu.Lock()
 	defer sess.journalMu.Unlock()
-	if err := sess.journal.apply(rec); err != nil {
+	if err := sess.journal.Apply(rec); err != nil {
 		sess.srv.logger.Printf("session %d journal: %v", sess.id, err)
 		return
 	}
@@ -335,7 +338,7 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 	case wire.AdviseRequest:
 		err := sess.advise(uintptr(r.Addr), uintptr(r.Length), core.Advice(r.Advice), core.Device(r.Device))
 		if err == nil {
-			sess.record(AdviseRecord(wire.EncodeAdvise(0, r)))
+			sess.record(guard.AdviseRecord(wire.EncodeAdvise(0, r)))
 		}
 		return wire.EncodeEmptyReply(h), nil, err
 	case wire.StatsRequest:
@@ -359,6 +362,8 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 			sess.emit(&trace.Event{Kind: trace.KindSync, Processor: r.Device, Stream: uint64(r.Stream)})
 		}
 		return wire.EncodeEmptyReply(h), nil, sess.streamsIdle(r)
+	case wire.TraceControlRequest:
+		return wire.EncodeEmptyReply(h), nil, sess.traceControl(r)
 	case wire.PeerAccessRequest:
 		was, err := sess.peerAccess(r)
 		return wire.EncodePeerAccessReply(h, wire.PeerAccessReply{WasEnabled: was}), nil, err
@@ -386,7 +391,7 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	start, length := mr.start, mr.length
+	start, length := mr.Start, mr.Length
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	// The kernel gave this address to a new mapping, so any range still
@@ -395,13 +400,13 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 		sess.freeRangeLocked(old, false)
 	}
 	sess.nextID++
-	mr.id = sess.nextID
+	mr.ID = sess.nextID
 	// Publish before registering: a stale fault message that names this
 	// address once it is registered must find the range, not be taken
 	// for a stray and poisoned.
 	sess.ranges.Store(sess.ranges.Load().with(mr))
 	sess.countRange(mr)
-	if _, err := sess.client().uffd.Register(start, length, sess.hostViewMode(mr.trackPrefetch)); err != nil {
+	if _, err := sess.client().uffd.Register(start, length, sess.hostViewMode(mr.TrackPrefetch)); err != nil {
 		sess.ranges.Store(sess.ranges.Load().without(mr))
 		sess.retireRange(mr)
 		mr.releaseReservation()
@@ -411,21 +416,21 @@ func (sess *session) alloc(r wire.AllocRequest) (uint64, error) {
 		sess.freeRangeLocked(mr, false)
 		return 0, err
 	}
-	sess.record(AllocRecord(wire.EncodeAlloc(0, r)))
+	sess.record(guard.AllocRecord(wire.EncodeAlloc(0, r)))
 	if r.Kind == core.KindManaged {
-		// sess.stats, not mr.stats: an allocation's counters retire into
+		// sess.stats, not mr.Stats: an allocation's counters retire into
 		// its session's when it is freed, and would count it twice.
 		sess.stats.Allocations.Add(1)
 		sess.stats.AllocatedBytes.Add(r.Size)
 	}
 	sess.traceAlloc(mr)
-	return mr.id, nil
+	return mr.ID, nil
 }
 
 // newRange makes the range an alloc request describes, reserving device
 // memory's capacity, without publishing or registering it.
 func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
-	prefetch := sess.srv.prefetch
+	prefetch := sess.srv.eng.Policies().Prefetch
 	if r.Prefetch != "" {
 		spec, err := policy.ParsePrefetchSpec(r.Prefetch)
 		if err != nil {
@@ -448,22 +453,18 @@ func (sess *session) newRange(r wire.AllocRequest) (*managedRange, error) {
 		// Device memory takes its capacity now, as cudaMalloc does,
 		// evicting managed pages if it must.
 		owner = core.Device(d)
-		if err := (&mover{sess: sess}).reserveOrEvict(owner, int64(length/core.PageSize), core.PageMask{}); err != nil {
+		if err := sess.srv.eng.Reserve(owner, int64(length/core.PageSize)); err != nil {
 			if !errors.Is(err, core.ErrMemoryAllocation) {
 				err = fmt.Errorf("%w: %v", core.ErrMemoryAllocation, err)
 			}
 			return nil, fmt.Errorf("%s of device memory on device %d: %w", core.FormatSize(int64(length)), d, err)
 		}
 	}
-	return &managedRange{
-		sess: sess, start: start, fileOff: int64(start), length: length, size: int64(r.Size), flags: r.Flags,
-		kind: r.Kind, owner: owner, launch: rangeLaunch{attach: attachOf(r.Flags)},
-		prefetch: prefetch, trackPrefetch: r.TrackPrefetch || sess.srv.cfg.TrackPrefetchUse,
-		stats:  core.NewCounters(sess.srv.locations()),
-		sweeps: make([]sweepState, sess.srv.locations()),
-		blocks: make([]atomic.Pointer[block], (length+core.BlockSize-1)/core.BlockSize),
-		born:   time.Now(),
-	}, nil
+	mr := &managedRange{Range: sess.srv.eng.NewRange(sess, start, length), sess: sess, size: int64(r.Size), flags: r.Flags,
+		launch: rangeLaunch{attach: attachOf(r.Flags)}, born: time.Now()}
+	mr.Ext, mr.Session, mr.Kind, mr.Owner = mr, sess.id, r.Kind, owner
+	mr.Prefetch, mr.TrackPrefetch = prefetch, r.TrackPrefetch || sess.srv.cfg.TrackPrefetchUse
+	return mr, nil
 }
 
 // replace answers msgReplace: the sender takes this server's place.
@@ -486,8 +487,8 @@ func (sess *session) findRange(addr, length uintptr, what string) (*managedRange
 	if r == nil {
 		return nil, fmt.Errorf("%w: %s: address %#x is not managed memory of pid %d", core.ErrInvalidValue, what, addr, sess.pid)
 	}
-	if length > r.end()-addr {
-		return nil, fmt.Errorf("%w: %s: range %#x+%d runs past the end of the allocation %#x+%d", core.ErrInvalidValue, what, addr, length, r.start, r.length)
+	if length > r.End()-addr {
+		return nil, fmt.Errorf("%w: %s: range %#x+%d runs past the end of the allocation %#x+%d", core.ErrInvalidValue, what, addr, length, r.Start, r.Length)
 	}
 	return r, nil
 }
@@ -499,12 +500,12 @@ func (sess *session) free(addr uintptr) error {
 	if r == nil {
 		return fmt.Errorf("%w: free %#x: not managed memory of pid %d", core.ErrInvalidValue, addr, sess.pid)
 	}
-	if r.start != addr {
-		return fmt.Errorf("%w: free %#x: not the start of the allocation at %#x", core.ErrInvalidValue, addr, r.start)
+	if r.Start != addr {
+		return fmt.Errorf("%w: free %#x: not the start of the allocation at %#x", core.ErrInvalidValue, addr, r.Start)
 	}
 	sess.auditPrefetch(r, true)
 	sess.freeRangeLocked(r, true)
-	sess.record(FreeRecord(addr))
+	sess.record(guard.FreeRecord(addr))
 	return nil
 }
 
@@ -513,36 +514,15 @@ func (sess *session) free(addr uintptr) error {
 // they retry against the (unmapped) range and fail as the program's bug
 // deserves, instead of waiting forever.
 func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
-	if r.freed.Load() {
+	if r.Freed.Load() {
 		return
 	}
-	sess.noteFreed(r.start, r.end())
+	sess.noteFreed(r.Start, r.End())
 	sess.ranges.Store(sess.ranges.Load().without(r))
-	if sess.tracing() && r.kind == core.KindManaged {
-		sess.emit(&trace.Event{Kind: trace.KindFree, Range: r.id, Addr: uint64(r.start)})
+	if sess.tracing() && r.Kind == core.KindManaged {
+		sess.emit(&trace.Event{Kind: trace.KindFree, Range: r.ID, Addr: uint64(r.Start)})
 	}
-	resident := make([]int64, sess.srv.locations())
-	for i := range r.blocks {
-		b := r.blocks[i].Load()
-		if b == nil {
-			continue
-		}
-		b.mu.Lock()
-		r.freed.Store(true)
-		for l := range b.resident {
-			resident[l] += int64(b.resident[l].Count())
-			if !b.resident[l].Empty() {
-				sess.srv.ws.Left(&b.ws, l, b.resident[l]) // its protections end
-				sess.srv.eviction.Left(b.ref, core.DeviceAtSlot(l))
-			}
-		}
-		if n := b.prefetchPending.Count(); n > 0 {
-			r.stats.Unused.Add(uint64(n))
-		}
-		b.mu.Unlock()
-	}
-	r.freed.Store(true)
-	sess.srv.hostPages.Add(-resident[core.CPU.Slot()])
+	resident := r.Free()
 	sess.retireRange(r)
 	// The rest of the first and last blocks goes too where no range uses
 	// it: a large folio a client made there (pinned memory filled, device
@@ -558,16 +538,16 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		}
 		return true
 	}
-	start, end := r.start, r.end()
+	start, end := r.Start, r.End()
 	if head := start &^ (core.BlockSize - 1); unused(head, start) {
 		start = head
 	}
 	if tail := core.RoundUp(end, core.BlockSize); unused(end, tail) {
 		end = tail
 	}
-	fileOff, span := r.fileOff-int64(r.start-start), int64(end-start)
+	fileOff, span := r.FileOff-int64(r.Start-start), int64(end-start)
 	if err := sess.host.Punch(fileOff, span); err != nil {
-		sess.srv.logger.Printf("free %#x: %v", r.start, err)
+		sess.srv.logger.Printf("free %#x: %v", r.Start, err)
 	}
 	sess.filesMu.Lock()
 	files := append([]*devmem.File(nil), sess.devFiles...)
@@ -577,9 +557,9 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 			continue
 		}
 		if err := f.Punch(fileOff, span); err != nil {
-			sess.srv.logger.Printf("free %#x on device %d: %v", r.start, d, err)
+			sess.srv.logger.Printf("free %#x on device %d: %v", r.Start, d, err)
 		}
-		if r.kind != core.KindDevice {
+		if r.Kind != core.KindDevice {
 			sess.srv.arenas[d].Release(resident[d+1])
 		}
 	}
@@ -588,7 +568,7 @@ func (sess *session) freeRangeLocked(r *managedRange, wake bool) {
 		// Threads of every view blocked on the range retry and fail.
 		for l := range sess.views {
 			if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
-				_ = v.uffd.Wake(r.start, r.length) // ENOENT and ESRCH are fine: nobody waits
+				_ = v.uffd.Wake(r.Start, r.Length) // ENOENT and ESRCH are fine: nobody waits
 				v.release()
 			}
 		}
@@ -706,13 +686,13 @@ func (sess *session) info() config.SessionInfo {
 	for _, r := range sess.ranges.Load().ranges {
 		in.Allocations++
 		in.ManagedBytes += r.size
-		for i := range r.blocks {
-			if b := r.blocks[i].Load(); b != nil {
-				b.mu.Lock()
-				for l := range b.resident {
-					in.ResidentBytes += int64(b.resident[l].Count()) * core.PageSize
+		for i := range r.Blocks() {
+			if b := r.BlockAt(i); b != nil {
+				b.Lock()
+				for l := range b.Resident {
+					in.ResidentBytes += int64(b.Resident[l].Count()) * core.PageSize
 				}
-				b.mu.Unlock()
+				b.Unlock()
 			}
 		}
 	}
@@ -741,7 +721,7 @@ func (sess *session) retireRange(r *managedRange) {
 	defer sess.statsMu.Unlock()
 	if _, ok := sess.counted[r]; ok {
 		delete(sess.counted, r)
-		sess.stats.AddFrom(r.stats)
+		sess.stats.AddFrom(r.Stats)
 	}
 }
 
@@ -753,12 +733,12 @@ func (sess *session) counters(prepare func(r *managedRange)) *core.Counters {
 			prepare(r)
 		}
 	}
-	total := core.NewCounters(sess.srv.locations())
+	total := core.NewCounters(sess.srv.eng.Locations())
 	sess.statsMu.Lock()
 	defer sess.statsMu.Unlock()
 	total.AddFrom(sess.stats)
 	for r := range sess.counted {
-		total.AddFrom(r.stats)
+		total.AddFrom(r.Stats)
 	}
 	return total
 }
@@ -771,7 +751,7 @@ func (sess *session) statsFor(r wire.StatsRequest) (core.Stats, error) {
 	case wire.ScopeSession:
 		return sess.counters(func(r *managedRange) {
 			sess.auditPrefetch(r, false)
-			r.quiesce()
+			r.Quiesce()
 		}).Snapshot(), nil
 	}
 	mr := sess.ranges.Load().lookup(uintptr(r.Addr))
@@ -779,8 +759,8 @@ func (sess *session) statsFor(r wire.StatsRequest) (core.Stats, error) {
 		return core.Stats{}, fmt.Errorf("%w: stats: address %#x is not managed memory of pid %d", core.ErrInvalidValue, r.Addr, sess.pid)
 	}
 	sess.auditPrefetch(mr, false)
-	mr.quiesce()
-	return mr.stats.Snapshot(), nil
+	mr.Quiesce()
+	return mr.Stats.Snapshot(), nil
 }
 
 // remapped handles an mremap the client made of managed memory. Moving a

@@ -107,14 +107,3 @@ func removeStaleMonitors(dir string) {
 		os.Remove(path)
 	}
 }
-
-// dupCloexec returns a duplicate of f's descriptor that this process owns
-// (f may be closed), close-on-exec.
-func dupCloexec(f *os.File) (int, error) {
-	fd, err := syscall.Dup(int(f.Fd()))
-	if err != nil {
-		return -1, fmt.Errorf("%w: dup: %v", core.ErrInternal, err)
-	}
-	syscall.CloseOnExec(fd)
-	return fd, nil
-}

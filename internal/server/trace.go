@@ -5,20 +5,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/block"
+	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
-	"github.com/softuvm/softuvm/policy"
+	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/trace"
 )
 
 // TraceEnv names the trace file of one client: a client whose process
 // starts with UVM_TRACE=FILE in its environment has its own events
 // recorded there (relative names are the client's working directory's).
-const TraceEnv = "UVM_TRACE"
+const TraceEnv = config.EnvTrace
 
 // Recording: a server with ServerConfig.Trace records every session's
 // events into s.tracer; a client started with UVM_TRACE records its own
@@ -53,7 +54,7 @@ func (s *Server) openTrace(takeover bool) error {
 // traceHeader describes this server in a trace's header.
 func (s *Server) traceHeader(scope string) trace.Header {
 	h := trace.Header{Devices: len(s.arenas), Scope: scope, HostBudget: s.cfg.HostBudget,
-		Policies: map[string]string{"prefetch": s.prefetch.Name(), "eviction": s.eviction.Name(),
+		Policies: map[string]string{"prefetch": s.eng.Policies().Prefetch.Name(), "eviction": s.eng.Policies().Eviction.Name(),
 			"thrashing": s.cfg.Thrashing.String(), "access": s.cfg.ParsedAccessPolicy().String()},
 		Command: s.cfg.TraceCommand, LargeFolios: s.largeFolios == nil}
 	if scope == "server" && s.cfg.TraceAccess.On() {
@@ -140,20 +141,9 @@ func (sess *session) openSessionTrace(takeover bool) {
 		if takeover {
 			path = fmt.Sprintf("%s.pid%d", path, os.Getpid())
 		} else {
-			path = sessionTraceFile(path, sess.pid)
+			path = trace.SessionFile(path, sess.pid)
 		}
-		h := sess.srv.traceHeader("session")
-		if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
-			h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
-		}
-		own, aerr := clientTraceAccess(sess.pid)
-		if aerr != nil {
-			sess.srv.logger.Printf("pid %d: the trace's access mode is off: %v", sess.pid, aerr)
-		}
-		h.AccessPeriod, h.AccessSample = time.Duration(own.Period), own.Sample
-		if sess.tracer, err = trace.Create(path, h); err == nil {
-			sess.traceAccess = own
-		}
+		err = sess.startSessionTrace(path)
 	}
 	if err != nil {
 		sess.srv.logger.Printf("pid %d: %s: %v (its events are not recorded)", sess.pid, TraceEnv, err)
@@ -164,6 +154,53 @@ func (sess *session) openSessionTrace(takeover bool) {
 	if sess.tracing() {
 		sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})
 	}
+}
+
+// startSessionTrace starts recording the session's own events to path.
+func (sess *session) startSessionTrace(path string) error {
+	h := sess.srv.traceHeader("session")
+	if cmd, cerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sess.pid)); cerr == nil {
+		h.Command = strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+	}
+	own, aerr := clientTraceAccess(sess.pid)
+	if aerr != nil {
+		sess.srv.logger.Printf("pid %d: the trace's access mode is off: %v", sess.pid, aerr)
+	}
+	h.AccessPeriod, h.AccessSample = time.Duration(own.Period), own.Sample
+	rec, err := trace.Create(path, h)
+	if err != nil {
+		return err
+	}
+	sess.traceAccess = own
+	sess.tracer.Store(rec)
+	return nil
+}
+
+// traceControl starts or stops the session's own recording, for the
+// profiler API (uvmProfilerStart, uvmProfilerStop). A start while one
+// records, or a stop while none does, changes nothing, as CUDA's calls
+// are no errors then. A start records to path, or to path.2 and on where
+// this process wrote path already (sessionTraceFile), and records the
+// session's start; a stop completes the file. The kernels a device
+// process runs are in the trace when the process started while it was
+// recording (its report socket is given at its hello).
+func (sess *session) traceControl(r wire.TraceControlRequest) error {
+	if r.Op == wire.TraceStop {
+		if rec := sess.tracer.Swap(nil); rec != nil {
+			if err := rec.Close(); err != nil {
+				return fmt.Errorf("%w: stop recording pid %d's events: %v", core.ErrInternal, sess.pid, err)
+			}
+		}
+		return nil
+	}
+	if sess.tracer.Load() != nil {
+		return nil
+	}
+	if err := sess.startSessionTrace(trace.SessionFile(r.Path, sess.pid)); err != nil {
+		return fmt.Errorf("%w: record pid %d's events to %s: %v", core.ErrInvalidValue, sess.pid, r.Path, err)
+	}
+	sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})
+	return nil
 }
 
 // command is the client's command name, for a session event.
@@ -177,17 +214,18 @@ func (sess *session) command() string {
 
 // closeSessionTrace ends a client's own recording.
 func (sess *session) closeSessionTrace() {
-	if sess.tracer == nil {
+	rec := sess.tracer.Swap(nil)
+	if rec == nil {
 		return
 	}
-	if err := sess.tracer.Close(); err != nil {
+	if err := rec.Close(); err != nil {
 		sess.srv.logger.Printf("pid %d: %s: %v", sess.pid, TraceEnv, err)
 	}
 }
 
 // tracing reports whether anything records this session's events: the
 // one check on paths that would otherwise build events for nobody.
-func (sess *session) tracing() bool { return sess.srv.tracer != nil || sess.tracer != nil }
+func (sess *session) tracing() bool { return sess.srv.tracer != nil || sess.tracer.Load() != nil }
 
 // emit records e, as of now, in the server's trace and the session's
 // own.
@@ -202,42 +240,57 @@ func (sess *session) emitAt(e *trace.Event, t time.Time) {
 		e.Time = r.Since(t)
 		r.Emit(e)
 	}
-	if r := sess.tracer; r != nil {
+	if r := sess.tracer.Load(); r != nil {
 		e.Time = r.Since(t)
 		r.Emit(e)
 	}
 }
 
-// traceRun records a run of pages of the mover's block that arrived at
-// dst: populated (zero-filled) or migrated from rn.src.
-func (o *mover) traceRun(rn run, done core.PageMask, dst core.Device, cause policy.Cause) {
-	first := done.NextSet(0)
-	e := trace.Event{Range: o.r.id, Addr: uint64(o.pageAddr(first)), Pages: uint32(done.Count()), To: int32(dst)}
-	if !rn.populated {
-		e.Kind, e.Cause = trace.KindPopulate, trace.Cause(cause)
-		o.sess.emit(&e)
+// traceEvent records an event of the block engine in the traces of the
+// event's session: the migrations, populations and duplications of
+// pages, evictions, protections, remote mappings and faults, each where
+// it is counted, so that a trace's sums equal the counters.
+func traceEvent(ev *block.Event) {
+	if ev.R == nil {
 		return
 	}
-	e.Kind, e.From, e.Cause = trace.KindMigration, int32(rn.src), trace.Cause(cause)
-	if o.runStarted.IsZero() {
-		o.sess.emit(&e)
+	r := rangeOf(ev.R)
+	sess := r.sess
+	if !sess.tracing() {
 		return
 	}
-	e.Duration = time.Since(o.runStarted)
-	o.sess.emitAt(&e, o.runStarted)
-}
-
-// tracePages records pages of a range's block at an event of kind k (an
-// eviction from p, a remote mapping by p, a duplication to p).
-func (sess *session) tracePages(k trace.Kind, r *managedRange, addr uintptr, pages int, p core.Device) {
-	e := trace.Event{Kind: k, Range: r.id, Addr: uint64(addr), Pages: uint32(pages)}
-	switch k {
-	case trace.KindEviction:
-		e.From = int32(p)
-	case trace.KindRemoteMap, trace.KindProtect:
-		e.Processor = int32(p)
+	e := trace.Event{Range: r.ID, Addr: uint64(ev.Addr()), Pages: uint32(ev.Pages.Count())}
+	switch ev.Kind {
+	case block.EvFault:
+		e = trace.Event{Kind: trace.KindFault, Thread: ev.Thread, Processor: int32(ev.Processor), Range: r.ID, Addr: uint64(ev.Addr()),
+			FaultKind: trace.FaultKind(ev.FaultKind), Write: ev.Write, Duration: ev.Duration, Prefetched: uint32(ev.Prefetched)}
+		sess.emitAt(&e, ev.Started)
+		return
+	case block.EvArrived:
+		e.To, e.Cause = int32(ev.To), trace.Cause(ev.Cause)
+		if !ev.Populated {
+			e.Kind = trace.KindPopulate
+			sess.emit(&e)
+			return
+		}
+		e.Kind, e.From = trace.KindMigration, int32(ev.From)
+		if ev.Started.IsZero() {
+			sess.emit(&e)
+			return
+		}
+		e.Duration = time.Since(ev.Started)
+		sess.emitAt(&e, ev.Started)
+		return
+	case block.EvDuplicated:
+		e.Kind, e.To = trace.KindDuplicate, int32(ev.To)
+	case block.EvEvicted:
+		e.Kind, e.From = trace.KindEviction, int32(ev.From)
+	case block.EvProtected:
+		e.Kind, e.Processor = trace.KindProtect, int32(ev.Processor)
+	case block.EvRemoteMapped:
+		e.Kind, e.Processor, e.Pages = trace.KindRemoteMap, int32(ev.Processor), uint32(ev.N)
 	default:
-		e.To = int32(p)
+		return
 	}
 	sess.emit(&e)
 }
@@ -246,77 +299,7 @@ func (sess *session) tracePages(k trace.Kind, r *managedRange, addr uintptr, pag
 // restored. Only managed memory is recorded: device and pinned memory
 // never move, and their pages raise no events.
 func (sess *session) traceAlloc(r *managedRange) {
-	if sess.tracing() && r.kind == core.KindManaged {
-		sess.emit(&trace.Event{Kind: trace.KindAlloc, Range: r.id, Addr: uint64(r.start), Bytes: uint64(r.size)})
+	if sess.tracing() && r.Kind == core.KindManaged {
+		sess.emit(&trace.Event{Kind: trace.KindAlloc, Range: r.ID, Addr: uint64(r.Start), Bytes: uint64(r.size)})
 	}
-}
-
-// sessionTraceFile is where a client's session records: path, unless an
-// earlier session of the same process wrote it (a program that opens
-// several sessions, each perhaps with a private server of its own); then
-// path.2, path.3, ..., the first not written since the process started
-// (to within a second: the boot time is kept in whole seconds).
-// A file older than the process is an earlier run's, and is replaced.
-func sessionTraceFile(path string, pid int) string {
-	started, ok := processStart(pid)
-	if !ok {
-		return path
-	}
-	for n := 1; ; n++ {
-		p := path
-		if n > 1 {
-			p = fmt.Sprintf("%s.%d", path, n)
-		}
-		fi, err := os.Stat(p)
-		if err != nil || fi.ModTime().Before(started) {
-			return p
-		}
-	}
-}
-
-// processStart is when process pid started, from its start time in
-// clock ticks since boot and the boot time.
-func processStart(pid int) (time.Time, bool) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return time.Time{}, false
-	}
-	// The command (field 2) may hold spaces and parentheses: fields
-	// are counted from the last ')'.
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return time.Time{}, false
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	const startField = 22 - 3 // field 22, counted from field 3
-	if len(f) <= startField {
-		return time.Time{}, false
-	}
-	ticks, err := strconv.ParseInt(f[startField], 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	boot, ok := bootTime()
-	if !ok {
-		return time.Time{}, false
-	}
-	const hz = 100 // USER_HZ, fixed at 100 for /proc on Linux
-	return boot.Add(time.Duration(ticks) * time.Second / hz), true
-}
-
-func bootTime() (time.Time, bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, false
-			}
-			return time.Unix(sec, 0), true
-		}
-	}
-	return time.Time{}, false
 }

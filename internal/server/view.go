@@ -143,7 +143,7 @@ func (sess *session) deviceConnect(d core.Device) (int, error) {
 		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
 	}
 	go sess.serveDevice(core.Device(d), local)
-	fd, err := dupCloexec(remote)
+	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	return fd, err
 }
@@ -328,43 +328,42 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 // view's mappings. sess.mu is held, so the ranges stand still.
 func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 	var out []wire.Mapping
-	now := sess.srv.nowMicros()
 	for _, r := range sess.ranges.Load().ranges {
 		if !r.mapsDeviceMemory(l) {
 			continue // a peer's device memory without peer access: left reserved (peer.go)
 		}
 		base := l
-		if f, ok := r.staticFile(l); ok {
+		if f, ok := r.StaticFile(l); ok {
 			base = f
 		}
-		out = append(out, wire.Mapping{Addr: uint64(r.start), Length: uint64(r.length), File: base})
-		if r.kind != core.KindManaged {
+		out = append(out, wire.Mapping{Addr: uint64(r.Start), Length: uint64(r.Length), File: base})
+		if r.Kind != core.KindManaged {
 			if base != l {
-				r.countRemote(l, r.start, int(r.length/core.PageSize))
+				sess.srv.countRemote(r.Range, l, r.Start, int(r.Length/core.PageSize))
 			}
 			continue
 		}
-		for bi := range r.blocks {
-			b := r.blocks[bi].Load()
+		for bi := range r.Blocks() {
+			b := r.BlockAt(bi)
 			if b == nil {
 				continue
 			}
-			b.mu.Lock()
-			b.resetMaps(l)
-			o := mover{sess: sess, r: r, b: b, blockAddr: r.start + uintptr(bi)*core.BlockSize}
+			b.Lock()
+			b.ResetMaps(l)
+			o := r.NewMover(bi, b)
 			for from := 0; ; {
-				first, outer, to, found := o.mismatch(l, from, now)
+				first, outer, to, found := o.Mismatch(l, from)
 				if !found {
 					break
 				}
-				b.setMapping(l, first, outer, to, false, sess.srv.locations())
-				out = append(out, wire.Mapping{Addr: uint64(o.pageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to})
+				b.SetMapping(l, first, outer, to, false)
+				out = append(out, wire.Mapping{Addr: uint64(o.PageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to})
 				if to != l {
-					r.countRemote(l, o.pageAddr(first), outer-first)
+					sess.srv.countRemote(r.Range, l, o.PageAddr(first), outer-first)
 				}
 				from = outer
 			}
-			b.mu.Unlock()
+			b.Unlock()
 		}
 	}
 	if len(out) > wire.MaxMessageSize/20 {
@@ -377,20 +376,20 @@ func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 // several copies (read duplication), so that its writes fault.
 func (sess *session) protectCopies(v *view) {
 	for _, r := range sess.ranges.Load().ranges {
-		for bi := range r.blocks {
-			b := r.blocks[bi].Load()
+		for bi := range r.Blocks() {
+			b := r.BlockAt(bi)
 			if b == nil {
 				continue
 			}
-			b.mu.Lock()
-			dup := b.duplicated()
+			b.Lock()
+			dup := b.Duplicated()
 			for p, q := dup.NextRun(0); p >= 0; p, q = dup.NextRun(q) {
-				addr := r.start + uintptr(bi)*core.BlockSize + uintptr(p)*core.PageSize
+				addr := r.Start + uintptr(bi)*core.BlockSize + uintptr(p)*core.PageSize
 				if err := v.uffd.WriteProtect(addr, uintptr(q-p)*core.PageSize, true, true); err != nil {
 					sess.srv.logger.Printf("pid %d device %d: protect copies at %#x: %v", sess.pid, v.loc, addr, err)
 				}
 			}
-			b.mu.Unlock()
+			b.Unlock()
 		}
 	}
 }
@@ -402,13 +401,18 @@ func (v *view) request(b []byte, typ wire.MsgType) error {
 	return v.requestLocked(b, typ)
 }
 
+// errDeviceGone is a request that found its device process gone: its
+// connection ended, or would take no more. The next process of the device
+// maps the whole layout at its hello, so a map it missed is no failure.
+var errDeviceGone = errors.New("device process gone")
+
 // requestLocked is request with v.reqMu held.
 func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 	h, _, _ := wire.ParseHeader(b)
 	v.awaited.Store(h.Seq) // before the request: its reply cannot come sooner
 	defer v.awaited.Store(0)
 	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
-		return fmt.Errorf("%w: device %d process: %v", core.ErrInternal, v.loc, err)
+		return fmt.Errorf("%w: device %d process: %w (%v)", core.ErrInternal, v.loc, errDeviceGone, err)
 	}
 	timeout := time.After(deviceRequestTimeout)
 	for {
@@ -420,7 +424,7 @@ func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 			_, err := wire.ParseReply(reply, h)
 			return err
 		case <-v.connDone:
-			return fmt.Errorf("%w: device %d process (pid %d) went away", core.ErrInternal, v.loc, v.pid)
+			return fmt.Errorf("%w: device %d process (pid %d): %w", core.ErrInternal, v.loc, v.pid, errDeviceGone)
 		case <-timeout:
 			wire.HangUpConn(v.conn) // its reader ends and detaches the view
 			return fmt.Errorf("%w: device %d process (pid %d) did not answer %s within %v", core.ErrInternal, v.loc, v.pid, typ, deviceRequestTimeout)
@@ -440,16 +444,19 @@ func (sess *session) mapInDevices(r *managedRange) error {
 			continue
 		}
 		loc := core.DeviceAtSlot(l)
-		if f, ok := r.staticFile(loc); ok {
+		if f, ok := r.StaticFile(loc); ok {
 			loc = f
 		}
-		err := v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.start), Length: uint64(r.length), File: loc}), wire.MsgDeviceMap)
+		err := v.request(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{Addr: uint64(r.Start), Length: uint64(r.Length), File: loc}), wire.MsgDeviceMap)
 		v.release()
 		if err == nil && loc != core.DeviceAtSlot(l) {
-			r.countRemote(core.DeviceAtSlot(l), r.start, int(r.length/core.PageSize))
+			sess.srv.countRemote(r.Range, core.DeviceAtSlot(l), r.Start, int(r.Length/core.PageSize))
+		}
+		if errors.Is(err, errDeviceGone) {
+			continue // a kernel crashed it, say: its successor maps the range at its hello
 		}
 		if err != nil {
-			return fmt.Errorf("map %#x+%d in device %d: %w", r.start, r.length, l-1, err)
+			return fmt.Errorf("map %#x+%d in device %d: %w", r.Start, r.Length, l-1, err)
 		}
 	}
 	return nil
@@ -460,8 +467,8 @@ func (sess *session) mapInDevices(r *managedRange) error {
 func (sess *session) unmapInDevices(r *managedRange) {
 	for l := 1; l < len(sess.views); l++ {
 		if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
-			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.start), uint64(r.length)), wire.MsgDeviceUnmap); err != nil {
-				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.start, r.length, l-1, err)
+			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.Start), uint64(r.Length)), wire.MsgDeviceUnmap); err != nil {
+				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.Start, r.Length, l-1, err)
 			}
 			v.release()
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
@@ -25,7 +26,7 @@ import (
 // client's addresses, so one run of addresses serves both. A policy that
 // judges 64 KiB regions asks Watch for them: the server's MINOR fault of
 // the host on the block then maps the faulting page's region only
-// (serveContinue, block.watchRegions), from then on (such a policy may
+// (block.Mover.serveContinue, Block.WatchRegions), from then on (such a policy may
 // read Touched more than once in a watch). A device's MINOR fault, where
 // the server serves it, maps the block whole: its regions then all show
 // as touched, and it gives up whole blocks.
@@ -121,17 +122,17 @@ func (o useObserver) Watchable(p policy.Processor) bool {
 
 // watchedRange returns b's block and the run of client addresses its
 // pages span, where b may be watched.
-func watchedRange(b *policy.Block) (blockRef, uffd.PageRun, bool) {
-	v, ok := b.Owner().(blockRef)
-	if !ok || v.b.ref != b {
+func watchedRange(b *policy.Block) (block.Ref, uffd.PageRun, bool) {
+	v, ok := block.RefOf(b)
+	if !ok {
 		return v, uffd.PageRun{}, false
 	}
-	r := v.r
-	if r.freed.Load() || r.kind != core.KindManaged || r.trackPrefetch || r.sess.launch != nil {
+	r := v.R
+	if r.Freed.Load() || r.Kind != core.KindManaged || r.TrackPrefetch || r.Space.LaunchModel() {
 		return v, uffd.PageRun{}, false
 	}
-	start := r.start + uintptr(v.i)*core.BlockSize
-	return v, uffd.PageRun{Start: start, End: min(start+core.BlockSize, r.end())}, true
+	start := r.Start + uintptr(v.I)*core.BlockSize
+	return v, uffd.PageRun{Start: start, End: min(start+core.BlockSize, r.End())}, true
 }
 
 func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bool {
@@ -139,13 +140,13 @@ func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bo
 	if !ok {
 		return false
 	}
-	pid, w, ok := v.r.sess.watchOf(p)
+	pid, w, ok := rangeOf(v.R).sess.watchOf(p)
 	if !ok {
 		return false
 	}
 	proc, _, err := w.open(pid)
 	if err != nil {
-		o.srv.warnWatchOnce(v.r.sess, p, err)
+		o.srv.warnWatchOnce(rangeOf(v.R).sess, p, err)
 		return false
 	}
 	// Set before the pages are unmapped, so that every hint fault after
@@ -153,17 +154,17 @@ func (o useObserver) Watch(b *policy.Block, p policy.Processor, regions bool) bo
 	// only), and of a sampled block what the page table lacks.
 	host := p == core.CPU
 	if host {
-		v.b.watchRegions.Store(regions)
+		v.B.WatchRegions.Store(regions)
 	}
 	runs := []uffd.PageRun{run}
-	if sample, ok := v.b.setWatchSample(p, regions); ok {
+	if sample, ok := setWatchSample(v.B, p, regions); ok {
 		runs = sampleRuns(run.Start, sample, runs[:0])
 	}
 	if _, err := proc.PageOut(runs); err != nil {
 		if host {
-			v.b.watchRegions.Store(false)
+			v.B.WatchRegions.Store(false)
 		}
-		o.srv.warnWatchOnce(v.r.sess, p, err)
+		o.srv.warnWatchOnce(rangeOf(v.R).sess, p, err)
 		return false
 	}
 	return true
@@ -175,7 +176,7 @@ func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask 
 	if !ok {
 		return touched
 	}
-	pid, w, ok := v.r.sess.watchOf(p)
+	pid, w, ok := rangeOf(v.R).sess.watchOf(p)
 	if !ok {
 		return touched
 	}
@@ -183,12 +184,12 @@ func (o useObserver) Touched(b *policy.Block, p policy.Processor) core.PageMask 
 	if err != nil {
 		return touched
 	}
-	touched, err = mappedPages(pagemap, run.Start, v.b.pages)
+	touched, err = mappedPages(pagemap, run.Start, v.B.Pages)
 	if err != nil {
-		o.srv.warnWatchOnce(v.r.sess, p, err)
+		o.srv.warnWatchOnce(rangeOf(v.R).sess, p, err)
 		return core.PageMask{}
 	}
-	if sample, ok := v.b.watchedSample(p); ok {
+	if sample, ok := watchedSample(v.B, p); ok {
 		touched.And(&sample) // the other pages were never unmapped
 	}
 	return touched
@@ -205,10 +206,6 @@ func mappedPages(pagemap *os.File, start uintptr, pages int) (core.PageMask, err
 	}
 	return mapped, err
 }
-
-// watchPhaseShift is where block.watchSample keeps the sample's page
-// offset within each region, above a bit per processor.
-const watchPhaseShift = 32
 
 // watchSamplePages is the sample a watch at phase unmaps of a block of
 // pages pages: the page at offset phase of each 64 KiB region (the last
@@ -227,22 +224,22 @@ func watchSamplePages(phase, pages int) core.PageMask {
 // any block where the policy judges regions (a region used only off its
 // sampled page would look unused, and leave: clock:regions lost the
 // regions in use more often than clock:blocks).
-func (b *block) setWatchSample(p core.Device, regions bool) (core.PageMask, bool) {
+func setWatchSample(b *block.Block, p core.Device, regions bool) (core.PageMask, bool) {
 	bit := uint64(1) << p.Slot()
-	sampled := !regions && (b.pages < core.PagesPerBlock || b.large.Load()&bit == 0)
+	sampled := !regions && (b.Pages < core.PagesPerBlock || !b.MayBeLargeAt(p))
 	for {
-		old := b.watchSample.Load()
-		phase := old >> watchPhaseShift
-		next := old &^ bit & (1<<watchPhaseShift - 1)
+		old := b.WatchSample.Load()
+		phase := old >> block.WatchPhaseShift
+		next := old &^ bit & (1<<block.WatchPhaseShift - 1)
 		if sampled {
 			phase = (phase + 1) % policy.RegionPages
 			next |= bit
 		}
-		if b.watchSample.CompareAndSwap(old, next|phase<<watchPhaseShift) {
+		if b.WatchSample.CompareAndSwap(old, next|phase<<block.WatchPhaseShift) {
 			if !sampled {
 				return core.PageMask{}, false
 			}
-			return watchSamplePages(int(phase), b.pages), true
+			return watchSamplePages(int(phase), b.Pages), true
 		}
 	}
 }
@@ -253,27 +250,12 @@ func (b *block) setWatchSample(p core.Device, regions bool) (core.PageMask, bool
 // given: pages that p's watch left mapped then look touched, and the
 // block is kept for a round (only blocks duplicated for reading are
 // watched on two processors).
-func (b *block) watchedSample(p core.Device) (core.PageMask, bool) {
-	ws := b.watchSample.Load()
+func watchedSample(b *block.Block, p core.Device) (core.PageMask, bool) {
+	ws := b.WatchSample.Load()
 	if ws&(1<<p.Slot()) == 0 {
 		return core.PageMask{}, false
 	}
-	return watchSamplePages(int(ws>>watchPhaseShift), b.pages), true
-}
-
-// sampledOn reports whether the last Watch of the block on p unmapped a
-// sample (watchedSample without making it: the MINOR fault's question).
-func (b *block) sampledOn(p core.Device) bool {
-	return b.watchSample.Load()&(1<<p.Slot()) != 0
-}
-
-// endSampledWatch forgets that the block's watch on p was sampled. It
-// is called at every arrival, mostly of blocks not sampled there, which
-// it then leaves unwritten.
-func (b *block) endSampledWatch(p core.Device) {
-	if bit := uint64(1) << p.Slot(); b.watchSample.Load()&bit != 0 {
-		b.watchSample.And(^bit)
-	}
+	return watchSamplePages(int(ws>>block.WatchPhaseShift), b.Pages), true
 }
 
 // sampleRuns appends to out a run of one page for each page of sample in
@@ -297,14 +279,14 @@ func (s *Server) warnWatchOnce(sess *session, p core.Device, err error) {
 		if p != core.CPU {
 			who = fmt.Sprintf("device %d's", p)
 		}
-		s.logger.Printf("pid %d: eviction %s cannot watch %s use of its memory (blocks go in arrival order): %v", sess.pid, s.eviction.Name(), who, err)
+		s.logger.Printf("pid %d: eviction %s cannot watch %s use of its memory (blocks go in arrival order): %v", sess.pid, s.eng.Policies().Eviction.Name(), who, err)
 	}
 }
 
 // evictionUse is Info.EvictionUse: whether the eviction policy, where it
 // watches use, can watch the host's now.
 func (s *Server) evictionUse() string {
-	if _, ok := s.eviction.(policy.Observing); !ok {
+	if _, ok := s.eng.Policies().Eviction.(policy.Observing); !ok {
 		return ""
 	}
 	if (useObserver{s}).Watchable(core.CPU) {

@@ -6,7 +6,6 @@ import (
 	"log"
 	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
@@ -94,15 +94,16 @@ func newWatchHarness(t *testing.T, minor bool) *watchHarness {
 		require.NoError(t, err)
 	}
 
-	srv := &Server{logger: log.New(io.Discard, "", 0)}
+	srv := &Server{logger: log.New(io.Discard, "", 0), eng: testEngine(t, policy.Specs{})}
 	sess := &session{srv: srv, host: f, pid: os.Getpid()}
 	t.Cleanup(sess.watch.close)
-	r := &managedRange{sess: sess, start: m.Addr(), length: size, kind: core.KindManaged, blocks: make([]atomic.Pointer[block], 2)}
+	r := &managedRange{Range: srv.eng.NewRange(sess, m.Addr(), size), sess: sess}
+	r.Ext, r.Kind, r.FileOff = r, core.KindManaged, 0 // the file is the two blocks alone
 	for i := 0; i < 2; i++ {
-		b := r.block(i)
-		b.resident[core.CPU.Slot()].FillRange(0, core.PagesPerBlock)
+		b := r.Block(i)
+		b.Resident[core.CPU.Slot()].FillRange(0, core.PagesPerBlock)
 	}
-	r.block(1).large.Store(1 << core.CPU.Slot())
+	r.Block(1).MarkLarge()
 	return &watchHarness{obs: useObserver{srv}, r: r, mem: mem, pagemap: pagemap, view: &view{sess: sess, loc: core.CPU, pid: sess.pid, uffd: u}}
 }
 
@@ -114,7 +115,7 @@ func watchTestByte(off int) byte { return byte(off/core.PageSize*7 + off%251) }
 // unmapped returns the pages of block i that this process does not map.
 func (h *watchHarness) unmapped(t *testing.T, i int) core.PageMask {
 	t.Helper()
-	start := h.r.start + uintptr(i)*core.BlockSize
+	start := h.r.Start + uintptr(i)*core.BlockSize
 	present, err := uffd.ScanPresent(h.pagemap, start, start+core.BlockSize, nil)
 	require.NoError(t, err)
 	var m core.PageMask
@@ -148,10 +149,10 @@ func pageSet(pages ...int) core.PageMask {
 // changes.
 func TestWatchSamplesBlocksInSmallFolios(t *testing.T) {
 	h := newWatchHarness(t, false)
-	small, large := h.r.block(0), h.r.block(1)
+	small, large := h.r.Block(0), h.r.Block(1)
 
 	for watch, phase := range []int{1, 2} {
-		require.True(t, h.obs.Watch(small.ref, core.CPU, false))
+		require.True(t, h.obs.Watch(small.Ref, core.CPU, false))
 		var sample []int
 		for region := 0; region < core.PagesPerBlock/policy.RegionPages; region++ {
 			sample = append(sample, region*policy.RegionPages+phase)
@@ -167,22 +168,22 @@ func TestWatchSamplesBlocksInSmallFolios(t *testing.T) {
 			}
 		}
 		assert.Equal(t, want, h.unmapped(t, 0), "watch %d of the block in 4 KiB folios: unmapped pages", watch)
-		assert.Equal(t, core.PageMask{}, h.obs.Touched(small.ref, core.CPU), "watch %d: touched before any touch", watch)
+		assert.Equal(t, core.PageMask{}, h.obs.Touched(small.Ref, core.CPU), "watch %d: touched before any touch", watch)
 
 		// The sample's page of region 5 and a page of region 7 outside
 		// the sample: only the first is seen.
 		h.touch(0, 5*policy.RegionPages+phase)
 		h.touch(0, 7*policy.RegionPages+(phase+3)%policy.RegionPages)
-		assert.Equal(t, pageSet(5*policy.RegionPages+phase), h.obs.Touched(small.ref, core.CPU), "watch %d: touched", watch)
+		assert.Equal(t, pageSet(5*policy.RegionPages+phase), h.obs.Touched(small.Ref, core.CPU), "watch %d: touched", watch)
 	}
 
-	require.True(t, h.obs.Watch(large.ref, core.CPU, false))
+	require.True(t, h.obs.Watch(large.Ref, core.CPU, false))
 	var all core.PageMask
 	all.FillRange(0, core.PagesPerBlock)
 	assert.Equal(t, all, h.unmapped(t, 1), "the block in one 2 MiB folio is unmapped whole")
-	assert.Equal(t, core.PageMask{}, h.obs.Touched(large.ref, core.CPU), "the whole block: touched before any touch")
+	assert.Equal(t, core.PageMask{}, h.obs.Touched(large.Ref, core.CPU), "the whole block: touched before any touch")
 	h.touch(1, 300)
-	touched := h.obs.Touched(large.ref, core.CPU)
+	touched := h.obs.Touched(large.Ref, core.CPU)
 	assert.True(t, touched.Test(300), "the whole block's touched page (%d pages touched)", touched.Count())
 
 	for off := range h.mem {
@@ -200,14 +201,19 @@ func TestWatchSamplesBlocksInSmallFolios(t *testing.T) {
 // TestRunRealPrograms: 16 times the faults and bytes).
 func TestHintFaultInSampledBlockMapsWhatTheViewLacks(t *testing.T) {
 	h := newWatchHarness(t, true)
-	small := h.r.block(0)
-	require.True(t, h.obs.Watch(small.ref, core.CPU, false))
-	require.True(t, h.obs.Watch(small.ref, core.CPU, false))
+	small := h.r.Block(0)
+	require.True(t, h.obs.Watch(small.Ref, core.CPU, false))
+	require.True(t, h.obs.Watch(small.Ref, core.CPU, false))
 	unmapped := h.unmapped(t, 0)
 	require.Equal(t, 2*core.PagesPerBlock/policy.RegionPages, unmapped.Count(), "two watches' samples unmapped")
 
-	o := &mover{sess: h.r.sess, r: h.r, b: small, blockAddr: h.r.start, fv: h.view}
-	require.NoError(t, o.serveContinue(5*policy.RegionPages+2))
+	small.Lock()
+	o := h.r.NewMover(0, small)
+	o.FV = h.view
+	plan, err := o.ServeFault(5*policy.RegionPages+2, &block.Fault{Kind: core.FaultMinor})
+	small.Unlock()
+	require.NoError(t, err)
+	require.Equal(t, block.PlanContinue, plan)
 	// require: touching a page left unmapped would wait forever on its
 	// MINOR fault.
 	require.Equal(t, core.PageMask{}, h.unmapped(t, 0), "pages still unmapped after the hint fault")
@@ -223,7 +229,7 @@ func TestHintFaultInSampledBlockMapsWhatTheViewLacks(t *testing.T) {
 // ESRCH, and the one warning a session gets is kept for a real cause.
 func TestWarnWatchOnceQuietForAGoneProcess(t *testing.T) {
 	var out strings.Builder
-	srv := &Server{logger: log.New(&out, "", 0), eviction: policy.NewLRU()}
+	srv := &Server{logger: log.New(&out, "", 0), eng: testEngine(t, policy.Specs{Eviction: "lru"})}
 	sess := &session{srv: srv, pid: 12345}
 	gone := fmt.Errorf("PAGEMAP_SCAN of %#x-%#x: %w", 0x600000000000, 0x600000200000, syscall.ESRCH)
 	srv.warnWatchOnce(sess, core.CPU, gone)
@@ -232,4 +238,13 @@ func TestWarnWatchOnceQuietForAGoneProcess(t *testing.T) {
 	assert.Equal(t, "pid 12345: eviction lru cannot watch the client's use of its memory (blocks go in arrival order): process_madvise(MADV_PAGEOUT): operation not permitted\n", out.String())
 	srv.warnWatchOnce(sess, core.CPU, fmt.Errorf("again: %w", syscall.EINVAL))
 	assert.Equal(t, 1, strings.Count(out.String(), "\n"), "once per session")
+}
+
+// testEngine is a block engine of the CPU alone, with the policies specs
+// name.
+func testEngine(t *testing.T, specs policy.Specs) *block.Engine {
+	t.Helper()
+	set, err := policy.NewSet(specs)
+	require.NoError(t, err)
+	return block.New(block.Config{Policies: set, Now: func() int64 { return 1 }})
 }

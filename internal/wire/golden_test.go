@@ -113,6 +113,8 @@ func goldens() []golden {
 	}
 	hints := []Mapping{{Addr: goldenAddr, Length: 2 * core.PageSize}, {Addr: goldenAddr2, Length: core.PageSize}}
 	launch := LaunchRequest{Stream: 2, Nthreads: 64, Name: "c:0x401000", Params: []byte{1, 2, 3, 4, 5}, Cpu: 1}
+	launchGrid := LaunchGridRequest{Stream: 2, Grid: core.Dim3{X: 40, Y: 3, Z: 1}, Block: core.Dim3{X: 16, Y: 8, Z: 2}, SharedBytes: 4096, StackBytes: 1 << 20,
+		Flags: core.GridCooperative, Name: "c:0x401000", Params: []byte{1, 2, 3, 4, 5}, Cpu: -1}
 	allocErr := goldenError(core.ErrMemoryAllocation, "device 1's arena is full: 12032 bytes wanted, 4096 free")
 	mapErr := goldenError(core.ErrInvalidValue, "map device 3: this session has 2 devices")
 	syncErr := goldenError(core.ErrLaunchFailure, "device 1: kernel c:0x401000 is not a C kernel (want c:0x<address>)")
@@ -214,11 +216,26 @@ func goldens() []golden {
 			c: "device.c uvmLaunchKernel sends it (uvm__encode_launch), devproc.c launch reads it", h: hdr(msgLaunch, 13),
 			fields: []field{{"stream", uint32(2), ""}, {"threads", uint32(64), ""}, {"kernel name", launch.Name, "a C kernel's address"}, {"parameters", launch.Params, ""}, {"cpu", int32(1), "the launching thread's"}},
 			enc:    EncodeLaunch(13, launch), decode: request, want: launch},
+		{name: "launch-grid-request", about: "a client to a device process, on a stream's socket: run a kernel as a grid of blocks; no reply",
+			c: "grid.c uvmLaunchGrid and uvmLaunchCooperativeKernel send it (uvm__encode_launch_grid), devproc.c launch_grid reads it (uvm__decode_launch_grid)", h: hdr(MsgLaunchGrid, 15),
+			fields: []field{{"stream", uint32(2), ""}, {"grid x", uint32(40), ""}, {"grid y", uint32(3), ""}, {"grid z", uint32(1), ""},
+				{"block x", uint32(16), ""}, {"block y", uint32(8), ""}, {"block z", uint32(2), ""}, {"shared memory", uint32(4096), "bytes per block"},
+				{"stack size", uint32(1 << 20), "bytes per thread"}, {"flags", uint32(core.GridCooperative), "cooperative"},
+				{"kernel name", launchGrid.Name, "a C kernel's address"}, {"parameters", launchGrid.Params, ""}, {"cpu", int32(-1), "unknown"}},
+			enc: EncodeLaunchGrid(15, launchGrid), decode: request, want: launchGrid},
+		{name: "trace-control-request", about: "a client to the server: start recording the session's events to a file (uvmProfilerStart; stop: operation 2, no path)",
+			c: "profiler.c uvmProfilerStart and uvmProfilerStop send it (uvm__encode_trace_control)", h: hdr(MsgTraceControl, 34),
+			fields: []field{{"operation", uint8(TraceStart), "start"}, {"path", "/tmp/prog.uvmtrace", ""}},
+			enc:    EncodeTraceControl(34, TraceControlRequest{Op: TraceStart, Path: "/tmp/prog.uvmtrace"}), decode: request,
+			want: TraceControlRequest{Op: TraceStart, Path: "/tmp/prog.uvmtrace"}},
+		empty("trace-control-reply", "the server to a client: recording started or stopped", "uvm__request reads it", hdr(MsgTraceControl, 34)),
 		{name: "launch-crash", about: "a device process to its client, on the control socket, as a kernel crashes: the launch's only reply",
 			c: "devproc.c on_crash sends it (uvm__encode_crash), device.c died reads it (uvm__decode_crash); Go never does: a Go device recovers a kernel's fault and reports it at the next synchronize",
 			h: Header{Typ: msgLaunch, Status: codeLaunchFailure},
 			fields: []field{{"kernel", uint64(0x401000), ""}, {"stream", uint32(2), ""}, {"thread", uint32(17), ""}, {"threads", uint32(64), ""},
-				{"signal", int32(11), "SIGSEGV"}, {"si_code", int32(1), "SEGV_MAPERR"}, {"address", uint64(0x10), ""}}},
+				{"signal", int32(11), "SIGSEGV"}, {"si_code", int32(1), "SEGV_MAPERR"}, {"address", uint64(0x10), ""},
+				{"block", uint64(5), "a grid launch's, linear"}, {"grid x", uint32(8), ""}, {"grid y", uint32(1), ""}, {"grid z", uint32(1), ""},
+				{"block x", uint32(64), "0 in all three for a launch of threads"}, {"block y", uint32(1), ""}, {"block z", uint32(1), ""}}},
 		{name: "stream-attach-request", about: "a client to the server: attach a managed allocation to the host, every stream or one stream (cudaStreamAttachMemAsync)",
 			c: "coherence.c uvmStreamAttachMemAsync sends it (uvm__encode_stream_attach)", h: hdr(MsgStreamAttach, 30),
 			fields: []field{{"address", uint64(goldenAddr), ""}, {"attach flags", uint32(core.AttachSingle), "single"}, {"device", int32(1), ""}, {"stream", uint32(3), ""}},

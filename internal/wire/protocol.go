@@ -63,6 +63,8 @@ const (
 	MsgDeviceTrace   // server -> device process, first and unsolicited: report launches (devicetrace.go)
 	MsgDeviceReport  // device process -> server, on the report socket: launches and synchronizations (no reply)
 	MsgDiscard       // client -> server: drop every copy of a range's pages; the next touch reads zeros
+	MsgLaunchGrid    // client -> device process: run a kernel as a grid of blocks (no reply; grid.go)
+	MsgTraceControl  // client -> server: start or stop recording the session's events (uvmProfilerStart/Stop; tracecontrol.go)
 	msgTypeEnd       // one past the last message type
 )
 
@@ -76,7 +78,7 @@ var msgTypeNames = [...]string{
 	MsgDeviceHints: "device-hints", msgRestarted: "restarted", MsgReplace: "replace",
 	MsgStreamAttach: "stream-attach", MsgLaunchBegin: "launch-begin", MsgStreamsIdle: "streams-idle",
 	MsgPeerAccess: "peer-access", MsgDeviceTrace: "device-trace", MsgDeviceReport: "device-report",
-	MsgDiscard: "discard",
+	MsgDiscard: "discard", MsgLaunchGrid: "launch-grid", MsgTraceControl: "trace-control",
 }
 
 type Header struct {

@@ -54,10 +54,11 @@ type proc[O comparable] struct {
 	// refaults measured, all the same).
 	limits atomic.Pointer[Limits]
 
-	mu sync.Mutex // guards what follows; a leaf
 	// gen is the current generation: evictions / limits.Age, as last
-	// advanced.
-	gen uint64
+	// advanced; written under mu, read without it on the fault path.
+	gen atomic.Uint64
+
+	mu sync.Mutex // guards what follows; a leaf
 	// byGen[g%3] counts the pages protected in generation g that are
 	// still protected, for the current generation and the one before.
 	byGen [3]int64
@@ -87,7 +88,7 @@ func (s *Set[O]) SetLimits(slot int, l Limits) {
 	p.limits.Store(&l)
 	if l.Age > 0 {
 		p.mu.Lock()
-		p.gen = p.evictions.Load() / uint64(l.Age)
+		p.gen.Store(p.evictions.Load() / uint64(l.Age))
 		p.mu.Unlock()
 	}
 }
@@ -120,19 +121,22 @@ func (p *proc[O]) generation() uint64 {
 		return 0
 	}
 	now := p.evictions.Load() / uint64(l.Age)
+	if g := p.gen.Load(); g >= now {
+		return g // the common case, without the lock
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.gen < now {
-		// Generation gen-1 ends: its pages are protected no more.
-		old := (p.gen + 2) % 3 // == (gen-1)%3
+	for g := p.gen.Load(); g < now; g++ {
+		// Generation g-1 ends: its pages are protected no more.
+		old := (g + 2) % 3 // == (g-1)%3
 		p.protected.Add(-p.byGen[old])
 		p.byGen[old] = 0
 		p.due = append(p.due, p.joined[old]...)
 		clear(p.joined[old])
 		p.joined[old] = p.joined[old][:0]
-		p.gen++
+		p.gen.Store(g + 1)
 	}
-	return p.gen
+	return p.gen.Load()
 }
 
 // Block is one block's working-set state, by processor slot. The
@@ -242,7 +246,7 @@ func (p *proc[O]) unprotect(bp *blockProc, pages *core.PageMask) core.PageMask {
 			p.mu.Lock()
 			// A generation that ended since bp was synced took its pages
 			// off already.
-			if g-uint64(i)+1 >= p.gen {
+			if g-uint64(i)+1 >= p.gen.Load() {
 				p.byGen[(g-uint64(i))%3] -= int64(n)
 				p.protected.Add(-int64(n))
 			}
@@ -402,7 +406,7 @@ func (s *Set[O]) Protect(b *Block, owner O, slot, locations int, pages core.Page
 	bp.sync(g)
 	bp.protect[0].Or(&pages)
 	p.mu.Lock()
-	if g+1 >= p.gen {
+	if g+1 >= p.gen.Load() {
 		// Generation g is current, or the one before (another eviction
 		// moved the clock on meanwhile): it lives.
 		p.byGen[g%3] += int64(n)
@@ -478,7 +482,7 @@ func (s *Set[O]) Oldest(slot int, out []O) []O {
 	p.generation()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	g := p.gen
+	g := p.gen.Load()
 	out = append(out, p.joined[(g+2)%3]...)
 	return append(out, p.joined[g%3]...)
 }

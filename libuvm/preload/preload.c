@@ -6,12 +6,12 @@
  * mmap: requests of at least a threshold (UVM_MIN_SIZE bytes, default
  * 1 MiB) become managed allocations of their own, 2 MiB aligned, whose
  * pages the fault server moves between host memory and the devices.
- * Smaller ones go to the heap (UVM_HEAP): "managed", the default where
- * the library was built with jemalloc, serves them from jemalloc arenas
- * whose every extent is carved from managed memory (see "the managed
- * heap" below); "system" sends them to glibc's own allocator through its
- * __libc_ names (dlsym(RTLD_NEXT, "malloc") would recurse: dlsym itself
- * allocates).
+ * Smaller ones go to the heap (UVM_HEAP): "managed", the default,
+ * serves them from jemalloc arenas whose every extent is carved from
+ * managed memory (see "the managed heap" below), jemalloc being loaded
+ * when the program starts (jemalloc_abi.h: building needs no jemalloc);
+ * "system" sends them to glibc's own allocator through its __libc_ names
+ * (dlsym(RTLD_NEXT, "malloc") would recurse: dlsym itself allocates).
  *
  * The library is inert until the first large request: nothing connects
  * in a constructor, so a program that never allocates much never talks
@@ -47,9 +47,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifdef UVM_PRELOAD_JEMALLOC
-#include <jemalloc/jemalloc.h>
-#endif
+#include "jemalloc_abi.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define DEFAULT_MIN_SIZE (1ul << 20)
@@ -197,7 +195,7 @@ static void *managed(size_t n)
 /* managed_chunk returns a chunk of n bytes of managed memory for the
  * managed heap, or NULL. It runs in jemalloc's hooks, where in_core may
  * be set by nobody but this file. */
-static __attribute__((unused)) void *managed_chunk(size_t n)
+static void *managed_chunk(size_t n)
 {
 	bool was = in_core;
 	void *p = managed_memory(n, false);
@@ -343,11 +341,7 @@ static int heap(void)
 		return k;
 	if (!environ)
 		return HEAP_SYSTEM;
-#ifdef UVM_PRELOAD_JEMALLOC
 	k = HEAP_MANAGED;
-#else
-	k = HEAP_SYSTEM;
-#endif
 	const char *env = getenv("UVM_HEAP");
 	bool bad = env && *env && strcmp(env, "managed") != 0 && strcmp(env, "system") != 0;
 	if (env && strcmp(env, "system") == 0)
@@ -356,10 +350,6 @@ static int heap(void)
 	if (atomic_compare_exchange_strong(&heap_kind, &expect, k)) {
 		if (bad)
 			say("UVM_HEAP=\"%s\": want \"managed\" or \"system\"; using \"%s\"", env, k == HEAP_MANAGED ? "managed" : "system");
-#ifndef UVM_PRELOAD_JEMALLOC
-		if (env && strcmp(env, "managed") == 0)
-			say("UVM_HEAP=managed: this libuvm-preload.so was built without jemalloc, so allocations below the threshold use the system allocator (install jemalloc's headers, libjemalloc-dev, and rebuild it)");
-#endif
 	}
 	return atomic_load(&heap_kind);
 }
@@ -407,7 +397,7 @@ static inline int chunk_of(uintptr_t p)
 static inline bool heap_owns(uintptr_t p) { return chunk_of(p) >= 0; }
 
 /* heap_mark records that malloc returned p, which lies in chunk i. */
-static __attribute__((unused)) void heap_mark(int i, uintptr_t p)
+static void heap_mark(int i, uintptr_t p)
 {
 	size_t g = (p - chunks[i].start) / 8;
 	atomic_fetch_or_explicit(&chunks[i].live[g / 64], 1ull << (g % 64), memory_order_relaxed);
@@ -432,15 +422,13 @@ __attribute__((noreturn)) static void heap_misuse(const char *call, const void *
 	abort();
 }
 
-#ifdef UVM_PRELOAD_JEMALLOC
-
 static pthread_mutex_t heap_mu = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t bump, bump_start, bump_end; /* the last chunk's; guarded by heap_mu */
 static size_t next_chunk = FIRST_CHUNK; /* guarded by heap_mu */
 
 static uintptr_t align_up(uintptr_t p, size_t a) { return (p + a - 1) & ~(uintptr_t)(a - 1); }
 
-static void *heap_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit, unsigned arena)
+static void *heap_extent_alloc(je_extent_hooks_t *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit, unsigned arena)
 {
 	(void)h, (void)arena;
 	if (alignment < UVM_PAGE_SIZE)
@@ -494,32 +482,32 @@ fail:
 }
 
 /* Returning true opts out: jemalloc keeps the extent and reuses it. */
-static bool heap_extent_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
+static bool heap_extent_dalloc(je_extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
 {
 	(void)h, (void)addr, (void)size, (void)committed, (void)arena;
 	return true;
 }
 
-static void heap_extent_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
+static void heap_extent_destroy(je_extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned arena)
 {
 	(void)h, (void)addr, (void)size, (void)committed, (void)arena;
 }
 
 /* Managed memory is always committed: committing succeeds, decommitting
  * is refused (true), and jemalloc keeps the pages as they are. */
-static bool heap_extent_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
+static bool heap_extent_commit(je_extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
 {
 	(void)h, (void)addr, (void)size, (void)off, (void)len, (void)arena;
 	return false;
 }
 
-static bool heap_extent_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
+static bool heap_extent_decommit(je_extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
 {
 	(void)h, (void)addr, (void)size, (void)off, (void)len, (void)arena;
 	return true;
 }
 
-static bool heap_extent_split(extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b, bool committed, unsigned arena)
+static bool heap_extent_split(je_extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b, bool committed, unsigned arena)
 {
 	(void)h, (void)addr, (void)size, (void)a, (void)b, (void)committed, (void)arena;
 	return false;
@@ -527,7 +515,7 @@ static bool heap_extent_split(extent_hooks_t *h, void *addr, size_t size, size_t
 
 /* Extents merge only within a chunk: two chunks may be neighbours in the
  * window, but each is a managed allocation of its own. */
-static bool heap_extent_merge(extent_hooks_t *h, void *a, size_t na, void *b, size_t nb, bool committed, unsigned arena)
+static bool heap_extent_merge(je_extent_hooks_t *h, void *a, size_t na, void *b, size_t nb, bool committed, unsigned arena)
 {
 	(void)h, (void)na, (void)nb, (void)committed, (void)arena;
 	int i = chunk_of((uintptr_t)a);
@@ -539,7 +527,7 @@ static bool heap_extent_merge(extent_hooks_t *h, void *a, size_t na, void *b, si
  * jemalloc keeps the bytes) where they are not managed memory of this
  * process: in a child of fork, whose chunks are copies in ordinary memory,
  * or with no server. */
-static bool heap_extent_purge(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
+static bool heap_extent_purge(je_extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned arena)
 {
 	(void)h, (void)size, (void)arena;
 	uintptr_t p = (uintptr_t)addr + off;
@@ -558,7 +546,7 @@ static bool heap_extent_purge(extent_hooks_t *h, void *addr, size_t size, size_t
 	return false;
 }
 
-static extent_hooks_t heap_hooks = {
+static je_extent_hooks_t heap_hooks = {
 	.alloc = heap_extent_alloc,
 	.dalloc = heap_extent_dalloc,
 	.destroy = heap_extent_destroy,
@@ -584,15 +572,55 @@ static size_t heap_fork_used(uintptr_t addr, size_t length)
 	return length;
 }
 
-/* jemalloc, loaded by je_load. */
-static void *(*jem_mallocx)(size_t, int);
-static void *(*jem_rallocx)(void *, size_t, int);
-static void (*jem_dallocx)(void *, int);
-static size_t (*jem_sallocx)(const void *, int);
-static int (*jem_mallctl)(const char *, void *, size_t *, void *, size_t);
+/* jemalloc, loaded by je_open. */
+static je_mallocx_t *jem_mallocx;
+static je_rallocx_t *jem_rallocx;
+static je_dallocx_t *jem_dallocx;
+static je_sallocx_t *jem_sallocx;
+static je_mallctl_t *jem_mallctl;
 
 enum { JE_UNLOADED, JE_UNSET, JE_STARTING, JE_READY, JE_FAILED };
 static _Atomic int je_state = JE_UNLOADED;
+
+/* je_open loads jemalloc (UVM_JEMALLOC, a name for the loader or a path,
+ * else libjemalloc.so.2) and looks up what the heap uses. It returns
+ * jemalloc's version, or NULL with why it cannot be had and what would
+ * fix that written into why and fix. in_core is set by the caller: what
+ * the loader and jemalloc allocate as it starts is the system's. */
+static const char *je_open(char *why, size_t nwhy, char *fix, size_t nfix)
+{
+	const char *name = getenv("UVM_JEMALLOC");
+	if (!name || !*name)
+		name = JE_LIBRARY;
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *err = dlerror();
+		snprintf(why, nwhy, "cannot load %s (%s)", name, err ? err : "no reason given");
+		if (err && strstr(err, "static TLS"))
+			snprintf(fix, nfix, "set GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384, as uvm run does, which makes room");
+		else
+			snprintf(fix, nfix, "install jemalloc: apt-get install libjemalloc2");
+		return NULL;
+	}
+	jem_mallocx = (je_mallocx_t *)dlsym(h, "mallocx");
+	jem_rallocx = (je_rallocx_t *)dlsym(h, "rallocx");
+	jem_dallocx = (je_dallocx_t *)dlsym(h, "dallocx");
+	jem_sallocx = (je_sallocx_t *)dlsym(h, "sallocx");
+	jem_mallctl = (je_mallctl_t *)dlsym(h, "mallctl");
+	if (!jem_mallocx || !jem_rallocx || !jem_dallocx || !jem_sallocx || !jem_mallctl) {
+		snprintf(why, nwhy, "%s is not jemalloc: it lacks mallocx, rallocx, dallocx, sallocx or mallctl", name);
+		snprintf(fix, nfix, "install jemalloc 5 (apt-get install libjemalloc2), or set UVM_JEMALLOC to its libjemalloc.so.2");
+		return NULL;
+	}
+	const char *version = NULL;
+	size_t sz = sizeof version;
+	if (jem_mallctl("version", (void *)&version, &sz, NULL, 0) != 0 || !je_supported(version)) {
+		snprintf(why, nwhy, "%s is jemalloc %s, whose extent hooks are not jemalloc 5's", name, version ? version : "of no known version");
+		snprintf(fix, nfix, "install jemalloc 5 (apt-get install libjemalloc2), or set UVM_JEMALLOC to its libjemalloc.so.2");
+		return NULL;
+	}
+	return version;
+}
 
 /* je_load loads jemalloc, from the constructor, when the heap is
  * managed. Loaded with dlopen, not linked: its constructor and fork
@@ -605,34 +633,44 @@ static void je_load(void)
 	if (heap() != HEAP_MANAGED)
 		return;
 	pthread_atfork(heap_before_fork, heap_after_fork, heap_after_fork);
-	in_core = true; /* what jemalloc allocates and maps as it starts is the system's */
-	void *h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
-	const char *why = h ? NULL : dlerror();
-	if (h) {
-		jem_mallocx = (void *(*)(size_t, int))dlsym(h, "mallocx");
-		jem_rallocx = (void *(*)(void *, size_t, int))dlsym(h, "rallocx");
-		jem_dallocx = (void (*)(void *, int))dlsym(h, "dallocx");
-		jem_sallocx = (size_t (*)(const void *, int))dlsym(h, "sallocx");
-		jem_mallctl = (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(h, "mallctl");
-		if (!jem_mallocx || !jem_rallocx || !jem_dallocx || !jem_sallocx || !jem_mallctl)
-			why = "it lacks mallocx, rallocx, dallocx, sallocx or mallctl";
-	}
+	char why[320], fix[160];
+	in_core = true;
+	const char *version = je_open(why, sizeof why, fix, sizeof fix);
 	in_core = false;
-	if (why) {
-		if (strstr(why, "static TLS"))
-			say("UVM_HEAP=managed: cannot load libjemalloc.so.2 (%s): allocations below the threshold use the system allocator "
-			    "(uvm run sets GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384, which makes room)",
-			    why);
-		else
-			say("UVM_HEAP=managed: cannot load libjemalloc.so.2 (%s): allocations below the threshold use the system allocator "
-			    "(install jemalloc: apt-get install libjemalloc2)",
-			    why);
+	if (!version) {
+		say("UVM_HEAP=managed: %s: allocations below the threshold use the system allocator (%s)", why, fix);
 		atomic_store(&heap_kind, HEAP_SYSTEM);
 		return;
 	}
 	text_of((void *)jem_mallocx, &je_text_start, &je_text_end);
 	uvm__fork_used = heap_fork_used;
 	atomic_store_explicit(&je_state, JE_UNSET, memory_order_release);
+}
+
+/* heap_probe answers UVM_PRELOAD_PROBE=heap, which `uvm run` (and `uvm
+ * doctor`) set on a process started only to ask, before the program
+ * runs, whether the managed heap can be had in this environment: one
+ * line on standard output, "managed<TAB>VERSION" or
+ * "system<TAB>WHY<TAB>FIX", then the process ends before its main. So
+ * the loader that answers is the one the program gets, and `uvm run` can
+ * say once, for every process of the run, what is missing. */
+static void heap_probe(void)
+{
+	char why[320], fix[160], line[512];
+	in_core = true;
+	const char *version = je_open(why, sizeof why, fix, sizeof fix);
+	int n = version ? snprintf(line, sizeof line, "managed\t%s\n", version) : snprintf(line, sizeof line, "system\t%s\t%s\n", why, fix);
+	if (n > (int)sizeof line - 1)
+		n = (int)sizeof line - 1;
+	for (int off = 0; off < n;) {
+		ssize_t w = write(1, line + off, (size_t)(n - off));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		off += (int)w;
+	}
+	_exit(0);
 }
 
 /* The heap's arenas: jemalloc's own (automatic) arenas may hold memory
@@ -670,7 +708,7 @@ static bool je_start(void)
 	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned want = cpus < 1 ? 1 : cpus > MAX_HEAP_ARENAS ? MAX_HEAP_ARENAS : (unsigned)cpus;
-	extent_hooks_t *hooks = &heap_hooks;
+	je_extent_hooks_t *hooks = &heap_hooks;
 	int err = 0;
 	while (nheap_arenas < want) {
 		unsigned ind;
@@ -693,7 +731,7 @@ static int heap_flags(void)
 {
 	if (thread_heap_arena < 0)
 		thread_heap_arena = (int)heap_arenas[atomic_fetch_add_explicit(&next_heap_arena, 1, memory_order_relaxed) % nheap_arenas];
-	return MALLOCX_ARENA((unsigned)thread_heap_arena);
+	return JE_MALLOCX_ARENA((unsigned)thread_heap_arena);
 }
 
 /* small_alloc serves a request below the threshold from the managed heap,
@@ -702,7 +740,7 @@ static void *small_alloc(size_t n, size_t align, bool zero)
 {
 	if (in_core || atomic_load_explicit(&mode, memory_order_relaxed) != MODE_ON || heap() != HEAP_MANAGED || !je_start())
 		return NULL;
-	int flags = heap_flags() | (zero ? MALLOCX_ZERO : 0) | (align > 16 ? MALLOCX_ALIGN(align) : 0);
+	int flags = heap_flags() | (zero ? JE_MALLOCX_ZERO : 0) | (align > 16 ? JE_MALLOCX_ALIGN(align) : 0);
 	int saved = errno;
 	void *p = jem_mallocx(n ? n : 1, flags);
 	errno = saved;
@@ -725,29 +763,6 @@ static size_t small_size(void *p) { return jem_sallocx(p, 0); }
 /* A resize within the heap stays there: jemalloc's new extents, if it
  * needs any, come from the chunks too. */
 static void *heap_rallocx(void *p, size_t n) { return jem_rallocx(p, n, heap_flags()); }
-
-#else /* !UVM_PRELOAD_JEMALLOC: no managed heap */
-
-static void *small_alloc(size_t n, size_t align, bool zero)
-{
-	(void)n, (void)align, (void)zero;
-	(void)heap();
-	return NULL;
-}
-static void je_load(void) {}
-static void small_free(void *p) { (void)p; }
-static size_t small_size(void *p)
-{
-	(void)p;
-	return 0;
-}
-static void *heap_rallocx(void *p, size_t n)
-{
-	(void)p, (void)n;
-	return NULL;
-}
-
-#endif
 
 /* ---- the C allocator ---- */
 
@@ -1261,6 +1276,9 @@ static void adopt_statics(void)
 
 UVM_PRELOAD_CONSTRUCTOR static void preload_init(void)
 {
+	const char *probe = getenv("UVM_PRELOAD_PROBE");
+	if (probe && strcmp(probe, "heap") == 0)
+		heap_probe();
 	pthread_atfork(before_fork, parent_after_fork, child_after_fork);
 	je_load();
 	/* Otherwise no connection here: the library stays inert until a

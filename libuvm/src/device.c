@@ -135,41 +135,6 @@ uvmError_t uvmGetDevice(int *device)
 	return uvm__ok();
 }
 
-uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmDeviceGetAttribute");
-	if (!value)
-		return uvm__fail(uvmErrorInvalidValue, "uvmDeviceGetAttribute: value is NULL; want a pointer to an int");
-	struct uvm_session *s = NULL;
-	uvmError_t err = get_device(device, "uvmDeviceGetAttribute: attribute of", &s);
-	if (err)
-		return err;
-	const struct uvm_device_info *info = &s->devices[device];
-	switch (attr) {
-	case uvmDevAttrMultiProcessorCount:
-		*value = info->workers;
-		return uvm__ok();
-	case uvmDevAttrCanMapHostMemory:
-		*value = 1;
-		return uvm__ok();
-	case uvmDevAttrConcurrentManagedAccess:
-		*value = uvm__concurrent_managed_access();
-		return uvm__ok();
-	case uvmDevAttrPageableMemoryAccess:
-		*value = 0;
-		return uvm__ok();
-	case uvmDevAttrArenaCapacityMiB:
-		*value = info->capacity >> 20 > INT_MAX ? INT_MAX : (int)(info->capacity >> 20);
-		return uvm__ok();
-	}
-	return uvm__fail(uvmErrorInvalidValue,
-			 "uvmDeviceGetAttribute: device attribute %d: want uvmDevAttrMultiProcessorCount (%d), uvmDevAttrCanMapHostMemory (%d), "
-			 "uvmDevAttrPageableMemoryAccess (%d), uvmDevAttrConcurrentManagedAccess (%d) or uvmDevAttrArenaCapacityMiB (%d)",
-			 (int)attr, uvmDevAttrMultiProcessorCount, uvmDevAttrCanMapHostMemory, uvmDevAttrPageableMemoryAccess,
-			 uvmDevAttrConcurrentManagedAccess, uvmDevAttrArenaCapacityMiB);
-}
-
 /* ---- device processes ---- */
 
 /* A stream's socket in the running process, shared by those who use it:
@@ -310,6 +275,11 @@ static void describe_kernel(uintptr_t k, char *out, size_t cap)
 	char name[128];
 	uintptr_t delta = 0;
 	if (dl_iterate_phdr(find_object, &f) && f.found && symbol_of(f.path, k - f.bias, name, sizeof name, &delta)) {
+		/* uvm_cuda.h's launches run kernel K through a nested function
+		 * K__uvm_grid(.N): the kernel is K. */
+		char *grid = strstr(name, "__uvm_grid");
+		if (grid && (grid[10] == '\0' || grid[10] == '.'))
+			*grid = '\0';
 		if (delta)
 			snprintf(out, cap, "%s+%#lx (%#lx)", name, (unsigned long)delta, (unsigned long)k);
 		else
@@ -452,7 +422,7 @@ static void died(struct uvm_device *d, int index, bool reaped, bool known, int s
 {
 	if (!reaped)
 		known = reap(d->pid, &status, REAP_TIMEOUT_MS);
-	char how[128], what[320], name[160];
+	char how[128], what[512], name[160];
 	describe_end(known, status, how, sizeof how);
 
 	/* The crash handler's report, if a kernel crashed: queued on the
@@ -467,8 +437,15 @@ static void died(struct uvm_device *d, int index, bool reaped, bool known, int s
 		char detail[160];
 		describe_kernel((uintptr_t)c.kernel, name, sizeof name);
 		describe_crash(c.sig, c.code, c.addr, detail, sizeof detail);
-		snprintf(what, sizeof what, "while kernel %.100s was running on stream %u: its thread %u of %u %.150s", name, c.stream, c.tid,
-			 c.nthreads, detail);
+		if (c.grid_dim.x && c.grid_dim.y && c.block_dim.x && c.block_dim.y) {
+			uvmDim3 b = c.grid_dim, t = c.block_dim;
+			snprintf(what, sizeof what, "while kernel %.100s was running on stream %u: its thread (%u,%u,%u) of block (%u,%u,%u) (a grid (%u,%u,%u) of "
+				 "blocks (%u,%u,%u)) %.150s",
+				 name, c.stream, c.tid % t.x, c.tid / t.x % t.y, c.tid / (t.x * t.y), (unsigned)(c.block % b.x),
+				 (unsigned)(c.block / b.x % b.y), (unsigned)(c.block / ((uint64_t)b.x * b.y)), b.x, b.y, b.z, t.x, t.y, t.z, detail);
+		} else
+			snprintf(what, sizeof what, "while kernel %.100s was running on stream %u: its thread %u of %u %.150s", name, c.stream, c.tid,
+				 c.nthreads, detail);
 	}
 	if (!crash) {
 		if (d->noutstanding == 0) {
@@ -1029,9 +1006,10 @@ void uvm__device_reset(int index)
 
 /* ---- launches ---- */
 
-void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap) { snprintf(out, cap, "c:0x%lx", (unsigned long)(uintptr_t)kernel); }
+void uvm__device_kernel_name(uintptr_t kernel, char *out, size_t cap) { snprintf(out, cap, "c:0x%lx", (unsigned long)kernel); }
 
-uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t paramsSize, int cpu)
+uvmError_t uvm__device_launch(int index, uint32_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params,
+			      size_t paramsSize, int cpu)
 {
 	struct uvm_session *s = NULL;
 	uvmError_t err = get_device(index, "uvmLaunchKernel on", &s);
@@ -1042,13 +1020,17 @@ uvmError_t uvm__device_launch(int index, uint32_t stream, uvmKernel_t kernel, un
 	struct stream_sock *k = NULL;
 	if ((err = ensure_running(s, d, index)) || (err = stream_sock_of(d, index, stream, true, &k)))
 		goto out;
-	note_launch(d, stream, (uintptr_t)kernel);
+	note_launch(d, stream, kernel);
 
 	/* The params are copied into the message now, as CUDA copies
 	 * kernel arguments. */
-	uint8_t b[UVM_LAUNCH_MESSAGE_MAX];
+	uint8_t b[UVM_LAUNCH_GRID_MESSAGE_MAX];
 	struct uvm_msg m = {.buf = b, .cap = sizeof b};
-	uvm__encode_launch(&m, ++d->seq, stream, nthreads, (uintptr_t)kernel, params, paramsSize, cpu);
+	if (shape->grid)
+		uvm__encode_launch_grid(&m, ++d->seq, stream, shape->grid_dim, shape->block_dim, shape->shared, shape->stack, shape->flags, kernel,
+					params, paramsSize, cpu);
+	else
+		uvm__encode_launch(&m, ++d->seq, stream, shape->nthreads, kernel, params, paramsSize, cpu);
 	if (uvm__send(k->fd, m.buf, m.len, NULL, 0))
 		died(d, index, false, false, 0); /* reported by the next synchronize */
 	else

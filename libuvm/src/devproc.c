@@ -262,13 +262,16 @@ static void reset_signals(void)
 /* ---- mappings ---- */
 
 /* check_run validates a run the server asks for; returns NULL or what is
- * wrong with it, in msg. */
+ * wrong with it, in msg. A run lies in the managed window or below it:
+ * there, in the program's own image, are the managed variables the
+ * program adopted (managed.c), which this fork of it has not (they are
+ * MADV_DONTFORK): the run maps over the hole. */
 static const char *check_run(uint64_t addr, uint64_t length, int32_t file, char *msg, size_t cap)
 {
 	if (addr % UVM_PAGE_SIZE || length % UVM_PAGE_SIZE || length == 0)
 		snprintf(msg, cap, "range %#lx+%lu: want a nonempty, page-aligned range", (unsigned long)addr, (unsigned long)length);
-	else if (addr < UVM_WINDOW_START || length > UVM_WINDOW_SIZE || addr - UVM_WINDOW_START > UVM_WINDOW_SIZE - length)
-		snprintf(msg, cap, "range %#lx+%lu lies outside the managed window %#lx+%#lx", (unsigned long)addr, (unsigned long)length,
+	else if (addr == 0 || length > UVM_WINDOW_START + UVM_WINDOW_SIZE || addr > UVM_WINDOW_START + UVM_WINDOW_SIZE - length)
+		snprintf(msg, cap, "range %#lx+%lu lies past the managed window %#lx+%#lx", (unsigned long)addr, (unsigned long)length,
 			 UVM_WINDOW_START, UVM_WINDOW_SIZE);
 	else if (file < -1 || file + 1 >= nfiles) {
 		/* files holds the CPU's and one per device, once attached */
@@ -567,37 +570,43 @@ static void *serve_server(void *arg)
 
 /* ---- kernels ---- */
 
-/* What the calling thread runs, for the crash handler. */
-struct running {
-	uintptr_t kernel;
-	uint32_t stream, tid, nthreads;
-	bool active;
-};
-static __thread struct running running;
-static int crash_reported;
+static int crash_reported, crash_sent;
 
 /* on_crash reports a crashing kernel to the client and lets the signal
  * kill the process. A device process cannot go on after a kernel's wild
  * write: it might have hit the runtime's own memory. Only
- * async-signal-safe calls here: the message is built by hand, and send
- * and raise are safe. */
+ * async-signal-safe calls here: the message is built by hand, and send,
+ * nanosleep, sigaction and raise are safe. The first crashing thread
+ * reports; one that crashes meanwhile (every block of a grid may) waits
+ * until the report is sent, up to a second, rather than kill the process
+ * under it. */
 static void on_crash(int sig, siginfo_t *si, void *uc)
 {
 	(void)uc;
-	if (running.active && !__atomic_exchange_n(&crash_reported, 1, __ATOMIC_SEQ_CST)) {
+	const struct uvm_running *running = &uvm__running;
+	if (running->active && !__atomic_exchange_n(&crash_reported, 1, __ATOMIC_SEQ_CST)) {
 		/* A failed launch as the launch's reply, which launches
 		 * otherwise never get: kernel, stream, thread, thread count,
-		 * signal, si_code, address. */
-		uint8_t b[64];
+		 * signal, si_code, address, and a grid's block and shape. */
+		uint8_t b[128];
 		struct uvm_msg m = {.buf = b, .cap = sizeof b};
-		struct uvm_crash c = {.kernel = running.kernel, .stream = running.stream, .tid = running.tid, .nthreads = running.nthreads,
+		struct uvm_crash c = {.kernel = running->kernel, .stream = running->stream, .tid = running->tid, .nthreads = running->nthreads,
+				      .block = running->block, .grid_dim = running->grid_dim, .block_dim = running->block_dim,
 				      .sig = sig, .code = si->si_code, .addr = (uint64_t)(uintptr_t)si->si_addr};
 		uvm__encode_crash(&m, &c);
 		send(control_sock, b, m.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		__atomic_store_n(&crash_sent, 1, __ATOMIC_SEQ_CST);
+	} else {
+		for (int i = 0; i < 1000 && __atomic_load_n(&crash_reported, __ATOMIC_SEQ_CST) && !__atomic_load_n(&crash_sent, __ATOMIC_SEQ_CST); i++)
+			nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 	}
-	/* SA_RESETHAND restored the default action; the raised copy is
-	 * delivered when the handler returns (a faulting instruction would
-	 * fault again anyway; abort's signal would not). */
+	/* The default action, then the signal again: delivered when the
+	 * handler returns (a faulting instruction would fault again anyway;
+	 * abort's signal would not). */
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, NULL);
 	raise(sig);
 }
 
@@ -608,7 +617,7 @@ static void install_crash_handlers(void)
 		struct sigaction sa;
 		memset(&sa, 0, sizeof sa);
 		sa.sa_sigaction = on_crash;
-		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
 		sigemptyset(&sa.sa_mask);
 		sigaction(sigs[i], &sa, NULL);
 	}
@@ -638,18 +647,19 @@ static void kernel_thread_end(void *altstack)
 
 static void run_threads(uvmKernel_t fn, uintptr_t kernel, uint32_t stream, unsigned first, unsigned outer, unsigned n, const void *params)
 {
-	running.kernel = kernel;
-	running.stream = stream;
-	running.nthreads = n;
-	running.active = true;
+	uvm__running.kernel = kernel;
+	uvm__running.stream = stream;
+	uvm__running.nthreads = n;
+	uvm__running.grid_dim = (uvmDim3){0, 0, 0};
+	uvm__running.active = true;
 	for (unsigned tid = first; tid < outer; tid++) {
-		running.tid = tid;
+		uvm__running.tid = tid;
 		/* The handler runs on this thread: the compiler must not sink
 		 * the stores past the call (it cannot, but say so). */
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		fn(tid, n, params);
 	}
-	running.active = false;
+	uvm__running.active = false;
 }
 
 /* pin_to pins the calling thread to one CPU; best effort: an unpinned
@@ -673,6 +683,8 @@ struct launch_wait {
 
 struct chunk {
 	struct chunk *next;
+	struct uvm_grid *grid; /* a grid's blocks to run (then the fields up to params are unused) */
+	const char *err;       /* what went wrong running them */
 	uvmKernel_t fn;
 	uintptr_t kernel;
 	uint32_t stream;
@@ -706,7 +718,10 @@ static void *worker_main(void *arg)
 		if (!w->head)
 			w->tail = NULL;
 		pthread_mutex_unlock(&w->mu);
-		run_threads(c->fn, c->kernel, c->stream, c->first, c->outer, c->n, c->params);
+		if (c->grid)
+			c->err = uvm__grid_work(c->grid);
+		else
+			run_threads(c->fn, c->kernel, c->stream, c->first, c->outer, c->n, c->params);
 		/* Under the mutex: the launching thread may free the wait as
 		 * soon as it sees zero. */
 		struct launch_wait *lw = c->wait;
@@ -809,6 +824,56 @@ static bool parse_kernel(const uint8_t *name, uint32_t len, uintptr_t *out)
 	return v != 0;
 }
 
+/* follow_launcher moves the calling stream thread to the launching
+ * thread's CPU, cpu (-1: anywhere). The synchronize that follows a launch
+ * waits there, and a wake-up on the same CPU is several times cheaper
+ * than one across CPUs. */
+static void follow_launcher(int32_t cpu)
+{
+	static __thread int pinned = -1;
+	if (cpu >= 0 && cpu < CPU_SETSIZE && cpu != pinned) {
+		pin_to(cpu);
+		pinned = cpu;
+	} else if (cpu < 0 && pinned >= 0) {
+		/* A launcher that spins as it waits keeps its CPU: the thread
+		 * goes where the scheduler puts it (the kernel intersects the
+		 * mask with the cpuset). */
+		cpu_set_t all;
+		memset(&all, 0xff, sizeof all);
+		sched_setaffinity(0, sizeof all, &all);
+		pinned = -1;
+	}
+}
+
+/* dispatch runs st's first parts chunks, filled in but for their wait,
+ * chunk i on worker i, and waits for them all. */
+static void dispatch(struct stream *st, unsigned parts)
+{
+	struct launch_wait lw = {.remaining = parts};
+	pthread_mutex_init(&lw.mu, NULL);
+	pthread_cond_init(&lw.cv, NULL);
+	for (unsigned i = 0; i < parts; i++) {
+		struct chunk *c = &st->chunks[i];
+		c->wait = &lw;
+		c->next = NULL;
+		struct worker *w = &workers[i];
+		pthread_mutex_lock(&w->mu);
+		if (w->tail)
+			w->tail->next = c;
+		else
+			w->head = c;
+		w->tail = c;
+		pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	pthread_mutex_lock(&lw.mu);
+	while (lw.remaining)
+		pthread_cond_wait(&lw.cv, &lw.mu);
+	pthread_mutex_unlock(&lw.mu);
+	pthread_cond_destroy(&lw.cv);
+	pthread_mutex_destroy(&lw.mu);
+}
+
 /* launch runs one kernel to completion. One thread, or a device with one
  * worker, runs on the stream's thread: there is no one to share with,
  * and a hand-off would cost a wake-up. */
@@ -833,22 +898,7 @@ static void launch(struct stream *st, struct uvm_reader *r)
 			     (int)(name_len > 64 ? 64 : name_len), name ? (const char *)name : "");
 		return;
 	}
-	/* The stream's thread follows the thread that launches on it: the
-	 * synchronize that follows waits there, and a wake-up on the same CPU
-	 * is several times cheaper than one across CPUs. */
-	static __thread int pinned = -1;
-	if (cpu >= 0 && cpu < CPU_SETSIZE && cpu != pinned) {
-		pin_to(cpu);
-		pinned = cpu;
-	} else if (cpu < 0 && pinned >= 0) {
-		/* A launcher that spins as it waits keeps its CPU: the thread
-		 * goes where the scheduler puts it (the kernel intersects the
-		 * mask with the cpuset). */
-		cpu_set_t all;
-		memset(&all, 0xff, sizeof all);
-		sched_setaffinity(0, sizeof all, &all);
-		pinned = -1;
-	}
+	follow_launcher(cpu);
 	/* The message puts params at an odd offset; a kernel may cast them to
 	 * a struct of doubles or vectors, so it gets them page-aligned. */
 	if (params_len)
@@ -860,35 +910,133 @@ static void launch(struct stream *st, struct uvm_reader *r)
 	uint64_t started = report_sock >= 0 ? monotonic_ns() : 0;
 	if (parts <= 1) {
 		run_threads(fn, kernel, stream, 0, n, n, kparams);
-		if (report_sock >= 0)
-			report_add(UVM_REPORT_LAUNCH, st->id, n, started, monotonic_ns(), name, name_len);
-		return;
+	} else {
+		for (unsigned i = 0; i < parts; i++)
+			st->chunks[i] = (struct chunk){.fn = fn, .kernel = kernel, .stream = stream, .n = n, .params = kparams,
+						       .first = (unsigned)((uint64_t)i * n / parts), .outer = (unsigned)((uint64_t)(i + 1) * n / parts)};
+		dispatch(st, parts);
 	}
-	struct launch_wait lw = {.remaining = parts};
-	pthread_mutex_init(&lw.mu, NULL);
-	pthread_cond_init(&lw.cv, NULL);
-	for (unsigned i = 0; i < parts; i++) {
-		struct chunk *c = &st->chunks[i];
-		*c = (struct chunk){.fn = fn, .kernel = kernel, .stream = stream, .n = n, .params = kparams, .wait = &lw,
-				    .first = (unsigned)((uint64_t)i * n / parts), .outer = (unsigned)((uint64_t)(i + 1) * n / parts)};
-		struct worker *w = &workers[i];
-		pthread_mutex_lock(&w->mu);
-		if (w->tail)
-			w->tail->next = c;
-		else
-			w->head = c;
-		w->tail = c;
-		pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&w->mu);
-	}
-	pthread_mutex_lock(&lw.mu);
-	while (lw.remaining)
-		pthread_cond_wait(&lw.cv, &lw.mu);
-	pthread_mutex_unlock(&lw.mu);
-	pthread_cond_destroy(&lw.cv);
-	pthread_mutex_destroy(&lw.mu);
 	if (report_sock >= 0)
 		report_add(UVM_REPORT_LAUNCH, st->id, n, started, monotonic_ns(), name, name_len);
+}
+
+/* A cooperative grid's block on a thread of its own. */
+struct coop_block {
+	struct uvm_grid *g;
+	uint64_t index;
+	int cpu;
+	const char *err;
+};
+
+static void *coop_block_main(void *arg)
+{
+	struct coop_block *cb = arg;
+	if (cb->cpu >= 0)
+		pin_to(cb->cpu);
+	void *altstack = kernel_thread_start();
+	cb->err = uvm__grid_run_block(cb->g, cb->index);
+	uvm__grid_thread_end();
+	kernel_thread_end(altstack);
+	return NULL;
+}
+
+/* run_cooperative runs every block of g at once, each on a thread of its
+ * own pinned to a worker's CPU in turn. A block whose thread cannot start
+ * is counted out of the grid's barrier (the others do not wait for it)
+ * and the launch fails. */
+static void run_cooperative(struct stream *st, struct uvm_grid *g)
+{
+	struct coop_block *cbs = uvm__sys_calloc(g->blocks, sizeof *cbs);
+	pthread_t *ts = uvm__sys_calloc(g->blocks, sizeof *ts);
+	uint64_t started = 0;
+	const char *err = NULL;
+	int e = 0;
+	if (!cbs || !ts)
+		err = "no memory for the blocks' threads";
+	for (uint64_t i = 0; !err && i < g->blocks; i++) {
+		cbs[i] = (struct coop_block){.g = g, .index = i, .cpu = workers[i % nworkers].cpu};
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setstacksize(&attr, 1u << 20);
+		if ((e = pthread_create(&ts[i], &attr, coop_block_main, &cbs[i])))
+			err = "a block's thread could not start";
+		else
+			started++;
+		pthread_attr_destroy(&attr);
+	}
+	for (uint64_t i = started; i < g->blocks; i++)
+		uvm__grid_block_done(g);
+	for (uint64_t i = 0; i < started; i++) {
+		pthread_join(ts[i], NULL);
+		if (cbs[i].err && !err)
+			err = cbs[i].err;
+	}
+	if (err)
+		stream_error(st, UVM_WIRE_LAUNCH_FAILURE, "device %d stream %u: cooperative grid of %llu blocks: %s (%llu of them started)%s%s", dev_index,
+			     st->id, (unsigned long long)g->blocks, err, (unsigned long long)started, e ? ": " : "", e ? strerror(e) : "");
+	uvm__sys_free(cbs);
+	uvm__sys_free(ts);
+}
+
+/* launch_grid runs one grid launch to completion (block.c runs the
+ * blocks): a block at a time on each worker, as many workers as blocks,
+ * or on the stream's thread for one block or one worker; a cooperative
+ * grid's blocks all at once. */
+static void launch_grid(struct stream *st, struct uvm_reader *r)
+{
+	struct uvm_launch_grid lg;
+	uintptr_t kernel;
+	char msg[384];
+	if (!uvm__decode_launch_grid(r, &lg)) {
+		stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: a launch-grid message truncated or with trailing bytes", dev_index, st->id);
+		return;
+	}
+	if (uvm__grid_check(lg.grid, lg.block, lg.shared, lg.stack, msg, sizeof msg) || lg.params_len > uvmMaxKernelParams ||
+	    (lg.flags & ~UVM_GRID_COOPERATIVE)) {
+		stream_error(st, UVM_WIRE_INVALID_VALUE, "device %d stream %u: launch-grid of %u bytes of parameters, flags %#x: %s", dev_index, st->id,
+			     lg.params_len, lg.flags, uvm__grid_check(lg.grid, lg.block, lg.shared, lg.stack, msg, sizeof msg) ? msg : "bad parameters or flags");
+		return;
+	}
+	if (!parse_kernel(lg.name, lg.name_len, &kernel)) {
+		stream_error(st, UVM_WIRE_LAUNCH_FAILURE, "device %d: kernel %.*s is not a C kernel (want c:0x<address>)", dev_index,
+			     (int)(lg.name_len > 64 ? 64 : lg.name_len), lg.name ? (const char *)lg.name : "");
+		return;
+	}
+	follow_launcher(lg.cpu);
+	if (lg.params_len)
+		memcpy(st->params, lg.params, lg.params_len);
+	uint64_t blocks = (uint64_t)lg.grid.x * lg.grid.y * lg.grid.z;
+	unsigned threads = lg.block.x * lg.block.y * lg.block.z;
+	uint64_t total = blocks * threads;
+	struct uvm_grid g = {.fn = (uvmGridKernel_t)kernel, .params = lg.params_len ? st->params : NULL, .kernel = kernel, .device = dev_index, .stream = lg.stream,
+			     .grid = lg.grid, .block = lg.block, .blocks = blocks, .threads = threads,
+			     .stack = lg.stack,
+			     .cooperative = lg.flags & UVM_GRID_COOPERATIVE, .alive = blocks};
+	pthread_mutex_init(&g.mu, NULL);
+	pthread_cond_init(&g.cv, NULL);
+	uint64_t started = report_sock >= 0 ? monotonic_ns() : 0;
+	const char *err = NULL;
+	if (g.cooperative) {
+		run_cooperative(st, &g);
+	} else {
+		unsigned parts = blocks < nworkers ? (unsigned)blocks : nworkers;
+		if (parts <= 1) {
+			err = uvm__grid_work(&g);
+		} else {
+			for (unsigned i = 0; i < parts; i++)
+				st->chunks[i] = (struct chunk){.grid = &g};
+			dispatch(st, parts);
+			for (unsigned i = 0; i < parts && !err; i++)
+				err = st->chunks[i].err;
+		}
+	}
+	if (err)
+		stream_error(st, UVM_WIRE_LAUNCH_FAILURE, "device %d stream %u: grid of %llu blocks: %s", dev_index, st->id, (unsigned long long)blocks, err);
+	pthread_cond_destroy(&g.cv);
+	pthread_mutex_destroy(&g.mu);
+	if (report_sock >= 0)
+		report_add(UVM_REPORT_LAUNCH, st->id, total > UVM_MAX_LAUNCH_THREADS ? UVM_MAX_LAUNCH_THREADS : (uint32_t)total, started, monotonic_ns(),
+			   lg.name, lg.name_len);
 }
 
 /* serve_stream runs one stream: its launches in order, and answers its
@@ -912,6 +1060,10 @@ static void *serve_stream(void *arg)
 			launch(st, &r);
 			continue;
 		}
+		if (h.type == UVM_MSG_LAUNCH_GRID) {
+			launch_grid(st, &r);
+			continue;
+		}
 		if (h.type == UVM_MSG_STREAM_DESTROY)
 			break; /* what was queued before it has run */
 		if (h.type != UVM_MSG_SYNC) {
@@ -931,6 +1083,7 @@ static void *serve_stream(void *arg)
 	}
 	report_flush(); /* the stream's kernels since its last synchronize */
 	close(st->sock);
+	uvm__grid_thread_end();
 	kernel_thread_end(altstack);
 	munmap(st->buf, STREAM_BUF_SIZE);
 	munmap(st->params, uvmMaxKernelParams);

@@ -89,6 +89,14 @@ const char *uvmGetErrorName(uvmError_t err)
 		return "uvmErrorMemoryAllocation";
 	case uvmErrorInitializationError:
 		return "uvmErrorInitializationError";
+	case uvmErrorInvalidConfiguration:
+		return "uvmErrorInvalidConfiguration";
+	case uvmErrorInvalidPitchValue:
+		return "uvmErrorInvalidPitchValue";
+	case uvmErrorUnsupportedLimit:
+		return "uvmErrorUnsupportedLimit";
+	case uvmErrorCooperativeLaunchTooLarge:
+		return "uvmErrorCooperativeLaunchTooLarge";
 	case uvmErrorInvalidDevice:
 		return "uvmErrorInvalidDevice";
 	case uvmErrorInvalidResourceHandle:
@@ -122,6 +130,14 @@ const char *uvmGetErrorString(uvmError_t err)
 		return "out of memory";
 	case uvmErrorInitializationError:
 		return "initialization error: no fault server could be reached or started";
+	case uvmErrorInvalidConfiguration:
+		return "invalid configuration argument: a grid or block past the device's limits";
+	case uvmErrorInvalidPitchValue:
+		return "invalid pitch argument";
+	case uvmErrorUnsupportedLimit:
+		return "limit is not supported on this device";
+	case uvmErrorCooperativeLaunchTooLarge:
+		return "too many blocks in cooperative launch";
 	case uvmErrorInvalidDevice:
 		return "invalid device ordinal";
 	case uvmErrorInvalidResourceHandle:

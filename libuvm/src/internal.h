@@ -23,7 +23,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#if !defined(__x86_64__) || defined(UVM_FIBER_UCONTEXT)
+#include <ucontext.h>
+#endif
 
+/* The library's own files do not hand over managed variables (uvm.h's
+ * constructor): they have none. */
+#define UVM_INTERNAL
 #pragma GCC visibility push(default)
 #include "uvm.h"
 #pragma GCC visibility pop
@@ -167,6 +173,8 @@ UVM_HIDDEN void uvm__encode_stream(struct uvm_msg *m, uint16_t typ, uint32_t seq
  * launch takes at most UVM_LAUNCH_MESSAGE_MAX bytes. */
 #define UVM_KERNEL_NAME_MAX 24
 #define UVM_LAUNCH_MESSAGE_MAX (UVM_WIRE_HEADER + 12 + UVM_KERNEL_NAME_MAX + 4 + uvmMaxKernelParams + 4)
+/* A launch-grid message's bound: a launch's, and the shape's nine words. */
+#define UVM_LAUNCH_GRID_MESSAGE_MAX (UVM_LAUNCH_MESSAGE_MAX + 9 * 4)
 UVM_HIDDEN void uvm__encode_launch(struct uvm_msg *m, uint32_t seq, uint32_t stream, uint32_t nthreads, uintptr_t kernel, const void *params,
 				   size_t n, int32_t cpu);
 UVM_HIDDEN void uvm__encode_device_hello(struct uvm_msg *m, uint32_t seq, uint32_t device, uint32_t pid);
@@ -183,6 +191,11 @@ struct uvm_crash {
 	uint32_t stream, tid, nthreads;
 	int32_t sig, code; /* the signal and its si_code */
 	uint64_t addr;     /* si_addr */
+	/* A grid launch's: the block (linear) the thread tid of which
+	 * crashed, and the shape; grid_dim is zero for a (tid, nthreads)
+	 * launch. */
+	uint64_t block;
+	uvmDim3 grid_dim, block_dim;
 };
 UVM_HIDDEN void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c);
 /* uvm__decode_crash reads a crash report's payload; false if it is
@@ -216,6 +229,7 @@ UVM_HIDDEN ssize_t uvm__recv(int sock, void *buf, size_t cap, int *fds, int maxf
 struct uvm_device_info {
 	uint64_t capacity;
 	int workers;
+	int node; /* the NUMA node its arena is bound to, -1 if none */
 };
 
 /* A device's file in this session (msgDeviceFile): device memory at
@@ -340,6 +354,56 @@ UVM_HIDDEN extern size_t (*uvm__fork_used)(uintptr_t addr, size_t length);
  * this way, before main. The range is never freed. */
 UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
 
+/* uvm__copy_box copies (src not NULL) or fills with value a box of depth
+ * slices of height rows of width bytes: rows dpitch apart and slices
+ * dpitch*dheight apart in dst (spitch, sheight in src), checking the
+ * spans that hold it as uvmMemcpy checks a copy (memory.c; copy3d.c
+ * checks the shape). */
+UVM_HIDDEN uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight,
+				    size_t width, size_t height, size_t depth, int value, uvmMemcpyKind kind);
+
+/* ---- memory locations (location.c, which memory.c's prefetch, advice
+ * and range attributes call) ---- */
+
+/* uvm__page_range rounds [ptr, ptr+n) out to pages, as CUDA does for
+ * prefetch and advice, and checks that it lies in one allocation of the
+ * library, which it returns in *a; what names the call. */
+UVM_HIDDEN uvmError_t uvm__page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length);
+/* uvm__managed_range is uvm__page_range for managed memory only. */
+UVM_HIDDEN uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length);
+/* uvm__prefetch_now and uvm__advise_now ask the server to prefetch
+ * [start, start+length) to processor dst, or to take the advice for
+ * device, and wait for the answer. */
+UVM_HIDDEN uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what);
+UVM_HIDDEN uvmError_t uvm__advise_now(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int device, const char *what);
+/* uvm__locations_prefetched records that [start, start+length) was last
+ * prefetched to host node node (-1: not to a host node). */
+UVM_HIDDEN void uvm__locations_prefetched(uint64_t start, uint64_t length, int node);
+/* uvm__locations_preferred records that the range prefers host node node
+ * (-1: none). */
+UVM_HIDDEN void uvm__locations_preferred(uint64_t start, uint64_t length, int node);
+/* uvm__locations_advised does the host node's part of advice taken by the
+ * server: for a preferred location, node's policy (or the default's back)
+ * and the record. */
+UVM_HIDDEN uvmError_t uvm__locations_advised(uint64_t start, uint64_t length, uvmMemoryAdvise advice, int node, const char *what);
+/* uvm__locations_forget forgets a freed allocation's records. */
+UVM_HIDDEN void uvm__locations_forget(uint64_t start, uint64_t length);
+/* uvm__location_of is the location type and id a range attribute gives
+ * for processor (as the server answers the preferred or last prefetch
+ * location: a device, uvmCpuDeviceId, or uvmInvalidDeviceId when the
+ * pages disagree), the host's node added from the records. */
+UVM_HIDDEN void uvm__location_of(bool prefetched, int processor, uint64_t start, uint64_t length, int *type, int *id);
+
+/* A trace-control request (wire.EncodeTraceControl): start recording the
+ * session's events to path, or stop (profiler.c). */
+UVM_HIDDEN void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path);
+
+/* uvm__session_refuse makes every later call that needs the session fail
+ * with why (session.c): managed.c calls it when the program's managed
+ * variables could not be made managed memory. why must outlive the
+ * process; the first reason stays. */
+UVM_HIDDEN void uvm__session_refuse(const char *why);
+
 /* ---- devices (device.c) ---- */
 
 /* uvm__current_device is the calling thread's current device. */
@@ -413,11 +477,24 @@ UVM_HIDDEN uvmError_t uvm__refuse_in_device(const char *fn);
 UVM_HIDDEN uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp);
 /* uvm__device_new_stream gives out a stream id of device d. */
 UVM_HIDDEN uint32_t uvm__device_new_stream(int d);
+/* What a launch runs, besides its kernel and params: nthreads threads
+ * (uvmLaunchKernel), or a grid (uvmLaunchGrid: grid.c). */
+struct uvm_launch_shape {
+	bool grid;
+	unsigned nthreads;
+	uvmDim3 grid_dim, block_dim;
+	uint32_t shared, stack, flags; /* the launch-grid message's */
+};
+/* uvm__launch checks a launch's kernel, params and device, and writes it
+ * on stream (NULL: device's default) or queues it behind the stream's
+ * host work (stream.c); what names the API call in errors. */
+UVM_HIDDEN uvmError_t uvm__launch(int device, uvmStream_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params,
+				  size_t paramsSize, const char *what);
 /* uvm__device_launch writes a launch on stream of device d, starting the
  * device's process if none runs (device.c). cpu is the launching
  * thread's CPU, which the device's stream thread follows, or -1. */
-UVM_HIDDEN uvmError_t uvm__device_launch(int d, uint32_t stream, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t n,
-					 int cpu);
+UVM_HIDDEN uvmError_t uvm__device_launch(int d, uint32_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params,
+					 size_t n, int cpu);
 /* uvm__device_sync waits (how) for the kernels written on stream of
  * device d (UVM_ALL_STREAMS: every stream) and adds their errors to *e,
  * with the death of a process not reported yet if take_pending. The
@@ -435,7 +512,7 @@ UVM_HIDDEN void uvm__device_add_pending(int d, const struct uvm_errs *e);
 /* uvm__device_reset ends d's process, forgets its errors and flags. */
 UVM_HIDDEN void uvm__device_reset(int d);
 /* uvm__device_kernel_name names a kernel as launches do ("c:0x..."). */
-UVM_HIDDEN void uvm__device_kernel_name(uvmKernel_t kernel, char *out, size_t cap);
+UVM_HIDDEN void uvm__device_kernel_name(uintptr_t kernel, char *out, size_t cap);
 
 /* The stream's queue (stream.c). stream NULL is the current device's
  * default stream. uvm__stream_enqueue_host queues fn(arg) (a copy of
@@ -472,6 +549,105 @@ UVM_HIDDEN uvmError_t uvm__stream_record(uvmStream_t stream, struct uvm_event *e
 /* uvm__stream_wait_event makes later work on stream wait for record gen
  * of ev (stream.c). */
 UVM_HIDDEN uvmError_t uvm__stream_wait_event(uvmStream_t stream, struct uvm_event *ev, uint64_t gen, const char *what);
+
+/* ---- grids (grid.c: the client's side; block.c and fiber.c: the device's) ---- */
+
+/* A launch-grid message (wire.LaunchGridRequest), as uvm__decode_launch_grid
+ * reads it: name and params point into the message. */
+struct uvm_launch_grid {
+	uint32_t stream;
+	uvmDim3 grid, block;
+	uint32_t shared, stack, flags;
+	const uint8_t *name;
+	uint32_t name_len;
+	const uint8_t *params;
+	uint32_t params_len;
+	int32_t cpu;
+};
+UVM_HIDDEN void uvm__encode_launch_grid(struct uvm_msg *m, uint32_t seq, uint32_t stream, uvmDim3 grid, uvmDim3 block, uint32_t shared,
+					uint32_t stack, uint32_t flags, uintptr_t kernel, const void *params, size_t n, int32_t cpu);
+/* uvm__decode_launch_grid reads a launch-grid message's payload; false if
+ * it is truncated or has trailing bytes. */
+UVM_HIDDEN bool uvm__decode_launch_grid(struct uvm_reader *r, struct uvm_launch_grid *lg);
+/* uvm__grid_check checks a grid's shape, its shared memory and its stack
+ * against the device's limits (core.CheckGrid); NULL if they fit, else
+ * what is wrong, in msg. */
+UVM_HIDDEN const char *uvm__grid_check(uvmDim3 grid, uvmDim3 block, uint64_t shared, uint64_t stack, char *msg, size_t cap);
+/* uvm__max_active_blocks is how many blocks of the shape one worker keeps
+ * resident (core.MaxActiveBlocksPerMultiprocessor). */
+UVM_HIDDEN int uvm__max_active_blocks(uint64_t block_threads, uint64_t shared);
+
+/* A user-level context (fiber.c): a stack of its own and, while it does
+ * not run, what it needs to resume. */
+struct uvm_fiber {
+#if defined(__x86_64__) && !defined(UVM_FIBER_UCONTEXT)
+	void *sp;
+#else
+	ucontext_t uc;
+	void (*entry)(void *);
+	void *arg;
+#endif
+	uint8_t *stack; /* below it, a guard page */
+	size_t size;
+};
+/* uvm__fiber_stack gives f a stack of size bytes (rounded up to pages),
+ * keeping the one it has if it is that size; 0 or an errno value. */
+UVM_HIDDEN int uvm__fiber_stack(struct uvm_fiber *f, size_t size);
+UVM_HIDDEN void uvm__fiber_free_stack(struct uvm_fiber *f);
+/* uvm__fiber_make makes f (with a stack) start entry(arg) when first
+ * switched to; entry never returns. */
+UVM_HIDDEN void uvm__fiber_make(struct uvm_fiber *f, void (*entry)(void *), void *arg);
+/* uvm__fiber_switch saves the running context in from (which needs no
+ * stack of its own: it may be an OS thread's) and resumes to. */
+UVM_HIDDEN void uvm__fiber_switch(struct uvm_fiber *from, struct uvm_fiber *to);
+
+/* What a device process's thread runs, for the crash handler (devproc.c
+ * and block.c set it). */
+struct uvm_running {
+	uintptr_t kernel;
+	uint32_t stream, tid, nthreads;
+	bool active;
+	/* A grid launch's (struct uvm_crash); grid_dim zero otherwise. */
+	uint64_t block;
+	uvmDim3 grid_dim, block_dim;
+};
+UVM_HIDDEN extern __thread struct uvm_running uvm__running;
+
+/* A grid launch as a device process runs it (block.c). devproc.c fills in
+ * the launch, then runs uvm__grid_work on as many workers as there are
+ * blocks (up to its workers), or, for a cooperative grid, each block on
+ * an OS thread of its own with uvm__grid_run_block. */
+struct uvm_grid {
+	uvmGridKernel_t fn;
+	const void *params;
+	uintptr_t kernel;       /* its address, for crash reports */
+	int device;             /* the device's index, for messages */
+	uint32_t stream;
+	uvmDim3 grid, block;
+	uint64_t blocks;        /* in the grid */
+	unsigned threads;       /* in a block */
+	size_t stack;           /* of each thread but a block's first; 0: the default */
+	bool cooperative;
+	uint64_t next; /* atomic: the next block a worker takes */
+	/* A cooperative grid's barrier: mu (a leaf) guards the rest. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t alive;   /* blocks not finished */
+	uint64_t arrived; /* blocks waiting at the barrier */
+	uint64_t gen;     /* barriers passed */
+};
+/* uvm__grid_work runs blocks of g until none is left to take; NULL, or
+ * what went wrong. */
+UVM_HIDDEN const char *uvm__grid_work(struct uvm_grid *g);
+/* uvm__grid_run_block runs block index of a cooperative grid. */
+UVM_HIDDEN const char *uvm__grid_run_block(struct uvm_grid *g, uint64_t index);
+/* uvm__grid_block_done counts a block of a cooperative grid out of its
+ * barrier (finished, or never started). */
+UVM_HIDDEN void uvm__grid_block_done(struct uvm_grid *g);
+/* uvm__grid_barrier waits until every block of g still running arrives. */
+UVM_HIDDEN void uvm__grid_barrier(struct uvm_grid *g);
+/* uvm__grid_thread_end frees what the calling thread kept to run blocks. */
+UVM_HIDDEN void uvm__grid_thread_end(void);
 
 /* props.c: whether the host may touch managed memory while kernels run
  * (uvmDevAttrConcurrentManagedAccess). */

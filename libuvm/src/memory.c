@@ -90,9 +90,13 @@ uvmError_t uvmFree(void *devPtr)
 	if (!devPtr)
 		return uvmSuccess; /* as cudaFree(NULL) */
 	uvm__streams_drain_all();
+	struct uvm_alloc a;
+	bool known = uvm__alloc_lookup((uintptr_t)devPtr, &a);
 	uvmError_t err = uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
 	if (!err)
 		uvm__forget_pointer_attributes((uintptr_t)devPtr);
+	if (!err && known)
+		uvm__locations_forget(a.addr, a.length);
 	return err;
 }
 
@@ -263,38 +267,6 @@ uvmError_t uvmHostUnregister(void *ptr)
 	return err;
 }
 
-/* page_range rounds [p, p+n) out to pages, as CUDA does for prefetch and
- * advice, and checks that it lies in one allocation of the library. */
-static uvmError_t page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length)
-{
-	uintptr_t p = (uintptr_t)ptr;
-	if (!ptr)
-		return uvm__fail(uvmErrorInvalidValue, "%s: the pointer is NULL", what);
-	if (n == 0)
-		return uvm__fail(uvmErrorInvalidValue, "%s %p: count 0, want at least 1 byte", what, ptr);
-	if (!uvm__in_window(p) || !uvm__alloc_lookup(p, a))
-		return uvm__fail(uvmErrorInvalidValue, "%s %p: not managed memory of this process", what, ptr);
-	if (a->forked)
-		return uvm__fail(uvmErrorInvalidValue, "%s %p: a copy this process got from fork, now ordinary memory", what, ptr);
-	if (n > a->addr + a->length - p)
-		return uvm__fail(uvmErrorInvalidValue, "%s %p+%zu runs past the end of the allocation %p+%zu", what, ptr, n, (void *)a->addr, a->size);
-	*start = p & ~(UVM_PAGE_SIZE - 1);
-	*length = ((p + n + UVM_PAGE_SIZE - 1) & ~(UVM_PAGE_SIZE - 1)) - *start;
-	return uvmSuccess;
-}
-
-/* managed_page_range is page_range for the calls that apply to managed
- * memory only (prefetch, advice). */
-static uvmError_t managed_page_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length)
-{
-	struct uvm_alloc a;
-	uvmError_t err = page_range(what, ptr, n, &a, start, length);
-	if (err == uvmSuccess && a.kind != UVM_KIND_MANAGED)
-		err = uvm__fail(uvmErrorInvalidValue, "%s %p: it applies to managed memory, and this is %s", what, ptr,
-				a.kind == UVM_KIND_DEVICE ? "device memory" : "pinned host memory");
-	return err;
-}
-
 static uvmError_t check_processor(struct uvm_session *s, const char *what, int d)
 {
 	if (d == uvmCpuDeviceId || (d >= 0 && d < s->ndevices))
@@ -312,15 +284,10 @@ struct prefetch_args {
 static uvmError_t run_prefetch(void *arg)
 {
 	const struct prefetch_args *a = arg;
-	uvmError_t err;
-	struct uvm_session *s = session_or_fail(&err);
-	if (!s)
-		return err;
-	uint8_t buf[64], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_prefetch(&m, 0, a->start, a->length, a->dst);
-	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemPrefetchAsync");
+	uvmError_t err = uvm__prefetch_now(a->start, a->length, a->dst, "uvmMemPrefetchAsync");
+	if (!err)
+		uvm__locations_prefetched(a->start, a->length, -1); /* no host node: location.c */
+	return err;
 }
 
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream)
@@ -330,7 +297,7 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 	if (!s)
 		return err;
 	struct prefetch_args a = {.dst = dstDevice};
-	if ((err = managed_page_range("uvmMemPrefetchAsync", devPtr, count, &a.start, &a.length)))
+	if ((err = uvm__managed_range("uvmMemPrefetchAsync", devPtr, count, &a.start, &a.length)))
 		return err;
 	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
 		return err;
@@ -340,7 +307,7 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 }
 
 /* discard_inside narrows [start, start+length), page-rounded outward by
- * page_range, to the whole pages inside [ptr, ptr+count): a page the
+ * uvm__page_range, to the whole pages inside [ptr, ptr+count): a page the
  * range shares with bytes outside it keeps its contents. It says whether
  * any page is left. */
 static bool discard_inside(const void *ptr, size_t count, uint64_t *start, uint64_t *length)
@@ -379,7 +346,7 @@ UVM_HIDDEN uvmError_t uvm__discard(uint64_t start, uint64_t length, const char *
 uvmError_t uvmMemDiscard(const void *devPtr, size_t count)
 {
 	struct discard_args a;
-	uvmError_t err = managed_page_range("uvmMemDiscard", devPtr, count, &a.start, &a.length);
+	uvmError_t err = uvm__managed_range("uvmMemDiscard", devPtr, count, &a.start, &a.length);
 	if (err)
 		return err;
 	if (!discard_inside(devPtr, count, &a.start, &a.length))
@@ -390,7 +357,7 @@ uvmError_t uvmMemDiscard(const void *devPtr, size_t count)
 uvmError_t uvmMemDiscardAsync(const void *devPtr, size_t count, uvmStream_t stream)
 {
 	struct discard_args a;
-	uvmError_t err = managed_page_range("uvmMemDiscardAsync", devPtr, count, &a.start, &a.length);
+	uvmError_t err = uvm__managed_range("uvmMemDiscardAsync", devPtr, count, &a.start, &a.length);
 	if (err)
 		return err;
 	if (!discard_inside(devPtr, count, &a.start, &a.length))
@@ -413,28 +380,27 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 	if (!uses_device)
 		device = uvmCpuDeviceId; /* ignored, as cudaMemAdvise ignores it */
 	uint64_t start, length;
-	if ((err = managed_page_range("uvmMemAdvise", devPtr, count, &start, &length)))
+	if ((err = uvm__managed_range("uvmMemAdvise", devPtr, count, &start, &length)) ||
+	    (err = uvm__advise_now(start, length, advice, device, "uvmMemAdvise")))
 		return err;
-	uint8_t buf[64], reply[64];
-	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_advise(&m, 0, start, length, (uint8_t)advice, device);
-	struct uvm_reader r;
-	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, "uvmMemAdvise");
+	return uvm__locations_advised(start, length, advice, -1, "uvmMemAdvise of"); /* no host node: location.c */
 }
 
-/* The attributes of a range, as the server answers them. */
+/* The attributes of a range, as the server answers them, and the
+ * locations' types and ids (location.c adds the host's NUMA nodes). */
 struct range_attrs {
 	int read_mostly, preferred, last_prefetch;
 	uint32_t naccessed;
 	int accessed[UVM_MAX_DEVICES + 1];
+	int preferred_type, preferred_id, last_prefetch_type, last_prefetch_id;
 };
 
 static uvmError_t check_range_attr(const char *what, void *data, size_t dataSize, uvmMemRangeAttribute attribute)
 {
 	if (!data)
 		return uvm__fail(uvmErrorInvalidValue, "%s: data is NULL", what);
-	if (attribute < uvmMemRangeAttributeReadMostly || attribute > uvmMemRangeAttributeLastPrefetchLocation)
-		return uvm__fail(uvmErrorInvalidValue, "%s: attribute %d: want 1 (read-mostly) to 4 (last prefetch location)", what, (int)attribute);
+	if (attribute < uvmMemRangeAttributeReadMostly || attribute > uvmMemRangeAttributeLastPrefetchLocationId)
+		return uvm__fail(uvmErrorInvalidValue, "%s: attribute %d: want 1 (read-mostly) to 8 (last prefetch location id)", what, (int)attribute);
 	if (attribute == uvmMemRangeAttributeAccessedBy ? (dataSize == 0 || dataSize % 4) : dataSize != 4)
 		return uvm__fail(uvmErrorInvalidValue, "%s: dataSize %zu: want %s", what, dataSize,
 				 attribute == uvmMemRangeAttributeAccessedBy ? "a nonzero multiple of 4 (an int per device)" : "4 (one int)");
@@ -449,7 +415,7 @@ static uvmError_t fetch_range_attrs(const char *what, const void *devPtr, size_t
 		return err;
 	struct uvm_alloc a;
 	uint64_t start, length;
-	if ((err = page_range(what, devPtr, count, &a, &start, &length)))
+	if ((err = uvm__page_range(what, devPtr, count, &a, &start, &length)))
 		return err;
 	uint8_t buf[64], reply[512];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
@@ -469,6 +435,8 @@ static uvmError_t fetch_range_attrs(const char *what, const void *devPtr, size_t
 	}
 	if (r.err)
 		return uvm__fail(uvmErrorUnknown, "%s: the server's reply is truncated", what);
+	uvm__location_of(false, ra->preferred, start, length, &ra->preferred_type, &ra->preferred_id);
+	uvm__location_of(true, ra->last_prefetch, start, length, &ra->last_prefetch_type, &ra->last_prefetch_id);
 	return uvmSuccess;
 }
 
@@ -484,6 +452,18 @@ static void put_range_attr(void *data, size_t dataSize, uvmMemRangeAttribute att
 		break;
 	case uvmMemRangeAttributeLastPrefetchLocation:
 		*out = ra->last_prefetch;
+		break;
+	case uvmMemRangeAttributePreferredLocationType:
+		*out = ra->preferred_type;
+		break;
+	case uvmMemRangeAttributePreferredLocationId:
+		*out = ra->preferred_id;
+		break;
+	case uvmMemRangeAttributeLastPrefetchLocationType:
+		*out = ra->last_prefetch_type;
+		break;
+	case uvmMemRangeAttributeLastPrefetchLocationId:
+		*out = ra->last_prefetch_id;
 		break;
 	case uvmMemRangeAttributeAccessedBy:
 		/* As CUDA: the devices, then uvmInvalidDeviceId to the end. */
@@ -807,7 +787,7 @@ static uvmError_t device_written(struct uvm_session *s, uintptr_t dst, size_t n,
 	return uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
 }
 
-static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const struct side *sr)
+static uvmError_t check_kind(const char *what, uvmMemcpyKind kind, const struct side *d, const struct side *sr)
 {
 	static const char *const names[] = {"uvmMemcpyHostToHost", "uvmMemcpyHostToDevice", "uvmMemcpyDeviceToHost", "uvmMemcpyDeviceToDevice"};
 	if (kind == uvmMemcpyDefault)
@@ -826,7 +806,7 @@ static uvmError_t check_kind(uvmMemcpyKind kind, const struct side *d, const str
 		bad = d, which = "destination", want = "reachable from a device";
 	if (!bad)
 		return uvmSuccess;
-	return uvm__fail(uvmErrorInvalidValue, "uvmMemcpy %s: the %s %p is %s, which is not %s; use uvmMemcpyDefault to let the pointers decide", names[kind], which,
+	return uvm__fail(uvmErrorInvalidValue, "%s %s: the %s %p is %s, which is not %s; use uvmMemcpyDefault to let the pointers decide", what, names[kind], which,
 			 (void *)bad->p, side_name(bad), want);
 }
 
@@ -837,7 +817,7 @@ static uvmError_t memcpy_check(const char *what, void *dst, const void *src, siz
 	uvmError_t err;
 	if ((err = side_of(what, "destination", dst, count, d)) || (err = side_of(what, "source", src, count, sr)))
 		return err;
-	if ((err = check_kind(kind, d, sr)))
+	if ((err = check_kind(what, kind, d, sr)))
 		return err;
 	if ((uintptr_t)dst < (uintptr_t)src + count && (uintptr_t)src < (uintptr_t)dst + count)
 		return uvm__fail(uvmErrorInvalidValue, "%s %p <- %p of %zu bytes: the ranges overlap", what, dst, src, count);
@@ -962,6 +942,57 @@ uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t str
 		return err;
 	struct copy_args a = {.dst = devPtr, .count = count, .value = value};
 	return uvm__stream_enqueue_host(stream, "uvmMemsetAsync", run_memset, &a, sizeof a);
+}
+
+uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight, size_t width,
+			 size_t height, size_t depth, int value, uvmMemcpyKind kind)
+{
+	if (width == 0 || height == 0 || depth == 0)
+		return uvmSuccess;
+	/* The spans from the first row's first byte to the last row's last
+	 * byte, which the box lies in: each must lie in one allocation (or in
+	 * ordinary memory), and the two must not overlap. */
+	size_t dspan = (depth - 1) * dpitch * dheight + (height - 1) * dpitch + width;
+	size_t sspan = src ? (depth - 1) * spitch * sheight + (height - 1) * spitch + width : 0;
+	struct side d, sr = {0};
+	uvmError_t err;
+	if ((err = side_of(what, "destination", dst, dspan, &d)))
+		return err;
+	if (src) {
+		if ((err = side_of(what, "source", src, sspan, &sr)) || (err = check_kind(what, kind, &d, &sr)))
+			return err;
+		if ((uintptr_t)dst < (uintptr_t)src + sspan && (uintptr_t)src < (uintptr_t)dst + dspan)
+			return uvm__fail(uvmErrorInvalidValue, "%s %p <- %p: the spans of %zu and %zu bytes overlap", what, dst, src, dspan, sspan);
+	}
+	uint8_t *to = dst;
+	const uint8_t *from = src;
+	struct uvm_session *s = NULL;
+	struct uvm_device_file fd = {.fd = -1}, fs = {.fd = -1};
+	if (side_device(&d) || (src && side_device(&sr))) {
+		if (!(s = session_or_fail(&err)))
+			return err;
+		uint8_t *f8;
+		if ((err = reach(s, &d, what, &fd, &to)))
+			return err;
+		if (src && (err = reach(s, &sr, what, &fs, &f8)))
+			return err;
+		if (src)
+			from = f8;
+	}
+	bool nt = side_write_combined(&d);
+	for (size_t z = 0; z < depth; z++)
+		for (size_t y = 0; y < height; y++) {
+			uint8_t *row = to + z * dpitch * dheight + y * dpitch;
+			if (src && nt)
+				copy_nt(row, from + z * spitch * sheight + y * spitch, width);
+			else if (src)
+				memcpy(row, from + z * spitch * sheight + y * spitch, width);
+			else if (nt)
+				fill_nt(row, (uint8_t)value, width);
+			else
+				memset(row, value, width);
+		}
+	return side_device(&d) ? device_written(s, (uintptr_t)dst, dspan, what) : uvmSuccess;
 }
 
 /* peer_check checks a peer copy's devices and pointers: each pointer is

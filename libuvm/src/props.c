@@ -6,6 +6,9 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +16,74 @@
 
 int uvm__concurrent_managed_access(void) { return !uvm__launch_model(); }
 
-/* ---- device properties ---- */
+/* ---- device properties and attributes ---- */
 
-uvmError_t uvmGetDeviceProperties(uvmDeviceProp *prop, int device)
+_Static_assert(sizeof(uvmDeviceProp) == 560, "uvmDeviceProp changed size: new fields must come out of reserved");
+
+/* read_small reads up to cap-1 bytes of a small kernel file (no stdio:
+ * it allocates) into buf, NUL-terminated; false if it cannot. */
+static bool read_small(const char *path, char *buf, size_t cap)
 {
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmGetDeviceProperties");
-	if (!prop)
-		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceProperties: prop is NULL; want a pointer to a uvmDeviceProp");
-	struct uvm_session *s = NULL;
-	uvmError_t err = uvm__check_device(device, "uvmGetDeviceProperties: properties of", &s);
-	if (err)
-		return err;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	size_t n = 0;
+	for (;;) {
+		ssize_t k = read(fd, buf + n, cap - 1 - n);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+		if (n == cap - 1)
+			break;
+	}
+	close(fd);
+	buf[n] = '\0';
+	return n > 0;
+}
+
+/* What the properties say of the machine (uvm/machine.go reads the same
+ * files): the first CPU's clock in kHz, its unified L2 cache, the first
+ * NUMA node. Read once. */
+static int clock_khz, l2_bytes, first_node = -1;
+static pthread_once_t machine_once = PTHREAD_ONCE_INIT;
+
+static void read_machine(void)
+{
+	char b[8192];
+	if (read_small("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", b, sizeof b))
+		clock_khz = atoi(b);
+	else if (read_small("/proc/cpuinfo", b, sizeof b)) {
+		for (char *line = b; line && !clock_khz; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+			if (strncmp(line, "cpu MHz", 7) != 0)
+				continue;
+			char *colon = strchr(line, ':');
+			if (colon)
+				clock_khz = (int)(strtod(colon + 1, NULL) * 1000);
+		}
+	}
+	for (int i = 0; i < 8; i++) {
+		char path[96], level[16], type[32], size[32];
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+		if (!read_small(path, level, sizeof level))
+			continue;
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+		read_small(path, type, sizeof type);
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+		if (atoi(level) != 2 || strncmp(type, "Unified", 7) != 0 || !read_small(path, size, sizeof size))
+			continue;
+		char *end;
+		long v = strtol(size, &end, 10);
+		l2_bytes = (int)(*end == 'K' ? v << 10 : *end == 'M' ? v << 20 : v);
+		break;
+	}
+	if (read_small("/sys/devices/system/node/online", b, sizeof b) && b[0] >= '0' && b[0] <= '9')
+		first_node = atoi(b);
+}
+
+/* fill_props describes device (checked) of session s. */
+static void fill_props(uvmDeviceProp *prop, struct uvm_session *s, int device)
+{
+	pthread_once(&machine_once, read_machine);
 	const struct uvm_device_info *info = &s->devices[device];
 	memset(prop, 0, sizeof *prop);
 	snprintf(prop->name, sizeof prop->name, "softuvm CPU device %d", device);
@@ -38,6 +97,140 @@ uvmError_t uvmGetDeviceProperties(uvmDeviceProp *prop, int device)
 	prop->concurrentKernels = 1;
 	prop->integrated = 1;
 	prop->texturePitchAlignment = 512;
+	prop->sharedMemPerBlock = UVM_MAX_SHARED_MEMORY_PER_BLOCK;
+	prop->sharedMemPerBlockOptin = UVM_MAX_SHARED_MEMORY_PER_BLOCK;
+	prop->sharedMemPerMultiprocessor = UVM_SHARED_MEMORY_PER_MULTIPROCESSOR;
+	prop->totalConstMem = 64 << 10;
+	prop->memPitch = INT_MAX;
+	prop->major = UVM_COMPUTE_CAPABILITY_MAJOR;
+	prop->minor = UVM_COMPUTE_CAPABILITY_MINOR;
+	prop->clockRate = clock_khz;
+	prop->computeMode = 0;
+	prop->cooperativeLaunch = 1;
+	prop->warpSize = UVM_WARP_SIZE;
+	prop->maxThreadsPerBlock = UVM_MAX_THREADS_PER_BLOCK;
+	prop->maxThreadsDim[0] = UVM_MAX_BLOCK_DIM_X;
+	prop->maxThreadsDim[1] = UVM_MAX_BLOCK_DIM_Y;
+	prop->maxThreadsDim[2] = UVM_MAX_BLOCK_DIM_Z;
+	prop->maxGridSize[0] = (int)UVM_MAX_GRID_DIM_X;
+	prop->maxGridSize[1] = UVM_MAX_GRID_DIM_Y;
+	prop->maxGridSize[2] = UVM_MAX_GRID_DIM_Z;
+	prop->maxThreadsPerMultiProcessor = UVM_MAX_THREADS_PER_MULTIPROCESSOR;
+	prop->maxBlocksPerMultiProcessor = UVM_MAX_BLOCKS_PER_MULTIPROCESSOR;
+	prop->regsPerBlock = prop->regsPerMultiprocessor = 65536;
+	prop->l2CacheSize = l2_bytes;
+	prop->asyncEngineCount = 2;
+	prop->deviceOverlap = 1;
+	prop->hostNativeAtomicSupported = 1;
+	prop->singleToDoublePrecisionPerfRatio = 2;
+	prop->computePreemptionSupported = 1;
+	prop->globalL1CacheSupported = prop->localL1CacheSupported = 1;
+	prop->hostRegisterSupported = 1;
+	prop->numaNode = info->node;
+	prop->hostNumaId = info->node >= 0 ? info->node : first_node;
+}
+
+uvmError_t uvmGetDeviceProperties(uvmDeviceProp *prop, int device)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmGetDeviceProperties");
+	if (!prop)
+		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceProperties: prop is NULL; want a pointer to a uvmDeviceProp");
+	struct uvm_session *s = NULL;
+	uvmError_t err = uvm__check_device(device, "uvmGetDeviceProperties: properties of", &s);
+	if (err)
+		return err;
+	fill_props(prop, s, device);
+	return uvm__ok();
+}
+
+/* is_texture_attr: CUDA's texture and surface limits (TextureAlignment,
+ * MaxTexture*, MaxSurface*, SurfaceAlignment). */
+static bool is_texture_attr(int a) { return a == 14 || (a >= 21 && a <= 30) || (a >= 42 && a <= 74 && a != 50 && a != 51) || a == 77; }
+
+uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmDeviceGetAttribute");
+	if (!value)
+		return uvm__fail(uvmErrorInvalidValue, "uvmDeviceGetAttribute: value is NULL; want a pointer to an int");
+	struct uvm_session *s = NULL;
+	uvmError_t err = uvm__check_device(device, "uvmDeviceGetAttribute: attribute of", &s);
+	if (err)
+		return err;
+	uvmDeviceProp p;
+	fill_props(&p, s, device);
+	int v;
+	switch (attr) {
+	case uvmDevAttrMaxThreadsPerBlock: v = p.maxThreadsPerBlock; break;
+	case uvmDevAttrMaxBlockDimX: v = p.maxThreadsDim[0]; break;
+	case uvmDevAttrMaxBlockDimY: v = p.maxThreadsDim[1]; break;
+	case uvmDevAttrMaxBlockDimZ: v = p.maxThreadsDim[2]; break;
+	case uvmDevAttrMaxGridDimX: v = p.maxGridSize[0]; break;
+	case uvmDevAttrMaxGridDimY: v = p.maxGridSize[1]; break;
+	case uvmDevAttrMaxGridDimZ: v = p.maxGridSize[2]; break;
+	case uvmDevAttrMaxSharedMemoryPerBlock: v = (int)p.sharedMemPerBlock; break;
+	case uvmDevAttrTotalConstantMemory: v = (int)p.totalConstMem; break;
+	case uvmDevAttrWarpSize: v = p.warpSize; break;
+	case uvmDevAttrMaxPitch: v = (int)p.memPitch; break;
+	case uvmDevAttrMaxRegistersPerBlock: v = p.regsPerBlock; break;
+	case uvmDevAttrClockRate: v = p.clockRate; break;
+	case uvmDevAttrGpuOverlap: v = p.deviceOverlap; break;
+	case uvmDevAttrMultiProcessorCount: v = p.multiProcessorCount; break;
+	case uvmDevAttrKernelExecTimeout: v = p.kernelExecTimeoutEnabled; break;
+	case uvmDevAttrIntegrated: v = p.integrated; break;
+	case uvmDevAttrCanMapHostMemory: v = p.canMapHostMemory; break;
+	case uvmDevAttrComputeMode: v = p.computeMode; break;
+	case uvmDevAttrConcurrentKernels: v = p.concurrentKernels; break;
+	case uvmDevAttrEccEnabled: v = p.ECCEnabled; break;
+	case uvmDevAttrL2CacheSize: v = p.l2CacheSize; break;
+	case uvmDevAttrMaxThreadsPerMultiProcessor: v = p.maxThreadsPerMultiProcessor; break;
+	case uvmDevAttrAsyncEngineCount: v = p.asyncEngineCount; break;
+	case uvmDevAttrUnifiedAddressing: v = p.unifiedAddressing; break;
+	case uvmDevAttrTexturePitchAlignment: v = (int)p.texturePitchAlignment; break;
+	case uvmDevAttrComputeCapabilityMajor: v = p.major; break;
+	case uvmDevAttrComputeCapabilityMinor: v = p.minor; break;
+	case uvmDevAttrStreamPrioritiesSupported: v = p.streamPrioritiesSupported; break;
+	case uvmDevAttrGlobalL1CacheSupported: v = p.globalL1CacheSupported; break;
+	case uvmDevAttrLocalL1CacheSupported: v = p.localL1CacheSupported; break;
+	case uvmDevAttrMaxSharedMemoryPerMultiprocessor: v = (int)p.sharedMemPerMultiprocessor; break;
+	case uvmDevAttrMaxRegistersPerMultiprocessor: v = p.regsPerMultiprocessor; break;
+	case uvmDevAttrManagedMemory: v = p.managedMemory; break;
+	case uvmDevAttrHostNativeAtomicSupported: v = p.hostNativeAtomicSupported; break;
+	case uvmDevAttrSingleToDoublePrecisionPerfRatio: v = p.singleToDoublePrecisionPerfRatio; break;
+	case uvmDevAttrPageableMemoryAccess: v = p.pageableMemoryAccess; break;
+	case uvmDevAttrConcurrentManagedAccess: v = p.concurrentManagedAccess; break;
+	case uvmDevAttrComputePreemptionSupported: v = p.computePreemptionSupported; break;
+	case uvmDevAttrCanUseHostPointerForRegisteredMem: v = p.canUseHostPointerForRegisteredMem; break;
+	case uvmDevAttrCooperativeLaunch: v = p.cooperativeLaunch; break;
+	case uvmDevAttrCooperativeMultiDeviceLaunch: v = p.cooperativeMultiDeviceLaunch; break;
+	case uvmDevAttrMaxSharedMemoryPerBlockOptin: v = (int)p.sharedMemPerBlockOptin; break;
+	case uvmDevAttrHostRegisterSupported: v = p.hostRegisterSupported; break;
+	case uvmDevAttrPageableMemoryAccessUsesHostPageTables: v = p.pageableMemoryAccessUsesHostPageTables; break;
+	case uvmDevAttrDirectManagedMemAccessFromHost: v = p.directManagedMemAccessFromHost; break;
+	case uvmDevAttrMaxBlocksPerMultiprocessor: v = p.maxBlocksPerMultiProcessor; break;
+	case uvmDevAttrReservedSharedMemoryPerBlock: v = (int)p.reservedSharedMemPerBlock; break;
+	case uvmDevAttrMemoryPoolsSupported: v = p.memoryPoolsSupported; break;
+	case uvmDevAttrNumaConfig: v = p.numaNode >= 0; break;
+	case uvmDevAttrNumaId: v = p.numaNode; break;
+	case uvmDevAttrHostNumaId: v = p.hostNumaId; break;
+	case uvmDevAttrArenaCapacityMiB: v = p.totalGlobalMem >> 20 > INT_MAX ? INT_MAX : (int)(p.totalGlobalMem >> 20); break;
+	case uvmDevAttrPciBusId:
+	case uvmDevAttrPciDeviceId:
+	case uvmDevAttrPciDomainId:
+	case uvmDevAttrTccDriver:
+	case uvmDevAttrIsMultiGpuBoard:
+	case uvmDevAttrMultiGpuBoardGroupID:
+	case uvmDevAttrCanFlushRemoteWrites: v = 0; break;
+	default:
+		if (is_texture_attr((int)attr))
+			return uvm__fail(uvmErrorNotSupported, "uvmDeviceGetAttribute: device attribute %d is a texture or surface limit: a CPU device emulates no textures",
+					 (int)attr);
+		return uvm__fail(uvmErrorInvalidValue,
+				 "uvmDeviceGetAttribute: device attribute %d: not one of cudaDeviceAttr's with a meaning here (uvm.h's uvmDeviceAttr lists them)",
+				 (int)attr);
+	}
+	*value = v;
 	return uvm__ok();
 }
 

@@ -275,7 +275,7 @@ static bool hello(struct uvm_session *s, int uffd)
 		uint32_t len;
 		s->devices[i].capacity = uvm__get_u64(&r);
 		uvm__get_bytes(&r, &len); /* backend */
-		uvm__get_i32(&r);         /* NUMA node */
+		s->devices[i].node = uvm__get_i32(&r);
 		s->devices[i].workers = (int)uvm__get_u32(&r);
 	}
 	s->coherence = uvm__get_u8(&r);
@@ -347,6 +347,16 @@ fail:
 	state = FAILED;
 }
 
+/* Why every call fails, once the program's managed variables could not
+ * be made managed memory (uvm__session_refuse). */
+static const char *refusal;
+
+void uvm__session_refuse(const char *why)
+{
+	const char *none = NULL;
+	__atomic_compare_exchange_n(&refusal, &none, why, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
 struct uvm_session *uvm__session(uvmError_t *err)
 {
 	if (uvm__device_process >= 0) {
@@ -362,6 +372,13 @@ struct uvm_session *uvm__session(uvmError_t *err)
 	if (state == NOT_CONNECTED)
 		connect_session();
 	pthread_mutex_unlock(&init_mu);
+	const char *why = __atomic_load_n(&refusal, __ATOMIC_ACQUIRE);
+	if (state == CONNECTED && why) {
+		if (err)
+			*err = uvmErrorNotSupported;
+		uvm__fail(uvmErrorNotSupported, "%s", why);
+		return NULL;
+	}
 	if (state == CONNECTED)
 		return &session;
 	if (err)

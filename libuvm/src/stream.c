@@ -51,8 +51,8 @@ struct op {
 	uint64_t ticket;
 	union {
 		struct {
-			uvmKernel_t kernel;
-			unsigned nthreads;
+			uintptr_t kernel;
+			struct uvm_launch_shape shape;
 			int cpu;
 			size_t n;
 		} launch;
@@ -165,14 +165,14 @@ static void add_last_error(struct uvm_errs *e, uvmError_t err)
 }
 
 /* launch_now writes a launch on q's stream, after the coherence hook. */
-static uvmError_t launch_now(struct queue *q, uvmKernel_t kernel, unsigned nthreads, const void *params, size_t n, int cpu)
+static uvmError_t launch_now(struct queue *q, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params, size_t n, int cpu)
 {
 	char name[UVM_KERNEL_NAME_MAX];
 	uvm__device_kernel_name(kernel, name, sizeof name);
 	uvmError_t err = uvm__coherence_before_launch(q->device, q->id, name);
 	if (err)
 		return err;
-	return uvm__device_launch(q->device, q->id, kernel, nthreads, params, n, cpu);
+	return uvm__device_launch(q->device, q->id, kernel, shape, params, n, cpu);
 }
 
 /* settle waits for the kernels written on q's stream, if any may still
@@ -205,7 +205,7 @@ static void run_op(struct queue *q, struct op *op, struct uvm_errs *e)
 	uvmError_t err;
 	switch (op->kind) {
 	case OP_LAUNCH:
-		if ((err = launch_now(q, op->u.launch.kernel, op->u.launch.nthreads, op->u.launch.n ? op->data : NULL, op->u.launch.n,
+		if ((err = launch_now(q, op->u.launch.kernel, &op->u.launch.shape, op->u.launch.n ? op->data : NULL, op->u.launch.n,
 				      op->u.launch.cpu)))
 			add_last_error(e, err);
 		return;
@@ -672,28 +672,37 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 {
 	if (uvm__device_process >= 0)
 		return uvm__refuse_in_device("uvmLaunchKernel");
-	if (!kernel)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: the kernel is NULL; want a function of the program", device);
 	if (nthreads == 0 || nthreads > UVM_MAX_LAUNCH_THREADS)
 		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %u threads: want 1 to %u", device, nthreads, UVM_MAX_LAUNCH_THREADS);
+	struct uvm_launch_shape shape = {.nthreads = nthreads};
+	return uvm__launch(device, stream, (uintptr_t)kernel, &shape, params, paramsSize, "uvmLaunchKernel");
+}
+
+uvmError_t uvm__launch(int device, uvmStream_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params, size_t paramsSize,
+		       const char *what)
+{
+	if (!kernel)
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d: the kernel is NULL; want a function of the program", what, device);
 	if (paramsSize > uvmMaxKernelParams)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with %zu bytes of parameters: at most %d (uvmMaxKernelParams)",
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d with %zu bytes of parameters: at most %d (uvmMaxKernelParams)", what,
 				 device, paramsSize, uvmMaxKernelParams);
 	if (!params && paramsSize)
-		return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d: params is NULL with paramsSize %zu; want both or neither", device,
+		return uvm__fail(uvmErrorInvalidValue, "%s on device %d: params is NULL with paramsSize %zu; want both or neither", what, device,
 				 paramsSize);
-	uvmError_t err = uvm__check_device(device, "uvmLaunchKernel on", NULL);
+	char on[64];
+	snprintf(on, sizeof on, "%s on", what);
+	uvmError_t err = uvm__check_device(device, on, NULL);
 	if (err)
 		return err;
 	struct queue *q = &defaults[device];
 	if (stream) {
-		if ((err = queue_get(stream, "uvmLaunchKernel on", &q)))
+		if ((err = queue_get(stream, on, &q)))
 			return err;
 		if (q->device != device) {
 			int other = q->device;
 			queue_put(q);
-			return uvm__fail(uvmErrorInvalidValue, "uvmLaunchKernel on device %d with stream %p of device %d: a stream runs work on its own device only",
-					 device, (void *)stream, other);
+			return uvm__fail(uvmErrorInvalidValue, "%s on device %d with stream %p of device %d: a stream runs work on its own device only",
+					 what, device, (void *)stream, other);
 		}
 	}
 	/* The device's stream thread follows a launching thread that will
@@ -703,18 +712,18 @@ uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uv
 	pthread_mutex_lock(&q->mu);
 	wait_room(q);
 	if (q->ended) {
-		err = ended(stream, "uvmLaunchKernel on");
+		err = ended(stream, on);
 	} else if (!q->worker) {
-		err = launch_now(q, kernel, nthreads, params, paramsSize, cpu);
+		err = launch_now(q, kernel, shape, params, paramsSize, cpu);
 	} else {
 		/* Behind host work: queued, with a copy of the params, as CUDA
 		 * copies kernel arguments at the launch. */
 		struct op *op = op_new(OP_LAUNCH, paramsSize);
 		if (!op) {
-			err = uvm__fail(uvmErrorMemoryAllocation, "uvmLaunchKernel on device %d: no memory to queue the launch", device);
+			err = uvm__fail(uvmErrorMemoryAllocation, "%s on device %d: no memory to queue the launch", what, device);
 		} else {
 			op->u.launch.kernel = kernel;
-			op->u.launch.nthreads = nthreads;
+			op->u.launch.shape = *shape;
 			op->u.launch.cpu = cpu;
 			op->u.launch.n = paramsSize;
 			if (paramsSize)

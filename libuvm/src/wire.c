@@ -225,6 +225,52 @@ void uvm__encode_launch(struct uvm_msg *m, uint32_t seq, uint32_t stream, uint32
 	uvm__put_i32(m, cpu);
 }
 
+void uvm__encode_launch_grid(struct uvm_msg *m, uint32_t seq, uint32_t stream, uvmDim3 grid, uvmDim3 block, uint32_t shared, uint32_t stack,
+			     uint32_t flags, uintptr_t kernel, const void *params, size_t n, int32_t cpu)
+{
+	char name[UVM_KERNEL_NAME_MAX];
+	snprintf(name, sizeof name, "c:0x%lx", (unsigned long)kernel);
+	uvm__msg_start(m, UVM_MSG_LAUNCH_GRID, seq, 0);
+	uvm__put_u32(m, stream);
+	uvm__put_u32(m, grid.x);
+	uvm__put_u32(m, grid.y);
+	uvm__put_u32(m, grid.z);
+	uvm__put_u32(m, block.x);
+	uvm__put_u32(m, block.y);
+	uvm__put_u32(m, block.z);
+	uvm__put_u32(m, shared);
+	uvm__put_u32(m, stack);
+	uvm__put_u32(m, flags);
+	uvm__put_str(m, name);
+	uvm__put_bytes(m, params, n);
+	uvm__put_i32(m, cpu);
+}
+
+bool uvm__decode_launch_grid(struct uvm_reader *r, struct uvm_launch_grid *lg)
+{
+	lg->stream = uvm__get_u32(r);
+	lg->grid.x = uvm__get_u32(r);
+	lg->grid.y = uvm__get_u32(r);
+	lg->grid.z = uvm__get_u32(r);
+	lg->block.x = uvm__get_u32(r);
+	lg->block.y = uvm__get_u32(r);
+	lg->block.z = uvm__get_u32(r);
+	lg->shared = uvm__get_u32(r);
+	lg->stack = uvm__get_u32(r);
+	lg->flags = uvm__get_u32(r);
+	lg->name = uvm__get_bytes(r, &lg->name_len);
+	lg->params = uvm__get_bytes(r, &lg->params_len);
+	lg->cpu = uvm__get_i32(r);
+	return !r->err && r->n == 0;
+}
+
+void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path)
+{
+	uvm__msg_start(m, UVM_MSG_TRACE_CONTROL, seq, 0);
+	uvm__put_u8(m, op);
+	uvm__put_str(m, path);
+}
+
 void uvm__encode_device_hello(struct uvm_msg *m, uint32_t seq, uint32_t device, uint32_t pid)
 {
 	uvm__msg_start(m, UVM_MSG_DEVICE_HELLO, seq, 0);
@@ -251,6 +297,13 @@ void uvm__encode_crash(struct uvm_msg *m, const struct uvm_crash *c)
 	uvm__put_i32(m, c->sig);
 	uvm__put_i32(m, c->code);
 	uvm__put_u64(m, c->addr);
+	uvm__put_u64(m, c->block);
+	uvm__put_u32(m, c->grid_dim.x);
+	uvm__put_u32(m, c->grid_dim.y);
+	uvm__put_u32(m, c->grid_dim.z);
+	uvm__put_u32(m, c->block_dim.x);
+	uvm__put_u32(m, c->block_dim.y);
+	uvm__put_u32(m, c->block_dim.z);
 }
 
 bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c)
@@ -262,6 +315,13 @@ bool uvm__decode_crash(struct uvm_reader *r, struct uvm_crash *c)
 	c->sig = uvm__get_i32(r);
 	c->code = uvm__get_i32(r);
 	c->addr = uvm__get_u64(r);
+	c->block = uvm__get_u64(r);
+	c->grid_dim.x = uvm__get_u32(r);
+	c->grid_dim.y = uvm__get_u32(r);
+	c->grid_dim.z = uvm__get_u32(r);
+	c->block_dim.x = uvm__get_u32(r);
+	c->block_dim.y = uvm__get_u32(r);
+	c->block_dim.z = uvm__get_u32(r);
 	return !r->err && r->n == 0;
 }
 

@@ -47,6 +47,8 @@ enum uvm_msg_type {
 	UVM_MSG_DEVICE_TRACE     = 28, /* "device-trace" */
 	UVM_MSG_DEVICE_REPORT    = 29, /* "device-report" */
 	UVM_MSG_DISCARD          = 30, /* "discard" */
+	UVM_MSG_LAUNCH_GRID      = 31, /* "launch-grid" */
+	UVM_MSG_TRACE_CONTROL    = 32, /* "trace-control" */
 };
 
 /* Reply status codes (wire.errorCode). */
@@ -107,6 +109,30 @@ enum uvm_kind {
 #define UVM_MAX_LAUNCH_THREADS 0x40000000u /* wire.MaxLaunchThreads */
 #define UVM_ALL_STREAMS        0xffffffffu /* wire.AllStreams */
 #define UVM_MAX_KERNEL_PARAMS  4096        /* core.MaxKernelParams */
+
+/* Grid launches (core/grid.go): the limits of a grid and of a block, residency, thread stacks, the feature level a device reports, launch-grid flags. */
+#define UVM_MAX_THREADS_PER_BLOCK            1024u       /* core.MaxThreadsPerBlock */
+#define UVM_MAX_BLOCK_DIM_X                  1024u       /* core.MaxBlockDimX */
+#define UVM_MAX_BLOCK_DIM_Y                  1024u       /* core.MaxBlockDimY */
+#define UVM_MAX_BLOCK_DIM_Z                  64u         /* core.MaxBlockDimZ */
+#define UVM_MAX_GRID_DIM_X                   0x7fffffffu /* core.MaxGridDimX */
+#define UVM_MAX_GRID_DIM_Y                   65535u      /* core.MaxGridDimY */
+#define UVM_MAX_GRID_DIM_Z                   65535u      /* core.MaxGridDimZ */
+#define UVM_MAX_SHARED_MEMORY_PER_BLOCK      49152u      /* core.MaxSharedMemoryPerBlock */
+#define UVM_MAX_BLOCKS_PER_MULTIPROCESSOR    32u         /* core.MaxBlocksPerMultiprocessor */
+#define UVM_MAX_THREADS_PER_MULTIPROCESSOR   2048u       /* core.MaxThreadsPerMultiprocessor */
+#define UVM_SHARED_MEMORY_PER_MULTIPROCESSOR 0x180000u   /* core.SharedMemoryPerMultiprocessor */
+#define UVM_WARP_SIZE                        1           /* core.WarpSize */
+#define UVM_COMPUTE_CAPABILITY_MAJOR         6           /* core.ComputeCapabilityMajor */
+#define UVM_COMPUTE_CAPABILITY_MINOR         0           /* core.ComputeCapabilityMinor */
+#define UVM_DEFAULT_STACK_SIZE               0x10000u    /* core.DefaultStackSize */
+#define UVM_MIN_STACK_SIZE                   16384u      /* core.MinStackSize */
+#define UVM_MAX_STACK_SIZE                   0x4000000u  /* core.MaxStackSize */
+#define UVM_GRID_COOPERATIVE                 1u          /* core.GridCooperative */
+
+/* Trace control operations, in trace-control requests (the profiler API). */
+#define UVM_TRACE_START 1 /* wire.TraceStart */
+#define UVM_TRACE_STOP  2 /* wire.TraceStop */
 
 /* Device trace reports: the device-trace notice's flags, the kinds of a device report's records, a report's bounds. */
 #define UVM_TRACE_LAUNCHES     1u  /* wire.TraceLaunches */

@@ -174,7 +174,8 @@ static void test_advice(void)
 	CHECK_ERR(uvmMemRangeGetAttribute(NULL, 4, uvmMemRangeAttributeReadMostly, b, n), uvmErrorInvalidValue);
 	CHECK_ERR(uvmMemRangeGetAttribute(&v, 8, uvmMemRangeAttributeReadMostly, b, n), uvmErrorInvalidValue);
 	CHECK_ERR(uvmMemRangeGetAttribute(by, 6, uvmMemRangeAttributeAccessedBy, b, n), uvmErrorInvalidValue);
-	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, (uvmMemRangeAttribute)5, b, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, (uvmMemRangeAttribute)9, b, n), uvmErrorInvalidValue);
+	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, (uvmMemRangeAttribute)0, b, n), uvmErrorInvalidValue);
 	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributeReadMostly, b, 0), uvmErrorInvalidValue);
 	CHECK_ERR(uvmMemRangeGetAttribute(&v, 4, uvmMemRangeAttributeReadMostly, &local_variable_target, 4), uvmErrorInvalidValue);
 	CHECK_OK(uvmFree(b));

@@ -15,6 +15,61 @@
 #define NDEVICES 2
 #define ARENA (64 * MiB)
 
+/* machine_clock_khz: the CPU clock as the properties say it, read here
+ * with stdio: cpufreq's maximum, else /proc/cpuinfo's first "cpu MHz". */
+static int machine_clock_khz(void)
+{
+	int khz = 0;
+	FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
+	if (f) {
+		if (fscanf(f, "%d", &khz) != 1)
+			khz = 0;
+		fclose(f);
+		return khz;
+	}
+	f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+	double mhz;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "cpu MHz : %lf", &mhz) == 1) {
+			khz = (int)(mhz * 1000);
+			break;
+		}
+	if (f)
+		fclose(f);
+	return khz;
+}
+
+/* machine_l2: the unified L2 cache of cpu0, from sysfs. */
+static int machine_l2(void)
+{
+	for (int i = 0; i < 8; i++) {
+		char path[96], type[32] = "";
+		int level = 0, kb = 0;
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fscanf(f, "%d", &level) != 1)
+			level = 0;
+		fclose(f);
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%31s", type) != 1)
+				type[0] = '\0';
+			fclose(f);
+		}
+		snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+		if (level == 2 && strcmp(type, "Unified") == 0 && (f = fopen(path, "r"))) {
+			if (fscanf(f, "%dK", &kb) != 1)
+				kb = 0;
+			fclose(f);
+			return kb << 10;
+		}
+	}
+	return 0;
+}
+
 static void test_device_properties(void)
 {
 	uvmDeviceProp p;
@@ -30,10 +85,61 @@ static void test_device_properties(void)
 		CHECK(p.concurrentManagedAccess == 1 && p.pageableMemoryAccess == 0);
 		CHECK(p.concurrentKernels == 1 && p.integrated == 1);
 		CHECK(p.texturePitchAlignment == 512);
-		CHECK(p.reserved[0] == 0 && p.reserved[63] == 0);
+		CHECK(p.major == 6 && p.minor == 0);
+		CHECK(p.clockRate == machine_clock_khz());
+		CHECK(p.l2CacheSize == machine_l2());
+		CHECK(p.cooperativeLaunch == 1 && p.pageableMemoryAccessUsesHostPageTables == 0 && p.computeMode == 0);
+		CHECK(p.warpSize == 1 && p.maxThreadsPerBlock == 1024);
+		CHECK(p.maxThreadsDim[0] == 1024 && p.maxThreadsDim[1] == 1024 && p.maxThreadsDim[2] == 64);
+		CHECK(p.maxGridSize[0] == 2147483647 && p.maxGridSize[1] == 65535 && p.maxGridSize[2] == 65535);
+		CHECK(p.sharedMemPerBlock == 49152 && p.sharedMemPerBlockOptin == 49152 && p.sharedMemPerMultiprocessor == 32 * 49152);
+		CHECK(p.maxThreadsPerMultiProcessor == 2048 && p.maxBlocksPerMultiProcessor == 32);
+		CHECK(p.numaNode == -1 && p.hostNumaId == 0); /* memfd arenas on a machine with node 0 */
+		CHECK(p.reserved[0] == 0 && p.reserved[15] == 0);
+		/* Every attribute, its value written out here. */
+		static const struct {
+			uvmDeviceAttr attr;
+			int want;
+		} attrs[] = {
+			{uvmDevAttrMaxThreadsPerBlock, 1024}, {uvmDevAttrMaxBlockDimX, 1024}, {uvmDevAttrMaxBlockDimY, 1024},
+			{uvmDevAttrMaxBlockDimZ, 64}, {uvmDevAttrMaxGridDimX, 2147483647}, {uvmDevAttrMaxGridDimY, 65535},
+			{uvmDevAttrMaxGridDimZ, 65535}, {uvmDevAttrMaxSharedMemoryPerBlock, 49152}, {uvmDevAttrTotalConstantMemory, 65536},
+			{uvmDevAttrWarpSize, 1}, {uvmDevAttrMaxPitch, 2147483647}, {uvmDevAttrMaxRegistersPerBlock, 65536},
+			{uvmDevAttrGpuOverlap, 1}, {uvmDevAttrMultiProcessorCount, 2}, {uvmDevAttrKernelExecTimeout, 0},
+			{uvmDevAttrIntegrated, 1}, {uvmDevAttrCanMapHostMemory, 1}, {uvmDevAttrComputeMode, 0},
+			{uvmDevAttrConcurrentKernels, 1}, {uvmDevAttrEccEnabled, 0}, {uvmDevAttrPciBusId, 0}, {uvmDevAttrPciDeviceId, 0},
+			{uvmDevAttrTccDriver, 0}, {uvmDevAttrMaxThreadsPerMultiProcessor, 2048}, {uvmDevAttrAsyncEngineCount, 2},
+			{uvmDevAttrUnifiedAddressing, 1}, {uvmDevAttrPciDomainId, 0}, {uvmDevAttrTexturePitchAlignment, 512},
+			{uvmDevAttrComputeCapabilityMajor, 6}, {uvmDevAttrComputeCapabilityMinor, 0}, {uvmDevAttrStreamPrioritiesSupported, 0},
+			{uvmDevAttrGlobalL1CacheSupported, 1}, {uvmDevAttrLocalL1CacheSupported, 1},
+			{uvmDevAttrMaxSharedMemoryPerMultiprocessor, 1572864}, {uvmDevAttrMaxRegistersPerMultiprocessor, 65536},
+			{uvmDevAttrManagedMemory, 1}, {uvmDevAttrIsMultiGpuBoard, 0}, {uvmDevAttrMultiGpuBoardGroupID, 0},
+			{uvmDevAttrHostNativeAtomicSupported, 1}, {uvmDevAttrSingleToDoublePrecisionPerfRatio, 2},
+			{uvmDevAttrPageableMemoryAccess, 0}, {uvmDevAttrConcurrentManagedAccess, 1}, {uvmDevAttrComputePreemptionSupported, 1},
+			{uvmDevAttrCanUseHostPointerForRegisteredMem, 0}, {uvmDevAttrCooperativeLaunch, 1},
+			{uvmDevAttrCooperativeMultiDeviceLaunch, 0}, {uvmDevAttrMaxSharedMemoryPerBlockOptin, 49152},
+			{uvmDevAttrCanFlushRemoteWrites, 0}, {uvmDevAttrHostRegisterSupported, 1},
+			{uvmDevAttrPageableMemoryAccessUsesHostPageTables, 0}, {uvmDevAttrDirectManagedMemAccessFromHost, 0},
+			{uvmDevAttrMaxBlocksPerMultiprocessor, 32}, {uvmDevAttrReservedSharedMemoryPerBlock, 0},
+			{uvmDevAttrMemoryPoolsSupported, 0}, {uvmDevAttrNumaConfig, 0}, {uvmDevAttrNumaId, -1}, {uvmDevAttrHostNumaId, 0},
+			{uvmDevAttrArenaCapacityMiB, 64},
+		};
+		for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+			int v = -12345;
+			CHECK_OK(uvmDeviceGetAttribute(&v, attrs[i].attr, d));
+			if (v != attrs[i].want)
+				fprintf(stderr, "device %d attribute %d: %d, want %d\n", d, (int)attrs[i].attr, v, attrs[i].want);
+			CHECK(v == attrs[i].want);
+		}
 		int v = -1;
-		CHECK_OK(uvmDeviceGetAttribute(&v, uvmDevAttrConcurrentManagedAccess, d));
-		CHECK(v == p.concurrentManagedAccess);
+		CHECK_OK(uvmDeviceGetAttribute(&v, uvmDevAttrClockRate, d));
+		CHECK(v == machine_clock_khz() && v > 0);
+		CHECK_OK(uvmDeviceGetAttribute(&v, uvmDevAttrL2CacheSize, d));
+		CHECK(v == machine_l2());
+		CHECK_ERR(uvmDeviceGetAttribute(&v, (uvmDeviceAttr)22, d), uvmErrorNotSupported); /* MaxTexture2DWidth */
+		CHECK(strstr(uvmGetLastErrorMessage(), "textures") != NULL);
+		CHECK_ERR(uvmDeviceGetAttribute(&v, (uvmDeviceAttr)36, d), uvmErrorInvalidValue); /* MemoryClockRate */
+		uvmGetLastError();
 	}
 	CHECK_ERR(uvmGetDeviceProperties(NULL, 0), uvmErrorInvalidValue);
 	CHECK_ERR(uvmGetDeviceProperties(&p, NDEVICES), uvmErrorInvalidDevice);

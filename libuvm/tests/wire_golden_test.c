@@ -28,7 +28,7 @@ static const char *const go_only[] = {"stats-request", "stats-reply", "info-requ
 #define ADDR2 0x600000400000ul
 
 static const char *dir;
-static char used[64][64]; /* the fixtures read */
+static char used[256][64]; /* the fixtures read */
 static int nused;
 
 struct fixture {
@@ -55,7 +55,7 @@ static bool load(const char *name, struct fixture *f)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s.hex", dir, name);
-	if (nused < 64)
+	if (nused < 256)
 		snprintf(used[nused++], sizeof used[0], "%s", name);
 	f->name = name;
 	f->n = 0;
@@ -155,7 +155,13 @@ static void test_sent(void)
 	static const uint8_t params[] = {1, 2, 3, 4, 5};
 	uvm__encode_launch(m = out_start(&o), 13, 2, 64, 0x401000, params, sizeof params, 1);
 	expect_sent("launch-request", m);
-	struct uvm_crash crash = {.kernel = 0x401000, .stream = 2, .tid = 17, .nthreads = 64, .sig = 11, .code = 1, .addr = 0x10};
+	uvm__encode_trace_control(m = out_start(&o), 34, UVM_TRACE_START, "/tmp/prog.uvmtrace");
+	expect_sent("trace-control-request", m);
+	uvm__encode_launch_grid(m = out_start(&o), 15, 2, (uvmDim3){40, 3, 1}, (uvmDim3){16, 8, 2}, 4096, 1 << 20, UVM_GRID_COOPERATIVE, 0x401000,
+				params, sizeof params, -1);
+	expect_sent("launch-grid-request", m);
+	struct uvm_crash crash = {.kernel = 0x401000, .stream = 2, .tid = 17, .nthreads = 64, .sig = 11, .code = 1, .addr = 0x10,
+				  .block = 5, .grid_dim = {8, 1, 1}, .block_dim = {64, 1, 1}};
 	uvm__encode_crash(m = out_start(&o), &crash);
 	expect_sent("launch-crash", m);
 	uvm__encode_stream(m = out_start(&o), UVM_MSG_SYNC, 14, 2);
@@ -357,6 +363,29 @@ static void test_read(void)
 		EXPECT(&f, "the cpu", uvm__get_i32(&r), 1);
 		expect_end(&f, &r);
 	}
+	if (open_msg("launch-grid-request", &f, &r, UVM_MSG_LAUNCH_GRID, 15, 0)) {
+		struct uvm_launch_grid lg;
+		check_count++;
+		if (!uvm__decode_launch_grid(&r, &lg))
+			fail(f.name, "uvm__decode_launch_grid refuses it");
+		EXPECT(&f, "the stream", lg.stream, 2);
+		EXPECT(&f, "grid x", lg.grid.x, 40);
+		EXPECT(&f, "grid y", lg.grid.y, 3);
+		EXPECT(&f, "grid z", lg.grid.z, 1);
+		EXPECT(&f, "block x", lg.block.x, 16);
+		EXPECT(&f, "block y", lg.block.y, 8);
+		EXPECT(&f, "block z", lg.block.z, 2);
+		EXPECT(&f, "the shared memory", lg.shared, 4096);
+		EXPECT(&f, "the stack size", lg.stack, 1 << 20);
+		EXPECT(&f, "the flags", lg.flags, UVM_GRID_COOPERATIVE);
+		check_count++;
+		if (lg.name_len != 10 || memcmp(lg.name, "c:0x401000", 10) != 0)
+			fail(f.name, "the kernel name is not c:0x401000");
+		check_count++;
+		if (lg.params_len != 5 || memcmp(lg.params, "\1\2\3\4\5", 5) != 0)
+			fail(f.name, "the parameters are not 01 02 03 04 05 (%u bytes)", lg.params_len);
+		EXPECT(&f, "the cpu", lg.cpu, -1);
+	}
 	if (open_msg("launch-crash", &f, &r, UVM_MSG_LAUNCH, 0, UVM_WIRE_LAUNCH_FAILURE)) {
 		struct uvm_crash c;
 		check_count++;
@@ -369,6 +398,13 @@ static void test_read(void)
 		EXPECT(&f, "the signal", c.sig, 11);
 		EXPECT(&f, "si_code", c.code, 1);
 		EXPECT(&f, "the address", c.addr, 0x10);
+		EXPECT(&f, "the block", c.block, 5);
+		EXPECT(&f, "grid x", c.grid_dim.x, 8);
+		EXPECT(&f, "grid y", c.grid_dim.y, 1);
+		EXPECT(&f, "grid z", c.grid_dim.z, 1);
+		EXPECT(&f, "block x", c.block_dim.x, 64);
+		EXPECT(&f, "block y", c.block_dim.y, 1);
+		EXPECT(&f, "block z", c.block_dim.z, 1);
 	}
 	/* A device process reads a synchronize's and a stream-destroy's type
 	 * and sequence only; the stream is the socket's. */
@@ -378,7 +414,8 @@ static void test_read(void)
 	}
 	expect_empty("sync-reply", UVM_MSG_SYNC, 14);
 	expect_empty("stream-attach-reply", UVM_MSG_STREAM_ATTACH, 30); /* coherence.c uvmStreamAttachMemAsync */
-	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);   /* coherence.c uvm__coherence_before_launch */
+	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);
+	expect_empty("trace-control-reply", UVM_MSG_TRACE_CONTROL, 34); /* profiler.c */   /* coherence.c uvm__coherence_before_launch */
 	expect_empty("streams-idle-reply", UVM_MSG_STREAMS_IDLE, 32);   /* coherence.c uvm__coherence_after_sync */
 	expect_error("sync-error", UVM_MSG_SYNC, 14, UVM_WIRE_LAUNCH_FAILURE, uvmErrorLaunchFailure,
 		     "device 1: kernel c:0x401000 is not a C kernel (want c:0x<address>)");

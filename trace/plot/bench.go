@@ -30,9 +30,24 @@ type Series struct {
 	// second kind of the same colour.
 	Dashed bool
 	// Color is the series' colour; nil for SeriesColor of its place in
-	// the list.
+	// the list (for a Goal, goalColor).
 	Color color.Color
+	// Goal draws the series as a limit the others are measured against
+	// (a goal): each point a short horizontal bar, the points joined by
+	// a dotted line where there are several.
+	Goal bool
+	// Reference draws the series as a level to read the others against
+	// (plain's time, say): a thin dotted line through its points, no
+	// marks, in its colour (goalColor where none is given).
+	Reference bool
+	// AtLeast, where set for a point (its length is X's), says that its
+	// value is only a lower bound (a run stopped at its limit): the
+	// point is a hollow upward triangle rather than a dot.
+	AtLeast []bool
 }
+
+// goalColor is a Goal series' colour where it has none of its own.
+var goalColor = color.RGBA{R: 64, G: 64, B: 64, A: 255}
 
 // Axis is one axis of a Lines figure.
 type Axis struct {
@@ -45,6 +60,12 @@ type Axis struct {
 	// Bytes says the values are byte counts: ticks at powers of two
 	// (on a logarithmic axis), labelled in binary units: "64 KiB".
 	Bytes bool
+	// Reverse runs the axis from its greatest value to its least, left
+	// to right (or bottom to top): a budget falling from 100% to 25%.
+	Reverse bool
+	// Ticks, where set, are the values ticked and labelled on a linear
+	// axis (the budgets measured, say), in place of gonum's choice.
+	Ticks []float64
 }
 
 // SeriesColor is the colour of the i-th series of a figure: Tableau's
@@ -66,21 +87,30 @@ func Lines(title string, x, y Axis, series []Series) *gplot.Plot {
 	type kept struct {
 		s   Series
 		xys plotter.XYs
+		// lower are the points of xys that are lower bounds, the others
+		// dots.
+		lower, dots plotter.XYs
 	}
 	var drawn []kept
 	xr, yr := newExtent(), newExtent()
 	for _, s := range series {
-		var xys plotter.XYs
+		k := kept{s: s}
 		for i := range min(len(s.X), len(s.Y)) {
 			px, py := s.X[i], s.Y[i]
 			if !drawable(px, x.Log) || !drawable(py, y.Log) {
 				continue
 			}
-			xys = append(xys, plotter.XY{X: px, Y: py})
+			pt := plotter.XY{X: px, Y: py}
+			k.xys = append(k.xys, pt)
+			if i < len(s.AtLeast) && s.AtLeast[i] {
+				k.lower = append(k.lower, pt)
+			} else {
+				k.dots = append(k.dots, pt)
+			}
 			xr.add(px)
 			yr.add(py)
 		}
-		drawn = append(drawn, kept{s, xys})
+		drawn = append(drawn, k)
 	}
 	if xr.empty() {
 		title += "\n(nothing to draw)"
@@ -93,6 +123,9 @@ func Lines(title string, x, y Axis, series []Series) *gplot.Plot {
 		c := k.s.Color
 		if c == nil {
 			c = SeriesColor(i)
+			if k.s.Goal || k.s.Reference {
+				c = goalColor
+			}
 		}
 		var th multiThumb
 		if len(k.xys) > 1 {
@@ -102,25 +135,46 @@ func Lines(title string, x, y Axis, series []Series) *gplot.Plot {
 			}
 			l.LineStyle.Color = c
 			l.LineStyle.Width = lineWidth
-			if k.s.Dashed {
+			switch {
+			case k.s.Reference:
+				l.LineStyle.Width = lineWidth / 2
+				l.LineStyle.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+			case k.s.Goal:
+				l.LineStyle.Width = lineWidth * 3 / 4
+				l.LineStyle.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
+			case k.s.Dashed:
 				l.LineStyle.Dashes = []vg.Length{vg.Points(7), vg.Points(4)}
 			}
 			p.Add(l)
 			th = append(th, l)
 		}
-		sc, err := plotter.NewScatter(k.xys)
-		if err != nil {
-			panic(fmt.Sprintf("plot: marks %q: %v", k.s.Name, err))
-		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(3.5), Shape: draw.CircleGlyph{}}
-		if k.s.Dashed {
-			sc.GlyphStyle.Shape = thickRing{}
-			sc.GlyphStyle.Radius = vg.Points(4.5)
-		}
-		if len(k.xys) > 0 {
+		// The legend shows a series' dots, or its triangles where it
+		// has no dots.
+		marks := func(xys plotter.XYs, sty draw.GlyphStyle, legend bool) {
+			if len(xys) == 0 {
+				return
+			}
+			sc, err := plotter.NewScatter(xys)
+			if err != nil {
+				panic(fmt.Sprintf("plot: marks %q: %v", k.s.Name, err))
+			}
+			sc.GlyphStyle = sty
 			p.Add(sc)
-			th = append(th, sc)
+			if legend {
+				th = append(th, sc)
+			}
 		}
+		dot := draw.GlyphStyle{Color: c, Radius: vg.Points(3.5), Shape: draw.CircleGlyph{}}
+		switch {
+		case k.s.Goal:
+			dot = draw.GlyphStyle{Color: c, Radius: vg.Points(9), Shape: barGlyph{}}
+		case k.s.Dashed:
+			dot.Shape, dot.Radius = thickRing{}, vg.Points(4.5)
+		}
+		if !k.s.Reference {
+			marks(k.dots, dot, true)
+		}
+		marks(k.lower, draw.GlyphStyle{Color: c, Radius: vg.Points(6), Shape: thickTriangle{}}, len(k.dots) == 0)
 		name := k.s.Name
 		if len(k.xys) == 0 {
 			name += " (no data)"
@@ -155,6 +209,9 @@ func setAxis(a *gplot.Axis, spec Axis, e extent, vertical bool) {
 	case e.empty():
 		e = extent{0, 1}
 	}
+	if spec.Reverse {
+		defer func() { a.Scale = gplot.InvertedScale{Normalizer: a.Scale} }()
+	}
 	if spec.Log {
 		if e.lo == e.hi {
 			e.lo, e.hi = e.lo/2, e.hi*2
@@ -172,6 +229,13 @@ func setAxis(a *gplot.Axis, spec Axis, e extent, vertical bool) {
 		e.lo, e.hi = e.lo-1, e.hi+1
 	}
 	a.Min, a.Max = e.lo, e.hi
+	if len(spec.Ticks) > 0 {
+		var ticks gplot.ConstantTicks
+		for _, v := range spec.Ticks {
+			ticks = append(ticks, gplot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+		}
+		a.Tick.Marker = ticks
+	}
 	if spec.Bytes {
 		a.Tick.Marker = gplot.TickerFunc(func(lo, hi float64) []gplot.Tick {
 			ticks := gplot.DefaultTicks{}.Ticks(lo, hi)
@@ -267,6 +331,32 @@ func (thickRing) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
 	r := sty.Radius * 5 / 6
 	p.Move(vg.Point{X: pt.X + r, Y: pt.Y})
 	p.Arc(pt, r, 0, 2*math.Pi)
+	p.Close()
+	c.Stroke(p)
+}
+
+// barGlyph is a short horizontal bar, two radii wide: a goal's mark.
+type barGlyph struct{}
+
+func (barGlyph) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
+	c.SetLineStyle(draw.LineStyle{Color: sty.Color, Width: vg.Points(3)})
+	var p vg.Path
+	p.Move(vg.Point{X: pt.X - sty.Radius, Y: pt.Y})
+	p.Line(vg.Point{X: pt.X + sty.Radius, Y: pt.Y})
+	c.Stroke(p)
+}
+
+// thickTriangle is a hollow upward triangle with a thick outline: a
+// point that is only a lower bound.
+type thickTriangle struct{}
+
+func (thickTriangle) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
+	c.SetLineStyle(draw.LineStyle{Color: sty.Color, Width: sty.Radius / 3})
+	r := sty.Radius
+	var p vg.Path
+	p.Move(vg.Point{X: pt.X, Y: pt.Y + r})
+	p.Line(vg.Point{X: pt.X - r*0.866, Y: pt.Y - r/2})
+	p.Line(vg.Point{X: pt.X + r*0.866, Y: pt.Y - r/2})
 	p.Close()
 	c.Stroke(p)
 }

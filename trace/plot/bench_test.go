@@ -3,13 +3,13 @@ package plot
 import (
 	"bytes"
 	"image/color"
-	"image/png"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -180,22 +180,96 @@ func TestSaveBothWritesPNGAndSVG(t *testing.T) {
 	if !slices.Equal(paths, []string{base + ".png", base + ".svg"}) {
 		t.Fatalf("wrote %q", paths)
 	}
-	raw, err := os.ReadFile(base + ".png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := img.Bounds(); b.Dx() != 640 || b.Dy() != 480 {
-		t.Fatalf("PNG is %d x %d pixels, want 640 x 480", b.Dx(), b.Dy())
-	}
+	decodePNG(t, base+".png", 640, 480)
 	svg, err := os.ReadFile(base + ".svg")
 	if err != nil || !bytes.Contains(svg, []byte(`width="480pt" height="360pt"`)) { // 640 x 480 pixels at 96 an inch
 		t.Fatalf("SVG: %v %.300q", err, svg)
 	}
 	if _, err := SaveBoth(p, filepath.Join(t.TempDir(), "no", "such", "dir", "fig"), 640, 480); err == nil {
 		t.Fatal("SaveBoth into a missing directory: no error")
+	}
+}
+
+func TestLinesReversedAxisGoalsAndLowerBounds(t *testing.T) {
+	// A reversed linear x axis from 100 (left) to 20 (right), ticked at
+	// the values given; a log y axis from 1 to 100. Blue lies along
+	// y = 10; orange is one lower bound at (80, 40), a hollow triangle;
+	// the goal is one bar at (40, 3); the reference a dotted level at 1.
+	series := []Series{
+		{Name: "blue", X: []float64{100, 20}, Y: []float64{10, 10}},
+		{Name: "orange, a lower bound", X: []float64{80}, Y: []float64{40}, AtLeast: []bool{true}},
+		{Name: "goal", X: []float64{40}, Y: []float64{3}, Goal: true},
+		{Name: "level", X: []float64{100, 20}, Y: []float64{1, 1}, Reference: true},
+		{Name: "top", X: []float64{100}, Y: []float64{100}, Color: wantGreen},
+	}
+	p := Lines("reversed", Axis{Label: "budget", Reverse: true, Ticks: []float64{100, 80, 40, 20}}, Axis{Label: "ratio", Log: true}, series)
+	f := render(t, p, "lines-reversed", 1000, 700)
+	fx := func(x float64) float64 { return (100 - x) / 80 } // 100 on the left
+	fy := func(y float64) float64 { return math.Log10(y) / 2 }
+
+	// The orange triangle: its outline around (80, 40), its middle
+	// hollow; nothing orange where 80 would be on a forward axis.
+	x, y := f.at(fx(80), fy(40))
+	if n := f.around(wantDev0, 0.5, x, y, 9); n < 15 {
+		t.Errorf("%d orange pixels around (%d, %d), want the triangle at x = 80 (left of the middle)", n, x, y)
+	}
+	if n := f.around(wantDev0, 0.3, x, y, 1); n > 0 {
+		t.Errorf("%d orange pixels at the triangle's middle: want it hollow", n)
+	}
+	if rx, ry := f.at(1-fx(80), fy(40)); f.around(wantDev0, 0.2, rx, ry, 9) > 0 {
+		t.Errorf("orange at x = 80 of a forward axis: the axis is not reversed")
+	}
+	// The goal: a horizontal bar, grey, wider than high, at (40, 3).
+	x, y = f.at(fx(40), fy(3))
+	grey := color.RGBA{R: 64, G: 64, B: 64, A: 255}
+	wide, _ := f.count(grey, 0.8, x-10, x+11, y-1, y+2)
+	high, _ := f.count(grey, 0.8, x-1, x+2, y-10, y+11)
+	if wide < 30 || high > 12 {
+		t.Errorf("goal at (%d, %d): %d grey pixels across, %d up and down: want a horizontal bar", x, y, wide, high)
+	}
+	// The level at 1: dotted grey along the bottom, with no marks.
+	lx, ly := f.at(0.5, 0)
+	if n, _ := f.count(grey, 0.3, lx-40, lx+40, ly-2, ly+3); n < 10 || n > 80*5/2 {
+		t.Errorf("%d grey pixels along y = 1 around x %d: want a dotted line", n, lx)
+	}
+	// The blue line at 10 across the width.
+	for _, v := range []float64{90, 60, 30} {
+		x, y := f.at(fx(v), fy(10))
+		if n := f.around(wantCPU, 0.5, x, y, 3); n < 3 {
+			t.Errorf("x %v: %d blue pixels at (%d, %d)", v, n, x, y)
+		}
+	}
+	var values []float64
+	for _, tk := range p.X.Tick.Marker.Ticks(p.X.Min, p.X.Max) {
+		values = append(values, tk.Value)
+	}
+	if !slices.Equal(values, []float64{100, 80, 40, 20}) {
+		t.Errorf("x ticks at %v, want the values given", values)
+	}
+}
+
+func TestSaveColumnStacksThePanels(t *testing.T) {
+	// Two panels, blue above orange: each colour in its half only, and
+	// the gap between them white.
+	top := Lines("top", Axis{Label: "x"}, Axis{Label: "y"}, []Series{{Name: "blue", X: []float64{0, 1}, Y: []float64{1, 1}}})
+	bottom := Lines("bottom", Axis{Label: "x"}, Axis{Label: "y"}, []Series{{Name: "orange", X: []float64{0, 1}, Y: []float64{1, 1}, Color: wantDev0}})
+	path := filepath.Join(t.TempDir(), "column.png")
+	if err := SaveColumn([]*gplot.Plot{top, bottom}, path, Pixels(800), Pixels(1000)); err != nil {
+		t.Fatal(err)
+	}
+	img, _ := decodePNG(t, path, 800, 1000)
+	f := &figure{img: img, h: 1000}
+	blueTop, _ := f.count(wantCPU, 0.6, 0, 800, 0, 500)
+	blueBottom, _ := f.count(wantCPU, 0.6, 0, 800, 500, 1000)
+	orangeTop, _ := f.count(wantDev0, 0.6, 0, 800, 0, 500)
+	orangeBottom, _ := f.count(wantDev0, 0.6, 0, 800, 500, 1000)
+	if blueTop < 500 || blueBottom > 0 || orangeBottom < 500 || orangeTop > 0 {
+		t.Errorf("blue %d above, %d below; orange %d above, %d below: want blue above only, orange below only", blueTop, blueBottom, orangeTop, orangeBottom)
+	}
+	if n := f.white(0, 800, 0, 1000); n < 800*1000/2 {
+		t.Errorf("%d white pixels of 800000: the background is not white", n)
+	}
+	if err := SaveColumn(nil, path, Pixels(800), Pixels(1000)); err == nil {
+		t.Error("SaveColumn of no plots: no error")
 	}
 }

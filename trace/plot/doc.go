@@ -24,6 +24,12 @@
 // hidden. A trace with nothing to draw in a figure still gives one,
 // whose title says so.
 //
+// Lines and Bars draw tables rather than traces (the benchmarks'
+// figures): lines of (x, y) series, with goals, reference levels and
+// lower bounds marked as such (Series), on axes that may be logarithmic
+// or reversed (Axis); bars of named values. SaveColumn stacks several
+// figures into one image, their data areas lined up.
+//
 // Raster images are drawn at DPI dots an inch; Pixels turns a size in
 // pixels into the length that gives exactly that many.
 package plot

@@ -32,13 +32,51 @@ func Pixels(n int) vg.Length { return vg.Length(n) * vg.Inch / DPI }
 // extension names: .png or .svg, or another gonum knows (.pdf, .eps,
 // .jpg, .tif, .tex).
 func Save(p *gplot.Plot, path string, width, height vg.Length) error {
+	return save(path, func(format string) (io.WriterTo, error) { return writerTo(p, format, width, height) })
+}
+
+// SaveColumn writes plots stacked from top to bottom in one figure,
+// width by height, to path in the format its extension names, as Save
+// does. gonum's Align gives their data areas the same size and lines
+// them up, so that panels sharing an x axis read down the page.
+func SaveColumn(plots []*gplot.Plot, path string, width, height vg.Length) error {
+	return save(path, func(format string) (io.WriterTo, error) {
+		if len(plots) == 0 {
+			return nil, fmt.Errorf("no plots to draw")
+		}
+		if width <= 0 || height <= 0 {
+			return nil, fmt.Errorf("size %v x %v: want a positive width and height", width, height)
+		}
+		c, err := draw.NewFormattedCanvas(width, height, format)
+		if err != nil {
+			return nil, fmt.Errorf("format %q: want png or svg (or pdf, eps, jpg, tif, tex)", format)
+		}
+		column := make([][]*gplot.Plot, len(plots))
+		for i, p := range plots {
+			column[i] = []*gplot.Plot{p}
+		}
+		dc := draw.New(c)
+		// The space between the panels is the figure's too: white, as
+		// each panel's own background.
+		dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
+		tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadY: vg.Points(16)}
+		for i, cs := range gplot.Align(column, tiles, dc) {
+			plots[i].Draw(cs[0])
+		}
+		return c, nil
+	})
+}
+
+// save renders a figure in the format path's extension names and writes
+// it to path.
+func save(path string, render func(format string) (io.WriterTo, error)) error {
 	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
 	if format == "" {
 		return fmt.Errorf("plot: %s: no extension to name a format (want .png or .svg)", path)
 	}
 	// Render before creating the file, so that an unknown format leaves
 	// no empty file behind.
-	wt, err := writerTo(p, format, width, height)
+	wt, err := render(format)
 	if err != nil {
 		return fmt.Errorf("plot: %s: %w", path, err)
 	}

@@ -137,17 +137,7 @@ func render(t *testing.T, p *gplot.Plot, name string, w, h int) *figure {
 	if err := Save(p, path, Pixels(w), Pixels(h)); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
-		t.Fatalf("%s: image is %d x %d pixels, want %d x %d", name, b.Dx(), b.Dy(), w, h)
-	}
+	img, raw := decodePNG(t, path, w, h)
 	colours := map[color.RGBA]bool{}
 	for y := 0; y < h; y += 3 {
 		for x := 0; x < w; x += 3 {
@@ -167,6 +157,24 @@ func render(t *testing.T, p *gplot.Plot, name string, w, h int) *figure {
 		t.Fatalf("%s: data area %v is under half the figure", name, f.data.Rectangle)
 	}
 	return f
+}
+
+// decodePNG reads and decodes the PNG file path, and checks that it is w
+// x h pixels.
+func decodePNG(t *testing.T, path string, w, h int) (img image.Image, raw []byte) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err = png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
+		t.Fatalf("%s: image is %d x %d pixels, want %d x %d", path, b.Dx(), b.Dy(), w, h)
+	}
+	return img, raw
 }
 
 func rgba(c color.Color) color.RGBA {

@@ -22,8 +22,12 @@ const (
 
 // Memory policy modes and get_mempolicy flags.
 const (
-	MpolDefault = unix.MPOL_DEFAULT
-	MpolBind    = unix.MPOL_BIND
+	MpolDefault   = unix.MPOL_DEFAULT
+	MpolBind      = unix.MPOL_BIND
+	MpolPreferred = unix.MPOL_PREFERRED
+	// MpolMfMove makes mbind move the pages already there that only
+	// this process maps.
+	MpolMfMove = unix.MPOL_MF_MOVE
 
 	// mpolModeFlags are the flag bits get_mempolicy may OR into the mode.
 	mpolModeFlags = unix.MPOL_MODE_FLAGS
