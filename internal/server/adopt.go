@@ -431,6 +431,26 @@ func (sess *session) adoptDevice(l core.Device, kv *guard.View, restarts int) (*
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.
 	v.seq.Store(uint32(restarts) << 24)
+	// Until relayout maps its ranges again, the process maps what the
+	// dead server had it map, which nothing recorded: a fault there is
+	// installed through the view and the files looked at, and a move
+	// holds its writers still whatever file it moves from. Taking its
+	// own file for granted put a page a kernel faulted on into the host
+	// file it mapped there, while the table had it on the device; the
+	// kernel's writes were then lost
+	// (TestTakeoverDuringKernelsUnderPreferredLocation).
+	for _, r := range sess.ranges.Load().ranges {
+		if r.Kind != core.KindManaged {
+			continue
+		}
+		for bi := range r.Blocks() {
+			if b := r.BlockAt(bi); b != nil {
+				b.Lock()
+				b.MappingsUnknown(l)
+				b.Unlock()
+			}
+		}
+	}
 	sess.views[l.Slot()].Store(v)
 	go sess.readDeviceReplies(v)
 	return v, nil
