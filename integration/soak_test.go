@@ -202,14 +202,17 @@ func TestSoakFindsAWrongByte(t *testing.T) {
 // 300 rounds; each round must end within a minute of the last.
 //
 // `uvm bench soak` found it hanging (2026-12-07): a kernel thread of a
-// device process waits in handle_userfault forever, the client waits in
-// uvmDeviceSynchronize, the server serves no fault any more and logs
-// nothing. Here it hung in 11 runs of 12 with the budget and the clock
-// eviction (the default), at round 9 to 137 (most often 11); without the
-// budget (5 runs), or with UVM_EVICTION=lru (2 runs), 1,000 rounds
-// passed; turning the access counters or their hint faults off changed
-// nothing, nor did the server being a daemon; the soak's Go clients,
-// doing the same, do not hang.
+// device process waited in handle_userfault forever, the client in
+// uvmDeviceSynchronize, and the server served no fault any more and
+// logged nothing. The thread's write-protect fault had been read and
+// served: the page was read-duplicated, and the collapse to the
+// writer's copy lifted the protection with an error it ignored, EAGAIN,
+// which userfaultfd returns while the process moves a mapping into place
+// (the device remapping a run for accessed-by advice); nothing woke the
+// writer (the fdinfo of its userfaultfd: one fault read, none pending).
+// Unprotect now wakes the writers where the lift fails, and their retry
+// faults again. Before, it hung here in 11 runs of 12, at round 9 to 137;
+// with Unprotect's wake removed it hangs at round 10 or 11.
 func TestCAdviceAndKernelsOnTwoDevices(t *testing.T) {
 	requireRoot(t)
 	bin := buildC(t, "advise_write", "testdata/soak/advise_write.c")
