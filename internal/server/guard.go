@@ -245,7 +245,13 @@ func (s *Server) snapshot() *guard.State {
 		sess.filesMu.Unlock()
 		for l := 1; l < len(sess.views); l++ {
 			if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
-				ks.Views[core.DeviceAtSlot(l)] = &guard.View{PID: v.pid, Conn: dup(wire.RawFD(v.conn)), Uffd: dup(v.uffd.Fd())}
+				kv := &guard.View{PID: v.pid, Report: -1}
+				fds := v.guardFDs()
+				kv.Conn, kv.Uffd = dup(fds[0]), dup(fds[1])
+				if len(fds) == 3 {
+					kv.Report = dup(fds[2])
+				}
+				ks.Views[core.DeviceAtSlot(l)] = kv
 				v.release()
 			}
 		}

@@ -86,6 +86,10 @@ type session struct {
 	// guard, so that the guard's copy follows the same order.
 	journalMu sync.Mutex
 	journal   *journal
+	// profiler is the client's last profiler request the journal held,
+	// on a session taken over: what openSessionTrace records (nil: none,
+	// UVM_TRACE decides).
+	profiler *wire.TraceControlRequest
 	// lastSeq is the sequence number of the last request answered: a
 	// client that learns of a restart sends its pending request again,
 	// and when the new server had it already, the copy is dropped.
@@ -186,6 +190,9 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 			return nil, err
 		}
 		sess.launch = ls.settle(sess.client().uffd.Features())
+		if sess.launch != nil {
+			sess.record(guard.ModelRecord(string(sess.launch.dirty)))
+		}
 	}
 	if hello.Role == wire.RoleClient {
 		s.track(sess.client())
@@ -351,7 +358,11 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 	case struct{}: // info
 		return wire.EncodeStringReply(h, sess.srv.infoJSON()), nil, nil
 	case wire.StreamAttachRequest:
-		return wire.EncodeEmptyReply(h), nil, sess.streamAttach(r)
+		err := sess.streamAttach(r)
+		if err == nil {
+			sess.record(guard.AttachRecord(wire.EncodeStreamAttach(0, r)))
+		}
+		return wire.EncodeEmptyReply(h), nil, err
 	case wire.LaunchBeginRequest:
 		if sess.tracing() {
 			sess.emit(&trace.Event{Kind: trace.KindLaunch, Processor: r.Device, Stream: uint64(r.Stream), Name: r.Kernel})

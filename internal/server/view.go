@@ -55,6 +55,9 @@ type view struct {
 	// 2026-12-07: a takeover stalled for 10 s, then the client's next
 	// synchronize failed with its device process "exited with status 1").
 	awaited atomic.Uint32
+	// report is the server's end of the process's report socket, nil if
+	// it reports nothing (devicetrace.go); the guard keeps a copy.
+	report *deviceTrace
 	// connDone is closed when the device process's connection ends, so
 	// that a request in flight fails at once instead of at its timeout
 	// (detach waits for it).
@@ -142,16 +145,29 @@ func (sess *session) deviceConnect(d core.Device) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
 	}
-	go sess.serveDevice(core.Device(d), local)
+	go sess.serveDevice(core.Device(d), local, nil)
 	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	return fd, err
 }
 
+// guardFDs are the descriptors of a device view the guard keeps: its
+// connection, its userfaultfd, and its report socket if it has one.
+func (v *view) guardFDs() []int {
+	fds := []int{wire.RawFD(v.conn), v.uffd.Fd()}
+	if v.report != nil {
+		if fd := wire.RawFD(v.report.conn); fd >= 0 { // -1: the process closed it, and it was let go
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
 // serveDevice runs the server's side of a device process's connection.
-func (sess *session) serveDevice(l core.Device, c *net.UnixConn) {
+// report is the server's end of its report socket, nil if none.
+func (sess *session) serveDevice(l core.Device, c *net.UnixConn, report *deviceTrace) {
 	srv := sess.srv
-	v, err := sess.attachDevice(l, c)
+	v, err := sess.attachDevice(l, c, report)
 	if err != nil {
 		if !errors.Is(err, wire.ErrPeerGone) {
 			srv.logger.Printf("pid %d device %d: %v", sess.pid, l, err)
@@ -222,7 +238,7 @@ func (sess *session) awaitExitedView(l core.Device, wait time.Duration) {
 	}
 }
 
-func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error) {
+func (sess *session) attachDevice(l core.Device, c *net.UnixConn, report *deviceTrace) (*view, error) {
 	srv := sess.srv
 	buf := make([]byte, wire.MaxMessageSize)
 	b, fds, err := wire.ReadMessage(c, buf)
@@ -262,7 +278,7 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 		fds = append(fds, f.Fd())
 	}
 	v := &view{sess: sess, loc: l, pid: int(dh.Pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{}),
-		minorOwn: sess.deviceMinor(l, u)}
+		minorOwn: sess.deviceMinor(l, u), report: report}
 
 	sess.awaitExitedView(l, staleViewWait)
 
@@ -307,7 +323,7 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 		return nil, err
 	}
-	srv.guard.send(GuardViewMsg(sess.id, l, v.pid), wire.RawFD(c), u.Fd())
+	srv.guard.send(GuardViewMsg(sess.id, l, v.pid), v.guardFDs()...)
 	srv.track(v)
 	sess.views[l.Slot()].Store(v)
 	// Published first, so that copies made from now on protect it too;
