@@ -94,10 +94,10 @@ bench: build ## run the Go benchmarks and `uvm bench` faults, launch, memcpy and
 	$(BIN)/uvm bench memcpy
 	$(BIN)/uvm bench access
 
-lint: ## gofmt, go vet, the import fence, uvm's API hiding internal types, a tidy go.mod, and libuvm's wire constants as Go defines them
+lint: ## gofmt, go vet, the import fence, uvm's API hiding internal types, libuvm's layers, packages under 8,000 lines and cli's and the benchmarks' functions under 100, a tidy go.mod, and libuvm's wire constants as Go defines them
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt would change the files above"; exit 1; }
 	$(GO) vet ./...
-	$(GO) test -count=1 -run 'TestImportFence|TestLayers|TestEngineAndLabDoNotImportServer|TestPublicAPIHidesInternals' ./internal/lint/
+	$(GO) test -count=1 -run 'TestImportFence|TestLayers|TestEngineAndLabDoNotImportServer|TestBenchmarksMeasureThroughTheClient|TestPublicAPIHidesInternals|TestPackageSize|TestFunctionLength|TestLibuvmLayers|TestParseC' ./internal/lint/
 	$(GO) mod tidy -diff
 	$(GO) run ./internal/wire/internal/gencheader -check -o libuvm/src/wire_gen.h
 

@@ -1,24 +1,27 @@
 package cli
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
+	"os/signal"
 	"path/filepath"
-	"runtime"
-	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
-	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/bench"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/internal/config"
-	"github.com/softuvm/softuvm/uffd"
+	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
 )
+
+// `uvm bench NAME`: each benchmark's flags, read into its options
+// (internal/bench measures), and its report printed, as one JSON object
+// with --json.
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -53,79 +56,18 @@ func runBench(args []string) error {
 	return fmt.Errorf("unknown benchmark %q: want faults, launch, grid, memcpy, access, restart, oversub, run, cliff or soak", args[0])
 }
 
-// faultsReport is the JSON `uvm bench faults --json` prints. Each figure
-// is the median over runs, after a warm-up run that is not counted.
-type faultsReport struct {
-	Machine machineSummary `json:"machine"`
-	Runs    int            `json:"runs"`
+// benchProgress is every benchmark's progress: a line on standard
+// error, so that --json's object is alone on standard output.
+func benchProgress(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
 
-	// One 4 KiB host fault served by the server, prefetch off, the
-	// faulting thread unpinned.
-	FaultP50US float64 `json:"fault_p50_us"`
-	FaultP99US float64 `json:"fault_p99_us"`
-	// The same served by a minimal C handler in the faulting process
-	// (uvm-cfloor), in the same run: the better of its two placements
-	// (one pinned handler per CPU, or one unpinned handler), named in
-	// CFloorPlacement. Which is better depends on the machine: on a
-	// 2-CPU VM the per-CPU handlers, on 16 CPUs the single one.
-	CFloorP50US     *float64 `json:"c_floor_p50_us"`
-	CFloorP99US     *float64 `json:"c_floor_p99_us"`
-	CFloorPlacement string   `json:"c_floor_placement,omitempty"`
-	FaultToFloor    *float64 `json:"fault_to_c_floor_ratio"`
-	// Handler placement: the server with a handler waiting on every CPU,
-	// and with one unpinned handler; the C floor in each placement.
-	FaultPerCPUHandlersP50US  float64  `json:"fault_per_cpu_handlers_p50_us"`
-	FaultSingleHandlerP50US   float64  `json:"fault_single_handler_p50_us"`
-	CFloorPerCPUHandlersP50US *float64 `json:"c_floor_per_cpu_handlers_p50_us"`
-	CFloorSingleHandlerP50US  *float64 `json:"c_floor_single_handler_p50_us"`
-	CFloorNote                string   `json:"c_floor_note,omitempty"`
-
-	// Recording: the same faults on two servers at once, one recording
-	// every event to a trace file (--trace), one not, alternating run by
-	// run. TraceOverhead is recording's p50 over the other's.
-	UntracedFaultP50US         float64 `json:"untraced_fault_p50_us"`
-	TracedFaultP50US           float64 `json:"traced_fault_p50_us"`
-	TraceOverhead              float64 `json:"trace_overhead_ratio"`
-	TraceBytesPerMillionFaults float64 `json:"trace_bytes_per_million_faults"`
-	TraceEventsPerFault        float64 `json:"trace_events_per_fault"`
-	TraceDropped               uint64  `json:"trace_dropped_events"`
-
-	// Sequential first touch (one write per page) of managed memory with
-	// the default prefetch, against plain anonymous memory in 4 KiB pages
-	// (MADV_NOHUGEPAGE), as managed memory is mapped. The machine's
-	// transparent huge page settings, anonymous and shmem, are recorded:
-	// they change both sides' costs.
-	FirstTouchManagedNS float64 `json:"firsttouch_managed_ns_per_page"`
-	FirstTouchAnonNS    float64 `json:"firsttouch_anon_ns_per_page"`
-	FirstTouchRatio     float64 `json:"firsttouch_ratio"`
-	FirstTouchFaults    uint64  `json:"firsttouch_faults"`
-	THPAnon             string  `json:"thp_anon"`
-	THPShmem            string  `json:"thp_shmem"`
-	// The floor under any first touch of managed memory here: creating a
-	// zeroed page in a memfd and mapping it with UFFDIO_ZEROPAGE, 2 MiB
-	// per call, no fault at all.
-	ZeroPageFloorNS float64 `json:"zeropage_floor_ns_per_page"`
-
-	// A host copy out of memory resident on device 0 (fault-driven
-	// migration with prefetch) into a warm buffer, against the same copy
-	// from a warm source on the same thread.
-	D2HGBps           float64 `json:"d2h_read_gbps"`
-	Memcpy1TGBps      float64 `json:"memcpy_1t_gbps"`
-	D2HMemcpyFraction float64 `json:"d2h_memcpy_fraction"`
-	D2HFaults         uint64  `json:"d2h_faults"`
-	// D2HReadAhead counts the pages of the last run that came back read
-	// ahead of the copy (policy.ReadAhead), not on its faults.
-	D2HReadAhead uint64 `json:"d2h_read_ahead_pages"`
-	// The floor under any migration into fresh pages on this machine:
-	// writing into newly allocated pages of a memfd (pwrite), in GB/s.
-	FreshPageWriteGBps float64 `json:"fresh_page_write_gbps"`
-	SizeBytes          int64   `json:"size_bytes"`
-}
-
-type machineSummary struct {
-	CPUs   int    `json:"cpus"`
-	Kernel string `json:"kernel"`
-	Go     string `json:"go"`
+// printReport prints a benchmark's report: as JSON with --json, else its
+// table.
+func printReport(asJSON bool, rep interface{ Print(io.Writer) }) error {
+	if asJSON {
+		return writeJSON(os.Stdout, rep)
+	}
+	rep.Print(os.Stdout)
+	return nil
 }
 
 func benchFaults(args []string) error {
@@ -146,480 +88,431 @@ func benchFaults(args []string) error {
 	if *runs < 1 || *pages < 100 || size < 16*uvm.PageSize {
 		return fmt.Errorf("want --runs >= 1, --pages >= 100 and --size >= 64KiB")
 	}
-	rep := faultsReport{Runs: *runs, SizeBytes: size, Machine: machineSummary{CPUs: cpus(), Kernel: kernelRelease(), Go: goVersion()}}
-	progress := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "uvm bench: "+format+"\n", a...) }
-
-	cfg := uvm.DefaultServerConfig()
-	cfg.Devices = config.DeviceSpecs(1, []int64{max(config.DefaultArenaSize, 2*size)}, cfg.Devices[0].Backend)
-	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	rep, err := bench.Faults(bench.FaultsOptions{Runs: *runs, Pages: *pages, Size: size, CFloor: *cfloor, Progress: benchProgress})
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	return printReport(*asJSON, rep)
+}
 
-	progress("fault latency: %d runs of %d one-page faults, prefetch off", *runs, *pages)
-	p50, p99, err := faultLatency(s, *pages, *runs)
+func benchLaunch(args []string) error {
+	fs := newFlagSet("bench launch", "[--json] [--max-kb N] [--seconds S] [--schedule auto,spin,yield,blocking] [--plot DIR]",
+		"Reproduce the launch-and-touch experiment (a kernel touches a managed buffer, the host touches it back), and time a null launch under each schedule flag against a pipe round trip")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	schedule := fs.String("schedule", "auto,spin,yield,blocking", "schedule flags (SetDeviceFlags) to time the null launch under, a row each: a list of auto, spin, yield and blocking; the launch-and-touch rows run under auto, the default")
+	rounds := fs.Int("rounds", 5, "rounds of the null launch and pipe round trip, taken in turn (median of all)")
+	coherence := fs.String("coherence", "fault", "coherence models to run the launch-and-touch rows under: fault, launch, or fault,launch (then side by side, with the seed's GM200 and GP100 figures and the cost of dirty tracking)")
+	dirtySize := fs.String("dirty-size", "64MiB", "memory the dirty-tracking measurement writes (with --coherence launch)")
+	maxKB := fs.Int("max-kb", 65536, "largest buffer, in KiB")
+	seconds := fs.Float64("seconds", 0.3, "time spent on each size")
+	oversubArena := fs.String("oversub-arena", "64MiB", "arena of the oversubscription run, which streams through twice as much")
+	runs := fs.Int("runs", 5, "runs of the oversubscription stream (median)")
+	thrashing := fs.String("thrashing", "off", "thrashing detection of the server (on, off, or settings); off measures migration every iteration, as the experiment means to")
+	plotDir := fs.String("plot", "", "also draw the tables into `DIR` (created if missing), as PNG and SVG: launch-touch (us per iteration against the size touched, log-log, each coherence model run beside the H200 and the seed's GM200 and GP100 at the sizes run) and launch-null (the null launch under each schedule against the pipe round trip and the reference GPUs)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	thrash, err := policy.ParseThrashingSpec(*thrashing)
+	if err != nil {
+		return fmt.Errorf("--thrashing: %w", err)
+	}
+	arena, err := uvm.ParseSize(*oversubArena)
+	if err != nil || arena < uvm.BlockSize || *runs < 1 {
+		return fmt.Errorf("want --oversub-arena of at least 2 MiB and --runs >= 1 (have %q, %d)", *oversubArena, *runs)
+	}
+	if *maxKB < 4 || *seconds <= 0 || *rounds < 1 {
+		return fmt.Errorf("want --max-kb >= 4, --seconds > 0 and --rounds >= 1")
+	}
+	schedules, err := bench.ParseSchedules(*schedule)
 	if err != nil {
 		return err
 	}
-	rep.FaultP50US, rep.FaultP99US = p50, p99
-	for _, alt := range []struct {
-		placement config.HandlerPlacement
-		p50       *float64
-	}{{config.HandlersPerCPU, &rep.FaultPerCPUHandlersP50US}, {config.HandlersSingle, &rep.FaultSingleHandlerP50US}} {
-		c := cfg
-		c.Handlers = alt.placement
-		progress("fault latency with %s handlers", alt.placement)
-		ss, err := uvm.Connect(uvm.Config{Server: "private", Private: c})
-		if err != nil {
-			return err
-		}
-		*alt.p50, _, err = faultLatency(ss, *pages, *runs)
-		ss.Close()
-		if err != nil {
-			return err
-		}
-	}
-	progress("recording: %d runs each of %d one-page faults on a server recording a trace and on one not, alternating", *runs, *pages)
-	if err := traceOverhead(cfg, *pages, *runs, &rep); err != nil {
+	models, err := bench.ParseModels(*coherence)
+	if err != nil {
 		return err
 	}
-	if path, err := findCFloor(*cfloor); err != nil {
-		rep.CFloorNote = err.Error()
-	} else {
-		progress("C floor: %s", path)
-		for _, placement := range []string{"percpu", "single"} {
-			f, err := runCFloor(path, placement, *pages, *runs)
-			if err != nil {
-				rep.CFloorNote = err.Error()
-				continue
+	dirtyBytes, err := uvm.ParseSize(*dirtySize)
+	if err != nil || dirtyBytes < uvm.PageSize {
+		return fmt.Errorf("--dirty-size %q: want a size of at least a page", *dirtySize)
+	}
+	rep, err := bench.Launch(bench.LaunchOptions{Schedules: schedules, Rounds: *rounds, Models: models, DirtySize: dirtyBytes,
+		MaxKB: *maxKB, PerSize: time.Duration(*seconds * float64(time.Second)), OversubArena: arena, Runs: *runs, Thrashing: thrash,
+		PlotDir: *plotDir, Progress: benchProgress})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchGrid(args []string) error {
+	fs := newFlagSet("bench grid", "[--json] [--rounds N] [--reduce-mib M] [--touch-kib 64,1024,...] [--runtime c,go]",
+		"Time grid launches (CUDA's blocks, barriers, shared memory) against the (tid, nthreads) launch in the same run, in C (fibers) and Go (goroutines)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	rounds := fs.Int("rounds", 9, "rounds of each measurement (median), the two variants alternating which goes first")
+	reduceMiB := fs.Int("reduce-mib", 64, "MiB of floats the reductions sum")
+	touchList := fs.String("touch-kib", "64,1024,16384", "buffer sizes of the launch-and-touch rows, in KiB (multiples of 4)")
+	runtimes := fs.String("runtime", "c,go", "which runtimes: c (libuvm's fibers), go (goroutines), or both")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *rounds < 1 || *reduceMiB < 1 {
+		return fmt.Errorf("want --rounds >= 1 and --reduce-mib >= 1 (have %d, %d)", *rounds, *reduceMiB)
+	}
+	var touch []int
+	for _, f := range strings.Split(*touchList, ",") {
+		kib, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || kib < 4 || kib%4 != 0 {
+			return fmt.Errorf("--touch-kib %q: %q is not a size in KiB, a multiple of 4", *touchList, f)
+		}
+		touch = append(touch, kib)
+	}
+	wantC, wantGo := false, false
+	for _, r := range strings.Split(*runtimes, ",") {
+		switch strings.TrimSpace(r) {
+		case "c":
+			wantC = true
+		case "go":
+			wantGo = true
+		default:
+			return fmt.Errorf("--runtime %q: want c, go or c,go", *runtimes)
+		}
+	}
+	rep, err := bench.Grid(bench.GridOptions{Rounds: *rounds, ReduceMiB: *reduceMiB, TouchKiB: touch, C: wantC, Go: wantGo, Progress: benchProgress})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchMemcpy(args []string) error {
+	fs := newFlagSet("bench memcpy", "[--json] [--size SIZE] [--runs N] [--producers LIST] [--plot DIR]",
+		"Measure the copy engine: Memcpy to device memory and back and Prefetch both ways against plain memcpy, how the copy scales with producer threads, and from which size the engine wins")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	sizeText := fs.String("size", "1GiB", "bytes per transfer")
+	runs := fs.Int("runs", 5, "measured runs of each transfer (median)")
+	producersText := fs.String("producers", "", "comma list of producer counts to time (default: 1, 2, 4, ... up to the CPUs)")
+	plotDir := fs.String("plot", "", "also draw the sizes sweep (a single-thread copy between host buffers and Memcpy each way, each timed at 64 KiB, 256 KiB, ... up to --size) into `DIR` (created if missing) as copy-sizes.png and copy-sizes.svg, GB/s against the copy's size; it also sweeps Memcpy with the engine forced off (one thread) and forced on (from 1 byte, a producer per CPU), drawn beside the calibration's choice and given in --json as sizes_one_thread and sizes_engine_forced")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := uvm.ParseSize(*sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if size < 4<<20 || *runs < 1 {
+		return fmt.Errorf("want --size of at least 4 MiB and --runs >= 1 (have %q, %d)", *sizeText, *runs)
+	}
+	producers, err := parseProducers(*producersText)
+	if err != nil {
+		return err
+	}
+	rep, err := bench.Memcpy(bench.MemcpyOptions{Size: size, Runs: *runs, Producers: producers, PlotDir: *plotDir, Progress: benchProgress})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchAccess(args []string) error {
+	fs := newFlagSet("bench access", "[--json] [--runs N] [--size SIZE] [--period D] [--access-counting MODE]",
+		"Measure the access counters: their cost per fault, a kernel streaming over remotely mapped memory before and after delayed migration, and the anatomy of a fault")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	runs := fs.Int("runs", 7, "launches timed after migration (median)")
+	faultRounds := fs.Int("fault-rounds", 21, "rounds of each fault-cost condition (median)")
+	sizeText := fs.String("size", "256MiB", "the remotely mapped range")
+	period := fs.Duration("period", 50*time.Millisecond, "hint-fault period of the streaming run (the server's default is 1s)")
+	mode := fs.String("access-counting", config.AccessCountingAuto, "access counting of the streaming run: auto, ebpf or user")
+	faultPages := fs.Int("fault-pages", 65536, "minor faults per fault-cost round")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up waiting for delayed migration after this long")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := uvm.ParseSize(*sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if *runs < 1 || *faultRounds < 1 || size < 64<<10 || *faultPages < 64 || *period < time.Millisecond {
+		return fmt.Errorf("want --runs >= 1, --fault-rounds >= 1, --size >= 64KiB, --fault-pages >= 64 and --period >= 1ms")
+	}
+	if *mode != config.AccessCountingAuto && *mode != config.AccessCountingEBPF && *mode != config.AccessCountingUser {
+		return fmt.Errorf("--access-counting %q: want auto, ebpf or user", *mode)
+	}
+	rep, err := bench.Access(bench.AccessOptions{Runs: *runs, FaultRounds: *faultRounds, FaultPages: *faultPages, Size: size,
+		Period: *period, AccessCounting: *mode, Timeout: *timeout, Progress: benchProgress})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchRestart(args []string) error {
+	fs := newFlagSet("bench restart", "[--json] [--kills N] [--size SIZE]",
+		"Kill a private server N times under a client holding SIZE of managed memory (half on the host, half on device 0): the pause a client sees from the kill to an answer, the new server's rebuild of residency from the files, and every byte checked after")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	kills := fs.Int("kills", 20, "servers killed")
+	sizeText := fs.String("size", "512MiB", "managed memory the servers hold")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := uvm.ParseSize(*sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if *kills < 1 || size < 1<<20 {
+		return fmt.Errorf("want --kills >= 1 and --size >= 1MiB")
+	}
+	rep, err := bench.Restart(bench.RestartOptions{Kills: *kills, Size: size, Progress: benchProgress})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchOversub(args []string) error {
+	fs := newFlagSet("bench oversub", "[--json] [--budget SIZE] [--size SIZE] [--sweeps N] [--runs N] [--no-cgroup] [--uvm PATH]",
+		"Sweep an array larger than a host budget (by default three times it) with a C program, three ways in alternation: plain, under `uvm run --host-budget BUDGET`, "+
+			"and plain in a memory cgroup (v1 or v2) limited to BUDGET with zram swap, which the benchmark sets up and tears down where the machine allows it (root, a memory controller, zram). "+
+			"Each run checks every word of the array. Reports medians of each variant's sweep and wall times and the ratios managed/unmanaged (goal at most 2.5) and managed/cgroup (goal below 1)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	budgetText := fs.String("budget", "16MiB", "the host budget of the managed variant, and the memory limit of the cgroup")
+	sizeText := fs.String("size", "", "the array (default: three times --budget)")
+	sweeps := fs.Int("sweeps", 30, "sweeps over the array, each reading and writing every 8-byte word")
+	runs := fs.Int("runs", 3, "measured runs of each variant (median), after a warm-up run of each")
+	noCgroup := fs.Bool("no-cgroup", false, "skip the cgroup variant (it adds a swap device to the machine while it runs)")
+	uvmBin := fs.String("uvm", "", "the uvm binary that runs the managed variant (default: this one)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	budget, err := uvm.ParseSize(*budgetText)
+	if err != nil {
+		return fmt.Errorf("--budget: %w", err)
+	}
+	if budget < 1<<20 {
+		return fmt.Errorf("--budget %s: want at least 1MiB (smaller allocations are not managed by uvm run)", *budgetText)
+	}
+	size := 3 * budget
+	if *sizeText != "" {
+		if size, err = uvm.ParseSize(*sizeText); err != nil {
+			return fmt.Errorf("--size: %w", err)
+		}
+		if size <= budget {
+			return fmt.Errorf("--size %s: want more than --budget %s, or nothing is oversubscribed", *sizeText, *budgetText)
+		}
+	}
+	if *sweeps < 1 {
+		return fmt.Errorf("--sweeps %d: want at least 1", *sweeps)
+	}
+	if *runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", *runs)
+	}
+	self, err := managedVariantsBinary(*uvmBin, func() error { return nil })
+	if err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	rep, err := bench.Oversub(bench.OversubOptions{Budget: budget, Size: size, Sweeps: *sweeps, Runs: *runs, UVMBin: self, NoCgroup: *noCgroup,
+		Progress: benchProgress, Interruptions: sigs})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchRun(args []string) error {
+	fs := newFlagSet("bench run", "[--json] [--programs LIST] [--budget-fraction F] [--eviction LIST] [--runs N] [--size NAME=SIZE,...] [--timeout D] [--no-cgroup] [--uvm PATH] [--trace DIR]",
+		"Run the real programs of internal/bench/workloads ("+strings.Join(workloads.Names(), ", ")+") three ways, alternating, after a warm-up run of each way: "+
+			"plain; under `uvm run --host-budget B`, where B is --budget-fraction of the plain run's peak RSS (the program's own, measured through a small C wrapper built at run time with $CC, cc or gcc; rounded up to a MiB, at least 4 MiB), once per eviction policy of --eviction; "+
+			"and plain in a memory cgroup (v1 or v2) limited to B with zram swap, set up and torn down as `uvm bench oversub` does (root). Every run's output is checked against the plain run's. "+
+			"Reports the median wall times, their ratios to plain (goal: at most 3) and to the cgroup (goal: below 1), and the bytes moved each way")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	programs := fs.String("programs", "all", "the programs to run, a comma list of "+strings.Join(workloads.Names(), ", "))
+	fraction := fs.Float64("budget-fraction", 0.25, "the host budget (and the cgroup's limit) as a fraction of the plain run's peak RSS")
+	evictions := fs.String("eviction", "lru,"+policy.DefaultEviction, "eviction policies, a comma list: each runs the programs under uvm run --eviction POLICY, a variant of its own (by default the old default, lru, against the new)")
+	runs := fs.Int("runs", 3, "measured runs of each variant (median), after a warm-up run of each")
+	timeout := fs.Duration("timeout", 0, "the limit of each run (default: 10 times the plain warm-up run, at least 20s); a variant that passes it is dropped for that program")
+	noCgroup := fs.Bool("no-cgroup", false, "skip the cgroup variant (it adds a swap device to the machine while it runs)")
+	uvmBin := fs.String("uvm", "", "the uvm binary that runs the managed variants (default: this one)")
+	traceDir := fs.String("trace", "", "record the managed variants' runs to DIR/PROGRAM-EVICTION.uvmtrace (the last run's stays; a run cut short by its limit leaves a trace cut short, which still replays), for uvm trace replay and uvm lab score; recording adds a few percent to the managed times")
+	sizes := fs.String("size", "", "input sizes of some programs, a comma list of NAME=SIZE (default: each program's own, 0.5-3 s plain)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	progs, err := workloads.Select(*programs)
+	if err != nil {
+		return fmt.Errorf("--programs: %w", err)
+	}
+	if *fraction <= 0 || *fraction > 1 {
+		return fmt.Errorf("--budget-fraction %v: want more than 0 and at most 1", *fraction)
+	}
+	if *runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", *runs)
+	}
+	if *timeout < 0 {
+		return fmt.Errorf("--timeout %v: want a positive duration", *timeout)
+	}
+	var evs []string
+	for _, e := range strings.Split(*evictions, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			evs = append(evs, e)
+		}
+	}
+	if len(evs) == 0 {
+		return fmt.Errorf("--eviction %q: want at least one policy", *evictions)
+	}
+	self, err := managedVariantsBinary(*uvmBin, func() error {
+		for _, e := range evs {
+			if err := policy.ValidateEviction(e); err != nil {
+				return fmt.Errorf("--eviction %s: %w", e, policyHint(err))
 			}
-			if placement == "percpu" {
-				rep.CFloorPerCPUHandlersP50US = &f.P50
-			} else {
-				rep.CFloorSingleHandlerP50US = &f.P50
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sizeOf, err := bench.ParseRunSizes(*sizes)
+	if err != nil {
+		return err
+	}
+	if *traceDir, err = writableTraceDir(*traceDir); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	rep, err := bench.Run(ctx, bench.RunOptions{
+		Programs: progs, Fraction: *fraction, Evictions: evs, Runs: *runs, Size: sizeOf, UVMBin: self, NoCgroup: *noCgroup, TraceDir: *traceDir,
+		Timeout: *timeout, TimeoutFactor: 10, TimeoutFloor: 20 * time.Second, Progress: benchProgress,
+	})
+	if err != nil {
+		return err
+	}
+	return printReport(*asJSON, rep)
+}
+
+func benchCliff(args []string) error {
+	fs := newFlagSet("bench cliff", "[--json] [--png FILE|DIR] [--programs LIST] [--budgets LIST] [--runs N] [--bound] [--thrashing SPEC] [--eviction POLICY] [--size NAME=SIZE,...] [--timeout D] [--uvm PATH]",
+		"Draw the budget curve: each program's time and faults under `uvm run --host-budget B` for B at each of --budgets percent of its managed peak "+
+			"(the most managed memory the host held at once in an unconstrained `uvm run` of it), against the program run plain and against the faults LRU and Belady's MIN "+
+			"(the fewest any eviction can take) take on the same references with room for B in 4 KiB pages. "+
+			"The programs: loop (a C program sweeping an array in order), walk (a C program making random read-modify-writes over an array), both built at run time with $CC, cc or gcc, "+
+			"whose references are computed exactly here; and the real programs of uvm bench run and gzip and xz -0 ("+strings.Join(workloads.AllNames(), ", ")+"), "+
+			"whose references --bound reads from a run under valgrind's lackey tool, as uvm lab bound does. "+
+			"Each variant (plain, uvm run with no budget, each budget) runs once to warm up, then --runs times, alternating; every output is checked against the plain run's. "+
+			"Reports median times, their ratios to plain, faults, bytes moved each way and pages the resident core protected, and checks the goals: "+
+			"at 90% at most 1.5 times plain, at 50% at most 3 times, no step between neighbouring budgets above 3 times, and faults at most LRU's")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	pngPath := fs.String("png", "", "also draw the curve into this PNG file (a directory: cliff.png in it): time over plain, faults over LRU's and bytes brought back over MIN's, against the budget")
+	programs := fs.String("programs", bench.CliffDefaultPrograms, "the programs, a comma list of "+strings.Join(bench.CliffProgramNames(), ", ")+", or all")
+	budgets := fs.String("budgets", bench.CliffDefaultBudgets, "host budgets in percent of each program's managed peak, a comma list (each above 0 and at most 100), measured from the largest down")
+	runs := fs.Int("runs", 3, "measured runs of each variant (median), after a warm-up run of each")
+	bound := fs.Bool("bound", false, "also count LRU's and MIN's faults for the real programs, from every load and store of a run under valgrind's lackey tool (thousands of times slower than plain: 2-17 minutes a program at the inputs --bound chooses, which are small, about 0.1 s plain, so that uvm run's own start weighs in their times); the synthetic programs' are always counted, from their exact reference strings")
+	thrashing := fs.String("thrashing", "", "uvm run's --thrashing for every managed run (default: uvm run's own, "+policy.DefaultThrashing.String()+"); refault=off draws the curve without the resident core")
+	eviction := fs.String("eviction", "", "uvm run's --eviction for every managed run (default: uvm run's own, "+policy.DefaultEviction+")")
+	sizes := fs.String("size", "", "input sizes, a comma list of NAME=SIZE: the array of loop and walk (default 128MiB), the input of a real program (default: its own, 0.5-3 s plain; with --bound a small one)")
+	timeout := fs.Duration("timeout", 0, "the limit of each run (default: 10 times the plain warm-up run, at least 20s); a budget that passes it is reported as not finished, with what it did until then")
+	uvmBin := fs.String("uvm", "", "the uvm binary that runs the managed variants (default: this one)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	names, err := bench.ParseCliffPrograms(*programs)
+	if err != nil {
+		return err
+	}
+	percents, err := bench.ParseCliffBudgets(*budgets)
+	if err != nil {
+		return err
+	}
+	if *runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", *runs)
+	}
+	if *timeout < 0 {
+		return fmt.Errorf("--timeout %v: want a positive duration", *timeout)
+	}
+	sizeOf, err := bench.ParseCliffSizes(*sizes)
+	if err != nil {
+		return err
+	}
+	self, err := managedVariantsBinary(*uvmBin, func() error {
+		if *eviction != "" {
+			if err := policy.ValidateEviction(*eviction); err != nil {
+				return fmt.Errorf("--eviction %s: %w", *eviction, policyHint(err))
 			}
-			if rep.CFloorP50US == nil || f.P50 < *rep.CFloorP50US {
-				rep.CFloorP50US, rep.CFloorP99US, rep.CFloorPlacement = &f.P50, &f.P99, placement
-				ratio := rep.FaultP50US / f.P50
-				rep.FaultToFloor = &ratio
+		}
+		if *thrashing != "" {
+			if _, err := policy.ParseThrashingSpec(*thrashing); err != nil {
+				return fmt.Errorf("--thrashing %s: %w", *thrashing, policyHint(err))
 			}
 		}
-	}
-
-	progress("first touch: %d runs each of %s managed (default prefetch) and anonymous memory, alternating", *runs, uvm.FormatSize(size))
-	if err := firstTouch(s, size, *runs, &rep); err != nil {
-		return err
-	}
-	progress("device to host: %d runs of a host copy of %s resident on device 0 into a warm buffer, against the same copy from a warm source", *runs, uvm.FormatSize(size))
-	if err := deviceToHost(s, size, *runs, &rep); err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(os.Stdout, rep)
-	}
-	printFaultsReport(rep)
-	return nil
-}
-
-func cpus() int         { return runtime.NumCPU() }
-func goVersion() string { return runtime.Version() }
-
-func kernelRelease() string {
-	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return strings.TrimSpace(string(b))
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-// traceOverhead measures what recording a trace adds to a fault: the
-// same fault-latency runs on two private servers, one with --trace, one
-// without, alternating, so that both see the same machine.
-func traceOverhead(cfg uvm.ServerConfig, pages, runs int, rep *faultsReport) error {
-	dir, err := os.MkdirTemp("", "uvm-bench-trace-")
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "faults.uvmtrace")
-	traced := cfg
-	traced.Trace = path
-	plain, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	rep, err := bench.Cliff(ctx, bench.CliffOptions{
+		Programs: names, Percents: percents, Runs: *runs, Size: sizeOf, Bound: *bound, Eviction: *eviction, Thrashing: *thrashing, UVMBin: self,
+		PNG: *pngPath, Timeout: *timeout, TimeoutFactor: 10, TimeoutFloor: 20 * time.Second, Progress: benchProgress,
+	})
 	if err != nil {
 		return err
 	}
-	defer plain.Close()
-	rec, err := uvm.Connect(uvm.Config{Server: "private", Private: traced})
+	return printReport(*asJSON, rep)
+}
+
+// parseProducers reads --producers: a comma list of producer counts.
+func parseProducers(text string) ([]int, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(text, ",") {
+		part = strings.TrimSpace(part)
+		var n int
+		if _, err := fmt.Sscanf(part, "%d", &n); err != nil || n < 1 || n > 1024 {
+			return nil, fmt.Errorf("--producers: %q is not a count from 1 to 1024", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// managedVariantsBinary is the uvm binary that runs a benchmark's
+// managed variants: --uvm's, else this one. check checks the policies
+// asked for against this binary's, only where it is the one: another
+// binary may link other policies.
+func managedVariantsBinary(flag string, check func() error) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	self, err := os.Executable()
 	if err != nil {
-		return err
+		return "", fmt.Errorf("the path of this uvm binary, for uvm run: %w", err)
 	}
-	var on, off []float64
-	for r := 0; r < runs; r++ {
-		p, _, err := faultLatency(plain, pages, 1)
-		if err != nil {
-			rec.Close()
-			return err
-		}
-		q, _, err := faultLatency(rec, pages, 1)
-		if err != nil {
-			rec.Close()
-			return err
-		}
-		off, on = append(off, p), append(on, q)
+	return self, check()
+}
+
+// writableTraceDir makes `uvm bench run --trace DIR` absolute (the
+// programs run in directories of their own) and checks that it can be
+// written, creating it where missing; "" stays "" (no traces).
+func writableTraceDir(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
 	}
-	if err := rec.Close(); err != nil {
-		return err
-	}
-	rep.UntracedFaultP50US, rep.TracedFaultP50US = median(off), median(on)
-	rep.TraceOverhead = rep.TracedFaultP50US / rep.UntracedFaultP50US
-	// The private server closes its trace as it exits, after its client.
-	var s *traceSummary
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if s, err = summarizeTrace(path); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return fmt.Errorf("the recording server's trace: %w", err)
+		return "", fmt.Errorf("--trace: %w", err)
 	}
-	if n := s.totalFaults(); n > 0 {
-		rep.TraceBytesPerMillionFaults = s.BytesPerMillionFaults
-		rep.TraceEventsPerFault = float64(s.Events) / float64(n)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("--trace: %w", err)
 	}
-	rep.TraceDropped = s.Dropped
-	return nil
-}
-
-// faultLatency times single-page write faults on fresh managed memory
-// with prefetch off: per run the p50 and p99, then the median of each.
-func faultLatency(s *uvm.Session, pages, runs int) (p50, p99 float64, err error) {
-	var p50s, p99s []float64
-	lat := make([]float64, pages)
-	for r := 0; r <= runs; r++ { // run 0 warms up
-		a, err := s.MallocManaged(int64(pages)*uvm.PageSize, uvm.WithPrefetch(uvm.PrefetchSpec{Policy: "none"}))
-		if err != nil {
-			return 0, 0, err
-		}
-		b := a.Bytes()
-		for i := 0; i < pages; i++ {
-			t0 := time.Now()
-			b[i*uvm.PageSize] = 1
-			lat[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
-		}
-		if err := a.Free(); err != nil {
-			return 0, 0, err
-		}
-		if r == 0 {
-			continue
-		}
-		sort.Float64s(lat)
-		p50s = append(p50s, lat[pages/2])
-		p99s = append(p99s, lat[pages*99/100])
-	}
-	return median(p50s), median(p99s), nil
-}
-
-type cfloorResult struct {
-	P50 float64 `json:"p50_us"`
-	P99 float64 `json:"p99_us"`
-}
-
-func findCFloor(flagPath string) (string, error) {
-	if flagPath != "" {
-		return flagPath, nil
-	}
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "uvm-cfloor")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("uvm-cfloor"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("uvm-cfloor not found next to this binary or in $PATH: build it with `make` (cmd/uvm-cfloor/cfloor.c) or pass --cfloor")
-}
-
-func runCFloor(path, placement string, pages, runs int) (cfloorResult, error) {
-	var out, errOut bytes.Buffer
-	cmd := exec.Command(path, "-p", placement, "-n", fmt.Sprint(pages), "-r", fmt.Sprint(runs))
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return cfloorResult{}, fmt.Errorf("%s: %v: %s", path, err, strings.TrimSpace(errOut.String()))
-	}
-	var r cfloorResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		return r, fmt.Errorf("%s printed %q: %v", path, out.String(), err)
-	}
-	return r, nil
-}
-
-// touchPages writes one byte per page, in order.
-func touchPages(b []byte) {
-	for i := 0; i < len(b); i += uvm.PageSize {
-		b[i] = 1
-	}
-}
-
-func firstTouch(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
-	pages := float64(size / uvm.PageSize)
-	var managed, anon []float64
-	for r := 0; r <= runs; r++ {
-		a, err := s.MallocManaged(size)
-		if err != nil {
-			return err
-		}
-		before, err := a.Stats()
-		if err != nil {
-			return err
-		}
-		t0 := time.Now()
-		touchPages(a.Bytes())
-		m := float64(time.Since(t0).Nanoseconds()) / pages
-		after, err := a.Stats()
-		if err != nil {
-			return err
-		}
-		if err := a.Free(); err != nil {
-			return err
-		}
-		b, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
-		if err != nil {
-			return fmt.Errorf("anonymous mmap of %d bytes: %w", size, err)
-		}
-		if err := syscall.Madvise(b, syscall.MADV_NOHUGEPAGE); err != nil {
-			syscall.Munmap(b)
-			return fmt.Errorf("madvise(MADV_NOHUGEPAGE) on the anonymous baseline: %w", err)
-		}
-		t0 = time.Now()
-		touchPages(b)
-		an := float64(time.Since(t0).Nanoseconds()) / pages
-		syscall.Munmap(b)
-		if r == 0 {
-			continue
-		}
-		managed, anon = append(managed, m), append(anon, an)
-		rep.FirstTouchFaults = after.TotalFaults() - before.TotalFaults()
-	}
-	if rep.FirstTouchFaults == 0 {
-		return fmt.Errorf("first touch of %s of managed memory took no fault: the figure would time no first touch", uvm.FormatSize(size))
-	}
-	rep.THPAnon = thpSetting("/sys/kernel/mm/transparent_hugepage/enabled")
-	rep.THPShmem = thpSetting("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
-	rep.FirstTouchManagedNS, rep.FirstTouchAnonNS = median(managed), median(anon)
-	rep.FirstTouchRatio = rep.FirstTouchManagedNS / rep.FirstTouchAnonNS
-	floor, err := zeroPageFloor(size, runs)
+	probe, err := os.CreateTemp(dir, ".probe-*")
 	if err != nil {
-		return err
+		return "", fmt.Errorf("--trace %s: the directory cannot be written: %w", dir, err)
 	}
-	rep.ZeroPageFloorNS = floor
-	return nil
-}
-
-// thpSetting returns the selected value of a transparent huge page
-// setting ("always [madvise] never" gives "madvise"), or "unknown".
-func thpSetting(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "unknown"
-	}
-	text := string(b)
-	if i, j := strings.IndexByte(text, '['), strings.IndexByte(text, ']'); i >= 0 && j > i {
-		return text[i+1 : j]
-	}
-	return strings.TrimSpace(text)
-}
-
-// zeroPageFloor times UFFDIO_ZEROPAGE into a registered memfd mapping in
-// this process, 2 MiB per call: page creation without any fault.
-func zeroPageFloor(size int64, runs int) (float64, error) {
-	var perPage []float64
-	for r := 0; r <= runs; r++ {
-		f, err := devmem.CreateFile("softuvm-bench-zeropage", size)
-		if err != nil {
-			return 0, err
-		}
-		m, err := f.Map(0, size)
-		if err != nil {
-			f.Close()
-			return 0, err
-		}
-		u, err := uffd.Open(uffd.CloseOnExec)
-		if err == nil {
-			_, err = u.Handshake(uffd.FeatureMissingShmem)
-		}
-		if err == nil {
-			_, err = u.Register(m.Addr(), uintptr(size), uffd.RegisterMissing)
-		}
-		var elapsed time.Duration
-		if err == nil {
-			t0 := time.Now()
-			for off := int64(0); off < size && err == nil; off += 2 << 20 {
-				_, err = u.ZeroPage(m.Addr()+uintptr(off), uintptr(min(2<<20, size-off)), false)
-			}
-			elapsed = time.Since(t0)
-		}
-		if u != nil {
-			u.Close()
-		}
-		m.Unmap()
-		f.Close()
-		if err != nil {
-			return 0, fmt.Errorf("zeropage floor: %w", err)
-		}
-		if r > 0 {
-			perPage = append(perPage, float64(elapsed.Nanoseconds())/float64(size/uvm.PageSize))
-		}
-	}
-	return median(perPage), nil
-}
-
-// sumWords reads every byte, eight at a time.
-func sumWords(b []byte) uint64 {
-	words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
-	var sum uint64
-	for _, w := range words {
-		sum += w
-	}
-	return sum
-}
-
-var sink uint64
-
-func deviceToHost(s *uvm.Session, size int64, runs int, rep *faultsReport) error {
-	src := make([]byte, size)
-	dst := make([]byte, size)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	copy(dst, src)
-	var d2h, mc []float64
-	for r := 0; r <= runs; r++ {
-		a, err := s.MallocManaged(size)
-		if err != nil {
-			return err
-		}
-		b := a.Bytes()
-		copy(b, src)
-		if err := a.Prefetch(0); err != nil {
-			a.Free()
-			return err
-		}
-		before, err := a.Stats()
-		if err != nil {
-			return err
-		}
-		// The figure and its baseline are the same copy into the same
-		// warm destination on the same thread: only the source differs,
-		// managed memory on the device (every page migrates back into
-		// a page the server allocates) against a warm buffer.
-		t0 := time.Now()
-		copy(dst, b)
-		secs := time.Since(t0).Seconds()
-		after, err := a.Stats()
-		if err != nil {
-			return err
-		}
-		if err := a.Free(); err != nil {
-			return err
-		}
-		t0 = time.Now()
-		copy(dst, src)
-		mcSecs := time.Since(t0).Seconds()
-		if moved := after.MigratedPages(0, uvm.CPU) - before.MigratedPages(0, uvm.CPU); moved != uint64(size/uvm.PageSize) {
-			return fmt.Errorf("device-to-host copy: %d pages came back from the device, want %d: the figure would time no migration", moved, size/uvm.PageSize)
-		}
-		if r == 0 {
-			continue
-		}
-		d2h = append(d2h, float64(size)/secs/1e9)
-		mc = append(mc, float64(size)/mcSecs/1e9)
-		rep.D2HFaults = after.TotalFaults() - before.TotalFaults()
-		rep.D2HReadAhead = after.ReadAheadPages - before.ReadAheadPages
-	}
-	rep.D2HGBps, rep.Memcpy1TGBps = median(d2h), median(mc)
-	rep.D2HMemcpyFraction = rep.D2HGBps / rep.Memcpy1TGBps
-	fresh, err := freshPageWrite(src)
-	if err != nil {
-		return err
-	}
-	rep.FreshPageWriteGBps = fresh
-	return nil
-}
-
-// freshPageWrite measures writing into newly allocated pages of a memfd:
-// what any migration into fresh 4 KiB pages costs at least here.
-func freshPageWrite(src []byte) (float64, error) {
-	var rates []float64
-	for r := 0; r < 8; r++ { // the first a warm-up, then the median of seven
-		fd, err := memfdCreate("softuvm-bench")
-		if err != nil {
-			return 0, err
-		}
-		t0 := time.Now()
-		n, err := syscall.Pwrite(fd, src, 0)
-		secs := time.Since(t0).Seconds()
-		syscall.Close(fd)
-		if err != nil || n != len(src) {
-			return 0, fmt.Errorf("pwrite into a memfd: %v", err)
-		}
-		if r > 0 {
-			rates = append(rates, float64(len(src))/secs/1e9)
-		}
-	}
-	return median(rates), nil
-}
-
-func memfdCreate(name string) (int, error) {
-	p, err := syscall.BytePtrFromString(name)
-	if err != nil {
-		return -1, err
-	}
-	const sysMemfdCreate = 319 // amd64
-	fd, _, errno := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(p)), 1 /* MFD_CLOEXEC */, 0)
-	if errno != 0 {
-		return -1, fmt.Errorf("memfd_create: %w", errno)
-	}
-	return int(fd), nil
-}
-
-func printFaultsReport(r faultsReport) {
-	fmt.Printf("machine: %d CPUs, Linux %s, %s; medians of %d runs after a warm-up\n\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.Go, r.Runs)
-	fmt.Printf("one 4 KiB fault, prefetch off\n")
-	fmt.Printf("  softuvm server (follow handlers)   p50 %6.2f us  p99 %6.2f us\n", r.FaultP50US, r.FaultP99US)
-	if r.CFloorP50US != nil {
-		fmt.Printf("  C handler in-process (floor, %s) p50 %6.2f us  p99 %6.2f us   ratio %.2f\n", r.CFloorPlacement, *r.CFloorP50US, *r.CFloorP99US, *r.FaultToFloor)
-	} else {
-		fmt.Printf("  C floor: %s\n", r.CFloorNote)
-	}
-	fmt.Printf("  placement, p50:      softuvm   C\n")
-	fmt.Printf("    follow (default)   %6.2f      -\n", r.FaultP50US)
-	fmt.Printf("    a handler per CPU  %6.2f %s\n", r.FaultPerCPUHandlersP50US, optUS(r.CFloorPerCPUHandlersP50US))
-	fmt.Printf("    one unpinned       %6.2f %s\n", r.FaultSingleHandlerP50US, optUS(r.CFloorSingleHandlerP50US))
-	fmt.Printf("  recording a trace, p50: %6.2f us against %6.2f us without (alternating): ratio %.3f\n", r.TracedFaultP50US, r.UntracedFaultP50US, r.TraceOverhead)
-	fmt.Printf("    %.1f events and %.1f bytes of trace per fault (%s per million faults), %d dropped\n", r.TraceEventsPerFault,
-		r.TraceBytesPerMillionFaults/1e6, uvm.FormatSize(int64(r.TraceBytesPerMillionFaults)), r.TraceDropped)
-	fmt.Printf("\nfirst touch of %s, one write per page\n", uvm.FormatSize(r.SizeBytes))
-	fmt.Printf("  managed, default prefetch  %7.0f ns/page  (%d faults)\n", r.FirstTouchManagedNS, r.FirstTouchFaults)
-	fmt.Printf("  anonymous memory, 4 KiB    %7.0f ns/page  (transparent huge pages: anonymous %s, shmem %s)\n", r.FirstTouchAnonNS, r.THPAnon, r.THPShmem)
-	fmt.Printf("  ratio                      %7.2f\n", r.FirstTouchRatio)
-	fmt.Printf("  UFFDIO_ZEROPAGE alone      %7.0f ns/page  (creating the pages, no faults: the floor)\n\n", r.ZeroPageFloorNS)
-	fmt.Printf("host copy of %s resident on device 0 into a warm buffer\n", uvm.FormatSize(r.SizeBytes))
-	fmt.Printf("  migrating copy             %7.2f GB/s  (%d faults, %d pages read ahead)\n", r.D2HGBps, r.D2HFaults, r.D2HReadAhead)
-	fmt.Printf("  memcpy of a warm source    %7.2f GB/s  (same destination, same thread)\n", r.Memcpy1TGBps)
-	fmt.Printf("  fraction                   %7.2f\n", r.D2HMemcpyFraction)
-	fmt.Printf("  writing fresh memfd pages  %7.2f GB/s  (the ceiling of any copy into new pages here)\n", r.FreshPageWriteGBps)
-}
-
-func optUS(v *float64) string {
-	if v == nil {
-		return "     -"
-	}
-	return fmt.Sprintf("%6.2f", *v)
+	probe.Close()
+	os.Remove(probe.Name())
+	return dir, nil
 }

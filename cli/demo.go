@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/softuvm/softuvm/internal/bench"
 	"github.com/softuvm/softuvm/uvm"
 )
 
@@ -43,51 +44,75 @@ func runDemo(args []string) error {
 		return err
 	}
 	defer a.Free()
-	b := a.Bytes()
-	pages := (len(b) + uvm.PageSize - 1) / uvm.PageSize
-	fmt.Printf("1. MallocManaged(%s) at %#x: %d pages, none populated yet\n", uvm.FormatSize(size), a.Addr(), pages)
-
-	step := func(title string, work func()) error {
-		before, err := a.Stats()
-		if err != nil {
+	d := &demo{s: s, a: a, b: a.Bytes()}
+	d.pages = (len(d.b) + uvm.PageSize - 1) / uvm.PageSize
+	fmt.Printf("1. MallocManaged(%s) at %#x: %d pages, none populated yet\n", uvm.FormatSize(size), a.Addr(), d.pages)
+	for _, step := range []func() error{d.hostWrites, d.prefetchToDevice, d.hostReadsBack, d.kernelAddsOne, d.attributesAndService} {
+		if err := step(); err != nil {
 			return err
 		}
-		t0 := time.Now()
-		work()
-		elapsed := time.Since(t0)
-		after, err := a.Stats()
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s: %v (%.2f us/page, %.2f GB/s)\n", title, elapsed.Round(time.Microsecond),
-			float64(elapsed.Microseconds())/float64(pages), float64(len(b))/elapsed.Seconds()/1e9)
-		describeDelta(before, after)
-		return nil
 	}
-	if err := step("2. host writes every page (first touch)", func() {
-		for i := range b {
-			b[i] = byte(i >> 12)
-		}
-	}); err != nil {
+	return nil
+}
+
+// demo is `uvm demo`'s allocation, which each step moves and checks:
+// page i holds i (its low byte) from the host's first touch on.
+type demo struct {
+	s     *uvm.Session
+	a     *uvm.Allocation
+	b     []byte
+	pages int
+}
+
+// step times work and prints what it did: its time, per page and as a
+// rate, and what the allocation's counters say it moved.
+func (d *demo) step(title string, work func()) error {
+	before, err := d.a.Stats()
+	if err != nil {
 		return err
 	}
+	t0 := time.Now()
+	work()
+	elapsed := time.Since(t0)
+	after, err := d.a.Stats()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %v (%.2f us/page, %.2f GB/s)\n", title, elapsed.Round(time.Microsecond),
+		float64(elapsed.Microseconds())/float64(d.pages), float64(len(d.b))/elapsed.Seconds()/1e9)
+	describeDelta(before, after)
+	return nil
+}
+
+func (d *demo) hostWrites() error {
+	return d.step("2. host writes every page (first touch)", func() {
+		for i := range d.b {
+			d.b[i] = byte(i >> 12)
+		}
+	})
+}
+
+func (d *demo) prefetchToDevice() error {
 	var perr error
-	if err := step("3. Prefetch to device 0", func() { perr = a.Prefetch(0) }); err != nil {
+	if err := d.step("3. Prefetch to device 0", func() { perr = d.a.Prefetch(0) }); err != nil {
 		return err
 	}
 	if perr != nil {
 		return perr
 	}
-	if in, err := s.Info(); err == nil {
+	if in, err := d.s.Info(); err == nil {
 		fmt.Printf("   device 0 arena now holds %s; the host file holds %s\n", uvm.FormatSize(in.Devices[0].UsedBytes), uvm.FormatSize(in.Sessions[0].HostBytes))
 	}
-	var sum, bad int
-	if err := step("4. host reads every page back (faults migrate it)", func() {
-		for i := 0; i < len(b); i += uvm.PageSize {
-			if b[i] != byte(i>>12) {
+	return nil
+}
+
+func (d *demo) hostReadsBack() error {
+	bad := 0
+	if err := d.step("4. host reads every page back (faults migrate it)", func() {
+		for i := 0; i < len(d.b); i += uvm.PageSize {
+			if d.b[i] != byte(i>>12) {
 				bad++
 			}
-			sum += int(b[i])
 		}
 	}); err != nil {
 		return err
@@ -95,17 +120,21 @@ func runDemo(args []string) error {
 	if bad > 0 {
 		return fmt.Errorf("%d pages came back wrong", bad)
 	}
-	workers, err := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
+	return nil
+}
+
+func (d *demo) kernelAddsOne() error {
+	workers, err := d.s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
 	if err != nil {
 		return err
 	}
 	params := make([]byte, 16)
-	binary.LittleEndian.PutUint64(params, uint64(a.Addr()))
-	binary.LittleEndian.PutUint64(params[8:], uint64(a.Size()))
+	binary.LittleEndian.PutUint64(params, uint64(d.a.Addr()))
+	binary.LittleEndian.PutUint64(params[8:], uint64(d.a.Size()))
 	var kerr error
-	if err := step(fmt.Sprintf("5. a kernel on device 0 (%d threads) adds one to every page (its faults migrate them)", workers), func() {
-		if kerr = s.Launch(0, nil, touchKernel, int(workers), params); kerr == nil {
-			kerr = s.DeviceSynchronize(0)
+	if err := d.step(fmt.Sprintf("5. a kernel on device 0 (%d threads) adds one to every page (its faults migrate them)", workers), func() {
+		if kerr = d.s.Launch(0, nil, bench.TouchKernel, int(workers), params); kerr == nil {
+			kerr = d.s.DeviceSynchronize(0)
 		}
 	}); err != nil {
 		return err
@@ -113,20 +142,25 @@ func runDemo(args []string) error {
 	if kerr != nil {
 		return kerr
 	}
-	for i := 0; i < len(b); i += uvm.PageSize {
-		if b[i] != byte(i>>12)+1 {
+	bad := 0
+	for i := 0; i < len(d.b); i += uvm.PageSize {
+		if d.b[i] != byte(i>>12)+1 {
 			bad++
 		}
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d pages came back from the kernel wrong", bad)
 	}
-	attrs, err := s.RangeAttributes(a.Addr(), a.Size())
+	return nil
+}
+
+func (d *demo) attributesAndService() error {
+	attrs, err := d.s.RangeAttributes(d.a.Addr(), d.a.Size())
 	if err != nil {
 		return err
 	}
 	fmt.Printf("6. the host sees the kernel's writes; range attributes: last prefetch location %v, preferred location %v, read-mostly %v\n", attrs.LastPrefetchLocation, attrs.PreferredLocation, attrs.ReadMostly)
-	st, err := a.Stats()
+	st, err := d.a.Stats()
 	if err != nil {
 		return err
 	}

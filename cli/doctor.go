@@ -11,8 +11,10 @@ import (
 
 	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/devmem"
+	"github.com/softuvm/softuvm/internal/bench"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/lab"
 	"github.com/softuvm/softuvm/libuvm"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -343,7 +345,7 @@ func benchBaselineNeedsRoot(c doctorCheck) doctorCheck {
 
 func checkMemoryCgroup() doctorCheck {
 	c := doctorCheck{Name: "memory-cgroup", What: "memory cgroup", Consequence: benchBaselineLoss}
-	mount, v2, err := memoryCgroupMount()
+	mount, v2, err := bench.MemoryCgroupMount()
 	switch {
 	case err != nil:
 		c.Found = err.Error()
@@ -361,7 +363,7 @@ func checkMemoryCgroup() doctorCheck {
 
 func checkZram() doctorCheck {
 	c := doctorCheck{Name: "zram", What: "zram", Consequence: benchBaselineLoss}
-	found, err := zramPresent(false)
+	found, err := bench.ZramPresent(false)
 	if err != nil {
 		c.Found = err.Error()
 		c.Fix = "a kernel with zram (CONFIG_ZRAM, built in or as a module)"
@@ -378,7 +380,7 @@ func checkValgrind() doctorCheck {
 	c := doctorCheck{Name: "valgrind", What: "valgrind",
 		Consequence: "uvm lab bound cannot run (it runs the program under valgrind's lackey tool)",
 		Fix:         asRoot() + "apt-get install valgrind"}
-	p, err := lookValgrind()
+	p, err := lab.LookValgrind()
 	if err != nil {
 		c.Found = "not in PATH"
 		return c

@@ -48,6 +48,8 @@ type machineInfo struct {
 	// Policies are those this binary knows: a uvm built with package cli
 	// lists the ones its packages register too.
 	Policies []policyKind `json:"policies"`
+
+	cannotOpen error // why this user cannot use userfaultfd, where neither way opens it
 }
 
 type serverSummary struct {
@@ -74,12 +76,34 @@ func runInfo(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var mi machineInfo
+	mi := probeMachine()
+	mi.Policies = policyKinds()
+	cfgErr := mi.readConfig()
+	if *asJSON {
+		return writeJSON(os.Stdout, mi)
+	}
+	mi.printMachine()
+	if cfgErr != nil {
+		fmt.Printf("configuration   %v\n", cfgErr)
+	} else {
+		mi.printConfig()
+	}
+	mi.printServers()
+	return nil
+}
+
+// probeMachine asks the kernel what it offers (userfaultfd, its features,
+// NUMA nodes) and finds the servers running.
+func probeMachine() *machineInfo {
+	mi := &machineInfo{}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		mi.Kernel = strings.TrimSpace(string(b))
 	}
 	dev, sys := uffd.OpenMethods()
 	mi.OpenDevice, mi.OpenSyscall = errText(dev), errText(sys)
+	if dev != nil && sys != nil {
+		mi.cannotOpen = dev
+	}
 	if f, err := uffd.Supported(); err == nil {
 		mi.Features = f.String()
 		if missing := core.RequiredFeatures &^ f; missing != 0 {
@@ -99,40 +123,48 @@ func runInfo(args []string) error {
 	if mi.Private == nil {
 		mi.Private = []int{}
 	}
-	mi.Policies = policyKinds()
-	cfg, cfgErr := uvm.ServerConfigFromEnv()
-	if cfgErr == nil {
-		cfg = cfg.Resolved()
-		mi.Prefetch = cfg.Prefetch.String()
-		mi.Eviction = cfg.Eviction
-		mi.Handlers = string(cfg.Handlers)
-		mi.TrackPrefetch = cfg.TrackPrefetchUse
-		mi.Workers = config.DeviceWorkers(cfg)
-		mi.HostBudget = cfg.HostBudget
-		mi.Thrashing = cfg.Thrashing.String()
-		mi.CopyThreads = cfg.CopyProducers
-		mi.AccessCounting = cfg.AccessCounting
-		mi.AccessPolicy = cfg.AccessPolicy.String()
-		mi.Coherence = cfg.Coherence
-		mi.LargeFolios = cfg.LargeFolios
-		mi.DirtyTracking = cfg.DirtyTracking
-		mi.Restarts = config.FormatRestarts(cfg.Restarts)
-		for _, spec := range cfg.Devices {
-			plan := arenaPlan{Spec: spec.String()}
-			if a, err := devmem.NewArena(spec); err != nil {
-				plan.Error = err.Error()
-			} else {
-				plan.Resolved = a.Spec().String()
-				if r := a.FallbackReason(); r != nil {
-					plan.Resolved += " (" + r.Error() + ")"
-				}
+	return mi
+}
+
+// readConfig reads what the UVM_* environment configures a server to
+// be, and what each device's arena would be here.
+func (mi *machineInfo) readConfig() error {
+	cfg, err := uvm.ServerConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	cfg = cfg.Resolved()
+	mi.Prefetch = cfg.Prefetch.String()
+	mi.Eviction = cfg.Eviction
+	mi.Handlers = string(cfg.Handlers)
+	mi.TrackPrefetch = cfg.TrackPrefetchUse
+	mi.Workers = config.DeviceWorkers(cfg)
+	mi.HostBudget = cfg.HostBudget
+	mi.Thrashing = cfg.Thrashing.String()
+	mi.CopyThreads = cfg.CopyProducers
+	mi.AccessCounting = cfg.AccessCounting
+	mi.AccessPolicy = cfg.AccessPolicy.String()
+	mi.Coherence = cfg.Coherence
+	mi.LargeFolios = cfg.LargeFolios
+	mi.DirtyTracking = cfg.DirtyTracking
+	mi.Restarts = config.FormatRestarts(cfg.Restarts)
+	for _, spec := range cfg.Devices {
+		plan := arenaPlan{Spec: spec.String()}
+		if a, err := devmem.NewArena(spec); err != nil {
+			plan.Error = err.Error()
+		} else {
+			plan.Resolved = a.Spec().String()
+			if r := a.FallbackReason(); r != nil {
+				plan.Resolved += " (" + r.Error() + ")"
 			}
-			mi.Configured = append(mi.Configured, plan)
 		}
+		mi.Configured = append(mi.Configured, plan)
 	}
-	if *asJSON {
-		return writeJSON(os.Stdout, mi)
-	}
+	return nil
+}
+
+// printMachine prints what the kernel offers.
+func (mi *machineInfo) printMachine() {
 	fmt.Printf("kernel          %s\n", mi.Kernel)
 	fmt.Printf("userfaultfd     /dev/userfaultfd: %s\n", mi.OpenDevice)
 	fmt.Printf("                userfaultfd(2):   %s\n", mi.OpenSyscall)
@@ -140,40 +172,45 @@ func runInfo(args []string) error {
 	if mi.FeaturesMissing != "" {
 		fmt.Printf("                MISSING for the server: %s\n", mi.FeaturesMissing)
 	}
-	if dev != nil && sys != nil {
-		fmt.Printf("                this user cannot use userfaultfd: %v\n", dev)
+	if mi.cannotOpen != nil {
+		fmt.Printf("                this user cannot use userfaultfd: %v\n", mi.cannotOpen)
 	}
 	fmt.Printf("numa nodes      %d\n", len(mi.Nodes))
 	for _, n := range mi.Nodes {
 		fmt.Printf("  node %d        cpus %v, memory %s (%s free)\n", n.ID, n.CPUs, uvm.FormatSize(n.MemTotal), uvm.FormatSize(n.MemFree))
 	}
-	if cfgErr != nil {
-		fmt.Printf("configuration   %v\n", cfgErr)
-	} else {
-		fmt.Printf("devices         %d configured (UVM_DEVICES, UVM_ARENA_SIZE, UVM_ARENA_BACKEND), prefetch %s\n", len(mi.Configured), mi.Prefetch)
-		for i, p := range mi.Configured {
-			if p.Error != "" {
-				fmt.Printf("  device %d      %s: %s\n", i, p.Spec, p.Error)
-			} else {
-				fmt.Printf("  device %d      %s, %d workers\n", i, p.Resolved, mi.Workers)
-			}
+}
+
+// printConfig prints what the environment configures.
+func (mi *machineInfo) printConfig() {
+	fmt.Printf("devices         %d configured (UVM_DEVICES, UVM_ARENA_SIZE, UVM_ARENA_BACKEND), prefetch %s\n", len(mi.Configured), mi.Prefetch)
+	for i, p := range mi.Configured {
+		if p.Error != "" {
+			fmt.Printf("  device %d      %s: %s\n", i, p.Spec, p.Error)
+		} else {
+			fmt.Printf("  device %d      %s, %d workers\n", i, p.Resolved, mi.Workers)
 		}
-		budget := "unbounded"
-		if mi.HostBudget > 0 {
-			budget = uvm.FormatSize(mi.HostBudget)
-		}
-		copyThreads := "calibrated"
-		if mi.CopyThreads > 0 {
-			copyThreads = strconv.Itoa(mi.CopyThreads)
-		}
-		fmt.Printf("eviction        %s (UVM_EVICTION), host budget %s (UVM_HOST_BUDGET)\n", mi.Eviction, budget)
-		fmt.Printf("handlers        %s (UVM_HANDLERS), copy threads %s (UVM_COPY_THREADS), track prefetch use %t (UVM_TRACK_PREFETCH)\n", mi.Handlers, copyThreads, mi.TrackPrefetch)
-		fmt.Printf("thrashing       %s\n", mi.Thrashing)
-		fmt.Printf("access          counting %s (UVM_ACCESS_COUNTING), policy %s (UVM_ACCESS_POLICY)\n", mi.AccessCounting, mi.AccessPolicy)
-		fmt.Printf("coherence       %s for clients that do not choose (UVM_COHERENCE); the launch model's dirty tracking %s (UVM_DIRTY_TRACKING)\n", mi.Coherence, mi.DirtyTracking)
-		fmt.Printf("large folios    %s (UVM_LARGE_FOLIOS)%s\n", mi.LargeFolios, largeFoliosHere(mi.LargeFolios))
-		fmt.Printf("restarts        %s (UVM_RESTARTS)\n", mi.Restarts)
 	}
+	budget := "unbounded"
+	if mi.HostBudget > 0 {
+		budget = uvm.FormatSize(mi.HostBudget)
+	}
+	copyThreads := "calibrated"
+	if mi.CopyThreads > 0 {
+		copyThreads = strconv.Itoa(mi.CopyThreads)
+	}
+	fmt.Printf("eviction        %s (UVM_EVICTION), host budget %s (UVM_HOST_BUDGET)\n", mi.Eviction, budget)
+	fmt.Printf("handlers        %s (UVM_HANDLERS), copy threads %s (UVM_COPY_THREADS), track prefetch use %t (UVM_TRACK_PREFETCH)\n", mi.Handlers, copyThreads, mi.TrackPrefetch)
+	fmt.Printf("thrashing       %s\n", mi.Thrashing)
+	fmt.Printf("access          counting %s (UVM_ACCESS_COUNTING), policy %s (UVM_ACCESS_POLICY)\n", mi.AccessCounting, mi.AccessPolicy)
+	fmt.Printf("coherence       %s for clients that do not choose (UVM_COHERENCE); the launch model's dirty tracking %s (UVM_DIRTY_TRACKING)\n", mi.Coherence, mi.DirtyTracking)
+	fmt.Printf("large folios    %s (UVM_LARGE_FOLIOS)%s\n", mi.LargeFolios, largeFoliosHere(mi.LargeFolios))
+	fmt.Printf("restarts        %s (UVM_RESTARTS)\n", mi.Restarts)
+}
+
+// printServers prints the policies this binary knows and the servers
+// running: the daemon and the private servers.
+func (mi *machineInfo) printServers() {
 	for i, k := range mi.Policies {
 		label := ""
 		if i == 0 {
@@ -194,7 +231,6 @@ func runInfo(args []string) error {
 			m.Close()
 		}
 	}
-	return nil
 }
 
 func printServer(kind, socket string, in uvm.Info) {
@@ -227,7 +263,7 @@ func printServer(kind, socket string, in uvm.Info) {
 		source += ", chosen from the CPU count"
 	default:
 		fmt.Printf("                copy engine: %d producers for copies, %d for migrations (memcpy %.1f GB/s on one CPU, %.1f on all %d; new pages %.1f GB/s); engine from %s for copies, %s for migrations\n",
-			c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, engineSize(c.CopyDirectBelow), engineSize(c.DirectBelow))
+			c.CopyProducers, c.MigrationProducers, c.HostCopyGBps, c.AllCopyGBps, c.CPUs, c.InstallGBps, config.FormatDirectBelow(c.CopyDirectBelow), config.FormatDirectBelow(c.DirectBelow))
 		if c.Kept != "" {
 			source = "kept: measured by an earlier server since boot, " + c.Kept
 		} else {
@@ -273,14 +309,6 @@ func concurrentManagedAccess(coherence string) int {
 		return 0
 	}
 	return 1
-}
-
-// engineSize names the size from which the copy engine is used.
-func engineSize(n int64) string {
-	if n == math.MaxInt64 {
-		return "never (one thread was faster at every size calibrated)"
-	}
-	return uvm.FormatSize(n)
 }
 
 // optCount prints a count that may be missing.

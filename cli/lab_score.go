@@ -18,7 +18,7 @@ import (
 // the oracles.
 func runLabScore(args []string) error {
 	fs := newFlagSet("lab score", "[--policies KIND:SPEC,...] [--json] [--plot DIR] TRACE...",
-		"Replay every registered policy (or those of --policies) on every trace, the other kinds of policy being the trace's own, and print a table: faults, bytes moved, estimated time, and the ratio to the bound: for eviction, bytes moved over opt's (Belady's MIN) with the same prefetch policy, and over opt's with demand fetching, the least any pair of policies can move; for prefetch, faults over the oracle's (exactly the pages of the block needed soon); for thrashing, estimated time over that with none")
+		"Replay every registered policy (or those of --policies) on every trace, the other kinds of policy being the trace's own, and print a table: faults, bytes moved, estimated time, and the ratio to the bound: for eviction, bytes moved over opt's (Belady's MIN) with the same prefetch policy, and over opt's with demand fetching, the least any pair of policies can move, and faults over lru's and opt's with the same prefetch policy (the default eviction policy, marked, is always scored: a regression shows without a live run); for prefetch, faults over the oracle's (exactly the pages of the block needed soon); for thrashing, estimated time over that with none")
 	policies := fs.String("policies", "", "comma-separated KIND:SPEC (eviction:lru,eviction:2q,prefetch:density,prefetch:window:16,thrashing:off); default: every registered policy of each kind")
 	asJSON := fs.Bool("json", false, "print JSON")
 	plotDir := fs.String("plot", "", "also draw the ratios to the bounds as bar charts in this directory (lab-eviction, lab-prefetch, lab-thrashing .png and .svg)")
@@ -70,19 +70,26 @@ func writeScores(scores []lab.Score) {
 			fmt.Fprintln(w)
 			switch kind {
 			case policy.KindEviction:
-				fmt.Fprintln(w, "EVICTION\ttrace\tpolicy\tfaults\tmoved\tevicted pages\testimated\tbytes / opt's\tbytes / bound\t")
+				fmt.Fprintln(w, "EVICTION\ttrace\tpolicy\tfaults\tmoved\tevicted pages\testimated\tbytes / opt's\tbytes / bound\tfaults / lru's\tfaults / opt's\t")
 			case policy.KindPrefetch:
-				fmt.Fprintln(w, "PREFETCH\ttrace\tpolicy\tfaults\tmoved\tevicted pages\testimated\tfaults / oracle's\t\t")
+				fmt.Fprintln(w, "PREFETCH\ttrace\tpolicy\tfaults\tmoved\tevicted pages\testimated\tfaults / oracle's\t\t\t\t")
 			default:
-				fmt.Fprintln(w, "THRASHING\ttrace\tpolicy\tfaults\tmoved\tevicted pages\testimated\ttime / off's\t\t")
+				fmt.Fprintln(w, "THRASHING\ttrace\tpolicy\tfaults\tmoved\tevicted pages\testimated\ttime / off's\t\t\t\t")
 			}
 		}
-		bound := ""
+		bound, vsLRU, vsOPT := "", "", ""
 		if s.Kind == policy.KindEviction {
 			bound = ratioText(s.VsBound)
+			if s.FaultsVsLRU != 0 {
+				vsLRU, vsOPT = ratioText(s.FaultsVsLRU), ratioText(s.FaultsVsOPT)
+			}
 		}
-		fmt.Fprintf(w, "\t%s\t%s\t%d\t%s\t%d\t%v\t%s\t%s\t\n", s.Trace, s.Policy, s.Faults, humanSize(s.BytesMoved), s.EvictedPages,
-			s.EstimatedTime.Round(time.Millisecond), ratioText(s.VsOracle), bound)
+		name := s.Policy
+		if s.Default {
+			name += " (default)"
+		}
+		fmt.Fprintf(w, "\t%s\t%s\t%d\t%s\t%d\t%v\t%s\t%s\t%s\t%s\t\n", s.Trace, name, s.Faults, humanSize(s.BytesMoved), s.EvictedPages,
+			s.EstimatedTime.Round(time.Millisecond), ratioText(s.VsOracle), bound, vsLRU, vsOPT)
 	}
 	w.Flush()
 }

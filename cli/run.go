@@ -17,7 +17,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/server"
 	"github.com/softuvm/softuvm/libuvm"
@@ -82,6 +82,88 @@ type runReport struct {
 }
 
 func runRun(args []string) error {
+	o, err := parseRunFlags(args)
+	if err != nil {
+		return err
+	}
+	path, err := findProgram(o.argv[0])
+	if err != nil {
+		return err
+	}
+	if staticallyLinked(path) {
+		// Not refused: the program still runs, as it would without uvm
+		// run, but a silent summary of nothing would mislead.
+		fmt.Fprintf(os.Stderr, "uvm run: warning: %s is statically linked (no ELF interpreter), so %s cannot be loaded into it: it runs, but none of its memory is managed or measured\n",
+			path, preloadName)
+	}
+	lib, err := findPreload(o.preload)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: %v\n", err)
+		return exitStatus(runStatusFailed)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: the path of this uvm binary, for the program's libuvm: %v\n", err)
+		return exitStatus(runStatusFailed)
+	}
+	heapUnavailable, err := o.probeHeap(lib, self)
+	if err != nil {
+		return err
+	}
+	var jsonOut *os.File
+	if o.statsJSON != "" {
+		// Created now: a path that cannot be written fails before a long run.
+		if jsonOut, err = os.Create(o.statsJSON); err != nil {
+			fmt.Fprintf(os.Stderr, "uvm run: --stats-json: %v\n", err)
+			return exitStatus(runStatusFailed)
+		}
+		defer jsonOut.Close() // closed after writing; this covers the early returns
+	}
+
+	srv, sock, cleanup, err := startRunServer(o.cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: cannot start the fault server: %v\n", err)
+		if jsonOut != nil {
+			os.Remove(o.statsJSON) // no report: the program never ran
+		}
+		return exitStatus(runStatusFailed)
+	}
+	defer cleanup()
+	cmd := exec.Command(path, o.argv[1:]...)
+	cmd.Args = o.argv
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = runEnv(os.Environ(), sock, o.minBytes, o.heap, o.statics, lib, self)
+	ws, wall, err := runProgram(cmd)
+	if err != nil {
+		return err
+	}
+	st, in, err := serverStats(srv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: the fault server's counters: %v\n", err)
+	}
+	rep := makeRunReport(o.argv, ws, wall, o.minBytes, o.cfg, st)
+	rep.ServerRestarts, rep.HostPeakBytes = in.Restart.Restarts, in.HostPeakBytes
+	rep.Heap, rep.HeapUnavailable = o.heap, heapUnavailable
+	o.report(rep, jsonOut)
+	return exitStatus(rep.ExitStatus)
+}
+
+// runOptions are uvm run's flags, read and checked.
+type runOptions struct {
+	argv       []string // the program and its arguments
+	cfg        uvm.ServerConfig
+	minBytes   int64
+	heap       string // managed or system
+	heapChosen bool   // --heap given
+	statics    bool
+	preload    string
+	statsJSON  string
+	quiet      bool
+}
+
+// parseRunFlags reads uvm run's flags. A bad one is a usage error, said
+// with where to read the flags.
+func parseRunFlags(args []string) (*runOptions, error) {
 	flags := newFlagSet("run", "[flags] [--] PROGRAM [ARGS...]",
 		"Run an unmodified program with its large allocations in managed memory. A fault server runs in this process; the program runs with "+preloadName+
 			" preloaded, which makes each malloc, calloc, realloc, aligned allocation and anonymous private mmap of at least --min-size bytes managed memory "+
@@ -100,109 +182,87 @@ func runRun(args []string) error {
 	quiet := flags.Bool("quiet", false, "print no summary on standard error")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return nil, err
 		}
-		return errUsage
+		return nil, errUsage
 	}
 	usageErr := func(format string, a ...any) error {
 		fmt.Fprintf(flags.Output(), "uvm run: "+format+"\n", a...)
 		fmt.Fprintf(flags.Output(), "Run 'uvm help run' for the flags.\n")
 		return errUsage
 	}
-	argv := flags.Args()
-	if len(argv) == 0 {
-		return usageErr("no program given: want uvm run [flags] -- PROGRAM [ARGS...]")
+	o := &runOptions{argv: flags.Args(), statics: *statics, preload: *preload, statsJSON: *statsJSON, quiet: *quiet}
+	if len(o.argv) == 0 {
+		return nil, usageErr("no program given: want uvm run [flags] -- PROGRAM [ARGS...]")
 	}
-	minBytes, err := uvm.ParseSize(*minSize)
-	if err != nil {
-		return usageErr("--min-size: %v", err)
+	var err error
+	if o.minBytes, err = uvm.ParseSize(*minSize); err != nil {
+		return nil, usageErr("--min-size: %v", err)
 	}
-	if minBytes < 1 {
-		return usageErr("--min-size %q: want at least 1 byte", *minSize)
+	if o.minBytes < 1 {
+		return nil, usageErr("--min-size %q: want at least 1 byte", *minSize)
 	}
-	heap, heapChosen, err := runHeap(flags, *heapKind)
-	if err != nil {
-		return usageErr("%v", err)
+	if o.heap, o.heapChosen, err = runHeap(flags, *heapKind); err != nil {
+		return nil, usageErr("%v", err)
 	}
-	cfg, err := sf.config()
-	if err != nil {
-		return usageErr("%v", err)
+	if o.cfg, err = sf.config(); err != nil {
+		return nil, usageErr("%v", err)
 	}
+	return o, nil
+}
 
-	path, err := exec.LookPath(argv[0])
+// findProgram looks the program up as a shell would; where it is not
+// found or cannot run, it says so as a shell does, and the error is the
+// exit status a shell gives.
+func findProgram(name string) (string, error) {
+	path, err := exec.LookPath(name)
 	if errors.Is(err, exec.ErrDot) {
 		err = nil // found in a relative PATH entry: a shell runs it too
 	}
-	if err != nil {
-		status := runStatusNotFound
-		what := "command not found"
-		switch {
-		case strings.Contains(argv[0], "/") && errors.Is(err, fs.ErrNotExist):
-			what = "no such file or directory"
-		case errors.Is(err, fs.ErrPermission):
-			status, what = runStatusNotRunnable, "permission denied"
-		}
-		fmt.Fprintf(os.Stderr, "uvm run: %s: %s\n", argv[0], what)
-		return exitStatus(status)
+	if err == nil {
+		return path, nil
 	}
-	if staticallyLinked(path) {
-		// Not refused: the program still runs, as it would without uvm
-		// run, but a silent summary of nothing would mislead.
-		fmt.Fprintf(os.Stderr, "uvm run: warning: %s is statically linked (no ELF interpreter), so %s cannot be loaded into it: it runs, but none of its memory is managed or measured\n",
-			path, preloadName)
+	status := runStatusNotFound
+	what := "command not found"
+	switch {
+	case strings.Contains(name, "/") && errors.Is(err, fs.ErrNotExist):
+		what = "no such file or directory"
+	case errors.Is(err, fs.ErrPermission):
+		status, what = runStatusNotRunnable, "permission denied"
 	}
-	lib, err := findPreload(*preload)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "uvm run: %v\n", err)
-		return exitStatus(runStatusFailed)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "uvm run: the path of this uvm binary, for the program's libuvm: %v\n", err)
-		return exitStatus(runStatusFailed)
-	}
-	var heapUnavailable string
-	if heap == "managed" {
-		// Asked once, before the program starts, so that a run of many
-		// processes (a shell, a build) hears once that its heap is not
-		// managed, and each of them is told to use glibc's quietly.
-		switch p, err := libuvm.ProbeHeap(runEnv(os.Environ(), "", minBytes, heap, false, lib, self)); {
-		case err != nil:
-			// Not known here: each process's library says so if it fails.
-			fmt.Fprintf(os.Stderr, "uvm run: warning: %v; each process of the program says so itself if its heap cannot be managed\n", err)
-		case !p.Managed && heapChosen:
-			fmt.Fprintf(os.Stderr, "uvm run: --heap managed: the managed heap cannot be had: %s (%s), or run with --heap system\n", p.Why, p.Fix)
-			return exitStatus(runStatusFailed)
-		case !p.Managed:
-			fmt.Fprintf(os.Stderr, "uvm run: the managed heap cannot be had: %s, so allocations below %s come from glibc's allocator, unmanaged, in every process of this run; to fix: %s (or give --heap system to run without it)\n",
-				p.Why, humanSize(uint64(minBytes)), p.Fix)
-			heap, heapUnavailable = "system", p.Why
-		}
-	}
-	var jsonOut *os.File
-	if *statsJSON != "" {
-		// Created now: a path that cannot be written fails before a long run.
-		if jsonOut, err = os.Create(*statsJSON); err != nil {
-			fmt.Fprintf(os.Stderr, "uvm run: --stats-json: %v\n", err)
-			return exitStatus(runStatusFailed)
-		}
-		defer jsonOut.Close() // closed after writing; this covers the early returns
-	}
+	fmt.Fprintf(os.Stderr, "uvm run: %s: %s\n", name, what)
+	return "", exitStatus(status)
+}
 
-	srv, sock, cleanup, err := startRunServer(cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "uvm run: cannot start the fault server: %v\n", err)
-		if jsonOut != nil {
-			os.Remove(*statsJSON) // no report: the program never ran
-		}
-		return exitStatus(runStatusFailed)
+// probeHeap asks, where the heap is to be managed, whether it can be,
+// once before the program starts, so that a run of many processes (a
+// shell, a build) hears once that its heap is not managed, and each of
+// them is told to use glibc's quietly. Where it cannot, --heap managed
+// fails the run; the default heap falls back to the system's, and the
+// reason is returned.
+func (o *runOptions) probeHeap(lib, self string) (unavailable string, err error) {
+	if o.heap != "managed" {
+		return "", nil
 	}
-	defer cleanup()
+	switch p, err := libuvm.ProbeHeap(runEnv(os.Environ(), "", o.minBytes, o.heap, false, lib, self)); {
+	case err != nil:
+		// Not known here: each process's library says so if it fails.
+		fmt.Fprintf(os.Stderr, "uvm run: warning: %v; each process of the program says so itself if its heap cannot be managed\n", err)
+	case !p.Managed && o.heapChosen:
+		fmt.Fprintf(os.Stderr, "uvm run: --heap managed: the managed heap cannot be had: %s (%s), or run with --heap system\n", p.Why, p.Fix)
+		return "", exitStatus(runStatusFailed)
+	case !p.Managed:
+		fmt.Fprintf(os.Stderr, "uvm run: the managed heap cannot be had: %s, so allocations below %s come from glibc's allocator, unmanaged, in every process of this run; to fix: %s (or give --heap system to run without it)\n",
+			p.Why, humanSize(uint64(o.minBytes)), p.Fix)
+		o.heap = "system"
+		return p.Why, nil
+	}
+	return "", nil
+}
 
-	cmd := exec.Command(path, argv[1:]...)
-	cmd.Args = argv
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = runEnv(os.Environ(), sock, minBytes, heap, *statics, lib, self)
+// runProgram runs cmd to its end, passing on the signals uvm run gets,
+// and returns how it ended and how long it took.
+func runProgram(cmd *exec.Cmd) (syscall.WaitStatus, time.Duration, error) {
 	// Caught before the program starts, so that none is lost between
 	// its start and the forwarding.
 	sigs := make(chan os.Signal, 4)
@@ -214,8 +274,8 @@ func runRun(args []string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			status = runStatusNotFound
 		}
-		fmt.Fprintf(os.Stderr, "uvm run: %s: %v\n", argv[0], err)
-		return exitStatus(status)
+		fmt.Fprintf(os.Stderr, "uvm run: %s: %v\n", cmd.Args[0], err)
+		return 0, 0, exitStatus(status)
 	}
 	done := make(chan struct{})
 	go forwardSignals(cmd.Process, sigs, done)
@@ -224,32 +284,30 @@ func runRun(args []string) error {
 	wall := time.Since(start)
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok {
-		fmt.Fprintf(os.Stderr, "uvm run: %s: %v\n", argv[0], waitErr)
-		return exitStatus(runStatusFailed)
+		fmt.Fprintf(os.Stderr, "uvm run: %s: %v\n", cmd.Args[0], waitErr)
+		return 0, 0, exitStatus(runStatusFailed)
 	}
+	return ws, wall, nil
+}
 
-	st, in, err := serverStats(srv)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "uvm run: the fault server's counters: %v\n", err)
-	}
-	rep := makeRunReport(argv, ws, wall, minBytes, cfg, st)
-	rep.ServerRestarts, rep.HostPeakBytes = in.Restart.Restarts, in.HostPeakBytes
-	rep.Heap, rep.HeapUnavailable = heap, heapUnavailable
-	if !*quiet {
+// report prints the run's summary on standard error (but with --quiet)
+// and writes it to --stats-json's file, if given.
+func (o *runOptions) report(rep runReport, jsonOut *os.File) {
+	if !o.quiet {
 		var b strings.Builder
-		renderRunSummary(&b, filepath.Base(argv[0]), rep)
+		renderRunSummary(&b, filepath.Base(o.argv[0]), rep)
 		os.Stderr.WriteString(b.String())
 	}
-	if jsonOut != nil {
-		err := writeJSON(jsonOut, rep)
-		if cerr := jsonOut.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "uvm run: --stats-json %s: %v\n", *statsJSON, err)
-		}
+	if jsonOut == nil {
+		return
 	}
-	return exitStatus(rep.ExitStatus)
+	err := writeJSON(jsonOut, rep)
+	if cerr := jsonOut.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "uvm run: --stats-json %s: %v\n", o.statsJSON, err)
+	}
 }
 
 // startRunServer starts a fault server in a process of its own (so that

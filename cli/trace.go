@@ -4,11 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -107,13 +105,13 @@ func runTraceRecord(args []string) error {
 	if errors.Is(runErr, errUsage) || errors.Is(runErr, flag.ErrHelp) {
 		return runErr
 	}
-	if s, err := summarizeTrace(out); err == nil {
+	if s, err := trace.Summarize(out); err == nil {
 		fi, _ := os.Stat(out)
 		size := int64(0)
 		if fi != nil {
 			size = fi.Size()
 		}
-		fmt.Fprintf(os.Stderr, "uvm trace record: %d events (%d faults, %d migrations) in %s, %s\n", s.Events, s.totalFaults(), s.totalMigrations(), out, uvm.FormatSize(size))
+		fmt.Fprintf(os.Stderr, "uvm trace record: %d events (%d faults, %d migrations) in %s, %s\n", s.Events, s.TotalFaults(), s.TotalMigrations(), out, uvm.FormatSize(size))
 	} else if !os.IsNotExist(errors.Unwrap(err)) {
 		fmt.Fprintf(os.Stderr, "uvm trace record: %v\n", err)
 	}
@@ -149,212 +147,6 @@ func cutOutFlag(args []string) (out string, rest []string, err error) {
 	return out, rest, nil
 }
 
-// traceSummary is what `uvm trace summary --json` prints.
-type traceSummary struct {
-	File     string         `json:"file"`
-	Header   trace.Header   `json:"header"`
-	Events   uint64         `json:"events"`
-	Dropped  uint64         `json:"dropped"`
-	Bytes    int64          `json:"bytes"`
-	Span     time.Duration  `json:"span_ns"`
-	ByKind   map[string]int `json:"by_kind"`
-	Faults   []traceFaults  `json:"faults"`
-	Moves    []traceMoves   `json:"migrations"`
-	Evicted  map[string]int `json:"evicted_pages,omitempty"`
-	Populate map[string]int `json:"populated_pages,omitempty"`
-	Sessions int            `json:"sessions"`
-	Allocs   int            `json:"allocations"`
-	// CutShort says why the trace ends early, where its recorder did not
-	// close it: the summary is of the events before that.
-	CutShort string `json:"cut_short,omitempty"`
-	// Access is the access mode's record by processor, where it was on.
-	Access []traceAccess `json:"access,omitempty"`
-	// BytesPerMillionFaults is the trace's size per million faults.
-	BytesPerMillionFaults float64 `json:"bytes_per_million_faults,omitempty"`
-}
-
-type traceFaults struct {
-	Processor    string  `json:"processor"`
-	Missing      int     `json:"missing"`
-	Minor        int     `json:"minor"`
-	WriteProtect int     `json:"write_protect"`
-	P50US        float64 `json:"service_p50_us"`
-	P99US        float64 `json:"service_p99_us"`
-}
-
-// traceAccess sums up what the access mode saw of one processor: the
-// rounds that armed it, the pages armed in all, and those of them found
-// touched by the round after (Touched is their fraction).
-type traceAccess struct {
-	Processor string  `json:"processor"`
-	Rounds    int     `json:"rounds"`
-	Armed     uint64  `json:"armed_pages"`
-	Accessed  uint64  `json:"accessed_pages"`
-	Touched   float64 `json:"touched_fraction"`
-}
-
-type traceMoves struct {
-	From  string `json:"from"`
-	To    string `json:"to"`
-	Cause string `json:"cause"`
-	Runs  int    `json:"runs"`
-	Pages uint64 `json:"pages"`
-	Bytes uint64 `json:"bytes"`
-	// GBps is the bytes over the runs' summed copy time.
-	GBps float64 `json:"gb_per_s"`
-}
-
-func (s *traceSummary) totalFaults() int {
-	n := 0
-	for _, f := range s.Faults {
-		n += f.Missing + f.Minor + f.WriteProtect
-	}
-	return n
-}
-
-func (s *traceSummary) totalMigrations() int { return s.ByKind[trace.KindMigration.String()] }
-
-// summarizeTrace reads a trace through once.
-func summarizeTrace(path string) (*traceSummary, error) {
-	r, err := trace.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	s := &traceSummary{File: path, Header: r.Header(), ByKind: map[string]int{}, Evicted: map[string]int{}, Populate: map[string]int{}}
-	faults := map[int32]*traceFaults{}
-	service := map[int32][]time.Duration{}
-	type moveKey struct {
-		from, to int32
-		cause    trace.Cause
-	}
-	moves := map[moveKey]*traceMoves{}
-	took := map[moveKey]time.Duration{}
-	access := map[int32]*traceAccess{}
-	lastArm := map[int32]time.Duration{}
-	accessOf := func(p int32) *traceAccess {
-		a := access[p]
-		if a == nil {
-			a = &traceAccess{Processor: trace.ProcessorName(p)}
-			access[p] = a
-			lastArm[p] = -1
-		}
-		return a
-	}
-	var first, last time.Duration
-	var e trace.Event
-	for {
-		err := r.Next(&e)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) && s.Events > 0 {
-			// Its recorder was killed: what it wrote is still worth
-			// summing up.
-			s.CutShort = err.Error()
-			break
-		}
-		if err != nil {
-			return s, err
-		}
-		if s.Events == 0 || e.Time < first {
-			first = e.Time
-		}
-		if e.Kind == trace.KindAccess {
-			last = max(last, e.Time) // its Duration is the window before
-		} else {
-			last = max(last, e.Time+max(e.Duration, 0))
-		}
-		s.Events++
-		s.ByKind[e.Kind.String()]++
-		switch e.Kind {
-		case trace.KindFault:
-			f := faults[e.Processor]
-			if f == nil {
-				f = &traceFaults{Processor: trace.ProcessorName(e.Processor)}
-				faults[e.Processor] = f
-			}
-			switch e.FaultKind {
-			case trace.FaultMinor:
-				f.Minor++
-			case trace.FaultWP:
-				f.WriteProtect++
-			default:
-				f.Missing++
-			}
-			service[e.Processor] = append(service[e.Processor], e.Duration)
-		case trace.KindMigration:
-			k := moveKey{e.From, e.To, e.Cause}
-			m := moves[k]
-			if m == nil {
-				m = &traceMoves{From: trace.ProcessorName(e.From), To: trace.ProcessorName(e.To), Cause: e.Cause.String()}
-				moves[k] = m
-			}
-			m.Runs++
-			m.Pages += uint64(e.Pages)
-			m.Bytes += e.MovedBytes()
-			took[k] += e.Duration
-		case trace.KindEviction:
-			s.Evicted[trace.ProcessorName(e.From)] += int(e.Pages)
-		case trace.KindPopulate:
-			s.Populate[trace.ProcessorName(e.To)] += int(e.Pages)
-		case trace.KindSession:
-			s.Sessions++
-		case trace.KindAlloc:
-			s.Allocs++
-		case trace.KindArm:
-			a := accessOf(e.Processor)
-			if lastArm[e.Processor] != e.Time { // a round's runs share its time
-				a.Rounds++
-				lastArm[e.Processor] = e.Time
-			}
-			a.Armed += uint64(e.Pages)
-		case trace.KindAccess:
-			accessOf(e.Processor).Accessed += uint64(e.Pages)
-		}
-	}
-	for _, a := range access {
-		if a.Armed > 0 {
-			a.Touched = float64(a.Accessed) / float64(a.Armed)
-		}
-		s.Access = append(s.Access, *a)
-	}
-	sort.Slice(s.Access, func(i, j int) bool { return s.Access[i].Processor < s.Access[j].Processor })
-	s.Dropped = r.Dropped()
-	s.Span = last - first
-	for p, f := range faults {
-		d := service[p]
-		slices.Sort(d)
-		f.P50US = float64(d[len(d)/2]) / 1e3
-		f.P99US = float64(d[min(len(d)-1, len(d)*99/100)]) / 1e3
-		s.Faults = append(s.Faults, *f)
-	}
-	sort.Slice(s.Faults, func(i, j int) bool { return s.Faults[i].Processor < s.Faults[j].Processor })
-	for k, m := range moves {
-		if t := took[k]; t > 0 {
-			m.GBps = float64(m.Bytes) / t.Seconds() / 1e9
-		}
-		s.Moves = append(s.Moves, *m)
-	}
-	sort.Slice(s.Moves, func(i, j int) bool {
-		a, b := s.Moves[i], s.Moves[j]
-		if a.From != b.From {
-			return a.From < b.From
-		}
-		if a.To != b.To {
-			return a.To < b.To
-		}
-		return a.Cause < b.Cause
-	})
-	if fi, err := os.Stat(path); err == nil {
-		s.Bytes = fi.Size()
-	}
-	if n := s.totalFaults(); n > 0 {
-		s.BytesPerMillionFaults = float64(s.Bytes) / float64(n) * 1e6
-	}
-	return s, nil
-}
-
 func runTraceSummary(args []string) error {
 	fs := newFlagSet("trace summary", "[--json] TRACE", "Sum up what a trace holds: its header, events by kind, faults by processor with their service times, pages moved by direction and cause with the copies' rate, evictions")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -365,7 +157,7 @@ func runTraceSummary(args []string) error {
 		fmt.Fprintf(fs.Output(), "uvm trace summary: want one TRACE file, got %d arguments\n", fs.NArg())
 		return errUsage
 	}
-	s, err := summarizeTrace(fs.Arg(0))
+	s, err := trace.Summarize(fs.Arg(0))
 	if err != nil {
 		return err
 	}

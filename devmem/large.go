@@ -190,7 +190,7 @@ var mappedWritesFromCPUs = 4 // a variable so that tests can take the mapping on
 // A pwrite holds the file's inode lock for its whole copy, so writers of
 // one file take turns: on a 16-CPU machine, threads writing 2 MiB blocks
 // into one file moved 5.9-6.8 GB/s together whatever their number, and
-// into a file each 42-44 GB/s with 8 (docs/benchmarks.md, "Several
+// into a file each 42-44 GB/s with 8 (docs/benchmarks-log.md, "Several
 // movers into one file"). So where another WriteBlockUnseen of this file
 // is under way, this one writes through a mapping, which takes no inode
 // lock: fallocate allocates the folio (a full file is then its error, not

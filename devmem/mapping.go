@@ -61,7 +61,7 @@ func (f *File) mapShared(off, length int64) (*Mapping, error) {
 // copied through 512 entries cost 1.3-1.5 times as much to map, read
 // and unmap, most of it in the TLB misses of the read and in the
 // unmap, which frees the page table and so flushes every CPU that ran
-// the process (benchmarks.md, "Whole blocks read through a huge
+// the process (benchmarks-log.md, "Whole blocks read through a huge
 // entry"). A block with no hole has nothing for khugepaged to fill, and
 // the mapping lives for one copy. On a file without large folios it is
 // Map.

@@ -202,7 +202,7 @@ func TestCustomBinaryForC(t *testing.T) {
 
 	out, _, err := runCmd(custom, nil, "help")
 	require.NoError(t, err)
-	assert.Regexp(t, `(?m)^  eviction +lru, 2q, clock\[:regions\|copy\], mru \(`, out, "help lists the linked-in eviction policy")
+	assert.Regexp(t, `(?m)^  eviction +lru, 2q, clock\[:regions\|copy\], reuse, mru \(`, out, "help lists the linked-in eviction policy")
 	assert.Regexp(t, `(?m)^  prefetch +.*, evens \(`, out, "help lists the linked-in prefetch policy")
 	out, _, err = runCmd(custom, nil, "info", "--json")
 	require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestCustomBinaryForC(t *testing.T) {
 	for _, k := range mi.Policies {
 		known[k.Kind] = k.Names
 	}
-	assert.Equal(t, []string{"lru", "2q", "clock[:regions|copy]", "mru"}, known["eviction"])
+	assert.Equal(t, []string{"lru", "2q", "clock[:regions|copy]", "reuse", "mru"}, known["eviction"])
 	assert.Contains(t, known["prefetch"], "evens")
 
 	t.Run("private", func(t *testing.T) {
@@ -322,7 +322,7 @@ func TestPolicyRegisteredByMain(t *testing.T) {
 	t.Run("unregistered", func(t *testing.T) {
 		_, errOut, err := runCmd(late, nil, "client", "nosuch")
 		assert.Equal(t, 1, exitCode(err), errOut)
-		for _, want := range []string{`eviction policy "nosuch": want one of lru, 2q, clock[:regions|copy], late-mru, mru`, "init function registers it", "call uvm.Main() first in main"} {
+		for _, want := range []string{`eviction policy "nosuch": want one of lru, 2q, clock[:regions|copy], reuse, late-mru, mru`, "init function registers it", "call uvm.Main() first in main"} {
 			assert.Contains(t, errOut, want)
 		}
 	})

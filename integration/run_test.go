@@ -26,7 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 	"github.com/softuvm/softuvm/internal/proctest"
 	"github.com/softuvm/softuvm/uvm"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softuvm/softuvm/cli/workloads"
+	"github.com/softuvm/softuvm/internal/bench/workloads"
 )
 
 // quarterSizes are the inputs TestRunWorkloads gives the real programs:
@@ -34,7 +34,7 @@ var quarterSizes = map[string]int64{
 	"stress-ng": 4 << 20,
 }
 
-// TestRunWorkloads runs each real program of cli/workloads (gawk, perl,
+// TestRunWorkloads runs each real program of internal/bench/workloads (gawk, perl,
 // python3, sqlite3, jq, tsort, sort, zstd: text tools, interpreters, a
 // database, sort and a compressor, all allocating in small pieces) plain,
 // through the peak-RSS wrapper, then under `uvm run` with its defaults

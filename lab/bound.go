@@ -213,20 +213,11 @@ func (r *RefStream) Granules(exclude []Span, granuleBytes int64) (*Granules, err
 	for PageSize<<shift < granuleBytes {
 		shift++
 	}
-	excluded := func(page uint64) bool {
-		a := page * PageSize
-		for _, s := range exclude {
-			if a >= s.Start && a < s.End {
-				return true
-			}
-		}
-		return false
-	}
 	// granuleOf[id]: the granule id of page id, or -1 where excluded.
 	granuleOf := make([]int32, len(r.pages))
 	ids := map[uint64]int32{}
 	for i, p := range r.pages {
-		if excluded(p) {
+		if excludedPage(exclude, p) {
 			granuleOf[i] = -1
 			continue
 		}

@@ -30,5 +30,17 @@
 // references are known, made page by page: PageRefs), on which LRU's and
 // MIN's misses are counted per page or granule at any capacity (uvm lab
 // bound, uvm bench cliff): the bound of eviction on all a program
-// touched, not only on what a trace holds.
+// touched, not only on what a trace holds. MeasureBound (bound_run.go)
+// makes one: it runs the program once under lackey, with a small library
+// preloaded (built at run time by libuvm's C compiler) that leaves the
+// program's maps behind at exit, so that only its heap's references
+// count.
+//
+// Import direction: the lab comes right after the block engine in the
+// layers internal/lint checks (core < policy < workingset < block < lab
+// < config < ... < server). It imports the engine (internal/block),
+// policy, internal/core, trace and libuvm (which builds the library
+// MeasureBound preloads), and nothing of the server
+// (TestEngineAndLabDoNotImportServer): a replay runs the server's own
+// engine without a server.
 package lab

@@ -26,10 +26,8 @@ const (
 // without large folios.
 func randomTrace(seed uint64, blocks, budget, faults int) (trace.Header, []trace.Event, []int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	h := trace.Header{Devices: 1, DeviceBytes: testDeviceSize, HostBudget: int64(budget) * testPageSize,
-		Policies: map[string]string{"prefetch": "none", "eviction": "lru", "thrashing": "off"}}
-	events := []trace.Event{{Kind: trace.KindAlloc, Time: 1, Range: 1, Addr: testBase, Bytes: uint64(blocks) * pagesPerBlock * testPageSize}}
 	var pages []int
+	var writes []bool
 	total := blocks * pagesPerBlock
 	for i := 0; i < faults; i++ {
 		var p int
@@ -42,10 +40,25 @@ func randomTrace(seed uint64, blocks, budget, faults int) (trace.Header, []trace
 			p = rng.IntN(total)
 		}
 		pages = append(pages, p)
-		events = append(events, trace.Event{Kind: trace.KindFault, Time: time.Duration(2 + i), Processor: trace.CPU, Range: 1,
-			Addr: testBase + uint64(p)*testPageSize, Write: rng.IntN(2) == 0})
+		writes = append(writes, rng.IntN(2) == 0)
 	}
+	h, events := pageTrace(pages, writes, blocks, budget)
 	return h, events, pages
+}
+
+// pageTrace is a host program's faults on pages (indices into one range
+// of blocks blocks; writes where writes says, if it is not nil) under a
+// host budget of budget pages, recorded with prefetch none and eviction
+// lru, without large folios.
+func pageTrace(pages []int, writes []bool, blocks, budget int) (trace.Header, []trace.Event) {
+	h := trace.Header{Devices: 1, DeviceBytes: testDeviceSize, HostBudget: int64(budget) * testPageSize,
+		Policies: map[string]string{"prefetch": "none", "eviction": "lru", "thrashing": "off"}}
+	events := []trace.Event{{Kind: trace.KindAlloc, Time: 1, Range: 1, Addr: testBase, Bytes: uint64(blocks) * pagesPerBlock * testPageSize}}
+	for i, p := range pages {
+		events = append(events, trace.Event{Kind: trace.KindFault, Time: time.Duration(2 + i), Processor: trace.CPU, Range: 1,
+			Addr: testBase + uint64(p)*testPageSize, Write: writes != nil && writes[i]})
+	}
+	return h, events
 }
 
 // bruteLRU replays refs by NVIDIA's LRU as the server applies it, written

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,6 +79,16 @@ type Score struct {
 	// (prefetch none), the least any policy pair can move. A ratio to a
 	// bound of 0 is +Inf here, and null (vs_bound: left out) in JSON.
 	VsBound float64 `json:"vs_bound,omitempty"`
+	// FaultsVsLRU and FaultsVsOPT, for eviction: faults over lru's and
+	// over opt's, each with the same prefetch policy, on the same trace:
+	// what a fault costs is the trace's, so a policy that takes more
+	// faults than lru shows here without a live run. (An infinite ratio
+	// is null in JSON.)
+	FaultsVsLRU float64 `json:"faults_vs_lru,omitempty"`
+	FaultsVsOPT float64 `json:"faults_vs_opt,omitempty"`
+	// Default marks the default eviction policy's line
+	// (policy.DefaultEviction), which the eviction lines always have.
+	Default bool `json:"default,omitempty"`
 	// Wall is how long the replay took.
 	Wall time.Duration `json:"wall_ns"`
 }
@@ -86,7 +97,9 @@ type Score struct {
 // prefetch, eviction or thrashing; empty: every registered policy of
 // each kind, with the built-in ones' usual arguments) on every trace,
 // with the oracles, and returns the scores in trace order, each kind's
-// policies in the order given. progress, if not nil, hears of each
+// policies in the order given. Where eviction is scored, the default
+// eviction policy is too (after those given, where they do not name
+// it), and each eviction line has its faults against lru's and opt's. progress, if not nil, hears of each
 // replay as it ends.
 func Scoreboard(traces []string, policies []string, progress func(s Score)) ([]Score, error) {
 	byKind, err := scorePolicies(policies)
@@ -107,10 +120,13 @@ func Scoreboard(traces []string, policies []string, progress func(s Score)) ([]S
 			}
 			return r, nil
 		}
-		add := func(kind, spec, oracle string, r *Result, vs, bound float64) {
+		add := func(kind, spec, oracle string, r *Result, vs, bound float64, adjust ...func(*Score)) {
 			s := Score{Trace: name, Kind: kind, Policy: spec, Oracle: oracle, Faults: r.Replayed.Faults,
 				BytesMoved: r.Replayed.BytesMoved(), EvictedPages: r.Replayed.EvictedPages,
 				EstimatedTime: r.EstimatedTime, VsOracle: vs, VsBound: bound, Wall: r.Wall}
+			for _, f := range adjust {
+				f(&s)
+			}
 			out = append(out, s)
 			if progress != nil {
 				progress(s)
@@ -127,15 +143,32 @@ func Scoreboard(traces []string, policies []string, progress func(s Score)) ([]S
 			if err != nil {
 				return nil, err
 			}
-			for _, spec := range evs {
-				r, err := run(Config{Eviction: spec})
-				if err != nil {
+			if !slices.Contains(evs, policy.DefaultEviction) {
+				evs = append(slices.Clip(evs), policy.DefaultEviction)
+			}
+			runs := map[string]*Result{}
+			for _, spec := range append([]string{"lru"}, evs...) {
+				if runs[spec] != nil {
+					continue
+				}
+				if runs[spec], err = run(Config{Eviction: spec}); err != nil {
 					return nil, err
 				}
-				add(policy.KindEviction, spec, OracleEviction, r, ratio(r.Replayed.BytesMoved(), opt.Replayed.BytesMoved()),
-					ratio(r.Replayed.BytesMoved(), bound.Replayed.BytesMoved()))
 			}
-			add(policy.KindEviction, OracleEviction, OracleEviction, opt, 1, ratio(opt.Replayed.BytesMoved(), bound.Replayed.BytesMoved()))
+			lru := runs["lru"]
+			againstFaults := func(r *Result) func(*Score) {
+				return func(s *Score) {
+					s.FaultsVsLRU = ratio(r.Replayed.Faults, lru.Replayed.Faults)
+					s.FaultsVsOPT = ratio(r.Replayed.Faults, opt.Replayed.Faults)
+				}
+			}
+			for _, spec := range evs {
+				r := runs[spec]
+				add(policy.KindEviction, spec, OracleEviction, r, ratio(r.Replayed.BytesMoved(), opt.Replayed.BytesMoved()),
+					ratio(r.Replayed.BytesMoved(), bound.Replayed.BytesMoved()), againstFaults(r),
+					func(s *Score) { s.Default = spec == policy.DefaultEviction })
+			}
+			add(policy.KindEviction, OracleEviction, OracleEviction, opt, 1, ratio(opt.Replayed.BytesMoved(), bound.Replayed.BytesMoved()), againstFaults(opt))
 			add(policy.KindEviction, OracleEviction+"+none", OracleEviction, bound, ratio(bound.Replayed.BytesMoved(), opt.Replayed.BytesMoved()), 1)
 		}
 		// Prefetch, against the oracle with the trace's eviction.
@@ -183,11 +216,19 @@ func (s Score) MarshalJSON() ([]byte, error) {
 	}
 	out := struct {
 		plain
-		VsOracle *float64 `json:"vs_oracle"`
-		VsBound  *float64 `json:"vs_bound,omitempty"`
+		VsOracle    *float64 `json:"vs_oracle"`
+		VsBound     *float64 `json:"vs_bound,omitempty"`
+		FaultsVsLRU *float64 `json:"faults_vs_lru,omitempty"`
+		FaultsVsOPT *float64 `json:"faults_vs_opt,omitempty"`
 	}{plain: plain(s), VsOracle: finite(s.VsOracle)}
 	if s.VsBound != 0 {
 		out.VsBound = finite(s.VsBound)
+	}
+	if s.FaultsVsLRU != 0 {
+		out.FaultsVsLRU = finite(s.FaultsVsLRU)
+	}
+	if s.FaultsVsOPT != 0 {
+		out.FaultsVsOPT = finite(s.FaultsVsOPT)
 	}
 	return json.Marshal(out)
 }

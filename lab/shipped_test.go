@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softuvm/softuvm/policy"
 )
 
 // shippedTraces are the traces of real programs in lab/traces.
@@ -84,14 +86,16 @@ func TestScoreboardRatios(t *testing.T) {
 		got = append(got, s.Kind+" "+s.Policy)
 		assert.Equal(t, "sqlite3", s.Trace)
 	}
-	require.Equal(t, []string{"eviction lru", "eviction opt", "eviction opt+none", "prefetch window:16", "prefetch oracle", "thrashing on"}, got)
+	require.Equal(t, []string{"eviction lru", "eviction " + policy.DefaultEviction, "eviction opt", "eviction opt+none", "prefetch window:16", "prefetch oracle", "thrashing on"}, got)
 	ratio := func(a, b uint64) float64 { return float64(a) / float64(b) }
 	assert.Equal(t, lru.Replayed.BytesMoved(), scores[0].BytesMoved)
 	assert.InDelta(t, ratio(lru.Replayed.BytesMoved(), opt.Replayed.BytesMoved()), scores[0].VsOracle, 1e-9)
 	assert.InDelta(t, ratio(lru.Replayed.BytesMoved(), bound.Replayed.BytesMoved()), scores[0].VsBound, 1e-9)
-	assert.Equal(t, window.Replayed.Faults, scores[3].Faults)
-	assert.InDelta(t, ratio(window.Replayed.Faults, oracle.Replayed.Faults), scores[3].VsOracle, 1e-9)
-	assert.InDelta(t, float64(on.EstimatedTime)/float64(off.EstimatedTime), scores[5].VsOracle, 1e-9)
+	assert.InDelta(t, 1, scores[0].FaultsVsLRU, 1e-12)
+	assert.InDelta(t, ratio(lru.Replayed.Faults, opt.Replayed.Faults), scores[0].FaultsVsOPT, 1e-9)
+	assert.Equal(t, window.Replayed.Faults, scores[4].Faults)
+	assert.InDelta(t, ratio(window.Replayed.Faults, oracle.Replayed.Faults), scores[4].VsOracle, 1e-9)
+	assert.InDelta(t, float64(on.EstimatedTime)/float64(off.EstimatedTime), scores[6].VsOracle, 1e-9)
 	assert.Less(t, opt.Replayed.BytesMoved(), lru.Replayed.BytesMoved())
 
 	_, err = Scoreboard([]string{path}, []string{"eviction"}, nil)

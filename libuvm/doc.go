@@ -32,4 +32,9 @@
 // library with it only where none is found in the places it looks first,
 // probes the heap with it before every `uvm run` of the managed heap, and
 // builds the benchmarks' C programs with it.
+//
+// The C files call each other one way, down the layers SourceLayers
+// lists (layers.go): wire and session at the bottom, device processes,
+// then streams, memory and events above them, the preload library on
+// top. `make lint` checks every call (internal/lint TestLibuvmLayers).
 package libuvm

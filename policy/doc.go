@@ -15,8 +15,8 @@
 //
 //	interface        built-in (file)                               register with
 //	PrefetchPolicy   density, window, none (prefetch_*.go)         RegisterPrefetchPolicy
-//	Eviction         clock, clock:regions, clock:copy, lru, 2q     RegisterEviction
-//	                 (evict_*.go)
+//	Eviction         clock, clock:regions, clock:copy, lru, 2q,    RegisterEviction
+//	                 reuse (evict_*.go)
 //	Thrashing        nvidia (thrash_nvidia.go)                     RegisterThrashing
 //	AccessMigration  threshold (access_threshold.go)               RegisterAccessMigration
 //

@@ -98,7 +98,7 @@ type Observing interface {
 // Regions do not resist scans as blocks do: asked for the few pages
 // each fault needs, a call comes a fault after the last, its watches are
 // mostly too young to judge, and its guesses from them take blocks in
-// use that the program has not come back to yet (docs/benchmarks.md);
+// use that the program has not come back to yet (docs/benchmarks-log.md);
 // so "clock" judges blocks.
 //
 // It asks for clean eviction (CleanCopying): a page the host reads back

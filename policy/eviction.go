@@ -100,7 +100,7 @@ type Victim struct {
 	Pages PageMask
 }
 
-var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru", "2q", "clock[:regions|copy]")
+var evictionRegistry = newRegistry[func(arg string) (Eviction, error)](KindEviction, "lru", "2q", "clock[:regions|copy]", "reuse")
 
 // DefaultEviction is the policy used when none is chosen: "clock"
 // (HintClock), whole blocks chosen by the use the server watches with

@@ -96,6 +96,22 @@ func Registered() []Ref {
 	return accessRegistry.refs(out)
 }
 
+// Builtin reports whether r is one of package policy's own policies
+// (lru, clock, density, nvidia...), not one a program registered.
+func Builtin(r Ref) bool {
+	switch r.Kind {
+	case KindPrefetch:
+		return prefetchRegistry.reserved[r.Name]
+	case KindEviction:
+		return evictionRegistry.reserved[r.Name]
+	case KindThrashing:
+		return thrashingRegistry.reserved[r.Name]
+	case KindAccessMigration:
+		return accessRegistry.reserved[r.Name]
+	}
+	return false
+}
+
 // registry maps policy names to factories, for one kind of policy.
 type registry[F any] struct {
 	kind     string

@@ -65,3 +65,19 @@ func TestUnknownError(t *testing.T) {
 		assert.ErrorContains(t, c.err, c.text)
 	}
 }
+
+// TestBuiltin: the package's own policies of every kind are built in; a
+// registered one, or a name of another kind, is not.
+func TestBuiltin(t *testing.T) {
+	for _, r := range []Ref{
+		{KindPrefetch, "density"}, {KindPrefetch, "window"}, {KindPrefetch, "none"},
+		{KindEviction, "lru"}, {KindEviction, "2q"}, {KindEviction, "clock"}, {KindEviction, "reuse"},
+		{KindThrashing, "nvidia"}, {KindAccessMigration, "threshold"},
+	} {
+		assert.True(t, Builtin(r), "%v", r)
+	}
+	require.NoError(t, RegisterEviction("builtin-test-registered", func(string) (Eviction, error) { return NewLRU(), nil }))
+	for _, r := range []Ref{{KindEviction, "builtin-test-registered"}, {KindPrefetch, "lru"}, {"colour", "lru"}} {
+		assert.False(t, Builtin(r), "%v", r)
+	}
+}

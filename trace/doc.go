@@ -14,6 +14,10 @@
 //		if e.Kind == trace.KindFault { ... }
 //	}
 //
+// Summarize reads a trace through once and sums it up: events by kind,
+// faults by processor with their service times, pages moved by direction
+// and cause (uvm trace summary).
+//
 // The format is compact (a record is a kind byte and varints: about 12
 // bytes a fault) and versioned; format.go gives its grammar and
 // docs/traces.md its schema for readers in other languages. Recording

@@ -20,6 +20,9 @@ func MemAdvise(addr uintptr, n int64, advice Advice, d Device) error {
 // pages, as cuMemAdvise; the range must lie in one managed allocation.
 // It returns once device mappings follow the advice: after
 // AdviseSetAccessedBy, the device's kernels do not fault on the range.
+// Under the launch coherence model, AdviseSetPreferredLocation and
+// AdviseSetAccessedBy naming a device are refused (ErrInvalidDevice), as
+// CUDA refuses them without concurrent managed access.
 func (s *Session) MemAdvise(addr uintptr, n int64, advice Advice, d Device) error {
 	return s.adviseFor(addr, n, advice, d, -1)
 }
@@ -34,6 +37,11 @@ func (s *Session) adviseProcessor(addr uintptr, n int64, advice Advice, d Device
 	}
 	if !advice.UsesDevice() {
 		d = CPU // ignored, as cuMemAdvise ignores it
+	}
+	if d != CPU && (advice == AdviseSetPreferredLocation || advice == AdviseSetAccessedBy) {
+		if err := s.refuseUnderLaunchModel(advice.String()+" for", d); err != nil {
+			return err
+		}
 	}
 	a, start, length, err := s.pageRange(advice.String(), addr, n)
 	if err != nil {

@@ -486,9 +486,12 @@ func (s *Session) notManaged(what string, addr uintptr) error {
 }
 
 // Free releases managed or device memory, as cudaFree; addr must be the
-// allocation's start. A thread that touches the memory afterwards (or is
-// blocked in a fault on it) gets SIGSEGV or SIGBUS, never stale data.
-// Pinned host memory is freed by FreeHost.
+// allocation's start. It first waits for the work submitted on every
+// stream of every device, kernels included, as cudaFree synchronizes:
+// no kernel is left running on freed memory (their errors stay for the
+// streams' synchronizes). A thread that touches the memory afterwards
+// (or is blocked in a fault on it) gets SIGSEGV or SIGBUS, never stale
+// data. Pinned host memory is freed by FreeHost.
 func (s *Session) Free(addr uintptr) error {
 	a, err := s.allocationAt(addr, "free")
 	if err != nil {
@@ -497,6 +500,7 @@ func (s *Session) Free(addr uintptr) error {
 	if a.kind == core.KindPinnedHost {
 		return fmt.Errorf("%w: free %#x: it is pinned host memory; free it with FreeHost (or HostUnregister if it was registered)", ErrInvalidValue, addr)
 	}
+	s.quiesceAll()
 	return s.release(a)
 }
 
@@ -559,6 +563,8 @@ func (s *Session) pageRange(what string, addr uintptr, n int64) (*Allocation, ui
 // cudaMemPrefetchAsync, and returns when the data is there. The range is
 // rounded out to whole pages. Data moves by real copies, and the source
 // pages are freed; pages never touched are created, zero-filled, at dst.
+// Under the launch coherence model it is refused (ErrInvalidDevice), as
+// CUDA refuses a prefetch without concurrent managed access.
 func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
 	return s.prefetchTo(addr, n, dst, -1)
 }
@@ -567,6 +573,9 @@ func (s *Session) Prefetch(addr uintptr, n int64, dst Device) error {
 func (s *Session) prefetchProcessor(addr uintptr, n int64, dst Device) error {
 	if dst != CPU && (dst < 0 || int(dst) >= len(s.devices)) {
 		return fmt.Errorf("%w: prefetch to %v: %s", ErrInvalidDevice, dst, s.deviceChoices())
+	}
+	if err := s.refuseUnderLaunchModel("prefetch to", dst); err != nil {
+		return err
 	}
 	_, start, length, err := s.pageRange("prefetch", addr, n)
 	if err != nil {

@@ -59,6 +59,16 @@ func (s *Session) coherenceAfterSync(d Device, stream uint32) error {
 	return nil
 }
 
+// refuseUnderLaunchModel refuses what CUDA refuses on a device without
+// concurrent managed access (the launch model): a prefetch (to d), and
+// advice that names a device as the preferred location or an accessor.
+func (s *Session) refuseUnderLaunchModel(what string, d Device) error {
+	if !s.launchModel() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %v: under the launch coherence model devices have concurrent managed access 0 (AttrConcurrentManagedAccess), and CUDA refuses this there", ErrInvalidDevice, what, d)
+}
+
 // StreamAttachMemAsync attaches the managed allocation at addr to a
 // stream, as cudaStreamAttachMemAsync: flags AttachGlobal (every stream's
 // launches may use it: the default), AttachHost (no launch takes it from
@@ -66,8 +76,12 @@ func (s *Session) coherenceAfterSync(d Device, stream uint32) error {
 // on st take it; the CPU may touch it while kernels run on other
 // streams, and st's synchronize gives it back). length must be 0 or the
 // allocation's size: an allocation is attached whole. The attachment
-// takes effect at the next launch. Under the fault model it is recorded
-// and changes nothing, as on GPUs with concurrent managed access.
+// takes effect in stream order, when st reaches it (at once on a stream
+// with nothing in flight, or a nil st): memory attached to the host is
+// then the CPU's even while kernels that took it at their launch still
+// run, as CUDA lets it. Its error, if it waited, comes back from st's
+// next synchronize. Under the fault model it is recorded and changes
+// nothing, as on GPUs with concurrent managed access.
 func (s *Session) StreamAttachMemAsync(st *Stream, addr uintptr, length int64, flags uint32) error {
 	a := s.lookup(addr)
 	if a == nil || a.kind != core.KindManaged {
@@ -89,17 +103,16 @@ func (s *Session) StreamAttachMemAsync(st *Stream, addr uintptr, length int64, f
 	default:
 		return fmt.Errorf("%w: attach flags %#x: want AttachGlobal (%#x), AttachHost (%#x) or AttachSingle (%#x)", ErrInvalidValue, flags, AttachGlobal, AttachHost, AttachSingle)
 	}
-	if st != nil {
-		dp, err := s.streamProc(st, "attach memory to")
-		if err != nil {
-			return err
+	attach := func() error {
+		r, err := s.rpc.Request(wire.EncodeStreamAttach(s.rpc.NextSeq(), req), wire.MsgStreamAttach)
+		if err == nil {
+			err = r.Done("stream-attach reply")
 		}
-		dp.mu.Unlock()
-		req.Device, req.Stream = int32(st.device), st.id
+		return err
 	}
-	r, err := s.rpc.Request(wire.EncodeStreamAttach(s.rpc.NextSeq(), req), wire.MsgStreamAttach)
-	if err == nil {
-		err = r.Done("stream-attach reply")
+	if st == nil {
+		return attach()
 	}
-	return err
+	req.Device, req.Stream = int32(st.device), st.id
+	return s.queueHostNowIfIdle(st, "attach memory to", attach)
 }

@@ -27,6 +27,7 @@ func init() {
 		}
 	})
 	testRoles["touch-during-kernel"] = roleTouchDuringKernel
+	testRoles["attach-in-stream-order"] = roleAttachInStreamOrder
 }
 
 func paramU64(p []byte, i int) uint64 {
@@ -213,22 +214,7 @@ func TestLaunchModelRefusesTheCPUDuringAKernel(t *testing.T) {
 	requireRoot(t)
 	for _, model := range []string{"launch", "fault"} {
 		t.Run(model, func(t *testing.T) {
-			cmd := child(t, "touch-during-kernel", "TOUCH_COHERENCE="+model)
-			// A file, not a pipe: the private server and its guard
-			// outlive a child that dies, and would hold a pipe open.
-			stderr, err := os.Create(t.TempDir() + "/stderr")
-			require.NoError(t, err)
-			defer stderr.Close()
-			cmd.Stderr = stderr
-			require.NoError(t, cmd.Start())
-			// A touch that is neither refused nor served would fault
-			// for ever: end it rather than the test.
-			stop := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
-			err = cmd.Wait()
-			stop.Stop()
-			b, rerr := os.ReadFile(stderr.Name())
-			require.NoError(t, rerr)
-			out := string(b)
+			out, err := runChildRole(t, "touch-during-kernel", "TOUCH_COHERENCE="+model)
 			if model == "fault" {
 				require.NoError(t, err, "%s", out)
 				assert.Contains(t, out, "touched, value 2")
@@ -244,12 +230,167 @@ func TestLaunchModelRefusesTheCPUDuringAKernel(t *testing.T) {
 	}
 }
 
+// roleAttachInStreamOrder: a launch-model client that attaches memory to
+// the host on the legacy stream, synchronizes it and touches the memory
+// while a kernel that took it at its launch still runs on a
+// non-blocking stream; then after an unsynchronized kernel on a blocking
+// stream. It says "touched" at the end: a touch refused kills it with
+// SIGBUS first.
+func roleAttachInStreamOrder() int {
+	s, err := Connect(Config{Server: "private", Private: launchConfig("")})
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 2 }
+	if err != nil {
+		return fail(err)
+	}
+	defer s.Close()
+	flagMem, err := s.HostAlloc(PageSize, HostAllocMapped)
+	if err != nil {
+		return fail(err)
+	}
+	flag := (*atomic.Uint32)(flagMem.Pointer())
+	x, err := s.MallocManaged(4 * PageSize)
+	if err != nil {
+		return fail(err)
+	}
+	nb, err := s.StreamCreateWithFlags(0, StreamNonBlocking)
+	if err != nil {
+		return fail(err)
+	}
+	fillBytes(x.Bytes(), 1)
+	if err := s.Launch(0, nb, "waitFlag", 1, params(uint64(flagMem.Addr()))); err != nil { // takes x: global
+		return fail(err)
+	}
+	for flag.Load() != 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	legacy := s.DefaultStream(0)
+	if err := s.StreamAttachMemAsync(legacy, x.Addr(), 0, AttachHost); err != nil {
+		return fail(err)
+	}
+	if err := s.StreamSynchronize(legacy); err != nil {
+		return fail(err)
+	}
+	if err := allBytes(x.Bytes(), 1); err != nil {
+		return fail(err)
+	}
+	fillBytes(x.Bytes(), 2)
+	flag.Store(2)
+	if err := s.StreamSynchronize(nb); err != nil {
+		return fail(err)
+	}
+
+	// A kernel on a blocking stream takes it, and is never synchronized
+	// by itself.
+	s1, err := s.StreamCreate(0)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.StreamAttachMemAsync(s1, x.Addr(), 0, AttachGlobal); err != nil {
+		return fail(err)
+	}
+	if err := s.Launch(0, s1, "addOne", 2, rangeParams(x.Addr(), x.Size(), 0)); err != nil {
+		return fail(err)
+	}
+	if err := s.StreamAttachMemAsync(legacy, x.Addr(), 0, AttachHost); err != nil {
+		return fail(err)
+	}
+	if err := s.StreamSynchronize(legacy); err != nil {
+		return fail(err)
+	}
+	if err := allBytes(x.Bytes(), 3); err != nil {
+		return fail(fmt.Errorf("after the kernel: %w", err))
+	}
+	fillBytes(x.Bytes(), 4)
+	fmt.Fprintln(os.Stderr, "touched")
+	return 0
+}
+
+// allBytes says which byte of b is not v, if one is not.
+func allBytes(b []byte, v byte) error {
+	for i, x := range b {
+		if x != v {
+			return fmt.Errorf("byte %d is %d, want %d", i, x, v)
+		}
+	}
+	return nil
+}
+
+// TestLaunchModelAttachmentInStreamOrder: an attachment takes effect when
+// its stream reaches it, and then frees the memory of running kernels
+// that took it: the CPU may touch memory attached to the host on the
+// legacy stream, once that stream is synchronized, while such a kernel
+// runs (in a child: a refused touch is SIGBUS).
+func TestLaunchModelAttachmentInStreamOrder(t *testing.T) {
+	requireRoot(t)
+	out, err := runChildRole(t, "attach-in-stream-order")
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, out, "touched")
+}
+
+// runChildRole runs role in a child and returns its standard error and how
+// it ended. The standard error is a file, not a pipe: the private server
+// and its guard outlive a child that dies, and would hold a pipe open. A
+// touch that is neither refused nor served would fault for ever: a
+// child still running after a minute is killed rather than the test.
+func runChildRole(t *testing.T, role string, env ...string) (string, error) {
+	t.Helper()
+	cmd := child(t, role, env...)
+	stderr, err := os.Create(t.TempDir() + "/stderr")
+	require.NoError(t, err)
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	stop := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	err = cmd.Wait()
+	stop.Stop()
+	b, rerr := os.ReadFile(stderr.Name())
+	require.NoError(t, rerr)
+	return string(b), err
+}
+
+// TestLaunchModelRefusals: what CUDA refuses without concurrent managed
+// access is refused under the launch model, and allowed under the fault
+// model.
+func TestLaunchModelRefusals(t *testing.T) {
+	for _, model := range []string{"launch", "fault"} {
+		t.Run(model, func(t *testing.T) {
+			cfg := launchConfig("")
+			cfg.Coherence = model
+			cfg.Devices = twoDeviceConfig().Devices
+			s := newSession(t, cfg)
+			a, err := s.MallocManaged(4 * PageSize)
+			require.NoError(t, err)
+			st, err := s.StreamCreate(0)
+			require.NoError(t, err)
+			check := func(err error, what string) {
+				t.Helper()
+				if model == "fault" {
+					require.NoError(t, err, what)
+					return
+				}
+				require.ErrorIs(t, err, ErrInvalidDevice, what)
+				assert.Contains(t, err.Error(), "concurrent managed access 0", what)
+			}
+			check(s.Prefetch(a.Addr(), a.Size(), 0), "prefetch to a device")
+			check(s.Prefetch(a.Addr(), a.Size(), CPU), "prefetch to the CPU")
+			check(s.PrefetchAsync(a.Addr(), a.Size(), 0, st), "an asynchronous prefetch")
+			check(s.MemAdvise(a.Addr(), a.Size(), AdviseSetPreferredLocation, 1), "preferred location on a device")
+			check(s.MemAdvise(a.Addr(), a.Size(), AdviseSetAccessedBy, 0), "accessed by a device")
+			require.NoError(t, s.MemAdvise(a.Addr(), a.Size(), AdviseSetPreferredLocation, CPU))
+			require.NoError(t, s.MemAdvise(a.Addr(), a.Size(), AdviseSetReadMostly, 0))
+			require.NoError(t, s.StreamSynchronize(st))
+		})
+	}
+}
+
 // TestLaunchModelKeepsTheCPUsWritesToItsCopies: under the launch model
 // the host writes its copies of device pages without a fault (the
 // writes are found at the next launch's hand-off). Whatever moves those
 // pages before that launch must carry the host's bytes, not a device's
-// older copy: a prefetch to the other device, a prefetch back to the
-// first, and a launch on the other device.
+// older copy. Under this model CUDA refuses prefetches
+// (TestLaunchModelRefusals), so what moves them is a launch on the other
+// device, each way (eviction, the other way, is
+// TestDataIntegrityUnderTheCoreLaunch's).
 func TestLaunchModelKeepsTheCPUsWritesToItsCopies(t *testing.T) {
 	for _, dirty := range []string{"wp-async", "wp-fault"} {
 		t.Run(dirty, func(t *testing.T) {
@@ -284,14 +425,11 @@ func TestLaunchModelKeepsTheCPUsWritesToItsCopies(t *testing.T) {
 			launchOn(0)
 			sameBytes(t, want, b, "the host reads what device 0 wrote") // host copies now
 			write()
-			require.NoError(t, s.Prefetch(a.Addr(), a.Size(), 1))
-			sameBytes(t, want, b, "after a prefetch to device 1")
 			launchOn(1)
 			sameBytes(t, want, b, "device 1's kernel saw the host's writes")
 			write()
-			require.NoError(t, s.Prefetch(a.Addr(), a.Size(), 1))
 			launchOn(0)
-			sameBytes(t, want, b, "device 0's kernel saw the host's writes")
+			sameBytes(t, want, b, "device 0's kernel saw the host's writes after device 1's")
 			write()
 			launchOn(1)
 			sameBytes(t, want, b, "device 1's kernel saw the host's writes after device 0's")

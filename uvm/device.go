@@ -41,7 +41,10 @@ type deviceProc struct {
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when cmd has been waited for
 	gen     uint64        // incremented by each reset: older streams are stale
-	pending error         // a death (or a destroyed stream's error) not yet reported by a synchronize
+	pending error         // a destroyed stream's errors not yet reported by a synchronize
+	// failed is the device's failure (failDevice): a launch that failed,
+	// reported by every synchronize until DeviceReset.
+	failed error
 	// states holds the client's side of every stream in use, def (the
 	// default stream's) at 0; defHandle is DefaultStream's handle.
 	states     map[uint32]*streamState
@@ -61,16 +64,36 @@ type deviceProc struct {
 
 // Stream is an ordered queue of work on one device, as a CUDA stream: its
 // kernels, and the operations queued on it (PrefetchAsync, MemcpyAsync,
-// MemsetAsync, MemcpyPeerAsync, EventRecord, StreamWaitEvent), run one
-// after another, and other streams' work may run at the same time. A
-// nil *Stream given to Launch is the device's default stream, which
-// DefaultStream returns a handle on.
+// MemsetAsync, MemcpyPeerAsync, StreamAttachMemAsync, LaunchHostFunc,
+// StreamAddCallback, EventRecord, StreamWaitEvent), run one after
+// another, and other streams' work may run at the same time, within
+// CUDA's order: a device's default stream (a nil *Stream given to
+// Launch; DefaultStream returns a handle on it) is its legacy default
+// stream, whose work waits for the work submitted before it on every
+// blocking stream of the device, and whose work the blocking streams'
+// later work waits for. Streams are blocking unless made with
+// StreamNonBlocking. Go has no per-thread default stream (a goroutine
+// has no identity): a stream of a goroutine's own made with
+// StreamCreate orders its work as one would, with the legacy stream and
+// no other.
 type Stream struct {
-	s      *Session
-	device int
-	id     uint32
-	gen    uint64
+	s        *Session
+	device   int
+	id       uint32
+	gen      uint64
+	flags    uint32
+	priority int
 }
+
+// Stream flags, as cudaStreamCreateWithFlags's.
+const (
+	// StreamDefault: a blocking stream, ordered with the device's legacy
+	// default stream.
+	StreamDefault = 0x0
+	// StreamNonBlocking: a stream that never waits for the legacy
+	// default stream, nor it for the stream.
+	StreamNonBlocking = 0x1
+)
 
 func processEnd(ps *os.ProcessState) string {
 	if ps == nil {
@@ -122,6 +145,20 @@ func (s *Session) deviceProc(d Device) *deviceProc {
 	return s.devs[d]
 }
 
+// deviceProcs returns the devices' handles made so far: those that may
+// have work.
+func (s *Session) deviceProcs() []*deviceProc {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	var dps []*deviceProc
+	for _, dp := range s.devs {
+		if dp != nil {
+			dps = append(dps, dp)
+		}
+	}
+	return dps
+}
+
 // resetStates starts the streams' state afresh: the default stream's
 // alone. dp.mu is held, or dp is new.
 func (dp *deviceProc) resetStates() {
@@ -129,8 +166,26 @@ func (dp *deviceProc) resetStates() {
 	dp.states = map[uint32]*streamState{0: dp.def}
 }
 
-// StreamCreate makes a new stream on device d.
+// StreamCreate makes a new blocking stream on device d.
 func (s *Session) StreamCreate(d Device) (*Stream, error) {
+	return s.StreamCreateWithPriority(d, StreamDefault, 0)
+}
+
+// StreamCreateWithFlags makes a new stream on device d, as
+// cudaStreamCreateWithFlags: flags StreamDefault (blocking) or
+// StreamNonBlocking.
+func (s *Session) StreamCreateWithFlags(d Device, flags uint32) (*Stream, error) {
+	return s.StreamCreateWithPriority(d, flags, 0)
+}
+
+// StreamCreateWithPriority is StreamCreateWithFlags with a priority, as
+// cudaStreamCreateWithPriority. Streams have one priority here
+// (DeviceGetStreamPriorityRange): as CUDA's, one outside the range is
+// taken as the nearest in it.
+func (s *Session) StreamCreateWithPriority(d Device, flags uint32, priority int) (*Stream, error) {
+	if flags&^StreamNonBlocking != 0 {
+		return nil, fmt.Errorf("%w: stream flags %#x: want StreamDefault (0) or StreamNonBlocking (%#x)", ErrInvalidValue, flags, StreamNonBlocking)
+	}
 	if err := s.checkDevice(d, "stream on"); err != nil {
 		return nil, err
 	}
@@ -138,9 +193,24 @@ func (s *Session) StreamCreate(d Device) (*Stream, error) {
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
 	dp.nextStream++
-	dp.states[dp.nextStream] = dp.newState(dp.nextStream)
-	return &Stream{s: s, device: int(d), id: dp.nextStream, gen: dp.gen}, nil
+	ss := dp.newState(dp.nextStream)
+	ss.nonBlocking = flags&StreamNonBlocking != 0
+	dp.states[dp.nextStream] = ss
+	return &Stream{s: s, device: int(d), id: dp.nextStream, gen: dp.gen, flags: flags}, nil
 }
+
+// DeviceGetStreamPriorityRange returns the least and greatest stream
+// priorities, as cudaDeviceGetStreamPriorityRange: 0 and 0, since the
+// streams of a CPU device run on its threads alike.
+func (s *Session) DeviceGetStreamPriorityRange() (least, greatest int) { return 0, 0 }
+
+// Flags returns the flags the stream was made with (StreamDefault for a
+// default stream).
+func (st *Stream) Flags() uint32 { return st.flags }
+
+// Priority returns the stream's priority (always 0: see
+// DeviceGetStreamPriorityRange).
+func (st *Stream) Priority() int { return st.priority }
 
 // StreamDestroy destroys a stream, as cudaStreamDestroy: it returns at
 // once, and the work queued on the stream still runs; the handle is
@@ -205,9 +275,11 @@ func (s *Session) Launch(d Device, st *Stream, name string, nthreads int, params
 	return s.launch(d, st, name, nthreads, nil, params)
 }
 
-// launch writes a launch of kernel name, nthreads threads or a grid, on
-// stream st of device d (nil: its default stream), or queues it behind
-// the stream's host work.
+// launch submits a launch of kernel name, nthreads threads or a grid, on
+// stream st of device d (nil: its legacy default stream), in CUDA's
+// order (orderLocked): written at once, or queued behind the stream's
+// host work and the other streams' work it waits for; refused once the
+// device has failed (submittable).
 func (s *Session) launch(d Device, st *Stream, name string, nthreads int, grid *wire.LaunchGridRequest, params []byte) error {
 	if len(params) > MaxKernelParams {
 		return fmt.Errorf("%w: launch of kernel %q with %d bytes of parameters: at most %d", ErrInvalidValue, name, len(params), MaxKernelParams)
@@ -229,9 +301,14 @@ func (s *Session) launch(d Device, st *Stream, name string, nthreads int, grid *
 		ss = dp.state(st.id)
 	}
 	defer dp.mu.Unlock()
+	if err := dp.submittable(ss, "launch on"); err != nil {
+		return err
+	}
 	cpu := dp.cpuHint()
+	dp.orderLocked(ss)
 	if len(ss.queue) > 0 {
-		// Behind a host operation: the stream's executor writes it.
+		// Behind a host operation or another stream's work: the
+		// stream's executor writes it.
 		dp.queueLaunchLocked(ss, name, nthreads, grid, params, cpu)
 		return nil
 	}
@@ -251,10 +328,12 @@ func (dp *deviceProc) cpuHint() int32 {
 
 // StreamSynchronize waits for the work queued on the stream, its kernels
 // and the operations queued on it, and returns their errors not returned
-// yet: a kernel's failure, a queued operation's error, the death of the
-// device's process. It waits as the device flags' schedule says
-// (SetDeviceFlags). A device's default stream is
-// DefaultStreamSynchronize's, or DefaultStream's handle's.
+// yet (a queued operation's error) and the device's failure (a launch
+// that failed: a kernel's error, the death of the device's process),
+// which every synchronize returns until DeviceReset. It waits as the
+// device flags' schedule says (SetDeviceFlags). A device's default
+// stream is DefaultStreamSynchronize's, or DefaultStream's handle's;
+// waiting for it is waiting for the blocking streams' work before it.
 func (s *Session) StreamSynchronize(st *Stream) error {
 	if st == nil {
 		return fmt.Errorf("%w: synchronize a nil stream: the default stream belongs to a device, use DefaultStreamSynchronize(device) or DefaultStream(device)", ErrInvalidValue)
@@ -266,7 +345,9 @@ func (s *Session) StreamSynchronize(st *Stream) error {
 	return dp.synchronize(st.id)
 }
 
-// DefaultStreamSynchronize waits for device d's default stream.
+// DefaultStreamSynchronize waits for device d's default stream: its work
+// and, as the legacy stream's work waits for theirs, the work of every
+// blocking stream of d.
 func (s *Session) DefaultStreamSynchronize(d Device) error {
 	if err := s.checkDevice(d, "synchronize"); err != nil {
 		return err
@@ -277,7 +358,8 @@ func (s *Session) DefaultStreamSynchronize(d Device) error {
 }
 
 // DeviceSynchronize waits for every stream of device d, destroyed ones
-// whose work still runs included, and returns their errors.
+// whose work still runs included, and returns their errors and the
+// device's failure.
 func (s *Session) DeviceSynchronize(d Device) error {
 	if err := s.checkDevice(d, "synchronize"); err != nil {
 		return err
@@ -303,6 +385,9 @@ func (dp *deviceProc) synchronize(stream uint32) error {
 		ss := dp.state(stream)
 		states = append(states, ss)
 		marks = append(marks, dp.barrierLocked(ss, true))
+		if stream == 0 {
+			marks = append(marks, dp.legacyMarksLocked(ss, false)...)
+		}
 	}
 	mode := dp.waitMode()
 	dp.mu.Unlock()
@@ -311,6 +396,9 @@ func (dp *deviceProc) synchronize(stream uint32) error {
 	}
 	dp.mu.Lock()
 	var errs []error
+	if dp.failed != nil {
+		errs = append(errs, dp.failed)
+	}
 	if dp.pending != nil {
 		errs = append(errs, dp.pending)
 		dp.pending = nil
@@ -341,6 +429,7 @@ func (s *Session) DeviceReset(d Device) error {
 	_ = dp.stop() // a reset ends the process however it is: a stuck one is why it is reset
 	dp.gen++
 	dp.pending = nil
+	dp.failed = nil
 	dp.resetStates()
 	return nil
 }
@@ -356,6 +445,9 @@ func (s *Session) DeviceReset(d Device) error {
 func (s *Session) PrefetchAsync(addr uintptr, n int64, dst Device, st *Stream) error {
 	if dst != CPU && (dst < 0 || int(dst) >= len(s.devices)) {
 		return fmt.Errorf("%w: prefetch to %v: %s", ErrInvalidDevice, dst, s.deviceChoices())
+	}
+	if err := s.refuseUnderLaunchModel("prefetch to", dst); err != nil {
+		return err
 	}
 	if _, _, _, err := s.pageRange("prefetch", addr, n); err != nil {
 		return err
@@ -408,13 +500,9 @@ func (dp *deviceProc) died(error) error {
 	default:
 		what = "while kernels " + strings.Join(running, ", ") + " were running or queued"
 	}
-	err := fmt.Errorf("%w: device %d: its process (pid %d) %s %s; the device's memory is intact and the next launch starts a new process",
+	err := fmt.Errorf("%w: device %d: its process (pid %d) %s %s; the device's memory is intact, and after DeviceReset the next launch starts a new process",
 		ErrLaunchFailure, dp.index, pid, how, what)
-	if dp.pending == nil {
-		dp.pending = err
-	} else {
-		dp.pending = errors.Join(dp.pending, err)
-	}
+	dp.failDevice(err)
 	dp.closeConns()
 	dp.failLocked(err)
 	if dp.cmd != nil {
@@ -439,7 +527,9 @@ func (dp *deviceProc) ensureRunning() error {
 	if dp.control != nil {
 		select {
 		case <-dp.exited:
-			dp.died(errors.New("exited"))
+			// Dead since the last look: the device has failed, and the
+			// launch with it.
+			return dp.died(errors.New("exited"))
 		default:
 			return nil
 		}

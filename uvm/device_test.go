@@ -112,13 +112,23 @@ func TestKernelErrorsComeBackFromSynchronize(t *testing.T) {
 	err = s.StreamSynchronize(st)
 	require.ErrorIs(t, err, ErrLaunchFailure)
 	assert.Contains(t, err.Error(), `kernel "panics" panicked on device 0 in thread 7 of 8: kernel bug`)
-	require.NoError(t, s.Launch(0, st, "nothing", 1, nil))
-	require.NoError(t, s.StreamSynchronize(st), "the error is reported once; the device works on")
+	// Sticky, as a CUDA context's kernel fault: every synchronize of the
+	// stream and the device reports it, and the device takes no launch,
+	// until a reset.
+	require.ErrorIs(t, s.StreamSynchronize(st), ErrLaunchFailure)
+	require.ErrorIs(t, s.DeviceSynchronize(0), ErrLaunchFailure)
+	require.ErrorIs(t, s.DefaultStreamSynchronize(0), ErrLaunchFailure)
+	err = s.Launch(0, nil, "nothing", 1, nil)
+	require.ErrorIs(t, err, ErrLaunchFailure)
+	assert.Contains(t, err.Error(), "DeviceReset clears that")
+	require.NoError(t, s.DeviceReset(0))
+	require.NoError(t, s.Launch(0, nil, "nothing", 1, nil))
+	require.NoError(t, s.DeviceSynchronize(0), "the device works again")
 }
 
 // TestDeviceProcessKilledMidKernel: a device process killed in the middle
 // of a kernel loses none of the device's data, the death comes back from
-// synchronize naming the kernel, and the next launch works.
+// synchronize naming the kernel, and after a reset the next launch works.
 func TestDeviceProcessKilledMidKernel(t *testing.T) {
 	s := newSession(t, testServerConfig())
 	const size = 1 << 20
@@ -141,6 +151,8 @@ func TestDeviceProcessKilledMidKernel(t *testing.T) {
 	assert.Contains(t, err.Error(), "killed")
 	require.Equal(t, wantFill(size, 9), a.Bytes(), "the data lives in the device's file, not its process")
 
+	require.ErrorIs(t, s.Launch(0, nil, "addOne", 2, rangeParams(a.Addr(), size, 0)), ErrLaunchFailure, "failed until a reset")
+	require.NoError(t, s.DeviceReset(0))
 	require.NoError(t, s.Launch(0, nil, "addOne", 2, rangeParams(a.Addr(), size, 0)))
 	require.NoError(t, s.DeviceSynchronize(0))
 	assert.NotEqual(t, pid, s.DevicePID(0), "a new process")

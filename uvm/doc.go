@@ -54,14 +54,34 @@
 // runs it with nthreads threads on a device, asynchronously, with its
 // parameters copied. Its accesses to pages that live elsewhere fault and
 // bring them over, as a GPU's do. StreamCreate makes a stream; work on a
-// stream runs in order (PrefetchAsync too), and StreamSynchronize,
-// DeviceSynchronize and DefaultStreamSynchronize wait for it and report
-// the errors of its kernels: a panic, naming the kernel, the device and
-// the thread, or the death of the device process, after which the next
-// launch starts a new one with nothing lost. Devices, DeviceCount,
+// stream runs in order (PrefetchAsync, MemcpyAsync, LaunchHostFunc and
+// the other stream-ordered calls too), and StreamSynchronize,
+// DeviceSynchronize and DefaultStreamSynchronize wait for it; StreamQuery
+// asks. Events (EventRecord, EventSynchronize, EventElapsedTime) mark
+// points in a stream.
+//
+// The order between streams is CUDA's. A device's default stream (a nil
+// *Stream in Launch and LaunchGrid; DefaultStream) is its legacy default
+// stream: its work waits for the work submitted before it on every
+// blocking stream of the device, and their later work waits for it; a
+// stream made with StreamNonBlocking takes no part. The synchronous calls
+// are issued on the legacy streams (of every device: a Session has no
+// current device): a kernel, then a Memcpy, Memset, Memcpy2D or Memset2D
+// of what it wrote, sees the kernel's result; MemcpyPeer waits for the
+// legacy streams of its two devices; Free, FreeHost and HostUnregister
+// wait for every stream's kernels, as cudaFree. Go has no per-thread
+// default stream: a goroutine's own blocking stream orders its work as
+// one would.
+//
+// A launch that fails (a kernel's panic, naming the kernel, the device
+// and the thread; the death of the device process; a launch that cannot
+// be written) fails its device, as a kernel fault does a CUDA context:
+// every later synchronize of the device and of its streams, and every
+// event of the device, reports it (ErrLaunchFailure), and the device
+// takes no work, until DeviceReset, after which the next launch starts a
+// new process with nothing lost. Devices, DeviceCount,
 // GetDeviceProperties and DeviceGetAttribute (with cudaDeviceAttr's
-// values) describe the devices, each property with its value and why;
-// DeviceReset stops one.
+// values) describe the devices, each property with its value and why.
 //
 // # Grids: CUDA's kernels
 //
@@ -72,15 +92,17 @@
 // is (ThreadIdx, BlockIdx, BlockDim, GridDim), waits for its block
 // (SyncThreads, and its Count, And and Or forms), gives the block's
 // shared memory (Shared), and in a cooperative launch waits for the
-// whole grid (SyncGrid). A block runs on one worker: its first thread on
-// the worker's goroutine, the others, once a thread waits at a barrier,
-// as goroutines, so a block of any size runs and its threads may wait for
-// each other; a kernel without barriers is a loop over its threads. A
-// barrier costs a goroutine's park and wake for each waiting thread (a
-// few hundred nanoseconds; C's fibers cost some ten). Shapes past CUDA's
-// 6.0 limits are ErrInvalidConfiguration; a cooperative grid larger than
-// OccupancyMaxActiveBlocksPerMultiprocessor times the device's workers,
-// ErrCooperativeLaunchTooLarge. The (tid, nthreads) Kernel stays.
+// whole grid (SyncGrid). A grid launch is a launch: in the same stream
+// order, and failing its device the same way. A block runs on one
+// worker: its first thread on the worker's goroutine, the others, once a
+// thread waits at a barrier, as goroutines, so a block of any size runs
+// and its threads may wait for each other; a kernel without barriers is
+// a loop over its threads. A barrier costs a goroutine's park and wake
+// for each waiting thread (a few hundred nanoseconds; C's fibers cost
+// some ten). Shapes past CUDA's 6.0 limits are ErrInvalidConfiguration;
+// a cooperative grid larger than OccupancyMaxActiveBlocksPerMultiprocessor
+// times the device's workers, ErrCooperativeLaunchTooLarge. The (tid,
+// nthreads) Kernel stays.
 //
 // # Advice
 //
@@ -92,7 +114,14 @@
 // PrefetchLocation(Async) take a MemLocation instead of a processor, as
 // the _v2 forms of CUDA 12.2: a device, the host, a host NUMA node (the
 // host pages then prefer it, and a prefetch moves them there) or the node
-// nearest the caller. RangeAttribute and RangeAttributes answer
+// nearest the caller. Under the launch coherence model (Config.Coherence
+// "launch": devices without concurrent managed access, as GPUs that
+// cannot fault) a launch hands a kernel its managed memory and the CPU
+// may not touch it until a synchronize; StreamAttachMemAsync, in stream
+// order, keeps memory on the host or with one stream; and what CUDA
+// refuses there is refused (ErrInvalidDevice): Prefetch, PrefetchAsync,
+// PrefetchLocation(Async), and preferred-location or accessed-by advice
+// naming a device. RangeAttribute and RangeAttributes answer
 // cuMemRangeGetAttribute, locations' types and ids included. Discard
 // drops a range's contents everywhere, as cudaMemDiscardBatchAsync: it
 // reads as zeros after, and holds no memory until touched again.

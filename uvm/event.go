@@ -81,9 +81,11 @@ func (s *Session) checkEvent(ev *Event, what string) (*marker, error) {
 }
 
 // EventRecord records ev on st, as cudaEventRecord: the event completes
-// once the work queued on st before it has finished, and a new record
-// replaces the last one for later calls. It returns at once. st must
-// not be nil: DefaultStream(d) is device d's default stream.
+// once the work queued on st before it has finished (on a default
+// stream, the legacy stream, the work of every blocking stream of the
+// device too, and its time is then when all that finished), and a new
+// record replaces the last one for later calls. It returns at once. st
+// must not be nil: DefaultStream(d) is device d's default stream.
 func (s *Session) EventRecord(ev *Event, st *Stream) error {
 	if _, err := s.checkEvent(ev, "record"); err != nil {
 		return err
@@ -97,9 +99,10 @@ func (s *Session) EventRecord(ev *Event, st *Stream) error {
 	}
 	defer dp.mu.Unlock()
 	ss := dp.state(st.id)
-	if err := ss.usable("record " + ev.String() + " on"); err != nil {
+	if err := dp.submittable(ss, "record "+ev.String()+" on"); err != nil {
 		return err
 	}
+	dp.orderLocked(ss)
 	m := newMarker(ss)
 	m.timed = ev.flags&EventDisableTiming == 0
 	ev.mu.Lock()
@@ -117,12 +120,16 @@ func (s *Session) EventRecord(ev *Event, st *Stream) error {
 
 // EventQuery says whether ev has completed, as cudaEventQuery: nil once
 // the work before its last record has finished, or if it was never
-// recorded; ErrNotReady while that work runs. An event whose device's
-// process died before the work finished reports that
-// (ErrLaunchFailure).
+// recorded; ErrNotReady while that work runs. Once the device of its
+// last record has failed (a launch that failed, before or after the
+// record), it reports the failure (ErrLaunchFailure), as CUDA reports a
+// sticky error: never success for work that failed.
 func (s *Session) EventQuery(ev *Event) error {
 	m, err := s.checkEvent(ev, "query")
 	if err != nil || m == nil {
+		return err
+	}
+	if err := m.failure(ev); err != nil {
 		return err
 	}
 	if !m.isDone() {
@@ -134,9 +141,9 @@ func (s *Session) EventQuery(ev *Event) error {
 // EventSynchronize waits until ev completes, as cudaEventSynchronize: at
 // once if it was never recorded. It waits as the device flags' schedule
 // says, or in a blocking wait if the event has EventBlockingSync. Errors
-// of the stream's work come back from the stream's synchronize, not
-// from here; an event whose device's process died before the work
-// finished reports that (ErrLaunchFailure).
+// of queued operations come back from the stream's synchronize, not from
+// here; the device's failure (a launch that failed, before or after the
+// record) comes back from here too (ErrLaunchFailure).
 func (s *Session) EventSynchronize(ev *Event) error {
 	m, err := s.checkEvent(ev, "synchronize")
 	if err != nil || m == nil {
@@ -148,7 +155,19 @@ func (s *Session) EventSynchronize(ev *Event) error {
 		mode = waitBlock
 	}
 	dp.await(m, mode)
+	if err := m.failure(ev); err != nil {
+		return err
+	}
 	return m.err
+}
+
+// failure returns the failure of the device of m's stream, if it failed,
+// as ev's.
+func (m *marker) failure(ev *Event) error {
+	dp := m.ss.dp
+	dp.mu.Lock()
+	defer dp.mu.Unlock()
+	return dp.refuseFailed(ev.String() + " recorded on")
 }
 
 // EventElapsedTime returns the milliseconds from start's completion to
@@ -180,6 +199,11 @@ func (s *Session) eventTime(ev *Event, which string) (*marker, error) {
 		return nil, fmt.Errorf("%w: elapsed time: the %s event %v was created with EventDisableTiming", ErrInvalidResourceHandle, which, ev)
 	case m == nil:
 		return nil, fmt.Errorf("%w: elapsed time: the %s event %v was never recorded", ErrInvalidResourceHandle, which, ev)
+	}
+	if err := m.failure(ev); err != nil {
+		return nil, err
+	}
+	switch {
 	case !m.isDone():
 		return nil, fmt.Errorf("%w: elapsed time: the %s event %v has not completed", ErrNotReady, which, ev)
 	case m.err != nil:
@@ -210,12 +234,13 @@ func (s *Session) StreamWaitEvent(st *Stream, ev *Event, flags uint32) error {
 	}
 	defer dp.mu.Unlock()
 	ss := dp.state(st.id)
-	if err := ss.usable("wait for " + ev.String() + " on"); err != nil {
+	if err := dp.submittable(ss, "wait for "+ev.String()+" on"); err != nil {
 		return err
 	}
 	if m == nil || m.isDone() {
 		return nil
 	}
+	dp.orderLocked(ss)
 	dp.enqueueLocked(ss, &streamOp{kind: opWait, m: m})
 	return nil
 }

@@ -146,6 +146,28 @@ func OccupancyMaxActiveBlocksPerMultiprocessor(blockThreads, sharedBytes int) in
 	return core.MaxActiveBlocksPerMultiprocessor(uint64(blockThreads), uint64(sharedBytes))
 }
 
+// OccupancyMaxPotentialBlockSize is the block size that keeps the most
+// threads resident on device d (the largest such block up to
+// blockSizeLimit: 1024 where the limit is 0 or past it), and the smallest
+// grid of such blocks that fills the device
+// (OccupancyMaxActiveBlocksPerMultiprocessor times its workers), as
+// cudaOccupancyMaxPotentialBlockSize. sharedBytes is each block's
+// dynamic shared memory.
+func (s *Session) OccupancyMaxPotentialBlockSize(d Device, sharedBytes, blockSizeLimit int) (minGridSize, blockSize int, err error) {
+	if sharedBytes < 0 || blockSizeLimit < 0 {
+		return 0, 0, fmt.Errorf("%w: occupancy with %d bytes of shared memory and a block size limit of %d: want neither negative", ErrInvalidValue, sharedBytes, blockSizeLimit)
+	}
+	prop, err := s.GetDeviceProperties(d)
+	if err != nil {
+		return 0, 0, err
+	}
+	size, blocks := core.MaxPotentialBlockSize(uint64(sharedBytes), blockSizeLimit)
+	if size == 0 {
+		return 0, 0, fmt.Errorf("%w: occupancy with %d bytes of shared memory per block: want at most %d", ErrInvalidValue, sharedBytes, core.MaxSharedMemoryPerBlock)
+	}
+	return blocks * prop.MultiProcessorCount, size, nil
+}
+
 // TypedGridKernel is a grid kernel that receives its launch's parameters
 // as a value of type P, laid out as TypedKernel says
 // (RegisterTypedGridKernel, LaunchGridTyped).

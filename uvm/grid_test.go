@@ -301,4 +301,19 @@ func TestGridPanicAndLimits(t *testing.T) {
 	for _, c := range []struct{ threads, shared, want int }{{1, 0, 32}, {64, 0, 32}, {65, 0, 31}, {256, 0, 8}, {1024, 0, 2}, {1025, 0, 0}, {32, 48 << 10, 32}, {32, 48<<10 + 1, 0}, {0, 0, 0}} {
 		assert.Equal(t, c.want, OccupancyMaxActiveBlocksPerMultiprocessor(c.threads, c.shared), "blocks of %d threads with %d bytes", c.threads, c.shared)
 	}
+	// The largest block that keeps the most threads resident (2048 on a
+	// worker of 2), and the grid that fills the device's 2 workers.
+	for _, c := range []struct{ shared, limit, size, grid int }{
+		{0, 0, 1024, 4}, {0, 1 << 20, 1024, 4}, {0, 1023, 512, 8}, {0, 100, 64, 64}, {0, 40, 40, 64}, {48 << 10, 0, 1024, 4},
+	} {
+		grid, size, err := s.OccupancyMaxPotentialBlockSize(0, c.shared, c.limit)
+		require.NoError(t, err)
+		assert.Equal(t, [2]int{c.size, c.grid}, [2]int{size, grid}, "block size and grid with %d bytes, limit %d", c.shared, c.limit)
+	}
+	_, _, err = s.OccupancyMaxPotentialBlockSize(0, 48<<10+1, 0)
+	assert.ErrorIs(t, err, ErrInvalidValue)
+	_, _, err = s.OccupancyMaxPotentialBlockSize(0, 0, -1)
+	assert.ErrorIs(t, err, ErrInvalidValue)
+	_, _, err = s.OccupancyMaxPotentialBlockSize(3, 0, 0)
+	assert.ErrorIs(t, err, ErrInvalidDevice)
 }

@@ -381,14 +381,26 @@ func dataIntegrityDevices(t *testing.T, coherence string, hostBudget int64) {
 				off, length = 0, n
 			}
 			p := processor()
-			require.NoError(t, s.Prefetch(sl.a.Addr()+uintptr(off), int64(length), p), "op %d", op)
+			err := s.Prefetch(sl.a.Addr()+uintptr(off), int64(length), p)
+			if coherence == "launch" { // no concurrent managed access: CUDA refuses it
+				require.ErrorIs(t, err, ErrInvalidDevice, "op %d", op)
+				counts["prefetch refused"]++
+				break
+			}
+			require.NoError(t, err, "op %d", op)
 			record(op, "prefetch to "+p.String(), sl, off, length)
 			counts["prefetch"]++
 		case k < 92:
 			off, length := span(n)
 			advice := Advice(1 + rng.IntN(6))
 			p := processor()
-			require.NoError(t, s.MemAdvise(sl.a.Addr()+uintptr(off), int64(length), advice, p), "op %d", op)
+			err := s.MemAdvise(sl.a.Addr()+uintptr(off), int64(length), advice, p)
+			if coherence == "launch" && p != CPU && (advice == AdviseSetPreferredLocation || advice == AdviseSetAccessedBy) {
+				require.ErrorIs(t, err, ErrInvalidDevice, "op %d", op) // as CUDA without concurrent managed access
+				counts[advice.String()+" refused"]++
+				break
+			}
+			require.NoError(t, err, "op %d", op)
 			record(op, advice.String()+" "+p.String(), sl, off, length)
 			counts[advice.String()]++
 		case k < 97:

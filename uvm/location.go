@@ -81,7 +81,8 @@ func (s *Session) resolve(what string, loc MemLocation) (Device, int, error) {
 // PrefetchLocation migrates [addr, addr+n) to loc, as Prefetch does to a
 // processor, and returns when the data is there. To a host NUMA node, the
 // host pages prefer the node from then on and those already on the host
-// move there first.
+// move there first. Under the launch coherence model it is refused
+// (ErrInvalidDevice), as Prefetch is.
 func (s *Session) PrefetchLocation(addr uintptr, n int64, loc MemLocation) error {
 	dst, node, err := s.resolve("prefetch to", loc)
 	if err != nil {
@@ -99,6 +100,9 @@ func (s *Session) PrefetchLocation(addr uintptr, n int64, loc MemLocation) error
 func (s *Session) PrefetchLocationAsync(addr uintptr, n int64, loc MemLocation, st *Stream) error {
 	dst, node, err := s.resolve("prefetch to", loc)
 	if err != nil {
+		return err
+	}
+	if err := s.refuseUnderLaunchModel("prefetch to", dst); err != nil {
 		return err
 	}
 	if _, _, _, err := s.pageRange("prefetch", addr, n); err != nil {
@@ -143,7 +147,8 @@ func (s *Session) prefetchTo(addr uintptr, n int64, dst Device, node int) error 
 // MemAdvise does for a processor (cudaMemAdvise_v2). A preferred host
 // NUMA node steers the pages that come to the host there, moving none
 // now; AdviseSetReadMostly ignores loc; a node is the host for
-// AdviseSetAccessedBy.
+// AdviseSetAccessedBy. What MemAdvise refuses under the launch coherence
+// model, this refuses too.
 func (s *Session) MemAdviseLocation(addr uintptr, n int64, advice Advice, loc MemLocation) error {
 	d, node := CPU, -1
 	if advice.UsesDevice() {

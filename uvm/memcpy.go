@@ -140,35 +140,33 @@ func (s *Session) sideOf(what string, ptr uintptr, n int64) (side, error) {
 // memory count as either side; other memory is host memory. The ranges
 // must not overlap.
 //
+// As CUDA's synchronous copy, it is issued on the legacy default stream:
+// of every device, since a Session has no current device. It waits for
+// the work submitted before it on each device's default stream and
+// blocking streams (not non-blocking ones), so a kernel, then a Memcpy
+// of what it wrote, reads the kernel's result. If work it waited for
+// failed, it copies nothing and returns the device's failure.
+//
 // The copy runs in this process: device memory is reached through a
 // mapping of the device's file, and copies from the calibrated size up are
 // shared among the copy engine's producer threads (copyside.go). Copies
 // into write-combined memory, and large copies into device memory, use
 // non-temporal stores.
 func (s *Session) Memcpy(dst, src uintptr, n int64, kind MemcpyKind) error {
-	if kind < MemcpyHostToHost || kind > MemcpyDefault {
-		return fmt.Errorf("%w: memcpy kind %d: want %v to %v", ErrInvalidValue, int(kind), MemcpyHostToHost, MemcpyDefault)
-	}
-	if n < 0 {
-		return fmt.Errorf("%w: memcpy of %d bytes: want 0 or more", ErrInvalidValue, n)
-	}
-	if n == 0 {
-		return nil
-	}
-	d, err := s.sideOf("destination", dst, n)
-	if err != nil {
+	d, sr, err := s.checkCopy(dst, src, n, kind)
+	if err != nil || n == 0 {
 		return err
 	}
-	sr, err := s.sideOf("source", src, n)
-	if err != nil {
+	if err := s.waitLegacy("memcpy on", s.deviceProcs()...); err != nil {
 		return err
 	}
-	if err := checkKind(kind, d, sr); err != nil {
-		return err
-	}
-	if dst < src+uintptr(n) && src < dst+uintptr(n) {
-		return fmt.Errorf("%w: memcpy %#x <- %#x of %d bytes: the ranges overlap", ErrInvalidValue, dst, src, n)
-	}
+	return s.copyNow(d, sr, n)
+}
+
+// copyNow copies as Memcpy does, checked already (d, sr), without
+// waiting for any stream: the asynchronous forms run it in their
+// stream's turn.
+func (s *Session) copyNow(d, sr side, n int64) error {
 	to, err := s.bytesOf(d, n, "memcpy")
 	if err != nil {
 		return err
@@ -188,7 +186,8 @@ func (s *Session) Memcpy(dst, src uintptr, n int64, kind MemcpyKind) error {
 	return s.noteWritten(d, n)
 }
 
-// Memset sets n bytes at ptr to value, as cudaMemset.
+// Memset sets n bytes at ptr to value, as cudaMemset: issued on the
+// legacy default streams, as Memcpy.
 func (s *Session) Memset(ptr uintptr, value byte, n int64) error {
 	if n < 0 {
 		return fmt.Errorf("%w: memset of %d bytes: want 0 or more", ErrInvalidValue, n)
@@ -200,6 +199,14 @@ func (s *Session) Memset(ptr uintptr, value byte, n int64) error {
 	if err != nil {
 		return err
 	}
+	if err := s.waitLegacy("memset on", s.deviceProcs()...); err != nil {
+		return err
+	}
+	return s.fillNow(d, value, n)
+}
+
+// fillNow fills as Memset does, without waiting for any stream.
+func (s *Session) fillNow(d side, value byte, n int64) error {
 	b, err := s.bytesOf(d, n, "memset")
 	if err != nil {
 		return err
@@ -310,7 +317,12 @@ func (s *Session) MemcpyAsync(dst, src uintptr, n int64, kind MemcpyKind, st *St
 		return err
 	}
 	return s.queueHost(st, what+" on", func() error {
-		if err := s.Memcpy(dst, src, n, kind); err != nil {
+		// Checked again: the memory may have gone meanwhile.
+		d, sr, err := s.checkCopy(dst, src, n, kind)
+		if err == nil {
+			err = s.copyNow(d, sr, n)
+		}
+		if err != nil {
 			return fmt.Errorf("%s on %v: %w", what, st, err)
 		}
 		return nil
@@ -342,7 +354,11 @@ func (s *Session) MemsetAsync(ptr uintptr, value byte, n int64, st *Stream) erro
 		return err
 	}
 	return s.queueHost(st, what+" on", func() error {
-		if err := s.Memset(ptr, value, n); err != nil {
+		d, err := s.sideOf("destination", ptr, n)
+		if err == nil {
+			err = s.fillNow(d, value, n)
+		}
+		if err != nil {
 			return fmt.Errorf("%s on %v: %w", what, st, err)
 		}
 		return nil
@@ -379,18 +395,23 @@ func (s *Session) checkPeer(dst uintptr, dstDev Device, src uintptr, srcDev Devi
 }
 
 // MemcpyPeer copies n bytes from src, memory of device srcDev, to dst,
-// memory of device dstDev, as cudaMemcpyPeer: after the work queued on
-// every stream of both devices so far (their errors stay for their
-// synchronizes), and returns when the bytes are there. Each side must
-// be its device's device memory (Malloc), or managed or pinned memory,
-// which every device reaches. The copy needs no peer access: it runs in
-// this process, which maps every device's memory.
+// memory of device dstDev, as cudaMemcpyPeer: issued on the legacy
+// default streams of both devices, it waits for the work submitted so
+// far on each one's default stream and blocking streams (their errors
+// stay for their synchronizes; if that work failed, it copies nothing
+// and returns the failure), and returns when the bytes are there. Each
+// side must be its device's device memory (Malloc), or managed or pinned
+// memory, which every device reaches. The copy needs no peer access: it
+// runs in this process, which maps every device's memory.
 func (s *Session) MemcpyPeer(dst uintptr, dstDev Device, src uintptr, srcDev Device, n int64) error {
-	if _, _, err := s.checkPeer(dst, dstDev, src, srcDev, n); err != nil || n == 0 {
+	d, sr, err := s.checkPeer(dst, dstDev, src, srcDev, n)
+	if err != nil || n == 0 {
 		return err
 	}
-	s.quiesce(srcDev, dstDev)
-	return s.Memcpy(dst, src, n, MemcpyDeviceToDevice)
+	if err := s.waitLegacy("peer copy on", s.deviceProc(srcDev), s.deviceProc(dstDev)); err != nil {
+		return err
+	}
+	return s.copyNow(d, sr, n)
 }
 
 // MemcpyPeerAsync is MemcpyPeer in stream order, as
@@ -411,7 +432,11 @@ func (s *Session) MemcpyPeerAsync(dst uintptr, dstDev Device, src uintptr, srcDe
 		return s.checkStream(st, what+" on")
 	}
 	return s.queueHost(st, what+" on", func() error {
-		if err := s.Memcpy(dst, src, n, MemcpyDeviceToDevice); err != nil {
+		d, sr, err := s.checkPeer(dst, dstDev, src, srcDev, n)
+		if err == nil {
+			err = s.copyNow(d, sr, n)
+		}
+		if err != nil {
 			return fmt.Errorf("%s on %v: %w", what, st, err)
 		}
 		return nil

@@ -41,12 +41,23 @@ func rowsSpan(pitch, width, height int64) int64 { return (height-1)*pitch + widt
 // Memcpy2D copies height rows of width bytes from src, rows spitch apart,
 // to dst, rows dpitch apart, as cudaMemcpy2D, and returns when they are
 // there. A pitch less than the width is ErrInvalidPitchValue; the rest is
-// checked as Memcpy checks a copy.
+// checked as Memcpy checks a copy. As Memcpy, it is issued on the legacy
+// default streams: a kernel, then a Memcpy2D of what it wrote, reads the
+// kernel's result.
 func (s *Session) Memcpy2D(dst uintptr, dpitch int64, src uintptr, spitch int64, width, height int64, kind MemcpyKind) error {
 	d, sr, err := s.check2D("Memcpy2D", dst, dpitch, src, spitch, width, height, kind)
 	if err != nil || width == 0 || height == 0 {
 		return err
 	}
+	if err := s.waitLegacy("Memcpy2D on", s.deviceProcs()...); err != nil {
+		return err
+	}
+	return s.copy2DNow(d, dst, dpitch, sr, src, spitch, width, height)
+}
+
+// copy2DNow copies as Memcpy2D does, checked already (d, sr), without
+// waiting for any stream: Memcpy2DAsync runs it in its stream's turn.
+func (s *Session) copy2DNow(d side, dst uintptr, dpitch int64, sr side, src uintptr, spitch int64, width, height int64) error {
 	to, err := s.bytesOf(d, rowsSpan(dpitch, width, height), "memcpy 2D")
 	if err != nil {
 		return err
@@ -100,12 +111,22 @@ func (s *Session) check2D(what string, dst uintptr, dpitch int64, src uintptr, s
 }
 
 // Memset2D sets height rows of width bytes at ptr, rows pitch apart, to
-// value, as cudaMemset2D.
+// value, as cudaMemset2D: issued on the legacy default streams, as
+// Memset.
 func (s *Session) Memset2D(ptr uintptr, pitch int64, value byte, width, height int64) error {
 	d, err := s.checkSet2D("Memset2D", ptr, pitch, width, height)
 	if err != nil || width == 0 || height == 0 {
 		return err
 	}
+	if err := s.waitLegacy("Memset2D on", s.deviceProcs()...); err != nil {
+		return err
+	}
+	return s.fill2DNow(d, pitch, value, width, height)
+}
+
+// fill2DNow fills as Memset2D does, checked already (d), without waiting
+// for any stream.
+func (s *Session) fill2DNow(d side, pitch int64, value byte, width, height int64) error {
 	b, err := s.bytesOf(d, rowsSpan(pitch, width, height), "memset 2D")
 	if err != nil {
 		return err
@@ -140,7 +161,7 @@ func (s *Session) Memcpy2DAsync(dst uintptr, dpitch int64, src uintptr, spitch i
 		return err
 	}
 	what := fmt.Sprintf("Memcpy2DAsync %#x <- %#x of %d rows of %d bytes", dst, src, height, width)
-	return s.queue2D(st, what, func() error { return s.Memcpy2D(dst, dpitch, src, spitch, width, height, kind) }, width*height == 0, d, sr)
+	return s.queue2D(st, what, func() error { return s.copy2DNow(d, dst, dpitch, sr, src, spitch, width, height) }, width*height == 0, d, sr)
 }
 
 // Memset2DAsync is Memset2D in stream order, as MemsetAsync is Memset's.
@@ -150,7 +171,7 @@ func (s *Session) Memset2DAsync(ptr uintptr, pitch int64, value byte, width, hei
 		return err
 	}
 	what := fmt.Sprintf("Memset2DAsync of %d rows of %d bytes at %#x", height, width, ptr)
-	return s.queue2D(st, what, func() error { return s.Memset2D(ptr, pitch, value, width, height) }, width*height == 0, d)
+	return s.queue2D(st, what, func() error { return s.fill2DNow(d, pitch, value, width, height) }, width*height == 0, d)
 }
 
 // queue2D queues run on st, or on the stream copyStream picks for a nil

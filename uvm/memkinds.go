@@ -100,7 +100,8 @@ func (s *Session) HostAlloc(size int64, flags uint32) (*Allocation, error) {
 	return a, err
 }
 
-// FreeHost frees pinned host memory from HostAlloc, as cudaFreeHost.
+// FreeHost frees pinned host memory from HostAlloc, as cudaFreeHost,
+// after the work of every stream, as Free.
 func (s *Session) FreeHost(addr uintptr) error {
 	a, err := s.allocationAt(addr, "free host")
 	if err != nil {
@@ -109,6 +110,7 @@ func (s *Session) FreeHost(addr uintptr) error {
 	if a.kind != core.KindPinnedHost || a.hostAlias != 0 {
 		return fmt.Errorf("%w: free host %#x: it is %s, not memory from HostAlloc", ErrInvalidValue, addr, a.kindName())
 	}
+	s.quiesceAll()
 	return s.release(a)
 }
 
@@ -215,8 +217,10 @@ func (s *Session) HostRegister(ptr uintptr, size int64, flags uint32) error {
 }
 
 // HostUnregister gives registered memory back to the program as ordinary
-// memory, contents kept, as cudaHostUnregister.
+// memory, contents kept, as cudaHostUnregister, after the work of every
+// stream, as Free.
 func (s *Session) HostUnregister(ptr uintptr) error {
+	s.quiesceAll()
 	s.allocMu.Lock()
 	i := sort.Search(len(s.registered), func(i int) bool { return s.registered[i].host >= ptr })
 	if i == len(s.registered) || s.registered[i].host != ptr {

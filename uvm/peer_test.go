@@ -19,7 +19,8 @@ func readDevice(t *testing.T, s *Session, p uintptr, n int64) []byte {
 }
 
 // launchFails launches addOne over [p, p+n) on device d and checks that
-// the next synchronize reports the kernel's fault.
+// the next synchronize reports the kernel's fault; it then resets the
+// device, which stays failed until then.
 func launchFails(t *testing.T, s *Session, d Device, p uintptr, n int64, why string) {
 	t.Helper()
 	require.NoError(t, s.Launch(d, nil, "addOne", 2, rangeParams(p, n, 0)), why)
@@ -27,6 +28,7 @@ func launchFails(t *testing.T, s *Session, d Device, p uintptr, n int64, why str
 	require.Error(t, err, why)
 	assert.ErrorIs(t, err, ErrLaunchFailure, why)
 	assert.Contains(t, err.Error(), `kernel "addOne" panicked on device `+strconv.Itoa(int(d)), why)
+	require.NoError(t, s.DeviceReset(d), why)
 }
 
 // launchWorks launches addOne over [p, p+n) on device d and waits.

@@ -3,6 +3,7 @@ package uvm
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -17,6 +18,16 @@ import (
 )
 
 // Streams on the client's side.
+//
+// The order between streams is CUDA's: a device's default stream (id 0,
+// a nil *Stream in Launch, DefaultStream) is its legacy default stream,
+// ordered with every blocking stream of the device: work submitted on it
+// first waits for a marker at the end of each blocking stream with work
+// in flight, and work submitted on a blocking stream first waits for a
+// marker at the legacy stream's end, if it has work in flight (an opWait,
+// orderLocked). Streams made with StreamNonBlocking take no part. A
+// marker already placed at a stream's end, or already waited for, serves
+// again, so a program that uses one stream pays nothing for the order.
 //
 // A stream's kernels run in its device's process, in the order their
 // launch messages arrive on the stream's socket; a synchronize message
@@ -82,6 +93,17 @@ type streamState struct {
 	// written. The state goes once its markers are read.
 	destroyed, ended bool
 	final            *marker
+	// nonBlocking: made with StreamNonBlocking, out of the legacy
+	// stream's order; priority is as made (one priority here).
+	nonBlocking bool
+	priority    int
+	// The order with the legacy stream (orderLocked): submitted counts
+	// the work submitted; tail is a marker after that work while
+	// tailAt == submitted; waited is the legacy stream's marker this
+	// stream waits for last, legacyWaits this stream's marker the
+	// legacy stream waits for last.
+	submitted, tailAt         uint64
+	tail, waited, legacyWaits *marker
 }
 
 // marker is a point in a stream: done once everything queued on the
@@ -271,24 +293,146 @@ func (dp *deviceProc) barrierLocked(ss *streamState, force bool) *marker {
 	return m
 }
 
-// quiesce waits until the work queued so far on every stream of the
-// devices has finished, leaving its errors to the streams' synchronizes.
-func (s *Session) quiesce(devs ...Device) {
+// quiesceAll waits until the work queued so far on every stream of
+// every device that has run any has finished, leaving its errors to the
+// streams' synchronizes: what a free waits for, as cudaFree.
+func (s *Session) quiesceAll() {
 	var marks []*marker
-	for i, d := range devs {
-		if slices.Contains(devs[:i], d) {
-			continue
-		}
-		dp := s.deviceProc(d)
+	for _, dp := range s.deviceProcs() {
 		dp.mu.Lock()
 		for _, ss := range dp.states {
-			marks = append(marks, dp.barrierLocked(ss, false))
+			if m := dp.endMarkLocked(ss, false); m != nil {
+				marks = append(marks, m)
+			}
 		}
 		dp.mu.Unlock()
 	}
 	for _, m := range marks {
 		m.ss.dp.await(m, m.ss.dp.waitMode())
 	}
+	s.afterWaits(marks)
+}
+
+// waitLegacy waits as a synchronous call issued on the legacy default
+// streams of devs does, as CUDA's: for the work submitted so far on each
+// one's legacy stream and blocking streams (not on non-blocking ones),
+// leaving its errors to their synchronizes. It returns the failure of a
+// device it had to wait for, which then fails the call.
+func (s *Session) waitLegacy(what string, devs ...*deviceProc) error {
+	var marks []*marker
+	for i, dp := range devs {
+		if slices.Contains(devs[:i], dp) {
+			continue
+		}
+		dp.mu.Lock()
+		marks = append(marks, dp.legacyMarksLocked(nil, false)...)
+		dp.mu.Unlock()
+	}
+	for _, m := range marks {
+		m.ss.dp.await(m, m.ss.dp.waitMode())
+	}
+	s.afterWaits(marks)
+	var errs []error
+	for i, m := range marks {
+		dp := m.ss.dp
+		if slices.ContainsFunc(marks[:i], func(x *marker) bool { return x.ss.dp == dp }) {
+			continue
+		}
+		dp.mu.Lock()
+		if err := dp.refuseFailed(what); err != nil {
+			errs = append(errs, err)
+		}
+		dp.mu.Unlock()
+	}
+	return core.JoinErrors(errs)
+}
+
+// afterWaits tells the launch coherence model that the streams of marks
+// have finished what was before them: the CPU may touch what only they
+// held. Its errors stay unreported, as the streams' errors do.
+func (s *Session) afterWaits(marks []*marker) {
+	for i, m := range marks {
+		if m.err != nil || slices.ContainsFunc(marks[:i], func(x *marker) bool { return x.ss == m.ss }) {
+			continue
+		}
+		s.coherenceAfterSync(Device(m.ss.dp.index), m.ss.id)
+	}
+}
+
+// endMarkLocked returns a marker that completes once everything
+// submitted on the stream so far has finished, nil if nothing is in
+// flight: the one already at its end, or one placed now (queued behind
+// its queue, or written after its launches). With reader, a goroutine
+// reads its answer, for a waiter that does not read (an executor's
+// wait, a query); a synchronize's await reads it itself, on its own
+// thread, which costs no wake-up. dp.mu is held.
+func (dp *deviceProc) endMarkLocked(ss *streamState, reader bool) *marker {
+	var m *marker
+	switch {
+	case ss.destroyed:
+		m = ss.final
+	case ss.tail != nil && ss.tailAt == ss.submitted:
+		m = ss.tail
+	case len(ss.queue) > 0:
+		m = newMarker(ss)
+		dp.enqueueLocked(ss, &streamOp{kind: opMark, m: m})
+	default:
+		m = dp.tailLocked(ss)
+		if reader {
+			dp.ensureReaderLocked(ss)
+		}
+	}
+	if m == nil || m.isDone() {
+		return nil
+	}
+	if !ss.destroyed {
+		ss.tail, ss.tailAt = m, ss.submitted
+	}
+	return m
+}
+
+// orderLocked makes the work about to be submitted on ss wait for what
+// the legacy order says: on the legacy stream, for the work in flight on
+// every blocking stream; on a blocking stream, for the legacy stream's.
+// It counts the submission. dp.mu is held.
+func (dp *deviceProc) orderLocked(ss *streamState) {
+	defer func() { ss.submitted++ }()
+	if ss.nonBlocking {
+		return
+	}
+	if ss.id != 0 {
+		if m := dp.endMarkLocked(dp.def, true); m != nil && m != ss.waited {
+			dp.enqueueLocked(ss, &streamOp{kind: opWait, m: m})
+			ss.waited = m
+		}
+		return
+	}
+	for _, b := range dp.states {
+		if b == ss || b.nonBlocking || b.dead {
+			continue
+		}
+		if m := dp.endMarkLocked(b, true); m != nil && m != b.legacyWaits {
+			dp.enqueueLocked(ss, &streamOp{kind: opWait, m: m})
+			b.legacyWaits = m
+		}
+	}
+}
+
+// legacyMarksLocked returns markers after the work submitted so far on
+// the legacy stream and on every blocking stream of the device but skip:
+// what a synchronous call issued on the legacy stream waits for. reader
+// is endMarkLocked's. dp.mu is held.
+func (dp *deviceProc) legacyMarksLocked(skip *streamState, reader bool) []*marker {
+	var marks []*marker
+	for _, ss := range dp.states {
+		if ss == skip || ss.nonBlocking || ss.dead {
+			continue
+		}
+		if m := dp.endMarkLocked(ss, reader); m != nil {
+			marks = append(marks, m)
+		}
+	}
+	return marks
 }
 
 // recordLocked places m after everything queued on the stream so far,
@@ -364,7 +508,7 @@ func (dp *deviceProc) readReplies(ss *streamState, conn *wire.DirectConn, target
 		ss.markers[0] = nil
 		ss.markers = ss.markers[1:]
 		if _, err := wire.ParseReply(b, wire.Header{Typ: wire.MsgSync, Seq: m.seq}); err != nil {
-			ss.errs = append(ss.errs, err)
+			dp.failDevice(err) // a kernel's error
 		}
 		dp.completeLocked(ss, m, t, nil)
 		if len(ss.markers) == 0 {
@@ -401,8 +545,11 @@ func (dp *deviceProc) execute(ss *streamState) {
 		op := ss.queue[0]
 		switch op.kind {
 		case opLaunch:
-			if err := dp.launchLocked(ss, op.name, op.nthreads, op.grid, op.params, op.cpu); err != nil {
-				ss.errs = append(ss.errs, err)
+			// Behind a failure the device takes no launch: the failure
+			// is what the next synchronize reports. A launch that
+			// fails fails the device (launchLocked).
+			if dp.failed == nil {
+				dp.launchLocked(ss, op.name, op.nthreads, op.grid, op.params, op.cpu)
 			}
 		case opMark:
 			dp.markLocked(ss, op.m, false)
@@ -467,16 +614,21 @@ func (dp *deviceProc) launchLocked(ss *streamState, name string, nthreads int, g
 	if ss.dead {
 		return ss.deadError()
 	}
-	if err := dp.ensureRunning(); err != nil {
+	if err := dp.refuseFailed("launch on"); err != nil {
 		return err
+	}
+	// A launch that cannot be written fails the device, as one that
+	// fails as it runs does: the work after it must not report success.
+	if err := dp.ensureRunning(); err != nil {
+		return dp.failDevice(err)
 	}
 	c, err := dp.connLocked(ss)
 	if err != nil {
-		return err
+		return dp.failDevice(err)
 	}
 	if name != device.EventTimeKernel {
 		if err := dp.s.coherenceBeforeLaunch(Device(dp.index), ss.id, name); err != nil {
-			return err
+			return dp.failDevice(err)
 		}
 	}
 	ss.names = append(ss.names, name)
@@ -677,12 +829,163 @@ func (s *Session) queueHost(st *Stream, what string, run func() error) error {
 	}
 	defer dp.mu.Unlock()
 	ss := dp.state(st.id)
-	if err := ss.usable(what); err != nil {
+	if err := dp.submittable(ss, what); err != nil {
 		return err
 	}
+	dp.orderLocked(ss)
 	dp.enqueueLocked(ss, &streamOp{kind: opHost, run: run})
 	return nil
 }
+
+// queueHostNowIfIdle is queueHost for what must take effect in stream
+// order but costs little: on a stream with nothing in flight (nor any
+// other stream's work to wait for) it runs at once, on the calling
+// goroutine, and returns run's error (StreamAttachMemAsync: the next
+// launch on any stream sees it).
+func (s *Session) queueHostNowIfIdle(st *Stream, what string, run func() error) error {
+	dp, err := s.streamProc(st, what)
+	if err != nil {
+		return err
+	}
+	ss := dp.state(st.id)
+	if err := dp.submittable(ss, what); err != nil {
+		dp.mu.Unlock()
+		return err
+	}
+	dp.orderLocked(ss)
+	if len(ss.queue) > 0 || ss.launched || len(ss.markers) > 0 {
+		dp.enqueueLocked(ss, &streamOp{kind: opHost, run: run})
+		dp.mu.Unlock()
+		return nil
+	}
+	dp.mu.Unlock()
+	return run()
+}
+
+// LaunchHostFunc runs fn on a goroutine of the stream's in stream order,
+// as cudaLaunchHostFunc: once the work submitted on st before it has
+// finished (for unified memory the stream is then idle: under the launch
+// model its kernels have given the memory back), and the work submitted
+// after it waits until fn returns. As CUDA's, fn must not call the
+// Session's methods that wait for streams (synchronizes, frees,
+// synchronous copies and fills): they would wait for the stream running
+// it. st must not be nil: DefaultStream(d) is device d's default stream.
+func (s *Session) LaunchHostFunc(st *Stream, fn func()) error {
+	if fn == nil {
+		return fmt.Errorf("%w: launch a host function: fn is nil", ErrInvalidValue)
+	}
+	if st == nil {
+		return fmt.Errorf("%w: launch a host function on a nil stream: no device is named; pass a stream, or DefaultStream(device)", ErrInvalidValue)
+	}
+	return s.queueHost(st, "launch a host function on", func() error {
+		fn()
+		return nil
+	})
+}
+
+// StreamAddCallback is LaunchHostFunc with fn(st, status), as
+// cudaStreamAddCallback: status is nil, or the error of the work before
+// it (the device's failure, else an operation queued before it that
+// failed and no synchronize has reported yet). flags must be 0.
+func (s *Session) StreamAddCallback(st *Stream, fn func(st *Stream, status error), flags uint32) error {
+	if flags != 0 {
+		return fmt.Errorf("%w: stream callback flags %#x: want 0", ErrInvalidValue, flags)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: add a stream callback: fn is nil", ErrInvalidValue)
+	}
+	if st == nil {
+		return fmt.Errorf("%w: add a callback to a nil stream: no device is named; pass a stream, or DefaultStream(device)", ErrInvalidValue)
+	}
+	dp := s.deviceProc(Device(st.device))
+	return s.queueHost(st, "add a callback to", func() error {
+		dp.mu.Lock()
+		status := dp.failed
+		if ss := dp.state(st.id); status == nil && len(ss.errs) > 0 {
+			status = ss.errs[0] // an operation queued before it failed
+		}
+		dp.mu.Unlock()
+		fn(st, status)
+		return nil
+	})
+}
+
+// StreamQuery says whether the work submitted on st has finished, as
+// cudaStreamQuery: nil once what StreamSynchronize would wait for has
+// finished (for a default stream, the blocking streams' work too),
+// ErrNotReady while it runs, or the device's failure. A stream whose
+// kernels may still run gets a marker at its end, read by a goroutine of
+// its own, so that a later query learns when they finished.
+func (s *Session) StreamQuery(st *Stream) error {
+	if st == nil {
+		return fmt.Errorf("%w: query a nil stream: no device is named; pass a stream, or DefaultStream(device)", ErrInvalidValue)
+	}
+	dp, err := s.streamProc(st, "query")
+	if err != nil {
+		return err
+	}
+	defer dp.mu.Unlock()
+	ss := dp.state(st.id)
+	if err := dp.refuseFailed("query stream on"); err != nil {
+		return err
+	}
+	marks := []*marker{dp.endMarkLocked(ss, true)}
+	if st.id == 0 {
+		marks = append(marks, dp.legacyMarksLocked(ss, true)...)
+	}
+	for _, m := range marks {
+		if m != nil && !m.isDone() {
+			return fmt.Errorf("%w: %v has work that has not finished", ErrNotReady, ss)
+		}
+	}
+	return nil
+}
+
+// submittable returns an error if the stream takes no more work: usable
+// says why not, or its device failed. dp.mu is held.
+func (dp *deviceProc) submittable(ss *streamState, what string) error {
+	if err := ss.usable(what); err != nil {
+		return err
+	}
+	return dp.refuseFailed(what)
+}
+
+// failDevice records that a launch on the device failed (err): as it was
+// written, or as it ran (a kernel's error, the death of the process).
+// The device has failed, as a CUDA context does on a kernel fault: every
+// later synchronize of it and of its streams, and every event of it,
+// reports the failure, and it takes no work, until DeviceReset. It
+// returns err. dp.mu is held.
+func (dp *deviceProc) failDevice(err error) error {
+	if dp.failed == nil {
+		dp.failed = err
+	} else if !errors.Is(dp.failed, err) {
+		dp.failed = errors.Join(dp.failed, err)
+	}
+	return err
+}
+
+// refuseFailed returns the device's failure, if it failed, as what's.
+// dp.mu is held.
+func (dp *deviceProc) refuseFailed(what string) error {
+	if dp.failed == nil {
+		return nil
+	}
+	return &failedError{what: fmt.Sprintf("%s device %d", what, dp.index), err: dp.failed}
+}
+
+// failedError is work refused on a failed device: the failure, as what
+// it was refused for.
+type failedError struct {
+	what string
+	err  error
+}
+
+func (e *failedError) Error() string {
+	return fmt.Sprintf("%s: it failed earlier (DeviceReset clears that): %v", e.what, e.err)
+}
+
+func (e *failedError) Unwrap() error { return e.err }
 
 // usable returns an error if the stream takes no more work: it was
 // destroyed, or its device is being reset or its session closed. dp.mu

@@ -200,10 +200,11 @@ func bytesOf(v byte, n int) []byte {
 
 // TestQueuedErrorsComeBackFromSynchronize: an operation that fails when
 // it runs reports its error at the stream's next synchronize, once; a
-// kernel's failure behind it too.
+// kernel's failure behind it too, and at every synchronize after.
 func TestQueuedErrorsComeBackFromSynchronize(t *testing.T) {
 	s := newSession(t, testServerConfig())
-	st, err := s.StreamCreate(0)
+	// Non-blocking: the synchronous calls below do not wait for it.
+	st, err := s.StreamCreateWithFlags(0, StreamNonBlocking)
 	require.NoError(t, err)
 	a, err := s.MallocManaged(64 << 10)
 	require.NoError(t, err)
@@ -213,16 +214,25 @@ func TestQueuedErrorsComeBackFromSynchronize(t *testing.T) {
 	require.NoError(t, s.Launch(0, st, "st-waitThenFill", 1, f.params(out.Addr(), PageSize, 1)))
 	require.NoError(t, s.PrefetchAsync(a.Addr(), 64<<10, 0, st), "the arguments are good when it is queued")
 	require.NoError(t, s.Launch(0, st, "panics", 2, nil))
-	require.NoError(t, a.Free()) // before the prefetch runs
+	// Before the prefetch runs, device memory takes all but a page of
+	// device 0's arena: the prefetch finds no room.
+	in, err := s.Info()
+	require.NoError(t, err)
+	full, err := s.Malloc(0, in.Devices[0].Capacity-in.Devices[0].UsedBytes-PageSize)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(full.Addr(), 1, full.Size()))
 	f.set()
 	err = s.StreamSynchronize(st)
-	require.ErrorIs(t, err, ErrInvalidValue)
+	require.ErrorIs(t, err, ErrMemoryAllocation)
 	assert.Contains(t, err.Error(), "PrefetchAsync of")
-	assert.Contains(t, err.Error(), "is not managed memory")
+	assert.Contains(t, err.Error(), "arena full")
 	require.ErrorIs(t, err, ErrLaunchFailure, "the kernel queued behind it failed too")
 	assert.Contains(t, err.Error(), `kernel "panics" panicked`)
-	require.NoError(t, s.StreamSynchronize(st), "reported once")
+	err = s.StreamSynchronize(st)
+	require.ErrorIs(t, err, ErrLaunchFailure, "the kernel's failure is sticky")
+	assert.NotContains(t, err.Error(), "PrefetchAsync of", "an operation's error is reported once")
 	sameBytes(t, wantFill(PageSize, 1), out.Bytes(), "the kernel's output")
+	require.NoError(t, s.DeviceReset(0))
 }
 
 // TestMemcpyPeer copies device memory of one device to another's,

@@ -326,4 +326,5 @@ func TestTypedKernelErrors(t *testing.T) {
 	err = s.DeviceSynchronize(0)
 	require.ErrorIs(t, err, ErrLaunchFailure)
 	assert.Contains(t, err.Error(), `kernel "typedEcho" takes 48 bytes of parameters (a uvm.affineParams), the launch passed 40`)
+	require.NoError(t, s.DeviceReset(0)) // a failed launch fails the device until then
 }

@@ -38,6 +38,17 @@
 // counting and installs through a mapping that changes (the plans that
 // Plan.Engine says are its caller's).
 //
+// # Import direction
+//
+// In the layers internal/lint checks (core < policy < workingset <
+// block < lab < config < ... < server), the engine comes after
+// internal/workingset and before the lab and the server, which both run
+// it. It imports internal/core, policy, internal/workingset and devmem
+// (for devmem.ErrArenaFull, the error a full location's reservation
+// gives), and nothing of the server:
+// TestEngineAndLabDoNotImportServer holds every dependency of it, direct
+// or not, to that.
+//
 // # Policy and mechanism
 //
 // Every decision a course may change is a policy's (package policy: one

@@ -1,6 +1,10 @@
 package config
 
-import "github.com/softuvm/softuvm/internal/core"
+import (
+	"math"
+
+	"github.com/softuvm/softuvm/internal/core"
+)
 
 // CopyCalibration is what the copy engine measured of this machine, once
 // per boot, and the parameters it chose from it; until that is measured,
@@ -68,4 +72,13 @@ type CopyCalibration struct {
 	// failed. Defaults are chosen from the CPU count; their rates are 0.
 	Source string `json:"source,omitempty"`
 	Err    string `json:"error,omitempty"`
+}
+
+// FormatDirectBelow names the size from which the copy engine is used,
+// a DirectBelow or CopyDirectBelow, for uvm info and uvm bench memcpy.
+func FormatDirectBelow(n int64) string {
+	if n == math.MaxInt64 {
+		return "never (one thread was faster at every size calibrated)"
+	}
+	return core.FormatSize(n)
 }

@@ -28,7 +28,7 @@ const (
 	EnvTrackPrefetch = "UVM_TRACK_PREFETCH"  // 1: track which prefetched pages get used
 	EnvWorkers       = "UVM_DEVICE_WORKERS"  // threads per device process (default: one per CPU)
 	EnvHostBudget    = "UVM_HOST_BUDGET"     // bytes of managed memory kept on the host (default: unbounded)
-	EnvEviction      = "UVM_EVICTION"        // clock (default), lru, 2q, or a registered eviction policy
+	EnvEviction      = "UVM_EVICTION"        // clock (default), lru, 2q, reuse, or a registered eviction policy
 	EnvThrashing     = "UVM_THRASHING"       // on (default), off, or settings: threshold=3,lapse=500us,...,refault=on,core=97,...
 	EnvCopyThreads   = "UVM_COPY_THREADS"    // the copy engine's producer threads (default: calibrated)
 	EnvAccessCount   = "UVM_ACCESS_COUNTING" // auto (default), ebpf, user or off
@@ -90,7 +90,7 @@ type ServerConfig struct {
 	Devices  []devmem.ArenaSpec  `json:"devices"`
 	Prefetch policy.PrefetchSpec `json:"prefetch"`
 	// Eviction names the policy that picks which blocks leave a full
-	// location: "clock" (the default, also ""), "lru", "2q", or
+	// location: "clock" (the default, also ""), "lru", "2q", "reuse", or
 	// "name[:arg]" of a policy given to policy.RegisterEviction.
 	Eviction string           `json:"eviction,omitempty"`
 	Handlers HandlerPlacement `json:"handlers"`

@@ -72,7 +72,7 @@ var Settings = []Setting{
 	{Env: EnvArenaSize, Flag: "--arena-size", Values: "each device's memory, or a comma list of one size per device", Default: sizeText(DefaultArenaSize), Server: true},
 	{Env: EnvArenaBackend, Flag: "--arena-backend", Values: "auto, memfd or numa, or a comma list, one per device", Default: devmem.BackendAuto.String(), Server: true},
 	{Env: EnvPrefetch, Flag: "--prefetch", Values: "density[:PERCENT] (PERCENT 51 where not given), window:PAGES, none, or a registered policy", Default: policy.DefaultPrefetch.String(), Server: true},
-	{Env: EnvEviction, Flag: "--eviction", Values: "which blocks leave a full device or the host over its budget: clock, clock:copy, clock:regions, lru, 2q, or a registered policy", Default: policy.DefaultEviction, Server: true},
+	{Env: EnvEviction, Flag: "--eviction", Values: "which blocks leave a full device or the host over its budget: clock, clock:copy, clock:regions, lru, 2q, reuse, or a registered policy", Default: policy.DefaultEviction, Server: true},
 	{Env: EnvHandlers, Flag: "--handlers", Values: "follow, per-cpu or single", Default: string(HandlersFollow), Server: true},
 	{Env: EnvTrackPrefetch, Flag: "--track-prefetch", Values: "1: record which prefetched pages get used", Default: "0", Server: true},
 	{Env: EnvWorkers, Flag: "--device-workers", Values: "threads that run each device's kernels", Default: "one per CPU", Server: true},

@@ -133,6 +133,24 @@ func MaxActiveBlocksPerMultiprocessor(blockThreads, sharedBytes uint64) int {
 	return int(n)
 }
 
+// MaxPotentialBlockSize is CUDA's search of the block size that keeps
+// the most threads resident on a worker: from the largest block (limit,
+// or MaxThreadsPerBlock when limit is 0 or more) down, the first size with
+// the most, and how many such blocks a worker keeps. size is 0 where no
+// block fits sharedBytes. (libuvm's grid.c searches alike.)
+func MaxPotentialBlockSize(sharedBytes uint64, limit int) (size, blocks int) {
+	if limit <= 0 || limit > MaxThreadsPerBlock {
+		limit = MaxThreadsPerBlock
+	}
+	most := 0
+	for b := limit; b > 0; b-- {
+		if n := MaxActiveBlocksPerMultiprocessor(uint64(b), sharedBytes); n*b > most {
+			most, size, blocks = n*b, b, n
+		}
+	}
+	return size, blocks
+}
+
 // CheckCooperative checks that a cooperative grid of blocks blocks fits
 // the device's workers at once; the error wraps
 // ErrCooperativeLaunchTooLarge and names the grid's size and the most

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -160,6 +161,25 @@ func mapLayout(c *net.UnixConn, d int, u *uffd.FD, buf, b []byte, fds []int) (*D
 		return nil, fmt.Errorf("device hello: %v (with %d descriptors, want one per location)", err, len(fds))
 	}
 	lay, err := wire.DecodeLayoutReply(r)
+	for err == nil && lay.More > 0 {
+		// The rest of a long layout follows in pieces.
+		var more []int
+		if b, more, err = wire.ReadMessage(c, buf); err != nil {
+			break
+		}
+		wire.CloseFDs(more)
+		var req any
+		if _, req, err = wire.ParseRequest(b); err != nil {
+			break
+		}
+		lr, ok := req.(wire.DeviceLayoutRequest)
+		if !ok || len(lr.Runs) == 0 || uint32(len(lr.Runs)) > lay.More {
+			err = fmt.Errorf("device hello: the server sent %T where %d runs of the layout were still due", req, lay.More)
+			break
+		}
+		lay.Runs = append(lay.Runs, lr.Runs...)
+		lay.More -= uint32(len(lr.Runs))
+	}
 	if err != nil {
 		wire.CloseFDs(fds)
 		return nil, err
@@ -355,6 +375,11 @@ func (dev *DeviceMapping) mapFile(addr uintptr, length int64, file core.Device, 
 		}
 		return nil
 	})
+	if errors.Is(err, syscall.ENOMEM) {
+		// Out of mappings (vm.max_map_count) is no fault of the
+		// process: the server maps its own file instead.
+		return fmt.Errorf("%w: map %v's file over %#x+%d: %v", core.ErrMemoryAllocation, file, addr, length, err)
+	}
 	if err != nil {
 		return err
 	}

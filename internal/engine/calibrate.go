@@ -130,7 +130,7 @@ func defaultCalibration(cpus int, source string) config.CopyCalibration {
 // turns on its inode lock until WriteBlockUnseen, so two were all that
 // paid; since then the calibration chose 12 and 13 of 16 CPUs, and with
 // the defaults of 16 CPUs 8 movers ran `Prefetch` at 16.0-17.7 GB/s
-// where 2 ran it at 6.5-7.6 (docs/benchmarks.md, "Several movers into
+// where 2 ran it at 6.5-7.6 (docs/benchmarks-log.md, "Several movers into
 // one file"). Half the CPUs leaves the other half to the program.
 func defaultBlockMovers(cpus int) int {
 	return max(min(2, cpus), min(cpus/2, 8))

@@ -19,37 +19,6 @@ import (
 	"github.com/softuvm/softuvm/uffd"
 )
 
-// The guard is a small process the server starts beside itself, and the
-// reason no managed memory depends on one server process staying alive.
-// From the moment each exists it holds a duplicate of:
-//
-//   - every listening socket (a daemon's, a private server's monitor
-//     socket), so that clients connecting while no server runs wait in
-//     the backlog instead of failing;
-//   - every client's control socket (the server's end) and every device
-//     process's server connection, so that no peer ever sees the server
-//     go away;
-//   - every userfaultfd (the client's, each device process's), so that
-//     the kernel never unregisters a range and lets holes fill with zeros;
-//   - every location file (host and device files) and the staging file,
-//     where migrations in flight keep the pages they carry (staging.go);
-//   - each session's Journal: its ranges and advice (Journal.go).
-//
-// When the server dies (killed, crashed, or retiring for a replacement),
-// the guard starts a new one and hands it all of this (adopt.go): the new
-// server rebuilds residency from the files, wakes every thread left in a
-// fault, and tells each client that its pending request may have been
-// lost, so that it sends it again. Programs see a pause.
-//
-// When no server can take over (restarts are off, or new servers keep
-// failing), the guard serves the faults itself, with poison: a thread
-// touching a page that is not on the host gets SIGBUS, and a message on
-// its standard error says why; pages on the host stay readable. Every
-// peer's connection is hung up, so calls fail with ErrServerGone.
-//
-// If the guard dies, the server starts a new one and sends it everything
-// again. Only the death of both at once loses what was not on the host.
-//
 // Server to guard (and guard to a new server, the same messages), one
 // SOCK_SEQPACKET datagram each; numbers little-endian:
 const (

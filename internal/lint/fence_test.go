@@ -36,9 +36,11 @@ func TestImportFence(t *testing.T) {
 // how, which the server and the lab both run, the lab that replays the
 // policies over traces, then the configuration); then the wire protocol,
 // the copy engine, the device processes, the fault server; then the
-// public client; and on top the commands with package cli, the uvm
-// command as a library, which they and a course's own uvm binaries
-// (policy/coursework/cmd) and the lab's course kit (lab/course) build on.
+// public client; then the benchmarks (`uvm bench`, and the real programs
+// they run), which measure through the public client; and on top the
+// commands with package cli, the uvm command as a library, which they
+// and a course's own uvm binaries (policy/coursework/cmd) and the lab's
+// course kit (lab/course) build on.
 // A package belongs to the layer of the longest root it is under, so
 // that a command kept beside the policies it links is a command.
 var layers = [][]string{
@@ -54,6 +56,7 @@ var layers = [][]string{
 	{"internal/guard"},
 	{"internal/server", "internal/metrics"},
 	{"uvm"},
+	{"internal/bench"},
 	{"cli", "cmd", "policy/coursework/cmd", "lab/course", "lab/programs"},
 }
 
@@ -72,10 +75,10 @@ func layerOrder() string {
 }
 
 // foundation are the packages below every layer, which own the kernel
-// boundary (userfaultfd, memory files, eBPF), the trace format (which
-// readers outside use without the runtime) or help tests: they import no
-// package of the layers.
-var foundation = []string{"uffd", "devmem", "bpf", "libuvm", "trace", "internal/fdleak", "internal/proctest"}
+// boundary (userfaultfd, memory files, eBPF, what /proc tells of other
+// processes), the trace format (which readers outside use without the
+// runtime) or help tests: they import no package of the layers.
+var foundation = []string{"uffd", "devmem", "bpf", "libuvm", "trace", "internal/fdleak", "internal/proctest", "internal/procinfo"}
 
 // outside are the packages that check the others from outside, and may
 // import any of them.
@@ -191,6 +194,56 @@ func TestEngineAndLabDoNotImportServer(t *testing.T) {
 	}
 }
 
+// throughTheClient are packages that measure softuvm as its users get
+// it, through the public client: they import none of the packages the
+// client hides (hidden, api_test.go) directly.
+var throughTheClient = []string{"internal/bench"}
+
+// TestBenchmarksMeasureThroughTheClient: the benchmarks import nothing
+// of the server, the wire protocol, the copy engine or the device
+// runtime.
+func TestBenchmarksMeasureThroughTheClient(t *testing.T) {
+	pkgs := goList(t, module+"/...")
+	checked := 0
+	for _, p := range pkgs {
+		from, _ := rel(p.ImportPath)
+		if !inAny(from, throughTheClient) {
+			continue
+		}
+		checked++
+		for _, v := range clientViolations(from, p.Imports) {
+			t.Error(v)
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no package under %v: the list in fence_test.go is out of date", throughTheClient)
+	}
+}
+
+// clientViolations returns the imports of from, a package of
+// throughTheClient, that the public client hides.
+func clientViolations(from string, imports []string) []string {
+	var bad []string
+	for _, imp := range imports {
+		if to, ok := rel(imp); ok && inAny(to, hidden) {
+			bad = append(bad, fmt.Sprintf("%s imports %s: a benchmark measures through the public client (uvm), as a user would", from, to))
+		}
+	}
+	return bad
+}
+
+func TestClientViolations(t *testing.T) {
+	m := func(r string) string { return module + "/" + r }
+	got := clientViolations("internal/bench", []string{m("uvm"), m("internal/server"), "fmt", m("internal/wire/internal/gencheader"), m("lab")})
+	want := []string{
+		"internal/bench imports internal/server: a benchmark measures through the public client (uvm), as a user would",
+		"internal/bench imports internal/wire/internal/gencheader: a benchmark measures through the public client (uvm), as a user would",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
 // TestLayerViolations: the check finds what it is meant to.
 func TestLayerViolations(t *testing.T) {
 	m := func(r string) string { return module + "/" + r }
@@ -209,6 +262,9 @@ func TestLayerViolations(t *testing.T) {
 		{"internal/server", []string{"uvm"}, "internal/server imports uvm, which comes later"},
 		{"uvm", []string{"cmd/uvm"}, "uvm imports cmd/uvm, which comes later"},
 		{"uvm", []string{"cli"}, "uvm imports cli, which comes later"},
+		{"uvm", []string{"internal/bench"}, "uvm imports internal/bench, which comes later"},
+		{"internal/bench", []string{"cli"}, "internal/bench imports cli, which comes later"},
+		{"internal/bench/workloads", []string{"cli"}, "internal/bench/workloads imports cli, which comes later"},
 		{"internal/server", []string{"policy/coursework/cmd/uvm-coursework"}, "internal/server imports policy/coursework/cmd/uvm-coursework, which comes later"},
 		{"policy/coursework", []string{"cli"}, "policy/coursework imports cli, which comes later"},
 		{"policy/coursework", []string{"internal/engine"}, "policy/coursework imports internal/engine, which comes later"},
@@ -237,6 +293,8 @@ func TestLayerViolations(t *testing.T) {
 		{"cmd/uvm", []string{"uvm", "internal/server"}},
 		{"cmd/uvm", []string{"cli"}},
 		{"cli", []string{"uvm", "internal/server", "policy"}},
+		{"cli", []string{"internal/bench", "internal/bench/workloads"}},
+		{"internal/bench", []string{"uvm", "lab", "trace", "policy", "internal/bench/workloads"}},
 		{"policy/coursework/cmd/uvm-coursework", []string{"cli", "policy/coursework"}},
 		{"integration", []string{"uvm", "cmd/uvm"}},
 	} {

@@ -16,6 +16,12 @@ type listedPackage struct {
 	ImportPath string
 	Imports    []string
 	Export     string
+	// Dir holds the package's files: those built here, those with cgo,
+	// and those other platforms build (IgnoredGoFiles, tests among them).
+	Dir            string
+	GoFiles        []string
+	CgoFiles       []string
+	IgnoredGoFiles []string
 }
 
 // goList runs `go list -json` with args and returns the packages it
@@ -23,7 +29,7 @@ type listedPackage struct {
 // its GOROOT/bin first in PATH.
 func goList(t *testing.T, args ...string) []listedPackage {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports,Export"}, args...)...)
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports,Export,Dir,GoFiles,CgoFiles,IgnoredGoFiles"}, args...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		msg := ""

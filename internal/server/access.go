@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/prometheus/procfs"
 
 	"github.com/softuvm/softuvm/bpf"
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/procinfo"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uffd"
@@ -76,19 +76,6 @@ const maxCrossingBatch = 4096
 
 // maxHintRuns bounds the runs one hint request names: 16 bytes each.
 const maxHintRuns = 8192
-
-// minorFaults is the kernel's count of pid's minor faults (minflt).
-func minorFaults(pid int) (uint64, bool) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, false
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, false
-	}
-	return uint64(st.MinFlt), true
-}
 
 func (a *accessState) counting() bool { return a.Ebpf != nil || a.user }
 
@@ -158,7 +145,7 @@ func (s *Server) stopAccessCounting() {
 // track notes view v's process's minflt and, when counting, gives the
 // view a code and starts counting its process's faults.
 func (s *Server) track(v *view) {
-	v.minfltStart, _ = minorFaults(v.pid) // the kernel's count, shown even when counting is off
+	v.minfltStart, _ = procinfo.MinorFaults(v.pid) // the kernel's count, shown even when counting is off
 	a := s.Access
 	if !a.counting() {
 		return
@@ -526,7 +513,7 @@ func (s *Server) processFaults(v *view) config.ProcessFaults {
 			pf.EBPFFaults = &n
 		}
 	}
-	if n, ok := minorFaults(v.pid); ok && n >= v.minfltStart {
+	if n, ok := procinfo.MinorFaults(v.pid); ok && n >= v.minfltStart {
 		d := n - v.minfltStart
 		pf.MinorFaults = &d
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/procinfo"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/trace"
 	"github.com/softuvm/softuvm/uffd"
@@ -76,7 +77,7 @@ type armedPage struct {
 // clientTraceAccess reads the access mode a client recording its own
 // trace asks for (UVM_TRACE_ACCESS in its starting environment).
 func clientTraceAccess(pid int) (config.TraceAccess, error) {
-	text, err := clientEnv(pid, TraceAccessEnv)
+	text, err := procinfo.Env(pid, TraceAccessEnv)
 	if err != nil || text == "" {
 		return config.TraceAccess{}, err
 	}

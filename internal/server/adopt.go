@@ -35,7 +35,7 @@ func RunAdoptedServer() int {
 		fmt.Fprintf(os.Stderr, "softuvm server[%d]: %v\n", os.Getpid(), err)
 		return 1
 	}
-	if srv.mode == ModeDaemon {
+	if srv.mode == guard.ModeDaemon {
 		srv.serveAsDaemon(paths, nil)
 	} else {
 		signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
@@ -459,13 +459,8 @@ func (sess *session) adoptDevice(l core.Device, kv *guard.View, restarts int) (*
 	// whose replies may still be on their way.
 	v.seq.Store(uint32(restarts) << 24)
 	// Until relayout maps its ranges again, the process maps what the
-	// dead server had it map, which nothing recorded: a fault there is
-	// installed through the view and the files looked at, and a move
-	// holds its writers still whatever file it moves from. Taking its
-	// own file for granted put a page a kernel faulted on into the host
-	// file it mapped there, while the table had it on the device; the
-	// kernel's writes were then lost
-	// (TestTakeoverDuringKernelsUnderPreferredLocation).
+	// dead server had it map, which nothing recorded (MappingsUnknown;
+	// TestTakeoverDuringKernelsUnderPreferredLocation).
 	for _, r := range sess.ranges.Load().ranges {
 		if r.Kind != core.KindManaged {
 			continue
@@ -536,11 +531,7 @@ func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 	var err error
 	done := 0
 	for _, rn := range runs {
-		var wp core.PageMask
-		wp.FillRange(0, rn.outer-rn.first)
-		err = v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.PageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
-		if err != nil {
+		if err = v.mapRun(&o, rn.first, rn.outer, rn.to); err != nil {
 			break
 		}
 		done++

@@ -229,8 +229,12 @@ func (sess *session) launchRefusal(v *view, r *managedRange, addr uintptr) error
 }
 
 // streamAttach records an allocation's attachment (cudaStreamAttachMemAsync).
-// It takes effect at the next launch; under the fault model it changes
-// nothing.
+// The client sends it when the attaching stream reaches it, and it takes
+// effect now: launches from here on take the range as it says, and the
+// locks of running kernels it no longer lets hold the range go (all of
+// them for the host, all but its stream's for a single stream), so that
+// the CPU may touch it while those kernels run, as CUDA lets it (they
+// promise not to touch it). Under the fault model it changes nothing.
 func (sess *session) streamAttach(r wire.StreamAttachRequest) error {
 	mr, err := sess.findRange(uintptr(r.Addr), 0, "attach")
 	if err != nil {
@@ -251,8 +255,17 @@ func (sess *session) streamAttach(r wire.StreamAttachRequest) error {
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	mr.launch.attach = r.Mode
-	mr.launch.single = streamKey{core.Device(r.Device), r.Stream}
+	rl := &mr.launch
+	rl.attach = r.Mode
+	rl.single = streamKey{core.Device(r.Device), r.Stream}
+	locks := rl.locks[:0]
+	for _, k := range rl.locks {
+		if rl.attach == core.AttachGlobal || (rl.attach == core.AttachSingle && k == rl.single) {
+			locks = append(locks, k)
+		}
+	}
+	clear(rl.locks[len(locks):])
+	rl.locks = locks
 	return nil
 }
 

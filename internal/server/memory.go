@@ -62,13 +62,9 @@ func (sess *session) Protect(o *block.Mover, v block.View, first, outer int) err
 
 // Unprotect lifts the write protection of the pages in v, which wakes
 // the writers it held; where that fails, it wakes them: the page left
-// meanwhile (the writer's retry faults as missing), or the process is
-// moving a mapping into place (EAGAIN while a remap event is unread), and
-// the writer's retry faults as a write again, served with the protection
-// lifted then. An error ignored here left a C device's kernel thread
-// asleep in its fault for ever, nothing waking it
-// (TestCAdviceAndKernelsOnTwoDevices, where remaps for accessed-by advice
-// run beside collapses of read-duplicated pages).
+// meanwhile (the retry faults as missing), or the process moves a mapping
+// into place (EAGAIN; the retry faults as a write again). Ignored, that
+// left a C kernel asleep for ever (TestCAdviceAndKernelsOnTwoDevices).
 func (sess *session) Unprotect(o *block.Mover, bv block.View, first, outer int) {
 	v := bv.(*view)
 	addr, span := o.PageAddr(first), uintptr(outer-first)*core.PageSize

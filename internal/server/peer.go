@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -144,8 +145,8 @@ func (sess *session) mapPeerMemory(d, peer core.Device, on bool) error {
 			_ = v.uffd.Wake(r.Start, r.Length) // nobody waiting, or the process is gone: fine
 		}
 		if err != nil {
-			if v.connEnded() {
-				return nil // the process is gone; its successor maps what the table says
+			if errors.Is(err, errDeviceGone) {
+				return nil // its successor maps what the table says
 			}
 			what := "map"
 			if !on {

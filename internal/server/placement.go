@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/softuvm/softuvm/internal/procinfo"
 )
 
 // Handler placement, measured on this kind of VM (2 CPUs, KVM): a fault
@@ -20,9 +18,10 @@ import (
 // the CPUs its threads fault on.
 //
 // A handler that serves a fault looks up which CPU the faulting thread
-// ran on (field 39 of /proc/PID/task/TID/stat, cached per thread for a
-// few milliseconds; the file stays open, as opening it cost five system
-// calls to the one read) and wakes that CPU's handler if it was parked. A
+// ran on (field 39 of /proc/PID/task/TID/stat, read by
+// procinfo.ThreadCPUs and cached per thread for a few milliseconds; the
+// file stays open, as opening it cost five system calls to the one
+// read) and wakes that CPU's handler if it was parked. A
 // handler that served a fault from another CPU and has seen none from its
 // own for parkAfter parks itself, as long as another handler waits. Every
 // handler starts waiting, so the first faults are served locally wherever
@@ -35,8 +34,6 @@ const (
 	// read again.
 	threadCPUFresh    = 2 * time.Millisecond
 	maxTrackedThreads = 4096
-	// maxStatFiles is how many threads' stat files stay open.
-	maxStatFiles = 64
 )
 
 // placement tracks where a session's threads fault and which handlers
@@ -46,11 +43,9 @@ type placement struct {
 	byCPU   map[int]*handler   // guarded by mu
 	waiting int                // handlers not parked, guarded by mu
 	threads map[uint32]seenCPU // guarded by mu
-	// stats holds threads' /proc/PID/task/TID/stat open, each read again
-	// at offset 0. Guarded by mu; an os.File may be closed while another
-	// handler reads it (the read then fails, and the thread's file is
-	// opened again).
-	stats map[uint32]*os.File
+	// cpus reads the threads' CPUs; its lock is a leaf, never taken
+	// with mu held.
+	cpus *procinfo.ThreadCPUs
 }
 
 type seenCPU struct {
@@ -59,82 +54,15 @@ type seenCPU struct {
 }
 
 func newPlacement(hs []*handler) *placement {
-	p := &placement{byCPU: map[int]*handler{}, threads: map[uint32]seenCPU{}, stats: map[uint32]*os.File{}, waiting: len(hs)}
+	p := &placement{byCPU: map[int]*handler{}, threads: map[uint32]seenCPU{}, cpus: procinfo.NewThreadCPUs(), waiting: len(hs)}
 	for _, h := range hs {
 		p.byCPU[h.cpu] = h
 	}
 	return p
 }
 
-// threadCPU reads the processor field of /proc/PID/task/TID/stat,
-// through the file p keeps open for the thread.
-func (p *placement) threadCPU(pid int, tid uint32) (int, error) {
-	p.mu.Lock()
-	f := p.stats[tid]
-	p.mu.Unlock()
-	if f == nil {
-		var err error
-		if f, err = os.Open("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.FormatUint(uint64(tid), 10) + "/stat"); err != nil {
-			return 0, err
-		}
-		p.mu.Lock()
-		if len(p.stats) >= maxStatFiles {
-			p.closeStatsLocked()
-		}
-		if old := p.stats[tid]; old != nil {
-			old.Close() // another handler opened it meanwhile
-		}
-		p.stats[tid] = f
-		p.mu.Unlock()
-	}
-	var buf [1024]byte
-	n, err := f.ReadAt(buf[:], 0)
-	if n == 0 {
-		// The thread is gone (ESRCH), or another handler closed the
-		// file: open it anew next time.
-		p.mu.Lock()
-		if p.stats[tid] == f {
-			delete(p.stats, tid)
-			f.Close()
-		}
-		p.mu.Unlock()
-		if err == nil {
-			err = fmt.Errorf("empty stat of thread %d", tid)
-		}
-		return 0, err
-	}
-	return parseStatCPU(buf[:n])
-}
-
 // close closes the threads' stat files: the view's handlers have stopped.
-func (p *placement) close() {
-	p.mu.Lock()
-	p.closeStatsLocked()
-	p.mu.Unlock()
-}
-
-func (p *placement) closeStatsLocked() {
-	for _, f := range p.stats {
-		f.Close()
-	}
-	clear(p.stats)
-}
-
-// parseStatCPU returns field 39 (processor) of a /proc stat line. The
-// command name (field 2) is in parentheses and may hold spaces and
-// parentheses itself, so fields are counted after the last ')'.
-func parseStatCPU(b []byte) (int, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat line without a command name: %q", b)
-	}
-	fields := bytes.Fields(b[i+1:])
-	const processor = 39 - 3 // fields after ')' start at field 3
-	if len(fields) <= processor {
-		return 0, fmt.Errorf("stat line with %d fields after the command, want at least %d", len(fields), processor+1)
-	}
-	return strconv.Atoi(string(fields[processor]))
-}
+func (p *placement) close() { p.cpus.Close() }
 
 // served is called by handler h after serving a fault of thread tid: it
 // notes a fault from h's own CPU, or wakes the handler of the thread's
@@ -194,7 +122,7 @@ func (p *placement) cpuOf(pid int, tid uint32, now time.Time) (int, bool) {
 	if ok && now.Sub(seen.at) < threadCPUFresh {
 		return seen.cpu, true
 	}
-	cpu, err := p.threadCPU(pid, tid)
+	cpu, err := p.cpus.Read(pid, tid)
 	if err != nil {
 		return 0, false
 	}

@@ -1,70 +1,11 @@
 package server
 
 import (
-	"os"
-	"runtime"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/softuvm/softuvm/devmem"
 )
-
-func TestParseStatCPU(t *testing.T) {
-	line := "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 7 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
-	cpu, err := parseStatCPU([]byte(line))
-	require.NoError(t, err)
-	assert.Equal(t, 7, cpu)
-	_, err = parseStatCPU([]byte("4242 (short) S 1 2 3"))
-	assert.ErrorContains(t, err, "fields after the command")
-	_, err = parseStatCPU([]byte("no command"))
-	assert.ErrorContains(t, err, "without a command name")
-}
-
-// TestThreadCPU reads this thread's CPU from /proc while pinned to each
-// CPU in turn, twice around, through the one stat file the placement
-// keeps open: each read must see where the thread is now. A thread that
-// has exited reads as an error, and its file is let go.
-func TestThreadCPU(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cpus, err := devmem.OnlineCPUs()
-	require.NoError(t, err)
-	p := newPlacement(nil)
-	defer p.close()
-	tid := uint32(syscall.Gettid())
-	for range 2 {
-		for _, c := range cpus {
-			require.NoError(t, devmem.PinCurrentThread(c))
-			got, err := p.threadCPU(os.Getpid(), tid)
-			require.NoError(t, err)
-			assert.Equal(t, c, got)
-		}
-	}
-	assert.Len(t, p.stats, 1, "one file kept for the thread")
-
-	gone := make(chan uint32)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		tid := uint32(syscall.Gettid())
-		_, err := p.threadCPU(os.Getpid(), tid)
-		assert.NoError(t, err)
-		gone <- tid
-	}()
-	other := <-gone
-	require.Eventually(t, func() bool {
-		_, err := os.Stat("/proc/self/task/" + strconv.FormatUint(uint64(other), 10))
-		return os.IsNotExist(err)
-	}, 5*time.Second, time.Millisecond, "the locked thread exits with its goroutine")
-	_, err = p.threadCPU(os.Getpid(), other)
-	assert.Error(t, err, "a thread that exited")
-	assert.NotContains(t, p.stats, other, "its file is let go")
-	assert.Contains(t, p.stats, tid)
-}
 
 // TestPlacementParksAndWakes drives the placement logic with the faults
 // of a thread that moves between CPUs.

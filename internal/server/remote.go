@@ -1,12 +1,14 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/procinfo"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -27,6 +29,36 @@ type remapKey struct {
 
 func newRemapper() *remapper {
 	return &remapper{pending: map[remapKey]struct{}{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// A device process maps each remote run as a mapping of its own, and
+// one between two runs of its own file splits that file's mapping: a
+// run costs up to two of the process's mappings, which Linux bounds
+// (vm.max_map_count, 65530 by default). Advice that alternates page by
+// page wants more than that (a hundred thousand runs and more), so a
+// view maps remote runs while it has mappings to spare, and its own file
+// beyond: policy's wish to map a page remotely is a hint, and a page the
+// device touches there migrates to it instead. The first view to run
+// out says so in the log.
+
+// mappingReserve is what a device process keeps for mappings of its
+// own that come after its layout: its threads' stacks, its allocator's
+// arenas, remote runs and peers' memory mapped later.
+const mappingReserve = 4096
+
+// remoteRunBudget is how many remote runs the process pid may map on
+// top of what it maps now.
+func remoteRunBudget(pid int) int { return procinfo.MappingsLeft(pid, mappingReserve) / 2 }
+
+// mapsFull marks view v as out of mappings for remote runs (what found
+// out names the occasion), and says so once per server.
+func (sess *session) mapsFull(v *view, what string) {
+	if v.mapsFull.Swap(true) || sess.srv.mapsFullLogged.Swap(true) {
+		return
+	}
+	sess.srv.logger.Printf("pid %d device %d (pid %d): %s wants more remote mappings than the process may have (vm.max_map_count); "+
+		"where advice or policy would map another location's memory it maps its own, and pages migrate on touch (raise vm.max_map_count to map them all)",
+		sess.pid, v.loc, v.pid, what)
 }
 
 // remapBlock brings device view l's mapping of block bi in line with
@@ -54,22 +86,18 @@ func (sess *session) remapBlock(r *block.Range, bi int, l core.Device) error {
 		}
 		o := r.NewMover(bi, b)
 		first, outer, to, found := o.Mismatch(l, 0)
+		for found && to != l && v.mapsFull.Load() {
+			// Out of mappings: only runs back to its own file.
+			first, outer, to, found = o.Mismatch(l, outer)
+		}
 		if !found {
 			b.Unlock()
 			return nil
 		}
-		// The new mapping starts write-protected everywhere: a page with
-		// several copies must never be writable, and one may get a second
-		// copy while the remap is in flight, protected by then only in the
-		// old mapping. A page with one copy costs a write-protect fault on
-		// its first write, which lifts the protection.
-		var wp core.PageMask
-		wp.FillRange(0, outer-first)
 		b.SetMapping(l, first, outer, to, true)
 		b.Unlock()
 
-		err := v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.PageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to, Wp: wp}), wire.MsgDeviceMap)
+		err := v.mapRun(&o, first, outer, to)
 
 		b.Lock()
 		b.Settle(l, first, outer, err == nil)
@@ -80,11 +108,32 @@ func (sess *session) remapBlock(r *block.Range, bi int, l core.Device) error {
 			o.MapOwnResident(l, first, outer)
 		}
 		b.Unlock()
+		if errors.Is(err, errDeviceGone) {
+			return nil // its successor maps what the table says
+		}
+		if errors.Is(err, core.ErrMemoryAllocation) && to != l {
+			sess.mapsFull(v, fmt.Sprintf("mapping %v's memory over %#x+%d", to, o.PageAddr(first), (outer-first)*core.PageSize))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("map %v's file over %#x+%d in device %d: %w", to, o.PageAddr(first), (outer-first)*core.PageSize, l, err)
 		}
 	}
 	return nil
+}
+
+// mapRun asks device view v's process to map location to's file over
+// pages [first, outer) of the mover's block, and waits; v.reqMu is held.
+// The new mapping starts write-protected everywhere: a page with several
+// copies must never be writable, and one may get a second copy while the
+// remap is in flight, protected by then only in the old mapping. A page
+// with one copy costs a write-protect fault on its first write, which
+// lifts the protection.
+func (v *view) mapRun(o *block.Mover, first, outer int, to core.Device) error {
+	var wp core.PageMask
+	wp.FillRange(0, outer-first)
+	return v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
+		Addr: uint64(o.PageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to, Wp: wp}), wire.MsgDeviceMap)
 }
 
 // remapRange brings every device view's mapping of [addr, addr+length)

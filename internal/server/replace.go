@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -102,7 +103,7 @@ func takeOver(link *net.UnixConn, adjust func(*config.ServerConfig)) (*Server, [
 			return nil, nil, fmt.Errorf("staging file: %w", err)
 		}
 	}
-	g := &guardLink{conn: link, pid: end.GuardPID, done: make(chan struct{})}
+	g := guard.AdoptLink(link, end.GuardPID)
 	srv, err := newServer(cfg, serverStart{guard: g, staging: area, mode: st.Mode, attempts: st.Attempts})
 	if err != nil {
 		st.Close()
@@ -126,17 +127,16 @@ func takeOver(link *net.UnixConn, adjust func(*config.ServerConfig)) (*Server, [
 	if adjusted {
 		srv.setMode(st.Mode) // the guard keeps the configuration as changed
 	}
-	g.send([]byte{guard.OpReady})
+	g.Send([]byte{guard.OpReady})
 	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file, %d whole-block moves settled",
 		time.Since(end.Died).Round(time.Millisecond), end.Restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load(), srv.restart.settledMoves.Load())
 	if cfg.Metrics != "" {
-		switch {
-		case ServeMetrics == nil:
-			srv.logger.Printf("the daemon's metrics at %s are not served: this program does not include them", cfg.Metrics)
-		default:
-			if err := ServeMetrics(srv, cfg.Metrics, cfg.MetricsAnyAddress); err != nil {
-				srv.logger.Printf("the daemon's metrics at %s are not served: %v", cfg.Metrics, err)
-			}
+		err := errors.New("this program does not include them")
+		if ServeMetrics != nil {
+			err = ServeMetrics(srv, cfg.Metrics, cfg.MetricsAnyAddress)
+		}
+		if err != nil {
+			srv.logger.Printf("the daemon's metrics at %s are not served: %v", cfg.Metrics, err)
 		}
 	}
 	return srv, paths, nil
@@ -170,19 +170,13 @@ func (s *Server) retire(successor int) error {
 	if s.guard == nil {
 		return fmt.Errorf("%w: this server runs without a guard, which a replacement needs", core.ErrNotSupported)
 	}
-	if s.mode != ModeDaemon {
+	if s.mode != guard.ModeDaemon {
 		return fmt.Errorf("%w: only a daemon (uvm serve) is replaced in place", core.ErrNotSupported)
 	}
 	go func() {
 		// After the reply has gone out.
 		time.Sleep(10 * time.Millisecond)
-		s.guard.mu.Lock()
-		s.guard.quitting = true
-		c := s.guard.conn
-		if c != nil {
-			wire.WriteMessage(c, []byte{guard.OpRetire}, []int{successor})
-		}
-		s.guard.mu.Unlock()
+		s.guard.Retire(successor)
 		syscall.Close(successor)
 		stopped := make(chan struct{})
 		go func() {

@@ -144,7 +144,7 @@ func (sess *session) record(rec []byte) {
 		sess.srv.logger.Printf("session %d journal: %v", sess.id, err)
 		return
 	}
-	sess.srv.guard.send(GuardRecordMsg(sess.id, rec))
+	sess.srv.guard.Send(guard.RecordMsg(sess.id, rec))
 }
 
 // client is the session's client view, nil for a monitor.
@@ -258,7 +258,7 @@ func (sess *session) adopt(uffdFD, hostFD int, features uffd.Feature) error {
 	}
 	sess.host = host
 	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: sess.pid, uffd: u})
-	sess.srv.guard.send(GuardSessionMsg(sess.id, sess.pid, uint64(granted)), wire.RawFD(sess.conn), u.Fd(), host.Fd())
+	sess.srv.guard.Send(guard.SessionMsg(sess.id, sess.pid, uint64(granted)), wire.RawFD(sess.conn), u.Fd(), host.Fd())
 	return nil
 }
 
@@ -610,7 +610,7 @@ func (sess *session) deviceFile(d int) (*devmem.File, error) {
 		return nil, fmt.Errorf("%w: device %d file: %v", core.ErrMemoryAllocation, d, err)
 	}
 	sess.devFiles[d] = f
-	sess.srv.guard.send(GuardLocMsg(GuardFile, sess.id, core.Device(d)), f.Fd())
+	sess.srv.guard.Send(guard.LocMsg(guard.OpFile, sess.id, core.Device(d)), f.Fd())
 	return f, nil
 }
 
@@ -662,7 +662,7 @@ func (s *Server) endSession(sess *session) {
 	sess.devFiles = nil
 	sess.filesMu.Unlock()
 	if sess.role == wire.RoleClient {
-		s.guard.send(GuardIDMsg(GuardEnd, sess.id))
+		s.guard.Send(guard.IDMsg(guard.OpEnd, sess.id))
 		// Before the session leaves the list: a closing server waits
 		// for the list to empty, then closes its trace.
 		sess.endDeviceTraces()

@@ -1,18 +1,17 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/guard"
+	"github.com/softuvm/softuvm/internal/procinfo"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/trace"
 )
@@ -65,22 +64,8 @@ func (s *Server) traceHeader(scope string) trace.Header {
 		h.DeviceBytes = s.arenas[0].Capacity()
 	}
 	h.Host, _ = os.Hostname()
-	var u syscall.Utsname
-	if syscall.Uname(&u) == nil {
-		h.Kernel = utsString(u.Release[:])
-	}
+	h.Kernel = procinfo.KernelRelease()
 	return h
-}
-
-func utsString(b []int8) string {
-	var sb strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		sb.WriteByte(byte(c))
-	}
-	return sb.String()
 }
 
 // closeTrace ends the server's recording.
@@ -100,7 +85,7 @@ func (s *Server) closeTrace() {
 // started with, made absolute against its working directory; "" if
 // unset.
 func clientTracePath(pid int) (string, error) {
-	path, err := clientEnv(pid, TraceEnv)
+	path, err := procinfo.Env(pid, TraceEnv)
 	if err != nil {
 		return "", err
 	}
@@ -112,25 +97,6 @@ func clientTracePath(pid int) (string, error) {
 		return "", fmt.Errorf("%s=%s is relative, and the client's working directory cannot be read: %v", TraceEnv, path, err)
 	}
 	return filepath.Join(cwd, path), nil
-}
-
-// clientEnv reads variable name from the environment client pid started
-// with; "" if unset, or if the process is gone.
-func clientEnv(pid int, name string) (string, error) {
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", nil
-		}
-		return "", err
-	}
-	var value string
-	for _, kv := range strings.Split(string(env), "\x00") {
-		if v, ok := strings.CutPrefix(kv, name+"="); ok {
-			value = v
-		}
-	}
-	return value, nil
 }
 
 // openSessionTrace starts recording a client's own events where it asks

@@ -11,6 +11,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -73,6 +74,12 @@ type view struct {
 	// minorOwn: a device process registers its mappings of its own file
 	// for MINOR faults (deviceMinor). Set before the view is published.
 	minorOwn bool
+
+	// mapsFull: the device process has no mappings left for another
+	// remote run (vm.max_map_count): the view maps its own file where
+	// policy would map another's, and pages there migrate on touch
+	// (remote.go, mapsFull).
+	mapsFull atomic.Bool
 }
 
 // deviceRequestTimeout bounds how long the server waits for a device
@@ -126,7 +133,7 @@ func (sess *session) detachOnce(v *view) {
 	v.gone = true
 	v.use.Unlock()
 	if v.loc != core.CPU {
-		sess.srv.guard.send(GuardLocMsg(GuardViewGone, sess.id, v.loc))
+		sess.srv.guard.Send(guard.LocMsg(guard.OpViewGone, sess.id, v.loc))
 	}
 	sess.srv.untrack(v)
 	v.uffd.Close()
@@ -292,9 +299,18 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn, report *device
 		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 		return nil, err
 	}
-	runs, err := sess.layoutFor(l)
+	runs, err := sess.layoutFor(v)
 	if err == nil {
-		err = wire.WriteMessage(c, wire.EncodeLayoutReply(h, wire.Layout{Runs: runs, MinorRemote: srv.Access.user, MinorOwn: v.minorOwn}), fds)
+		// The reply carries the files; the rest of a long layout
+		// follows it in pieces (wire.Layout).
+		for i, m := range wire.EncodeLayout(h, wire.Layout{Runs: runs, MinorRemote: srv.Access.user, MinorOwn: v.minorOwn}) {
+			if i > 0 {
+				fds = nil
+			}
+			if err = wire.WriteMessage(c, m, fds); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		u.Close()
@@ -323,8 +339,16 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn, report *device
 		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 		return nil, err
 	}
-	srv.guard.send(GuardViewMsg(sess.id, l, v.pid), v.guardFDs()...)
+	srv.guard.Send(guard.ViewMsg(sess.id, l, v.pid), v.guardFDs()...)
 	srv.track(v)
+	// The view takes no request (a remote mapping of advice or a
+	// prefetch, hints) before the device has read the answer to its
+	// ready: it reads nothing else until then, and a map request
+	// written first was taken for a malformed answer. Every request
+	// holds reqMu, which comes after sess.mu and before the block locks
+	// protectCopies takes.
+	v.reqMu.Lock()
+	defer v.reqMu.Unlock()
 	sess.views[l.Slot()].Store(v)
 	// Published first, so that copies made from now on protect it too;
 	// the device runs no kernel before the reply.
@@ -338,12 +362,17 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn, report *device
 	return v, nil
 }
 
-// layoutFor computes what a new process of device l maps: each range
-// from its own file (or, for pinned host and device memory, the owner's),
-// then the runs policy wants mapped remotely. It records them as the
-// view's mappings. sess.mu is held, so the ranges stand still.
-func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
+// layoutFor computes what the new process of device view v maps: each
+// range from its own file (or, for pinned host and device memory, the
+// owner's), then the runs policy wants mapped remotely, as many as the
+// process has mappings left for (remoteRunBudget); past that the view
+// maps its own file, where pages migrate on touch, and is marked full.
+// It records them as the view's mappings. sess.mu is held, so the ranges
+// stand still.
+func (sess *session) layoutFor(v *view) ([]wire.Mapping, error) {
+	l := v.loc
 	var out []wire.Mapping
+	budget := remoteRunBudget(v.pid)
 	for _, r := range sess.ranges.Load().ranges {
 		if !r.mapsDeviceMemory(l) {
 			continue // a peer's device memory without peer access: left reserved (peer.go)
@@ -372,6 +401,10 @@ func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 				if !found {
 					break
 				}
+				if budget--; budget < 0 {
+					sess.mapsFull(v, "its layout")
+					break
+				}
 				b.SetMapping(l, first, outer, to, false)
 				out = append(out, wire.Mapping{Addr: uint64(o.PageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to})
 				if to != l {
@@ -381,9 +414,6 @@ func (sess *session) layoutFor(l core.Device) ([]wire.Mapping, error) {
 			}
 			b.Unlock()
 		}
-	}
-	if len(out) > wire.MaxMessageSize/20 {
-		return nil, fmt.Errorf("%w: device %d would map %d separate runs, more than one message holds; advise larger ranges", core.ErrNotSupported, l, len(out))
 	}
 	return out, nil
 }
@@ -428,7 +458,7 @@ func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 	v.awaited.Store(h.Seq) // before the request: its reply cannot come sooner
 	defer v.awaited.Store(0)
 	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
-		return fmt.Errorf("%w: device %d process: %w (%v)", core.ErrInternal, v.loc, errDeviceGone, err)
+		return fmt.Errorf("%w: device %d process (pid %d): %w (%v)", core.ErrInternal, v.loc, v.pid, errDeviceGone, err)
 	}
 	timeout := time.After(deviceRequestTimeout)
 	for {
@@ -483,7 +513,7 @@ func (sess *session) mapInDevices(r *managedRange) error {
 func (sess *session) unmapInDevices(r *managedRange) {
 	for l := 1; l < len(sess.views); l++ {
 		if v := sess.viewRef(core.DeviceAtSlot(l)); v != nil {
-			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.Start), uint64(r.Length)), wire.MsgDeviceUnmap); err != nil {
+			if err := v.request(wire.EncodeDeviceUnmap(v.seq.Add(1), uint64(r.Start), uint64(r.Length)), wire.MsgDeviceUnmap); err != nil && !errors.Is(err, errDeviceGone) {
 				sess.srv.logger.Printf("unmap %#x+%d in device %d: %v", r.Start, r.Length, l-1, err)
 			}
 			v.release()

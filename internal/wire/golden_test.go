@@ -105,7 +105,8 @@ func goldens() []golden {
 		{Device: 1, Capacity: 128 << 20, Backend: "numa", Node: 0, Workers: 4},
 	}}
 	attrs := core.RangeAttributes{ReadMostly: true, PreferredLocation: 1, LastPrefetchLocation: core.InvalidDevice, AccessedBy: []core.Device{core.CPU, 1}}
-	layout := Layout{Runs: []Mapping{{Addr: goldenAddr, Length: core.BlockSize, File: 1}, {Addr: goldenAddr2, Length: 2 * core.PageSize, File: core.CPU}}, MinorRemote: true, MinorOwn: true}
+	layout := Layout{Runs: []Mapping{{Addr: goldenAddr, Length: core.BlockSize, File: 1}, {Addr: goldenAddr2, Length: 2 * core.PageSize, File: core.CPU}}, MinorRemote: true, MinorOwn: true, More: 1}
+	layoutMore := []Mapping{{Addr: goldenAddr2 + core.BlockSize, Length: core.PageSize, File: 0}}
 	mapReq := DeviceMapRequest{Addr: goldenAddr2, Length: core.BlockSize, File: 1, Wp: core.PageMask{0x5, 0, 0, 0, 0, 0, 0, 1 << 63}}
 	var wp []field
 	for i, w := range mapReq.Wp {
@@ -195,8 +196,13 @@ func goldens() []golden {
 		{name: "device-hello-reply", about: "the server to a device process: the layout to map, later runs over earlier ones; it carries one file per processor, the CPU's first",
 			c: "devproc.c attach reads it", h: hdr(MsgDeviceHello, 1),
 			fields: []field{{"run count", uint32(2), ""}, {"run 0 address", uint64(goldenAddr), ""}, {"run 0 length", uint64(core.BlockSize), ""}, {"run 0 file", int32(1), "device 1's"},
-				{"run 1 address", uint64(goldenAddr2), ""}, {"run 1 length", uint64(2 * core.PageSize), ""}, {"run 1 file", int32(core.CPU), "the CPU's"}, {"minor remote", uint8(1), "true"}, {"minor own", uint8(1), "true"}},
+				{"run 1 address", uint64(goldenAddr2), ""}, {"run 1 length", uint64(2 * core.PageSize), ""}, {"run 1 file", int32(core.CPU), "the CPU's"}, {"minor remote", uint8(1), "true"}, {"minor own", uint8(1), "true"},
+				{"runs to follow", uint32(1), "in one device-layout message"}},
 			enc: EncodeLayoutReply(hdr(MsgDeviceHello, 1), layout), decode: reply(hdr(MsgDeviceHello, 1), func(r *WireReader) (any, error) { return DecodeLayoutReply(r) }), want: layout},
+		{name: "device-layout-request", about: "the server to a device process, right after the device hello's reply: more runs of its layout, when it has more than one message holds (no reply)",
+			c: "devproc.c attach reads it", h: hdr(MsgDeviceLayout, 1),
+			fields: []field{{"run count", uint32(1), ""}, {"run 0 address", uint64(goldenAddr2 + core.BlockSize), ""}, {"run 0 length", uint64(core.PageSize), ""}, {"run 0 file", int32(0), "device 0's"}},
+			enc:    EncodeDeviceLayout(1, layoutMore), decode: request, want: DeviceLayoutRequest{Runs: layoutMore}},
 		{name: "device-ready-request", about: "a device process to the server: its layout is mapped",
 			c: "devproc.c attach sends it (uvm__msg_start)", h: hdr(MsgDeviceReady, 2), enc: NewMessage(hdr(MsgDeviceReady, 2)).B, decode: request, want: DeviceReadyRequest{}},
 		empty("device-ready-reply", "the server to a device process: it is watched; kernels may run", "devproc.c attach reads it", hdr(MsgDeviceReady, 2)),

@@ -65,6 +65,7 @@ const (
 	MsgDiscard       // client -> server: drop every copy of a range's pages; the next touch reads zeros
 	MsgLaunchGrid    // client -> device process: run a kernel as a grid of blocks (no reply; grid.go)
 	MsgTraceControl  // client -> server: start or stop recording the session's events (uvmProfilerStart/Stop; tracecontrol.go)
+	MsgDeviceLayout  // server -> device process, after the device hello's reply: more of its layout (no reply)
 	msgTypeEnd       // one past the last message type
 )
 
@@ -79,6 +80,7 @@ var msgTypeNames = [...]string{
 	MsgStreamAttach: "stream-attach", MsgLaunchBegin: "launch-begin", MsgStreamsIdle: "streams-idle",
 	MsgPeerAccess: "peer-access", MsgDeviceTrace: "device-trace", MsgDeviceReport: "device-report",
 	MsgDiscard: "discard", MsgLaunchGrid: "launch-grid", MsgTraceControl: "trace-control",
+	MsgDeviceLayout: "device-layout",
 }
 
 type Header struct {
@@ -332,6 +334,12 @@ func ParseRequest(b []byte) (Header, any, error) {
 		req = mr
 	case MsgDeviceHints:
 		req = HintsRequest{Runs: decodeRuns(r, false)}
+	case MsgDeviceLayout:
+		lr := DeviceLayoutRequest{Runs: decodeRuns(r, true)}
+		if r.err == nil && len(lr.Runs) > LayoutChunkRuns {
+			r.err = fmt.Errorf("%w: %d runs in one device-layout message, at most %d", core.ErrInvalidValue, len(lr.Runs), LayoutChunkRuns)
+		}
+		req = lr
 	case MsgDeviceUnmap:
 		rr := RangeRequest{Addr: r.U64("address"), Length: r.U64("length")}
 		if r.err == nil {
@@ -555,29 +563,82 @@ func EncodeStreamRequest(typ MsgType, seq uint32, stream uint32) []byte {
 // access counters). With MinorOwn, it registers its mappings of its own
 // file for MINOR faults too, so that the server maps a block its file
 // takes whole with one UFFDIO_CONTINUE (the arena takes large folios).
+//
+// A layout has as many runs as advice and residency cut the ranges
+// into: a hundred thousand and more where advice alternates page by
+// page, more than one datagram holds (a socket's send buffer bounds it,
+// a few hundred KiB). So it travels in pieces (EncodeLayout): the
+// device hello's reply carries the flags, the first LayoutChunkRuns runs
+// and More, how many runs follow in device-layout messages of at most
+// LayoutChunkRuns runs each, which the server writes right after the
+// reply and the device reads before it maps anything.
 type Layout struct {
 	Runs        []Mapping
 	MinorRemote bool
 	MinorOwn    bool
+	More        uint32
 }
 
+// LayoutChunkRuns is the most runs one layout message carries: 40 KiB of
+// runs, well inside a socket's default send buffer.
+const LayoutChunkRuns = 2048
+
+// DeviceLayoutRequest is more of a device's layout: runs that follow
+// those of the device hello's reply and of the device-layout messages
+// before it.
+type DeviceLayoutRequest struct{ Runs []Mapping }
+
+// EncodeLayout returns the messages that carry lay to a device process:
+// the device hello's reply (h), then the device-layout messages, in the
+// order they must be sent.
+func EncodeLayout(h Header, lay Layout) [][]byte {
+	runs := lay.Runs
+	first := runs[:min(len(runs), LayoutChunkRuns)]
+	rest := runs[len(first):]
+	msgs := [][]byte{EncodeLayoutReply(h, Layout{Runs: first, MinorRemote: lay.MinorRemote, MinorOwn: lay.MinorOwn, More: uint32(len(rest))})}
+	for len(rest) > 0 {
+		n := min(len(rest), LayoutChunkRuns)
+		msgs = append(msgs, EncodeDeviceLayout(h.Seq, rest[:n]))
+		rest = rest[n:]
+	}
+	return msgs
+}
+
+// EncodeLayoutReply encodes one layout message: the reply to the device
+// hello, with lay.More as it is (EncodeLayout sets it).
 func EncodeLayoutReply(h Header, lay Layout) []byte {
 	w := NewMessage(Header{Typ: h.Typ, Seq: h.Seq})
-	w.u32(uint32(len(lay.Runs)))
-	for _, m := range lay.Runs {
+	encodeRuns(w, lay.Runs)
+	w.boolean(lay.MinorRemote)
+	w.boolean(lay.MinorOwn)
+	w.u32(lay.More)
+	return w.B
+}
+
+// EncodeDeviceLayout encodes a device-layout message of runs.
+func EncodeDeviceLayout(seq uint32, runs []Mapping) []byte {
+	w := NewMessage(Header{Typ: MsgDeviceLayout, Seq: seq})
+	encodeRuns(w, runs)
+	return w.B
+}
+
+func encodeRuns(w *wireWriter, runs []Mapping) {
+	w.u32(uint32(len(runs)))
+	for _, m := range runs {
 		w.u64(m.Addr)
 		w.u64(m.Length)
 		w.i32(int32(m.File))
 	}
-	w.boolean(lay.MinorRemote)
-	w.boolean(lay.MinorOwn)
-	return w.B
 }
 
 func DecodeLayoutReply(r *WireReader) (Layout, error) {
 	lay := Layout{Runs: decodeRuns(r, true)}
 	lay.MinorRemote = r.boolean("minor-remote flag")
 	lay.MinorOwn = r.boolean("minor-own flag")
+	lay.More = r.u32("runs to follow")
+	if r.err == nil && len(lay.Runs) > LayoutChunkRuns {
+		r.err = fmt.Errorf("%w: %d runs in the device hello's reply, at most %d", core.ErrInvalidValue, len(lay.Runs), LayoutChunkRuns)
+	}
 	return lay, r.Done("layout reply")
 }
 

@@ -33,4 +33,10 @@
 // Concurrency: a Block's state is guarded by the lock of the block it
 // belongs to (the server's block.mu); a Set's counters are atomics and
 // its lists of protected blocks have a lock of their own, a leaf.
+//
+// Import direction: workingset comes after policy and before the block
+// engine in the layers internal/lint checks (core < policy < workingset <
+// block < lab < ... < server), and imports only internal/core; the engine
+// (internal/block) keeps its bookkeeping, for the server and the lab
+// alike.
 package workingset

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define UVM_VERSION_MAJOR 0
-#define UVM_VERSION_MINOR 4
+#define UVM_VERSION_MINOR 5
 
 /* Error codes, with cudaError_t's values. */
 typedef enum uvmError {
@@ -45,8 +45,9 @@ typedef enum uvmError {
 	uvmErrorNotReady = 600,           /* not an error: the work is not finished yet (never the last error) */
 	uvmErrorPeerAccessAlreadyEnabled = 704, /* uvmDeviceEnablePeerAccess twice */
 	uvmErrorPeerAccessNotEnabled = 705, /* uvmDeviceDisablePeerAccess of a peer never enabled */
-	uvmErrorLaunchFailure = 719,      /* a kernel crashed, or its device process died */
+	uvmErrorLaunchFailure = 719,      /* a launch failed (its kernel crashed, its device process died or could not start): the device stays failed until uvmDeviceReset */
 	uvmErrorCooperativeLaunchTooLarge = 720, /* a cooperative grid of more blocks than are resident at once */
+	uvmErrorNotPermitted = 800,       /* a host function (uvmLaunchHostFunc) called the API */
 	uvmErrorNotSupported = 801,       /* this kernel or build cannot do it */
 	uvmErrorServerGone = 900,         /* the fault server exited; non-host data is lost */
 	uvmErrorUnknown = 999             /* a bug, or an unexpected system error */
@@ -75,8 +76,28 @@ typedef enum uvmError {
 #define uvmHostRegisterPortable 0x01u
 #define uvmHostRegisterMapped 0x02u
 
-/* A stream of work on one device; NULL is the device's default stream. */
+/*
+ * A stream of work on one device. NULL (and uvmStreamLegacy) is the
+ * current device's legacy default stream, as CUDA's: work queued on it
+ * waits for the work queued before it on every blocking stream of the
+ * device, and work queued later on a blocking stream waits for it.
+ * Streams are blocking unless made with uvmStreamNonBlocking, which never
+ * waits for the legacy stream nor it for them. uvmStreamPerThread is the
+ * calling thread's own default stream of the current device, made at its
+ * first use and ended with the thread: blocking, so ordered with the
+ * legacy stream, and with no other stream. A translation unit that
+ * defines UVM_API_PER_THREAD_DEFAULT_STREAM before it includes uvm.h
+ * (CUDA's CUDA_API_PER_THREAD_DEFAULT_STREAM, nvcc's --default-stream
+ * per-thread) means uvmStreamPerThread wherever it passes NULL, and its
+ * synchronous copies and fills are issued on it.
+ */
 typedef struct uvmStream *uvmStream_t;
+#define uvmStreamLegacy ((uvmStream_t)0x1)
+#define uvmStreamPerThread ((uvmStream_t)0x2)
+
+/* uvmStreamCreateWithFlags flags, as cudaStreamCreateWithFlags's. */
+#define uvmStreamDefault 0x00u
+#define uvmStreamNonBlocking 0x01u
 
 /* An event: a point in a stream's work (a handle, never a pointer). */
 typedef struct uvmEvent *uvmEvent_t;
@@ -89,7 +110,7 @@ typedef struct uvmEvent *uvmEvent_t;
 
 /* uvmSetDeviceFlags flags, as cudaSetDeviceFlags's: how a synchronize
  * waits (one of the first four), and two accepted for compatibility. */
-#define uvmDeviceScheduleAuto 0x00u         /* spin while there are fewer device processes than CPUs, else yield */
+#define uvmDeviceScheduleAuto 0x00u         /* spin while each running device process, the waiting thread and the fault server have a CPU, else sleep as BlockingSync */
 #define uvmDeviceScheduleSpin 0x01u         /* poll without sleeping */
 #define uvmDeviceScheduleYield 0x02u        /* poll, yielding the CPU between polls */
 #define uvmDeviceScheduleBlockingSync 0x04u /* sleep in the kernel until the work is done */
@@ -226,7 +247,7 @@ typedef enum uvmDeviceAttr {
 	uvmDevAttrHostNativeAtomicSupported = 86,
 	uvmDevAttrSingleToDoublePrecisionPerfRatio = 87,
 	uvmDevAttrPageableMemoryAccess = 88,
-	uvmDevAttrConcurrentManagedAccess = 89,
+	uvmDevAttrConcurrentManagedAccess = 89, /* 1 under the fault coherence model; 0 under the launch model (UVM_COHERENCE=launch) */
 	uvmDevAttrComputePreemptionSupported = 90,
 	uvmDevAttrCanUseHostPointerForRegisteredMem = 91,
 	uvmDevAttrCooperativeLaunch = 95,
@@ -245,6 +266,16 @@ typedef enum uvmDeviceAttr {
 	uvmDevAttrArenaCapacityMiB = 1000     /* softuvm's: the device's memory, in MiB */
 } uvmDeviceAttr;
 
+/* Compute modes, with cudaComputeMode's values: a device's computeMode
+ * (uvmDevAttrComputeMode) is always uvmComputeModeDefault; the others are
+ * named for the programs that check for them. */
+typedef enum uvmComputeMode {
+	uvmComputeModeDefault = 0,
+	uvmComputeModeExclusive = 1,
+	uvmComputeModeProhibited = 2,
+	uvmComputeModeExclusiveProcess = 3
+} uvmComputeMode;
+
 /* A device's properties: the fields of cudaDeviceProp that mean
  * something for a device that is a process on the host's CPUs, under
  * the same names. Where a figure is a GPU's limit a CPU does not have
@@ -258,7 +289,7 @@ typedef struct uvmDeviceProp {
 	int canMapHostMemory;         /* 1 */
 	int unifiedAddressing;        /* 1: one address space for the host and every device */
 	int managedMemory;            /* 1 */
-	int concurrentManagedAccess;  /* 1 while the host may touch managed memory as kernels run (0 under the launch model) */
+	int concurrentManagedAccess;  /* 1 under the fault coherence model (the host may touch managed memory as kernels run); 0 under the launch model */
 	int pageableMemoryAccess;     /* 0: kernels reach managed, device and mapped host memory only */
 	int concurrentKernels;        /* 1: streams run at the same time */
 	int integrated;               /* 1: the device's memory is the host's */
@@ -367,14 +398,20 @@ __attribute__((constructor(250), used)) static void uvm__managed_init(void)
 }
 #endif
 
-/* Migration, advice and attributes. */
+/* Migration, advice and attributes. Under the launch coherence model
+ * (concurrentManagedAccess 0) uvmMemPrefetchAsync is refused, and so is
+ * uvmMemAdvise's preferred location or accessed-by naming a device, with
+ * uvmErrorInvalidDevice, as CUDA refuses them on such a device. */
 uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, uvmStream_t stream);
 /* Attaches the managed allocation at devPtr (length 0 or its size) to the
  * host, every stream or stream alone (uvmMemAttachGlobal, Host, Single),
- * as cudaStreamAttachMemAsync. Under the launch coherence model
+ * as cudaStreamAttachMemAsync: in stream order, once the work queued on
+ * stream before it has finished. Under the launch coherence model
  * (UVM_COHERENCE=launch) it says which launches hand the memory to their
- * device and which synchronize gives it back; under the fault model it
- * changes nothing. It takes effect at the next launch. */
+ * device and which synchronize gives it back: once it takes effect,
+ * memory attached to the host is the CPU's whatever kernels run, and
+ * memory attached to one stream is the CPU's while that stream has no
+ * kernel running. Under the fault model it changes nothing. */
 uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags);
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device);
 /*
@@ -420,18 +457,25 @@ uvmError_t uvmMemGetInfo(size_t *free, size_t *total);
  * (width rounded up to 512). */
 uvmError_t uvmMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
 
-/* Copies. uvmMemcpy and uvmMemset return when the copy is done (they do
- * not wait for kernels). The Async calls (and uvmMemPrefetchAsync) check
- * their arguments, queue the work on the stream (NULL: the current
- * device's default stream) and return at once; it runs in stream order
+/* Copies. uvmMemcpy and uvmMemset are issued on the legacy default
+ * stream, as CUDA's synchronous forms are: they wait for the work queued
+ * before them there and on every blocking stream of the current device
+ * (a kernel, then a synchronous copy of its output, reads what the kernel
+ * wrote), then copy and return when the bytes are there. If that device
+ * has failed they copy nothing and return its failure. uvmMemcpyPeer
+ * does the same on the legacy streams of both devices, as cudaMemcpyPeer.
+ * The Async calls (and uvmMemPrefetchAsync) check their arguments, queue
+ * the work on the stream and return at once; it runs in stream order
  * with the stream's kernels, and its errors are returned by the stream's
  * next synchronize (a stream holds at most 1024 queued operations; a
- * call that would queue more waits for room). uvmFree, uvmFreeHost and
- * uvmHostUnregister first wait for every stream's queued work. Copies
- * into, out of and between device memory run in the calling process (an
- * Async one on a thread of the stream's); large ones are shared with
- * threads started for the copy, with every signal blocked, and joined
- * before it ends. */
+ * call that would queue more waits for room). Memory given to them must
+ * stay valid until then. uvmFree, uvmFreeHost and uvmHostUnregister first
+ * wait for every stream of every device, kernels included, as cudaFree
+ * synchronizes; the allocation calls do not synchronize. Copies into,
+ * out of and between device memory run in the calling process (an Async
+ * one on a thread of the stream's); large ones are shared with threads
+ * started for the copy, with every signal blocked, and joined before it
+ * ends. */
 uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind);
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream);
 uvmError_t uvmMemset(void *devPtr, int value, size_t count);
@@ -497,6 +541,16 @@ uvmError_t uvmMalloc3D(uvmPitchedPtr *pitchedDevPtr, uvmExtent extent);
  * its device, or memory every device reaches: managed, pinned). */
 uvmError_t uvmMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
 uvmError_t uvmMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, uvmStream_t stream);
+/* The synchronous forms issued on the calling thread's per-thread
+ * default stream (UVM_API_PER_THREAD_DEFAULT_STREAM names them): they
+ * wait for that stream and the legacy one, not for the other streams. */
+uvmError_t uvmMemcpy_ptds(void *dst, const void *src, size_t count, uvmMemcpyKind kind);
+uvmError_t uvmMemset_ptds(void *devPtr, int value, size_t count);
+uvmError_t uvmMemcpyPeer_ptds(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
+uvmError_t uvmMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, uvmMemcpyKind kind);
+uvmError_t uvmMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t width, size_t height);
+uvmError_t uvmMemcpy3D_ptds(const uvmMemcpy3DParms *p);
+uvmError_t uvmMemset3D_ptds(uvmPitchedPtr pitchedDevPtr, int value, uvmExtent extent);
 
 /* Devices and streams. The current device is per thread, 0 at first. */
 uvmError_t uvmGetDeviceCount(int *count);
@@ -504,11 +558,15 @@ uvmError_t uvmSetDevice(int device);
 uvmError_t uvmGetDevice(int *device);
 uvmError_t uvmDeviceGetAttribute(int *value, uvmDeviceAttr attr, int device);
 uvmError_t uvmGetDeviceProperties(uvmDeviceProp *prop, int device);
-/* Waits for every stream of the current device; returns their errors. */
+/* Waits for every stream of the current device; returns their errors
+ * and the device's failure. */
 uvmError_t uvmDeviceSynchronize(void);
+/* The old name of uvmDeviceSynchronize, as cudaThreadSynchronize. */
+uvmError_t uvmThreadSynchronize(void);
 /* Waits for the current device's queued work, then ends its process
- * (kernels still running are cut short), destroys its streams and
- * forgets its errors and flags. Memory and peer access stay. */
+ * (kernels still running are cut short), destroys its streams, and
+ * forgets its errors, its failure and its flags: the device works
+ * again. Memory and peer access stay. */
 uvmError_t uvmDeviceReset(void);
 /* How the current device's synchronizes wait (uvmDeviceSchedule*). */
 uvmError_t uvmSetDeviceFlags(unsigned int flags);
@@ -517,13 +575,45 @@ uvmError_t uvmGetDeviceFlags(unsigned int *flags);
 uvmError_t uvmDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice);
 uvmError_t uvmDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
 uvmError_t uvmDeviceDisablePeerAccess(int peerDevice);
+/* A blocking stream on the current device. */
 uvmError_t uvmStreamCreate(uvmStream_t *stream);
-/* Destroys the handle at once; work queued on the stream still runs. */
+/* flags: uvmStreamDefault (blocking) or uvmStreamNonBlocking. */
+uvmError_t uvmStreamCreateWithFlags(uvmStream_t *stream, unsigned int flags);
+/* Streams have one priority here (the range is [0, 0]); as CUDA's, a
+ * priority outside the range is taken as the nearest in it. */
+uvmError_t uvmStreamCreateWithPriority(uvmStream_t *stream, unsigned int flags, int priority);
+uvmError_t uvmDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+uvmError_t uvmStreamGetFlags(uvmStream_t stream, unsigned int *flags);
+uvmError_t uvmStreamGetPriority(uvmStream_t stream, int *priority);
+/* Destroys the handle at once; work queued on the stream still runs.
+ * The default streams cannot be destroyed. */
 uvmError_t uvmStreamDestroy(uvmStream_t stream);
+/* Waits for the work queued on stream; returns its errors and its
+ * device's failure. For the legacy stream (NULL), that is the work of
+ * every blocking stream too. */
 uvmError_t uvmStreamSynchronize(uvmStream_t stream);
+/* uvmSuccess if the work queued on stream has finished (as
+ * uvmStreamSynchronize would wait for), else uvmErrorNotReady (not an
+ * error), or the device's failure. */
+uvmError_t uvmStreamQuery(uvmStream_t stream);
 /* Later work on stream waits until event's last record (at this call)
  * has completed; the caller does not wait. flags: 0. */
 uvmError_t uvmStreamWaitEvent(uvmStream_t stream, uvmEvent_t event, unsigned int flags);
+
+/* Host functions in stream order, as cudaLaunchHostFunc and
+ * cudaStreamAddCallback: fn runs on a thread of the stream's once the
+ * work queued before it has finished (for unified memory the stream is
+ * then idle: a kernel's output is there to read), and the work queued
+ * after it waits until it returns. It must not call this API (the call
+ * fails with uvmErrorNotPermitted), nor wait for work that is not
+ * before it. A callback gets the stream as given, and uvmSuccess or the
+ * error of the work before it (the device's failure, else that of an
+ * operation queued before it that no synchronize has reported yet).
+ * flags: 0. */
+typedef void (*uvmHostFn_t)(void *userData);
+typedef void (*uvmStreamCallback_t)(uvmStream_t stream, uvmError_t status, void *userData);
+uvmError_t uvmLaunchHostFunc(uvmStream_t stream, uvmHostFn_t fn, void *userData);
+uvmError_t uvmStreamAddCallback(uvmStream_t stream, uvmStreamCallback_t callback, void *userData, unsigned int flags);
 
 /*
  * The profiler API, as cudaProfilerStart and cudaProfilerStop: start and
@@ -541,7 +631,10 @@ uvmError_t uvmProfilerStart(void);
 uvmError_t uvmProfilerStop(void);
 
 /* Events. An event completes when the work queued on its stream before
- * uvmEventRecord has finished, and takes the time of that moment. */
+ * uvmEventRecord has finished (on the legacy stream: the work of every
+ * blocking stream too), and takes the time of that moment. Once the
+ * device of its last record has failed, uvmEventQuery,
+ * uvmEventSynchronize and uvmEventElapsedTime return that failure. */
 uvmError_t uvmEventCreate(uvmEvent_t *event);
 uvmError_t uvmEventCreateWithFlags(uvmEvent_t *event, unsigned int flags);
 uvmError_t uvmEventRecord(uvmEvent_t event, uvmStream_t stream);
@@ -555,16 +648,21 @@ uvmError_t uvmEventDestroy(uvmEvent_t event);
 
 /*
  * uvmLaunchKernel runs kernel on device with nthreads threads, after the
- * work queued on stream (NULL: the device's default stream), and returns
- * at once. The kernel is an ordinary function of the program; it runs on
- * the device's worker threads, in the device's process (a fork of this
- * one), and sees managed, device and mapped host memory at the same
- * pointers. Other memory it sees as it was when the device's process
- * started, as a GPU kernel cannot see host memory. params (paramsSize
- * bytes, at most uvmMaxKernelParams) are copied now, as CUDA copies
- * kernel arguments. A kernel that crashes is reported by the next
- * synchronize as uvmErrorLaunchFailure; the device starts afresh at the
- * next launch.
+ * work queued on stream (NULL: the device's legacy default stream;
+ * uvmStreamPerThread: the thread's default stream of device), and
+ * returns at once. The kernel is an ordinary function of the program; it
+ * runs on the device's worker threads, in the device's process (a fork
+ * of this one), and sees managed, device and mapped host memory at the
+ * same pointers. Other memory it sees as it was when the device's
+ * process started, as a GPU kernel cannot see host memory. params
+ * (paramsSize bytes, at most uvmMaxKernelParams) are copied now, as CUDA
+ * copies kernel arguments. A launch that fails (the kernel crashes, the
+ * device's process dies or cannot start) fails the device, as a kernel
+ * fault does a CUDA context: every later synchronize of the device or of
+ * any of its streams, and the events of the device, return
+ * uvmErrorLaunchFailure with what happened; launches and other work on
+ * it are refused with it, until uvmDeviceReset, after which the next
+ * launch starts a new process (the device's memory is intact).
  */
 uvmError_t uvmLaunchKernel(int device, uvmStream_t stream, unsigned nthreads, uvmKernel_t kernel, const void *params, size_t paramsSize);
 
@@ -631,6 +729,16 @@ uvmError_t uvmLaunchCooperativeKernel(int device, uvmStream_t stream, uvmDim3 gr
  * nothing here), not NULL. */
 uvmError_t uvmOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *kernel, int blockSize, size_t dynamicSMemSize);
 
+/* The block size that keeps the most threads of kernel resident on the
+ * current device (the largest such block up to blockSizeLimit, or 1024
+ * without one: 1024 itself then), and the smallest grid that fills the device
+ * with such blocks (uvmOccupancyMaxActiveBlocksPerMultiprocessor times
+ * its multiprocessors, the device's workers), as
+ * cudaOccupancyMaxPotentialBlockSize. blockSizeLimit: 0 or past 1024
+ * for none.
+ * dynamicSMemSize: each block's dynamic shared memory, at most 48 KiB. */
+uvmError_t uvmOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, const void *kernel, size_t dynamicSMemSize, int blockSizeLimit);
+
 /* In a grid kernel only (elsewhere they print why and abort, which in a
  * device process is a kernel crash the next synchronize reports):
  *  - uvmSyncThreads: waits until every thread of the block still running
@@ -659,6 +767,44 @@ typedef enum uvmLimit {
  * uvmErrorUnsupportedLimit. */
 uvmError_t uvmDeviceSetLimit(uvmLimit limit, size_t value);
 uvmError_t uvmDeviceGetLimit(size_t *value, uvmLimit limit);
+
+#ifdef UVM_API_PER_THREAD_DEFAULT_STREAM
+/* NULL means the calling thread's default stream in this translation
+ * unit, as CUDA_API_PER_THREAD_DEFAULT_STREAM makes it mean in CUDA's;
+ * the functions keep their names and addresses. */
+static inline uvmStream_t uvm__per_thread(uvmStream_t stream) { return stream ? stream : uvmStreamPerThread; }
+#define uvmLaunchKernel(device, stream, ...) uvmLaunchKernel(device, uvm__per_thread(stream), __VA_ARGS__)
+#define uvmLaunchGrid(device, stream, ...) uvmLaunchGrid(device, uvm__per_thread(stream), __VA_ARGS__)
+#define uvmLaunchCooperativeKernel(device, stream, ...) uvmLaunchCooperativeKernel(device, uvm__per_thread(stream), __VA_ARGS__)
+#define uvmMemPrefetchAsync(devPtr, count, dstDevice, stream) uvmMemPrefetchAsync(devPtr, count, dstDevice, uvm__per_thread(stream))
+#define uvmMemPrefetchAsync_v2(devPtr, count, location, flags, stream) uvmMemPrefetchAsync_v2(devPtr, count, location, flags, uvm__per_thread(stream))
+#define uvmStreamAttachMemAsync(stream, ...) uvmStreamAttachMemAsync(uvm__per_thread(stream), __VA_ARGS__)
+#define uvmMemDiscardAsync(devPtr, count, stream) uvmMemDiscardAsync(devPtr, count, uvm__per_thread(stream))
+#define uvmMemcpyAsync(dst, src, count, kind, stream) uvmMemcpyAsync(dst, src, count, kind, uvm__per_thread(stream))
+#define uvmMemsetAsync(devPtr, value, count, stream) uvmMemsetAsync(devPtr, value, count, uvm__per_thread(stream))
+#define uvmMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream) \
+	uvmMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, uvm__per_thread(stream))
+#define uvmMemset2DAsync(devPtr, pitch, value, width, height, stream) uvmMemset2DAsync(devPtr, pitch, value, width, height, uvm__per_thread(stream))
+#define uvmMemcpy3DAsync(p, stream) uvmMemcpy3DAsync(p, uvm__per_thread(stream))
+#define uvmMemset3DAsync(pitchedDevPtr, value, extent, stream) uvmMemset3DAsync(pitchedDevPtr, value, extent, uvm__per_thread(stream))
+#define uvmMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream) \
+	uvmMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, uvm__per_thread(stream))
+#define uvmStreamSynchronize(stream) uvmStreamSynchronize(uvm__per_thread(stream))
+#define uvmStreamQuery(stream) uvmStreamQuery(uvm__per_thread(stream))
+#define uvmStreamWaitEvent(stream, ...) uvmStreamWaitEvent(uvm__per_thread(stream), __VA_ARGS__)
+#define uvmStreamGetFlags(stream, flags) uvmStreamGetFlags(uvm__per_thread(stream), flags)
+#define uvmStreamGetPriority(stream, priority) uvmStreamGetPriority(uvm__per_thread(stream), priority)
+#define uvmEventRecord(event, stream) uvmEventRecord(event, uvm__per_thread(stream))
+#define uvmLaunchHostFunc(stream, ...) uvmLaunchHostFunc(uvm__per_thread(stream), __VA_ARGS__)
+#define uvmStreamAddCallback(stream, ...) uvmStreamAddCallback(uvm__per_thread(stream), __VA_ARGS__)
+#define uvmMemcpy uvmMemcpy_ptds
+#define uvmMemset uvmMemset_ptds
+#define uvmMemcpyPeer uvmMemcpyPeer_ptds
+#define uvmMemcpy2D uvmMemcpy2D_ptds
+#define uvmMemset2D uvmMemset2D_ptds
+#define uvmMemcpy3D uvmMemcpy3D_ptds
+#define uvmMemset3D uvmMemset3D_ptds
+#endif
 
 #ifdef __cplusplus
 }

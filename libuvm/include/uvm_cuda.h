@@ -83,7 +83,7 @@
 #define __constant__ UVM_MANAGED
 /* The dynamic shared memory a launch asked for, as the array name of
  * type T: what extern __shared__ T name[] declares in CUDA. */
-#define UVM_DYNAMIC_SHARED(T, name) T *name = (T *)uvmDynamicShared()
+#define UVM_DYNAMIC_SHARED(T, name) T *name __attribute__((unused)) = (T *)uvmDynamicShared()
 
 /* ---- where a thread is ---- */
 
@@ -91,7 +91,9 @@
 #define blockIdx uvmBlockIdx
 #define blockDim uvmBlockDim
 #define gridDim uvmGridDim
-#define warpSize 1
+/* A constant, not a macro, so that a program's prop.warpSize (a field of
+ * uvmDeviceProp) still reads the property. */
+enum { warpSize = 1 };
 
 typedef uvmDim3 dim3;
 typedef uvmDim3 uint3;
@@ -244,8 +246,29 @@ static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, u
 #define __fmaf_rn(a, b, c) fmaf(a, b, c)
 #define __fmul_rn(a, b) ((a) * (b))
 #define __fadd_rn(a, b) ((a) + (b))
+/* 24-bit multiplications: the low 32 bits of the product of a's and b's
+ * low 24 bits (sign-extended for __mul24), as CUDA's. */
+static inline int __mul24(int a, int b) { return (int)((long long)((int)((unsigned)a << 8) >> 8) * ((int)((unsigned)b << 8) >> 8)); }
+static inline unsigned int __umul24(unsigned int a, unsigned int b) { return (a & 0xffffffu) * (b & 0xffffffu); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+
+/* ---- the runtime's C++ forms ---- */
+
+/* The calling convention of host functions and stream callbacks: the
+ * platform's own on Linux. */
+#define CUDART_CB
+
+/* CUDA's C++ header lets the allocation calls take a T ** for any T (and
+ * cudaMallocManaged's flags default to cudaMemAttachGlobal); these do the
+ * same, so that cudaMalloc(&p, n) ports as uvmMalloc(&p, n). */
+#define uvmMalloc(devPtr, size) uvmMalloc((void **)(devPtr), (size))
+#define uvmMallocHost(ptr, size) uvmMallocHost((void **)(ptr), (size))
+#define uvmHostAlloc(pHost, size, flags) uvmHostAlloc((void **)(pHost), (size), (flags))
+#define uvmMallocManaged(devPtr, ...) UVM__MALLOC_MANAGED((void **)(devPtr), __VA_ARGS__, uvmMemAttachGlobal, 0)
+#define UVM__MALLOC_MANAGED(devPtr, size, flags, ...) uvmMallocManaged(devPtr, size, flags)
+#define uvmMallocPitch(devPtr, pitch, width, height) uvmMallocPitch((void **)(devPtr), (pitch), (width), (height))
+#define uvmHostGetDevicePointer(pDevice, pHost, flags) uvmHostGetDevicePointer((void **)(pDevice), (pHost), (flags))
 
 /* ---- symbols: __managed__ and __constant__ variables ---- */
 

@@ -100,13 +100,13 @@ static struct runner *runner_get(void)
 	struct runner *r = uvm__sys_calloc(1, sizeof *r);
 	if (!r)
 		return NULL;
-	r->threads = mmap(NULL, UVM_MAX_THREADS_PER_BLOCK * sizeof *r->threads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	r->shared = mmap(NULL, UVM_MAX_SHARED_MEMORY_PER_BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	r->threads = uvm__sys_mmap(NULL, UVM_MAX_THREADS_PER_BLOCK * sizeof *r->threads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	r->shared = uvm__sys_mmap(NULL, UVM_MAX_SHARED_MEMORY_PER_BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r->threads == MAP_FAILED || r->shared == MAP_FAILED) {
 		if (r->threads != MAP_FAILED)
-			munmap(r->threads, UVM_MAX_THREADS_PER_BLOCK * sizeof *r->threads);
+			uvm__sys_munmap(r->threads, UVM_MAX_THREADS_PER_BLOCK * sizeof *r->threads);
 		if (r->shared != MAP_FAILED)
-			munmap(r->shared, UVM_MAX_SHARED_MEMORY_PER_BLOCK);
+			uvm__sys_munmap(r->shared, UVM_MAX_SHARED_MEMORY_PER_BLOCK);
 		uvm__sys_free(r);
 		return NULL;
 	}
@@ -120,8 +120,8 @@ void uvm__grid_thread_end(void)
 		return;
 	for (unsigned i = 0; i < UVM_MAX_THREADS_PER_BLOCK; i++)
 		uvm__fiber_free_stack(&r->threads[i].ctx);
-	munmap(r->threads, UVM_MAX_THREADS_PER_BLOCK * sizeof *r->threads);
-	munmap(r->shared, UVM_MAX_SHARED_MEMORY_PER_BLOCK);
+	uvm__sys_munmap(r->threads, UVM_MAX_THREADS_PER_BLOCK * sizeof *r->threads);
+	uvm__sys_munmap(r->shared, UVM_MAX_SHARED_MEMORY_PER_BLOCK);
 	uvm__sys_free(r);
 	runner = NULL;
 }

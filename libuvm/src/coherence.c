@@ -1,9 +1,11 @@
 /* The launch coherence model's client side (docs/architecture.md, "The
  * launch coherence model"): the library tells the server when a kernel is
  * about to start, so that it hands the kernel's managed memory to the
- * device and refuses the CPU's touches, and when streams have finished,
- * so that the CPU may touch that memory again. Under the fault model both
- * hooks do nothing. */
+ * device and refuses the CPU's touches, when streams have finished, so
+ * that the CPU may touch that memory again, and when an attachment takes
+ * effect (uvmStreamAttachMemAsync, in memory.c, calls it in stream
+ * order). Under the fault model the launch and synchronize hooks do
+ * nothing. */
 #include "internal.h"
 
 static uvmError_t coherence_request(struct uvm_msg *m, const char *what)
@@ -44,39 +46,10 @@ uvmError_t uvm__coherence_after_sync(int device, uint32_t stream)
 	return coherence_request(&m, "synchronize: give the CPU back its managed memory");
 }
 
-uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags)
+uvmError_t uvm__coherence_attach(uint64_t addr, unsigned flags, int device, uint32_t stream)
 {
-	const char *what = "uvmStreamAttachMemAsync";
-	uintptr_t p = (uintptr_t)devPtr;
-	struct uvm_alloc a;
-	if (!devPtr || !uvm__alloc_lookup(p, &a) || a.kind != UVM_KIND_MANAGED)
-		return uvm__fail(uvmErrorInvalidValue, "%s: %p is not managed memory (want a pointer uvmMallocManaged returned)", what, devPtr);
-	if (p != a.addr)
-		return uvm__fail(uvmErrorInvalidValue, "%s: %p is inside the allocation at %p, which is attached whole: pass its start", what, devPtr,
-				 (void *)a.addr);
-	if (length != 0 && length != a.size)
-		return uvm__fail(uvmErrorInvalidValue, "%s: length %zu: want 0 or the allocation's size, %zu", what, length, a.size);
-	switch (flags) {
-	case uvmMemAttachGlobal:
-	case uvmMemAttachHost:
-		break;
-	case uvmMemAttachSingle:
-		if (!stream)
-			return uvm__fail(uvmErrorInvalidValue, "%s: uvmMemAttachSingle with the default stream: want a stream uvmStreamCreate made", what);
-		break;
-	default:
-		return uvm__fail(uvmErrorInvalidValue, "%s: flags %#x: want uvmMemAttachGlobal (%#x), uvmMemAttachHost (%#x) or uvmMemAttachSingle (%#x)", what,
-				 flags, uvmMemAttachGlobal, uvmMemAttachHost, uvmMemAttachSingle);
-	}
-	int device = -1;
-	uint32_t id = 0;
-	if (stream) {
-		uvmError_t err = uvm__stream_ids(stream, what, &device, &id);
-		if (err)
-			return err;
-	}
 	uint8_t buf[64];
 	struct uvm_msg m = {.buf = buf, .cap = sizeof buf};
-	uvm__encode_stream_attach(&m, 0, a.addr, flags, device, id);
-	return coherence_request(&m, what);
+	uvm__encode_stream_attach(&m, 0, addr, flags, device, stream);
+	return coherence_request(&m, "uvmStreamAttachMemAsync");
 }

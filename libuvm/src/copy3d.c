@@ -24,7 +24,7 @@ static uvmError_t check_pitch(const char *what, const char *which, size_t pitch,
 	return uvmSuccess;
 }
 
-/* A copy or fill queued on a stream, run as the synchronous one. */
+/* A copy or fill: the synchronous form, or one queued on a stream. */
 struct box_args {
 	const char *what;
 	void *dst;
@@ -39,9 +39,13 @@ struct box_args {
 static uvmError_t run_box(void *arg)
 {
 	const struct box_args *a = arg;
-	return uvm__copy_box(a->what, a->dst, a->dpitch, a->dheight, a->src, a->spitch, a->sheight, a->width, a->height, a->depth, a->value, a->kind);
+	return uvm__copy_box(a->what, a->dst, a->dpitch, a->dheight, a->src, a->spitch, a->sheight, a->width, a->height, a->depth, a->value, a->kind,
+			     false, NULL);
 }
 
+/* box runs a's copy or fill: queued on stream if async, else at once,
+ * issued on stream (NULL: the legacy default stream; uvmStreamPerThread)
+ * as a synchronous copy is, after the work before it. */
 static uvmError_t box(const struct box_args *a, bool async, uvmStream_t stream)
 {
 	uvmError_t err;
@@ -51,7 +55,8 @@ static uvmError_t box(const struct box_args *a, bool async, uvmStream_t stream)
 	if ((int)a->kind < uvmMemcpyHostToHost || a->kind > uvmMemcpyDefault)
 		return uvm__fail(uvmErrorInvalidValue, "%s: kind %d: want uvmMemcpyHostToHost (0) to uvmMemcpyDefault (4)", a->what, (int)a->kind);
 	if (!async)
-		return run_box((void *)a);
+		return uvm__copy_box(a->what, a->dst, a->dpitch, a->dheight, a->src, a->spitch, a->sheight, a->width, a->height, a->depth, a->value,
+				     a->kind, true, stream);
 	if (a->width == 0 || a->height == 0 || a->depth == 0)
 		return uvmSuccess;
 	return uvm__stream_enqueue_host(stream, a->what, run_box, a, sizeof *a);
@@ -73,6 +78,11 @@ uvmError_t uvmMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
 	return memcpy2d("uvmMemcpy2D", dst, dpitch, src, spitch, width, height, kind, false, NULL);
 }
 
+uvmError_t uvmMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, uvmMemcpyKind kind)
+{
+	return memcpy2d("uvmMemcpy2D", dst, dpitch, src, spitch, width, height, kind, false, uvmStreamPerThread);
+}
+
 uvmError_t uvmMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, uvmMemcpyKind kind,
 			    uvmStream_t stream)
 {
@@ -92,6 +102,11 @@ static uvmError_t memset2d(const char *what, void *dst, size_t pitch, int value,
 uvmError_t uvmMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height)
 {
 	return memset2d("uvmMemset2D", devPtr, pitch, value, width, height, false, NULL);
+}
+
+uvmError_t uvmMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t width, size_t height)
+{
+	return memset2d("uvmMemset2D", devPtr, pitch, value, width, height, false, uvmStreamPerThread);
 }
 
 uvmError_t uvmMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height, uvmStream_t stream)
@@ -133,6 +148,8 @@ static uvmError_t memcpy3d(const char *what, const uvmMemcpy3DParms *p, bool asy
 
 uvmError_t uvmMemcpy3D(const uvmMemcpy3DParms *p) { return memcpy3d("uvmMemcpy3D", p, false, NULL); }
 
+uvmError_t uvmMemcpy3D_ptds(const uvmMemcpy3DParms *p) { return memcpy3d("uvmMemcpy3D", p, false, uvmStreamPerThread); }
+
 uvmError_t uvmMemcpy3DAsync(const uvmMemcpy3DParms *p, uvmStream_t stream) { return memcpy3d("uvmMemcpy3DAsync", p, true, stream); }
 
 static uvmError_t memset3d(const char *what, uvmPitchedPtr ptr, int value, uvmExtent extent, bool async, uvmStream_t stream)
@@ -147,6 +164,11 @@ static uvmError_t memset3d(const char *what, uvmPitchedPtr ptr, int value, uvmEx
 }
 
 uvmError_t uvmMemset3D(uvmPitchedPtr pitchedDevPtr, int value, uvmExtent extent) { return memset3d("uvmMemset3D", pitchedDevPtr, value, extent, false, NULL); }
+
+uvmError_t uvmMemset3D_ptds(uvmPitchedPtr pitchedDevPtr, int value, uvmExtent extent)
+{
+	return memset3d("uvmMemset3D", pitchedDevPtr, value, extent, false, uvmStreamPerThread);
+}
 
 uvmError_t uvmMemset3DAsync(uvmPitchedPtr pitchedDevPtr, int value, uvmExtent extent, uvmStream_t stream)
 {

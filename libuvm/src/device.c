@@ -1,6 +1,11 @@
 /*
- * device.c: devices, streams and launches, the program's side
- * (uvm/device.go). The device's side is devproc.c.
+ * device.c: device processes, the program's side (uvm/device.go): their
+ * start, their sockets, launches and synchronizes as messages, deaths, a
+ * device's failure, and how synchronizes wait (uvmSetDeviceFlags). The
+ * device's side is devproc.c; streams, their order and the synchronize
+ * calls are stream.c's, which calls this file (libuvm/layers.go); the
+ * current device and which devices exist are session.c's, attributes
+ * props.c's.
  *
  * Each device runs kernels in a process of its own, forked from the
  * program at the device's first launch so that the program's function
@@ -14,10 +19,13 @@
  *
  * A device process that dies (a kernel crashed in it, or someone killed
  * it) is found out by the next synchronize (the end of file on a stream)
- * or launch (a failed write, or waitpid), and reported by the next
- * synchronize as uvmErrorLaunchFailure, naming the kernel. The next
- * launch forks a new process, which maps the device's file again: the
- * data it held is in the server's file, nothing is lost.
+ * or launch (a failed write, or waitpid). That, a kernel's error in a
+ * synchronize's answer, and a launch that could not be written fail the
+ * device, as a kernel fault does a CUDA context: every synchronize
+ * reports uvmErrorLaunchFailure, naming the kernel, and no launch is
+ * written, until uvmDeviceReset. The next launch after it forks a new
+ * process, which maps the device's file again: the data the dead one
+ * held is in the server's file, nothing is lost.
  *
  * Streams, their queues of host-side work and launches are stream.c's;
  * this file writes launches and synchronizes on a device's sockets.
@@ -69,72 +77,6 @@ _Static_assert(sizeof(uintptr_t) == 8, "stream handles pack a slot and a generat
  * process's view is still attached (it notices the death on its own). */
 #define RESTART_RETRY_MS 2000
 
-/* ---- the current device ---- */
-
-static __thread int current_device;
-
-int uvm__current_device(void) { return current_device; }
-
-uvmError_t uvm__refuse_in_device(const char *fn)
-{
-	return uvm__fail(uvmErrorNotSupported, "%s called in device %d's process (by a kernel): kernels cannot use the host API", fn,
-			 uvm__device_process);
-}
-
-/* get_session returns the session in *sp and checks that device d is one
- * of its devices; what says what was being done, for the message. */
-static uvmError_t get_device(int d, const char *what, struct uvm_session **sp)
-{
-	uvmError_t err;
-	struct uvm_session *s = uvm__session(&err);
-	if (!s)
-		return err;
-	if (sp)
-		*sp = s;
-	if (d >= 0 && d < s->ndevices)
-		return uvmSuccess;
-	if (s->ndevices == 0)
-		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: there are no devices (the server was started with UVM_DEVICES=0)", what, d);
-	if (s->ndevices == 1)
-		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want device 0, the only one", what, d);
-	return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want a device from 0 to %d", what, d, s->ndevices - 1);
-}
-
-uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp) { return get_device(d, what, sp); }
-
-uvmError_t uvmGetDeviceCount(int *count)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmGetDeviceCount");
-	if (!count)
-		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceCount: count is NULL; want a pointer to an int");
-	uvmError_t err;
-	struct uvm_session *s = uvm__session(&err);
-	if (!s)
-		return err;
-	*count = s->ndevices;
-	return uvm__ok();
-}
-
-uvmError_t uvmSetDevice(int device)
-{
-	if (uvm__device_process >= 0)
-		return uvm__refuse_in_device("uvmSetDevice");
-	uvmError_t err = get_device(device, "uvmSetDevice:", NULL);
-	if (err)
-		return err;
-	current_device = device;
-	return uvm__ok();
-}
-
-uvmError_t uvmGetDevice(int *device)
-{
-	if (!device)
-		return uvm__fail(uvmErrorInvalidValue, "uvmGetDevice: device is NULL; want a pointer to an int");
-	*device = current_device;
-	return uvm__ok();
-}
-
 /* ---- device processes ---- */
 
 /* A stream's socket in the running process, shared by those who use it:
@@ -169,10 +111,14 @@ struct uvm_device {
 	uint32_t next_stream; /* the last stream id given out (atomic) */
 	uint32_t seq;
 	unsigned flags; /* uvmSetDeviceFlags (atomic) */
-	/* A death (or errors of destroyed streams) not yet reported by a
-	 * synchronize. */
+	/* Errors of destroyed streams not yet reported by a synchronize. */
 	uvmError_t pending;
 	char pending_msg[1024];
+	/* The device's failure: a launch that failed (a kernel's crash or
+	 * error, the death of the process, a launch that could not be
+	 * written), reported by every synchronize until a reset. */
+	uvmError_t failed;
+	char failed_msg[1024];
 	struct outstanding outstanding[MAX_OUTSTANDING];
 	size_t noutstanding;
 	uint64_t more_outstanding; /* launches beyond those listed */
@@ -222,7 +168,7 @@ static bool symbol_of(const char *path, uintptr_t off, char *name, size_t cap, u
 		return false;
 	}
 	size_t size = (size_t)st.st_size;
-	const uint8_t *b = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	const uint8_t *b = uvm__sys_mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (b == MAP_FAILED)
 		return false;
@@ -263,7 +209,7 @@ static bool symbol_of(const char *path, uintptr_t off, char *name, size_t cap, u
 		}
 	}
 out:
-	munmap((void *)b, size);
+	uvm__sys_munmap((void *)b, size);
 	return found;
 }
 
@@ -289,9 +235,55 @@ static void describe_kernel(uintptr_t k, char *out, size_t cap)
 	snprintf(out, cap, "%#lx", (unsigned long)k);
 }
 
-/* ---- deaths ---- */
+/* ---- deaths and failures ---- */
 
-static void add_pending(struct uvm_device *d, uvmError_t code, const char *msg, size_t n);
+/* append adds msg (n bytes) to the message buf (cap bytes, used so
+ * far), after "; ", as far as it fits. */
+static void append(char *buf, size_t cap, const char *msg, size_t n)
+{
+	size_t used = strlen(buf);
+	if (used && used + 2 < cap) {
+		memcpy(buf + used, "; ", 2);
+		used += 2;
+	}
+	if (n > cap - 1 - used)
+		n = cap - 1 - used;
+	memcpy(buf + used, msg, n);
+	buf[used + n] = '\0';
+}
+
+/* fail_locked records a failure of the device (the first one's code
+ * stays; the messages of later ones are added, as far as they fit).
+ * d->mu is held. */
+static void fail_locked(struct uvm_device *d, uvmError_t code, const char *msg, size_t n)
+{
+	if (!d->failed)
+		d->failed_msg[0] = '\0';
+	append(d->failed_msg, sizeof d->failed_msg, msg, n);
+	if (!d->failed)
+		d->failed = code ? code : uvmErrorLaunchFailure;
+}
+
+void uvm__device_fail(int index, uvmError_t code, const char *msg)
+{
+	struct uvm_device *d = &devices[index];
+	pthread_mutex_lock(&d->mu);
+	fail_locked(d, code, msg, strlen(msg));
+	pthread_mutex_unlock(&d->mu);
+}
+
+uvmError_t uvm__device_failure(int index, struct uvm_errs *e)
+{
+	if (index < 0 || index >= UVM_MAX_DEVICES)
+		return uvmSuccess;
+	struct uvm_device *d = &devices[index];
+	pthread_mutex_lock(&d->mu);
+	uvmError_t code = d->failed;
+	if (code && e)
+		uvm__errs_add(e, code, d->failed_msg, strlen(d->failed_msg));
+	pthread_mutex_unlock(&d->mu);
+	return code;
+}
 
 /* reap collects the exit status of device process pid, which is dying
  * (its sockets closed); one that does not die within ms milliseconds is
@@ -463,11 +455,10 @@ static void died(struct uvm_device *d, int index, bool reaped, bool known, int s
 		}
 	}
 	char msg[sizeof how + sizeof what + 128];
-	snprintf(msg, sizeof msg, "device %d: its process (pid %d) %s %s; the device's memory is intact and the next launch starts a new process",
+	snprintf(msg, sizeof msg,
+		 "device %d: its process (pid %d) %s %s; the device's memory is intact, and after uvmDeviceReset the next launch starts a new process",
 		 index, (int)d->pid, how, what);
-	/* A second death before a synchronize (a restart that died too) is
-	 * appended, as far as it fits. */
-	add_pending(d, uvmErrorLaunchFailure, msg, strlen(msg));
+	fail_locked(d, uvmErrorLaunchFailure, msg, strlen(msg));
 	close_conns(d);
 	__atomic_store_n(&d->pid, 0, __ATOMIC_RELAXED);
 }
@@ -588,15 +579,17 @@ static uvmError_t start_process(struct uvm_session *s, struct uvm_device *d, int
 
 /* ensure_running starts device index's process if none runs. d->mu is
  * held. */
-static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, int index)
+static uvmError_t ensure_running(struct uvm_session *s, struct uvm_device *d, int index, const char *what)
 {
 	if (d->pid > 0) {
 		int status = 0;
 		pid_t r = waitpid(d->pid, &status, WNOHANG);
 		if (r == 0 || (r < 0 && errno == EINTR))
 			return uvmSuccess;
-		/* Dead since the last look: reported by the next synchronize. */
+		/* Dead since the last look: the device has failed, and the
+		 * launch with it. */
 		died(d, index, true, r == d->pid, status);
+		return uvm__fail(d->failed, "%s on device %d: %s", what, index, d->failed_msg);
 	}
 	struct timespec start, now;
 	clock_gettime(CLOCK_MONOTONIC, &start);
@@ -647,7 +640,7 @@ static uvmError_t stream_sock_of(struct uvm_device *d, int index, uint32_t id, b
 	if (e) {
 		sock_unref(k);
 		died(d, index, false, false, 0);
-		return uvm__fail(uvmErrorLaunchFailure, "open stream %u on device %d: its process is gone (%s)", id, index, strerror(e));
+		return uvm__fail(uvmErrorLaunchFailure, "open stream %u on device %d (%s): %s", id, index, strerror(e), d->failed_msg);
 	}
 	d->socks[d->nsocks++] = k;
 	*out = k;
@@ -685,15 +678,9 @@ static void forget_launches(struct uvm_device *d, uint32_t stream)
  * one's code stays), as far as the message fits. d->mu is held. */
 static void add_pending(struct uvm_device *d, uvmError_t code, const char *msg, size_t n)
 {
-	size_t used = d->pending ? strlen(d->pending_msg) : 0;
-	if (used && used + 2 < sizeof d->pending_msg) {
-		memcpy(d->pending_msg + used, "; ", 2);
-		used += 2;
-	}
-	if (n > sizeof d->pending_msg - 1 - used)
-		n = sizeof d->pending_msg - 1 - used;
-	memcpy(d->pending_msg + used, msg, n);
-	d->pending_msg[used + n] = '\0';
+	if (!d->pending)
+		d->pending_msg[0] = '\0';
+	append(d->pending_msg, sizeof d->pending_msg, msg, n);
 	if (!d->pending)
 		d->pending = code;
 }
@@ -799,8 +786,8 @@ uvmError_t uvmSetDeviceFlags(unsigned int flags)
 		return uvm__fail(uvmErrorInvalidValue, "uvmSetDeviceFlags: flags %#x: %#x names several ways to wait; want at most one of uvmDeviceScheduleSpin (%#x), "
 				 "uvmDeviceScheduleYield (%#x) and uvmDeviceScheduleBlockingSync (%#x)",
 				 flags, sched, uvmDeviceScheduleSpin, uvmDeviceScheduleYield, uvmDeviceScheduleBlockingSync);
-	int dev = current_device;
-	uvmError_t err = get_device(dev, "uvmSetDeviceFlags:", NULL);
+	int dev = uvm__current_device();
+	uvmError_t err = uvm__check_device(dev, "uvmSetDeviceFlags:", NULL);
 	if (err)
 		return err;
 	__atomic_store_n(&devices[dev].flags, flags, __ATOMIC_RELAXED);
@@ -813,8 +800,8 @@ uvmError_t uvmGetDeviceFlags(unsigned int *flags)
 		return uvm__refuse_in_device("uvmGetDeviceFlags");
 	if (!flags)
 		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceFlags: flags is NULL; want a pointer to an unsigned int");
-	int dev = current_device;
-	uvmError_t err = get_device(dev, "uvmGetDeviceFlags:", NULL);
+	int dev = uvm__current_device();
+	uvmError_t err = uvm__check_device(dev, "uvmGetDeviceFlags:", NULL);
 	if (err)
 		return err;
 	*flags = __atomic_load_n(&devices[dev].flags, __ATOMIC_RELAXED);
@@ -913,9 +900,12 @@ void uvm__device_sync(int index, uint32_t stream, enum uvm_wait how, bool take, 
 			uvm__errs_add(&e, uvmErrorUnknown, msg, (size_t)len);
 			p[i].sent = false;
 		} else if (h.status != UVM_WIRE_OK) {
+			/* A kernel's error fails the device. */
 			uint32_t len;
 			const uint8_t *msg = uvm__get_bytes(&r, &len);
-			uvm__errs_add(&e, uvm__from_wire(h.status), msg ? (const char *)msg : "", msg ? len : 0);
+			pthread_mutex_lock(&d->mu);
+			fail_locked(d, uvm__from_wire(h.status), msg ? (const char *)msg : "", msg ? len : 0);
+			pthread_mutex_unlock(&d->mu);
 		}
 	}
 	pthread_mutex_lock(&d->mu);
@@ -998,6 +988,8 @@ void uvm__device_reset(int index)
 	}
 	d->pending = uvmSuccess;
 	d->pending_msg[0] = '\0';
+	d->failed = uvmSuccess;
+	d->failed_msg[0] = '\0';
 	d->noutstanding = 0;
 	d->more_outstanding = 0;
 	__atomic_store_n(&d->flags, 0, __ATOMIC_RELAXED);
@@ -1012,13 +1004,20 @@ uvmError_t uvm__device_launch(int index, uint32_t stream, uintptr_t kernel, cons
 			      size_t paramsSize, int cpu)
 {
 	struct uvm_session *s = NULL;
-	uvmError_t err = get_device(index, "uvmLaunchKernel on", &s);
+	const char *what = shape->grid ? (shape->flags & UVM_GRID_COOPERATIVE ? "uvmLaunchCooperativeKernel" : "uvmLaunchGrid") : "uvmLaunchKernel";
+	char on[64];
+	snprintf(on, sizeof on, "%s on", what);
+	uvmError_t err = uvm__check_device(index, on, &s);
 	if (err)
 		return err;
 	struct uvm_device *d = &devices[index];
 	pthread_mutex_lock(&d->mu);
 	struct stream_sock *k = NULL;
-	if ((err = ensure_running(s, d, index)) || (err = stream_sock_of(d, index, stream, true, &k)))
+	if (d->failed) {
+		err = uvm__fail(d->failed, "%s on device %d: it failed earlier (uvmDeviceReset clears that): %s", what, index, d->failed_msg);
+		goto out;
+	}
+	if ((err = ensure_running(s, d, index, what)) || (err = stream_sock_of(d, index, stream, true, &k)))
 		goto out;
 	note_launch(d, stream, kernel);
 
@@ -1067,6 +1066,7 @@ static void atfork_child(void)
 		d->control = -1;
 		d->pid = 0;
 		d->pending = uvmSuccess;
+		d->failed = uvmSuccess;
 		d->noutstanding = 0;
 		d->more_outstanding = 0;
 	}

@@ -314,7 +314,7 @@ static const char *map_fixed(uint64_t addr, uint64_t length, int32_t file, char 
 	if (check_run(addr, length, file, msg, cap))
 		return msg;
 	void *at = (void *)(uintptr_t)addr;
-	if (mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[file + 1], (off_t)addr) == MAP_FAILED)
+	if (uvm__sys_mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, files[file + 1], (off_t)addr) == MAP_FAILED)
 		snprintf(msg, cap, "map processor %d's file over %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
 	else if (madvise(at, length, MADV_NOHUGEPAGE) < 0)
 		snprintf(msg, cap, "keep %#lx+%lu from khugepaged: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
@@ -339,7 +339,7 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 	bool any = false;
 	for (int i = 0; i < UVM_PAGE_MASK_WORDS; i++)
 		any |= wp[i] != 0;
-	void *scratch = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[file + 1], (off_t)addr);
+	void *scratch = uvm__sys_mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, files[file + 1], (off_t)addr);
 	if (scratch == MAP_FAILED) {
 		snprintf(msg, cap, "map processor %d's file at %#lx+%lu: %s", (int)file, (unsigned long)addr, (unsigned long)length, strerror(errno));
 		return msg;
@@ -370,7 +370,7 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 		}
 		p = q;
 	}
-	if (mremap(scratch, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)addr) == MAP_FAILED) {
+	if (uvm__sys_mremap(scratch, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)addr) == MAP_FAILED) {
 		snprintf(msg, cap, "move the new mapping over %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 		goto fail;
 	}
@@ -379,8 +379,10 @@ static const char *map_over(uint64_t addr, uint64_t length, int32_t file, const 
 		return msg;
 	}
 	return NULL;
-fail:
-	munmap(scratch, length);
+fail:;
+	int e = errno; /* for the caller, which tells ENOMEM apart */
+	uvm__sys_munmap(scratch, length);
+	errno = e;
 	return msg;
 }
 
@@ -389,7 +391,7 @@ fail:
  * checked the run. */
 static const char *unmap(uint64_t addr, uint64_t length, char *msg, size_t cap)
 {
-	if (mmap((void *)(uintptr_t)addr, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+	if (uvm__sys_mmap((void *)(uintptr_t)addr, length, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
 		snprintf(msg, cap, "unmap %#lx+%lu: %s", (unsigned long)addr, (unsigned long)length, strerror(errno));
 		return msg;
 	}
@@ -466,25 +468,48 @@ static void attach(void)
 
 	/* No kernel runs yet, so nothing touches a run between its mapping
 	 * and its registration. Later runs map over earlier ones (remote
-	 * mappings over the device's own file). */
+	 * mappings over the device's own file). The flags after the runs
+	 * say how to register them, and how many runs follow in
+	 * device-layout messages (a long layout comes in pieces). */
 	char msg[512];
 	uint32_t runs = uvm__get_u32(&r);
 	struct uvm_reader first_run = r;
-	for (uint32_t i = 0; i < runs && !r.err; i++) { /* the flags after the runs say how to register them */
+	for (uint32_t i = 0; i < runs && !r.err; i++) {
 		uvm__get_u64(&r);
 		uvm__get_u64(&r);
 		uvm__get_i32(&r);
 	}
 	minor_remote = uvm__get_u8(&r) == 1;
 	minor_own = uvm__get_u8(&r) == 1;
+	uint32_t more = uvm__get_u32(&r);
 	if (r.err || r.n != 0)
 		setup_fail(UVM_WIRE_INTERNAL, "the layout in the device hello reply is truncated or has trailing bytes");
 	r = first_run;
-	for (uint32_t i = 0; i < runs; i++) {
-		uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
-		int32_t file = uvm__get_i32(&r);
-		if (map_fixed(addr, length, file, msg, sizeof msg))
-			setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+	for (;;) {
+		for (uint32_t i = 0; i < runs; i++) {
+			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
+			int32_t file = uvm__get_i32(&r);
+			if (map_fixed(addr, length, file, msg, sizeof msg))
+				setup_fail(UVM_WIRE_INTERNAL, "%s", msg);
+		}
+		if (more == 0)
+			break;
+		int extra[8], nextra = 0;
+		n = uvm__recv(server_sock, server_buf, UVM_MAX_MESSAGE, extra, 8, &nextra);
+		for (int i = 0; i < nextra; i++)
+			close(extra[i]);
+		if (n <= 0)
+			setup_fail(UVM_WIRE_INITIALIZATION, "the fault server sent %u runs of the layout fewer than it announced (%s)", more,
+				   n == 0 ? "it closed the connection" : strerror((int)-n));
+		if (!uvm__parse_header(server_buf, (size_t)n, &h, &r))
+			setup_fail(UVM_WIRE_INTERNAL, "the fault server sent a malformed message where %u runs of the layout were due", more);
+		if (h.type != UVM_MSG_DEVICE_LAYOUT)
+			setup_fail(UVM_WIRE_INTERNAL, "the fault server sent a message of type %u where %u runs of the layout were due", h.type, more);
+		runs = uvm__get_u32(&r);
+		/* A run: address, length, file. */
+		if (r.err || runs == 0 || runs > more || r.n != (size_t)runs * (8 + 8 + 4))
+			setup_fail(UVM_WIRE_INTERNAL, "a device-layout message of %u runs is malformed (%u were due)", runs, more);
+		more -= runs;
 	}
 
 	uvm__msg_start(&m, UVM_MSG_DEVICE_READY, 2, 0);
@@ -548,7 +573,9 @@ static void *serve_server(void *arg)
 					 (unsigned long)length, UVM_BLOCK_SIZE);
 				err = msg;
 			} else if (!(err = check_run(addr, length, file, msg, sizeof msg)) && (err = map_over(addr, length, file, wp, msg, sizeof msg)))
-				status = UVM_WIRE_INTERNAL;
+				/* Out of mappings (vm.max_map_count) is no fault of
+				 * the process: the server maps its own file instead. */
+				status = errno == ENOMEM ? UVM_WIRE_MEMORY_ALLOCATION : UVM_WIRE_INTERNAL;
 		} else if (h.type == UVM_MSG_DEVICE_UNMAP) {
 			uint64_t addr = uvm__get_u64(&r), length = uvm__get_u64(&r);
 			if (r.err || r.n)
@@ -628,7 +655,7 @@ static void install_crash_handlers(void)
  * Returns the stack, for kernel_thread_end. */
 static void *kernel_thread_start(void)
 {
-	void *p = mmap(NULL, ALT_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = uvm__sys_mmap(NULL, ALT_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL; /* the crash is still fatal, only not reported as precisely */
 	stack_t ss = {.ss_sp = p, .ss_size = ALT_STACK_SIZE};
@@ -642,7 +669,7 @@ static void kernel_thread_end(void *altstack)
 		return;
 	stack_t ss = {.ss_flags = SS_DISABLE};
 	sigaltstack(&ss, NULL);
-	munmap(altstack, ALT_STACK_SIZE);
+	uvm__sys_munmap(altstack, ALT_STACK_SIZE);
 }
 
 static void run_threads(uvmKernel_t fn, uintptr_t kernel, uint32_t stream, unsigned first, unsigned outer, unsigned n, const void *params)
@@ -1085,8 +1112,8 @@ static void *serve_stream(void *arg)
 	close(st->sock);
 	uvm__grid_thread_end();
 	kernel_thread_end(altstack);
-	munmap(st->buf, STREAM_BUF_SIZE);
-	munmap(st->params, uvmMaxKernelParams);
+	uvm__sys_munmap(st->buf, STREAM_BUF_SIZE);
+	uvm__sys_munmap(st->params, uvmMaxKernelParams);
 	uvm__sys_free(st->chunks);
 	uvm__sys_free(st);
 	return NULL;
@@ -1100,15 +1127,15 @@ static bool start_stream(uint32_t id, int sock)
 		return false;
 	st->sock = sock;
 	st->id = id;
-	st->buf = mmap(NULL, STREAM_BUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	st->params = mmap(NULL, uvmMaxKernelParams, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	st->buf = uvm__sys_mmap(NULL, STREAM_BUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	st->params = uvm__sys_mmap(NULL, uvmMaxKernelParams, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	st->chunks = uvm__sys_calloc(nworkers ? nworkers : 1, sizeof *st->chunks);
 	pthread_t t;
 	if (st->buf == MAP_FAILED || st->params == MAP_FAILED || !st->chunks || pthread_create(&t, NULL, serve_stream, st) != 0) {
 		if (st->buf != MAP_FAILED)
-			munmap(st->buf, STREAM_BUF_SIZE);
+			uvm__sys_munmap(st->buf, STREAM_BUF_SIZE);
 		if (st->params != MAP_FAILED)
-			munmap(st->params, uvmMaxKernelParams);
+			uvm__sys_munmap(st->params, uvmMaxKernelParams);
 		uvm__sys_free(st->chunks);
 		uvm__sys_free(st);
 		return false;
@@ -1181,10 +1208,10 @@ void uvm__device_main(int device, int nwork, int server, int control, int stream
 	 * them at the same addresses. The client's own are MADV_DONTFORK, so
 	 * what the fork left here is at most a reservation in progress: map
 	 * over it rather than fail. */
-	if (mmap((void *)UVM_WINDOW_START, UVM_WINDOW_SIZE, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+	if (uvm__sys_mmap((void *)UVM_WINDOW_START, UVM_WINDOW_SIZE, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
 		setup_fail(UVM_WIRE_INITIALIZATION, "reserve the managed window %#lx+%#lx: %s", UVM_WINDOW_START, UVM_WINDOW_SIZE,
 			   strerror(errno));
-	server_buf = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	server_buf = uvm__sys_mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (server_buf == MAP_FAILED)
 		setup_fail(UVM_WIRE_MEMORY_ALLOCATION, "map a message buffer: %s", strerror(errno));
 

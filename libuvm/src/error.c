@@ -109,6 +109,8 @@ const char *uvmGetErrorName(uvmError_t err)
 		return "uvmErrorPeerAccessNotEnabled";
 	case uvmErrorLaunchFailure:
 		return "uvmErrorLaunchFailure";
+	case uvmErrorNotPermitted:
+		return "uvmErrorNotPermitted";
 	case uvmErrorNotSupported:
 		return "uvmErrorNotSupported";
 	case uvmErrorServerGone:
@@ -149,7 +151,9 @@ const char *uvmGetErrorString(uvmError_t err)
 	case uvmErrorPeerAccessNotEnabled:
 		return "peer access has not been enabled";
 	case uvmErrorLaunchFailure:
-		return "unspecified launch failure: a kernel crashed or its device process died";
+		return "unspecified launch failure: a kernel crashed, or its device process died or could not start";
+	case uvmErrorNotPermitted:
+		return "operation not permitted: a host function may not call the API";
 	case uvmErrorNotSupported:
 		return "operation not supported";
 	case uvmErrorServerGone:
@@ -170,3 +174,9 @@ uvmError_t uvmGetLastError(void)
 uvmError_t uvmPeekAtLastError(void) { return last_error; }
 
 const char *uvmGetLastErrorMessage(void) { return last_message; }
+
+uvmError_t uvm__refuse_in_device(const char *fn)
+{
+	return uvm__fail(uvmErrorNotSupported, "%s called in device %d's process (by a kernel): kernels cannot use the host API", fn,
+			 uvm__device_process);
+}

@@ -1,34 +1,36 @@
 /*
  * event.c: events, as CUDA's. An event is recorded on a stream
- * (stream.c): the record completes when the work queued on the stream
- * before it has finished, and takes the time of that moment
- * (CLOCK_MONOTONIC). Records are numbered: an event's state is its last
- * record's, and a wait (uvmStreamWaitEvent, uvmEventSynchronize) waits
- * for the record that was last when it was made.
+ * (stream.c): a record is a mark in the stream's order, which completes
+ * when the work queued on the stream before it has finished, and takes
+ * the time of that moment (CLOCK_MONOTONIC). An event's state is its
+ * last record's; a wait (uvmStreamWaitEvent, uvmEventSynchronize) waits
+ * for the record that was last when it was made. A record on the legacy
+ * default stream comes after the work of every blocking stream of its
+ * device, as any work queued there does.
+ *
+ * An event whose device failed (a launch that failed, before or after
+ * the record: device.c) reports that failure from uvmEventQuery,
+ * uvmEventSynchronize and uvmEventElapsedTime, as CUDA reports a sticky
+ * error from every call: never success for work that failed.
  *
  * A uvmEvent_t is a handle, as a uvmStream_t is: a slot and its
  * generation, so that a destroyed or made-up event is refused rather
- * than touched. The event itself lives on while queued work refers to it.
+ * than touched. The event itself lives on while queued work refers to
+ * its record.
  *
- * Locks: events_mu guards the table; an event's mu its state, taken
+ * Locks: events_mu guards the table; an event's mu its record, taken
  * after a stream queue's mu.
  */
 #include "internal.h"
 
-#include <sched.h>
-#include <signal.h>
 #include <string.h>
-#include <time.h>
 
 struct uvm_event {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* completed advanced */
 	unsigned flags;
-	unsigned refs;      /* atomic: the handle, queued records and waits, callers */
-	uint64_t recorded;  /* mu: records made */
-	uint64_t completed; /* the last record complete: written under mu, read atomically */
-	uint64_t ns;        /* mu: when it completed */
-	int device;         /* mu: the device of the last record's stream */
+	unsigned refs;          /* atomic: the handle, callers */
+	struct uvm_mark *rec;   /* mu: the last record, held; NULL before the first */
+	int device;             /* mu: the device of the last record's stream (at first, the current device) */
 };
 
 struct event_slot {
@@ -45,13 +47,13 @@ static uint32_t nfree;
 
 static uvmEvent_t event_handle(uint32_t slot, uint32_t gen) { return (uvmEvent_t)(uintptr_t)((uint64_t)gen << 32 | (slot + 1)); }
 
-void uvm__event_ref(struct uvm_event *ev) { __atomic_add_fetch(&ev->refs, 1, __ATOMIC_RELAXED); }
+static void event_ref(struct uvm_event *ev) { __atomic_add_fetch(&ev->refs, 1, __ATOMIC_RELAXED); }
 
-void uvm__event_unref(struct uvm_event *ev)
+static void event_unref(struct uvm_event *ev)
 {
 	if (__atomic_sub_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
-	pthread_cond_destroy(&ev->cv);
+	uvm__mark_put(ev->rec);
 	pthread_mutex_destroy(&ev->mu);
 	uvm__sys_free(ev);
 }
@@ -79,48 +81,33 @@ static uvmError_t event_get(uvmEvent_t e, const char *what, struct uvm_event **o
 	uvmError_t err = check_slot(e, what, &slot);
 	if (!err) {
 		*out = slots[slot].ev;
-		uvm__event_ref(*out);
+		event_ref(*out);
 	}
 	pthread_mutex_unlock(&events_mu);
 	return err;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t uvm__event_new_record(struct uvm_event *ev, int device)
+/* last_record returns ev's last record, held (NULL if none), and its
+ * device. */
+static struct uvm_mark *last_record(struct uvm_event *ev, int *device)
 {
 	pthread_mutex_lock(&ev->mu);
-	uint64_t gen = ++ev->recorded;
-	ev->device = device;
+	struct uvm_mark *m = ev->rec;
+	if (m)
+		uvm__mark_hold(m);
+	*device = ev->device;
 	pthread_mutex_unlock(&ev->mu);
-	return gen;
+	return m;
 }
 
-void uvm__event_complete(struct uvm_event *ev, uint64_t gen)
+/* failed returns the failure of device d, if it failed, as what's. */
+static uvmError_t failed(int d, const char *what, uvmEvent_t event)
 {
-	uint64_t t = now_ns();
-	pthread_mutex_lock(&ev->mu);
-	/* Records on different streams may complete out of order: the state
-	 * is the last one's. */
-	if (gen > ev->completed) {
-		ev->ns = t;
-		__atomic_store_n(&ev->completed, gen, __ATOMIC_RELEASE);
-		pthread_cond_broadcast(&ev->cv);
-	}
-	pthread_mutex_unlock(&ev->mu);
-}
-
-void uvm__event_wait(struct uvm_event *ev, uint64_t gen)
-{
-	pthread_mutex_lock(&ev->mu);
-	while (ev->completed < gen)
-		pthread_cond_wait(&ev->cv, &ev->mu);
-	pthread_mutex_unlock(&ev->mu);
+	struct uvm_errs e = {0};
+	uvmError_t code = uvm__device_failure(d, &e);
+	if (!code)
+		return uvmSuccess;
+	return uvm__fail(code, "%s event %p: device %d failed (uvmDeviceReset clears that): %.*s", what, (void *)event, d, (int)e.len, e.msg);
 }
 
 uvmError_t uvmEventCreateWithFlags(uvmEvent_t *event, unsigned int flags)
@@ -143,7 +130,6 @@ uvmError_t uvmEventCreateWithFlags(uvmEvent_t *event, unsigned int flags)
 	if (!ev)
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmEventCreateWithFlags: no memory for an event");
 	pthread_mutex_init(&ev->mu, NULL);
-	pthread_cond_init(&ev->cv, NULL);
 	ev->flags = flags;
 	ev->refs = 1; /* the handle's */
 	ev->device = uvm__current_device();
@@ -152,7 +138,7 @@ uvmError_t uvmEventCreateWithFlags(uvmEvent_t *event, unsigned int flags)
 	int64_t taken = uvm__slot_take(&slots, sizeof *slots, &nslots, &slots_cap, &free_slots, &nfree, &fresh);
 	if (taken < 0) {
 		pthread_mutex_unlock(&events_mu);
-		uvm__event_unref(ev);
+		event_unref(ev);
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmEventCreateWithFlags: no memory for event %u", nslots);
 	}
 	uint32_t slot = (uint32_t)taken;
@@ -193,7 +179,7 @@ uvmError_t uvmEventDestroy(uvmEvent_t event)
 	if (err)
 		return err;
 	/* A record still queued completes, unseen, and lets it go. */
-	uvm__event_unref(ev);
+	event_unref(ev);
 	return uvm__ok();
 }
 
@@ -205,8 +191,15 @@ uvmError_t uvmEventRecord(uvmEvent_t event, uvmStream_t stream)
 	uvmError_t err = event_get(event, "uvmEventRecord:", &ev);
 	if (err)
 		return err;
-	err = uvm__stream_record(stream, ev, "uvmEventRecord on");
-	uvm__event_unref(ev);
+	struct uvm_mark *m;
+	if (!(err = uvm__stream_record(stream, "uvmEventRecord on", &m))) {
+		pthread_mutex_lock(&ev->mu);
+		uvm__mark_put(ev->rec);
+		ev->rec = m;
+		ev->device = uvm__mark_device(m);
+		pthread_mutex_unlock(&ev->mu);
+	}
+	event_unref(ev);
 	return err ? err : uvm__ok();
 }
 
@@ -218,13 +211,15 @@ uvmError_t uvmEventQuery(uvmEvent_t event)
 	uvmError_t err = event_get(event, "uvmEventQuery:", &ev);
 	if (err)
 		return err;
-	pthread_mutex_lock(&ev->mu);
-	uint64_t recorded = ev->recorded, completed = ev->completed;
-	pthread_mutex_unlock(&ev->mu);
-	uvm__event_unref(ev);
-	if (completed < recorded)
-		return uvm__not_ready("uvmEventQuery: event %p: the work before its record (%lu) is still running", (void *)event,
-				      (unsigned long)recorded);
+	int device;
+	struct uvm_mark *m = last_record(ev, &device);
+	event_unref(ev);
+	bool pending = m && !uvm__mark_done(m);
+	uvm__mark_put(m);
+	if ((err = failed(device, "uvmEventQuery:", event)))
+		return err;
+	if (pending)
+		return uvm__not_ready("uvmEventQuery: event %p: the work before its last record is still running", (void *)event);
 	return uvm__ok();
 }
 
@@ -232,22 +227,22 @@ uvmError_t uvmEventSynchronize(uvmEvent_t event)
 {
 	if (uvm__device_process >= 0)
 		return uvm__refuse_in_device("uvmEventSynchronize");
-	struct uvm_event *ev;
-	uvmError_t err = event_get(event, "uvmEventSynchronize:", &ev);
+	uvmError_t err = uvm__refuse_in_host_fn("uvmEventSynchronize");
 	if (err)
 		return err;
-	pthread_mutex_lock(&ev->mu);
-	uint64_t target = ev->recorded;
-	int device = ev->device;
-	pthread_mutex_unlock(&ev->mu);
+	struct uvm_event *ev;
+	if ((err = event_get(event, "uvmEventSynchronize:", &ev)))
+		return err;
+	int device;
+	struct uvm_mark *m = last_record(ev, &device);
 	enum uvm_wait how = ev->flags & uvmEventBlockingSync ? UVM_WAIT_BLOCK : uvm__wait_mode(device);
-	if (how == UVM_WAIT_BLOCK)
-		uvm__event_wait(ev, target);
-	else
-		while (__atomic_load_n(&ev->completed, __ATOMIC_ACQUIRE) < target)
-			uvm__wait_pause(how);
-	uvm__event_unref(ev);
-	return uvm__ok();
+	event_unref(ev);
+	if (m) {
+		uvm__mark_wait(m, how);
+		uvm__mark_put(m);
+	}
+	err = failed(device, "uvmEventSynchronize:", event);
+	return err ? err : uvm__ok();
 }
 
 uvmError_t uvmEventElapsedTime(float *ms, uvmEvent_t start, uvmEvent_t end)
@@ -261,36 +256,34 @@ uvmError_t uvmEventElapsedTime(float *ms, uvmEvent_t start, uvmEvent_t end)
 	if (err)
 		return err;
 	if ((err = event_get(end, "uvmEventElapsedTime: end", &ev[1]))) {
-		uvm__event_unref(ev[0]);
+		event_unref(ev[0]);
 		return err;
 	}
 	static const char *const names[] = {"start", "end"};
 	uvmEvent_t handles[2] = {start, end};
-	uint64_t ns[2] = {0, 0};
+	struct uvm_mark *m[2];
+	int device[2];
+	for (int i = 0; i < 2; i++)
+		m[i] = last_record(ev[i], &device[i]);
 	for (int i = 0; i < 2 && !err; i++) {
-		pthread_mutex_lock(&ev[i]->mu);
-		uint64_t recorded = ev[i]->recorded;
-		ns[i] = ev[i]->ns;
-		pthread_mutex_unlock(&ev[i]->mu);
 		if (ev[i]->flags & uvmEventDisableTiming)
 			err = uvm__fail(uvmErrorInvalidResourceHandle, "uvmEventElapsedTime: the %s event %p was created with uvmEventDisableTiming", names[i],
 					(void *)handles[i]);
-		else if (recorded == 0)
+		else if (!m[i])
 			err = uvm__fail(uvmErrorInvalidResourceHandle, "uvmEventElapsedTime: the %s event %p was never recorded", names[i], (void *)handles[i]);
 	}
-	for (int i = 0; i < 2 && !err; i++) {
-		pthread_mutex_lock(&ev[i]->mu);
-		bool pending = ev[i]->completed < ev[i]->recorded;
-		pthread_mutex_unlock(&ev[i]->mu);
-		if (pending)
+	for (int i = 0; i < 2 && !err; i++)
+		err = failed(device[i], "uvmEventElapsedTime:", handles[i]);
+	for (int i = 0; i < 2 && !err; i++)
+		if (!uvm__mark_done(m[i]))
 			err = uvm__not_ready("uvmEventElapsedTime: the %s event %p has not completed", names[i], (void *)handles[i]);
+	if (!err)
+		*ms = (float)(((double)uvm__mark_ns(m[1]) - (double)uvm__mark_ns(m[0])) / 1e6);
+	for (int i = 0; i < 2; i++) {
+		uvm__mark_put(m[i]);
+		event_unref(ev[i]);
 	}
-	uvm__event_unref(ev[0]);
-	uvm__event_unref(ev[1]);
-	if (err)
-		return err;
-	*ms = (float)(((double)ns[1] - (double)ns[0]) / 1e6);
-	return uvm__ok();
+	return err ? err : uvm__ok();
 }
 
 uvmError_t uvmStreamWaitEvent(uvmStream_t stream, uvmEvent_t event, unsigned int flags)
@@ -303,22 +296,20 @@ uvmError_t uvmStreamWaitEvent(uvmStream_t stream, uvmEvent_t event, unsigned int
 	uvmError_t err = event_get(event, "uvmStreamWaitEvent:", &ev);
 	if (err)
 		return err;
-	pthread_mutex_lock(&ev->mu);
-	uint64_t gen = ev->recorded;
-	bool done = ev->completed >= gen;
-	pthread_mutex_unlock(&ev->mu);
 	int device;
-	if (done) /* nothing to wait for; the stream must still be one */
+	struct uvm_mark *m = last_record(ev, &device);
+	event_unref(ev);
+	if (!m || uvm__mark_done(m)) /* nothing to wait for; the stream must still be one */
 		err = uvm__stream_device(stream, "uvmStreamWaitEvent on", &device);
 	else
-		err = uvm__stream_wait_event(stream, ev, gen, "uvmStreamWaitEvent on");
-	uvm__event_unref(ev);
+		err = uvm__stream_wait_mark(stream, m, "uvmStreamWaitEvent on");
+	uvm__mark_put(m);
 	return err ? err : uvm__ok();
 }
 
 /* A fork's child has none of the workers that would complete the
- * parent's records: they count as complete there, and the locks are made
- * anew. */
+ * parent's records: they count as complete there (stream.c), and the
+ * locks are made anew. */
 static void atfork_child(void)
 {
 	if (uvm__in_device_fork)
@@ -329,11 +320,8 @@ static void atfork_child(void)
 		if (!slots[i].live || !ev)
 			continue;
 		pthread_mutex_init(&ev->mu, NULL);
-		pthread_cond_init(&ev->cv, NULL);
-		if (ev->completed < ev->recorded) {
-			ev->completed = ev->recorded;
-			ev->ns = now_ns();
-		}
+		if (ev->rec)
+			uvm__mark_forked(ev->rec);
 	}
 }
 

@@ -127,12 +127,12 @@ int uvm__fiber_stack(struct uvm_fiber *f, size_t size)
 	if (f->stack && f->size == size)
 		return 0;
 	uvm__fiber_free_stack(f);
-	uint8_t *p = mmap(NULL, size + UVM_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+	uint8_t *p = uvm__sys_mmap(NULL, size + UVM_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return errno;
 	if (mprotect(p + UVM_PAGE_SIZE, size, PROT_READ | PROT_WRITE) < 0) {
 		int e = errno;
-		munmap(p, size + UVM_PAGE_SIZE);
+		uvm__sys_munmap(p, size + UVM_PAGE_SIZE);
 		return e;
 	}
 	f->stack = p + UVM_PAGE_SIZE;
@@ -143,7 +143,7 @@ int uvm__fiber_stack(struct uvm_fiber *f, size_t size)
 void uvm__fiber_free_stack(struct uvm_fiber *f)
 {
 	if (f->stack)
-		munmap(f->stack - UVM_PAGE_SIZE, f->size + UVM_PAGE_SIZE);
+		uvm__sys_munmap(f->stack - UVM_PAGE_SIZE, f->size + UVM_PAGE_SIZE);
 	f->stack = NULL;
 	f->size = 0;
 }

@@ -69,6 +69,44 @@ uvmError_t uvmOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const vo
 	return uvm__ok();
 }
 
+uvmError_t uvmOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, const void *kernel, size_t dynamicSMemSize, int blockSizeLimit)
+{
+	const char *what = "uvmOccupancyMaxPotentialBlockSize";
+	if (!minGridSize || !blockSize)
+		return uvm__fail(uvmErrorInvalidValue, "%s: %s is NULL; want a pointer to an int", what, minGridSize ? "blockSize" : "minGridSize");
+	if (!kernel)
+		return uvm__fail(uvmErrorInvalidValue, "%s: the kernel is NULL; want a kernel of the program", what);
+	if (blockSizeLimit < 0)
+		return uvm__fail(uvmErrorInvalidValue, "%s: a block size limit of %d; want 0 (none) or more", what, blockSizeLimit);
+	/* A limit past the device's own is no limit, as in CUDA (programs
+	 * pass the number of elements). */
+	if (blockSizeLimit == 0 || blockSizeLimit > (int)UVM_MAX_THREADS_PER_BLOCK)
+		blockSizeLimit = (int)UVM_MAX_THREADS_PER_BLOCK;
+	int device = uvm__current_device();
+	struct uvm_session *s = NULL;
+	uvmError_t err = uvm__check_device(device, "uvmOccupancyMaxPotentialBlockSize: the current device", &s);
+	if (err)
+		return err;
+	/* CUDA's search: from the largest block down, the first size that
+	 * keeps the most threads resident (a warp here is one thread). */
+	int best = 0, best_blocks = 0;
+	uint64_t most = 0;
+	for (int size = blockSizeLimit; size > 0; size--) {
+		int n = uvm__max_active_blocks((uint64_t)size, dynamicSMemSize);
+		if ((uint64_t)n * (uint64_t)size > most) {
+			most = (uint64_t)n * (uint64_t)size;
+			best = size;
+			best_blocks = n;
+		}
+	}
+	if (!best)
+		return uvm__fail(uvmErrorInvalidValue, "%s: no block fits %zu bytes of dynamic shared memory; want at most %u", what, dynamicSMemSize,
+				 UVM_MAX_SHARED_MEMORY_PER_BLOCK);
+	*blockSize = best;
+	*minGridSize = best_blocks * s->devices[device].workers;
+	return uvm__ok();
+}
+
 uvmError_t uvmDeviceSetLimit(uvmLimit limit, size_t value)
 {
 	if (uvm__device_process >= 0)

@@ -1,15 +1,22 @@
 /*
  * internal.h: what libuvm's source files share. Nothing here is API.
  *
+ * The files call each other down the layers libuvm/layers.go lists
+ * (`make lint` checks): wire and session at the bottom, then the launch
+ * model's requests and the device process's side, the program's side of
+ * device processes (device.c), streams and properties, memory and events,
+ * and the preload library on top.
+ *
  * Rules every file follows:
- *  - Never call malloc/calloc/realloc/free: libuvm-preload.so replaces
- *    them, and a call from inside the library would recurse into the
- *    managed allocator. Use uvm__sys_malloc and friends (glibc's own
- *    allocator, reached by its __libc_ names), or mmap.
+ *  - Never call malloc/calloc/realloc/free, mmap/munmap/mremap:
+ *    libuvm-preload.so replaces them, and a call from inside the library
+ *    would recurse into the managed allocator. Use uvm__sys_malloc and
+ *    friends (glibc's own allocator, reached by its __libc_ names) and
+ *    uvm__sys_mmap and friends (the system calls).
  *  - Report every failure through uvm__fail, which records the thread's
  *    last error and message and returns the code.
- *  - Lock order: a device's mu, then streams_mu (device.c), before any
- *    session lock; init_mu, then allocs_mu (the fork handlers hold both
+ *  - Lock order: a device's order_mu, streams_mu, a stream queue's mu
+ *    (stream.c), then a device's mu (device.c), before any session lock; init_mu, then allocs_mu (the fork handlers hold both
  *    across a fork); files_mu, then req_mu. allocs_mu is never held
  *    across a request to the server.
  */
@@ -81,6 +88,9 @@ static inline uvmError_t uvm__ok(void) { return uvmSuccess; }
 /* uvm__from_wire maps a server status code (enum uvm_wire_status) to a
  * code. */
 UVM_HIDDEN uvmError_t uvm__from_wire(uint32_t status);
+/* uvm__refuse_in_device refuses fn in a device process (called by a
+ * kernel): its session is a stale copy. */
+UVM_HIDDEN uvmError_t uvm__refuse_in_device(const char *fn);
 
 /* ---- glibc's allocator, never the interposed one (sysalloc.c) ---- */
 
@@ -88,6 +98,11 @@ UVM_HIDDEN void *uvm__sys_malloc(size_t n);
 UVM_HIDDEN void *uvm__sys_calloc(size_t k, size_t n);
 UVM_HIDDEN void *uvm__sys_realloc(void *p, size_t n);
 UVM_HIDDEN void uvm__sys_free(void *p);
+/* mmap, munmap and mremap by the system call: the preload library
+ * replaces the C library's (mremap takes its fifth argument always). */
+UVM_HIDDEN void *uvm__sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+UVM_HIDDEN int uvm__sys_munmap(void *addr, size_t len);
+UVM_HIDDEN void *uvm__sys_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 /* uvm__slot_take picks the slot of a new handle in a table of handle
  * slots (streams, events) of elem bytes each, slots the address of the
  * table's pointer: a freed one, else the next,
@@ -224,6 +239,10 @@ UVM_HIDDEN int uvm__send(int sock, const void *b, size_t n, const int *fds, int 
  * file, or -errno. *nfds is set to the number received. Retries EINTR. */
 UVM_HIDDEN ssize_t uvm__recv(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds);
 
+/* A trace-control request (wire.EncodeTraceControl): start recording the
+ * session's events to path, or stop (profiler.c). */
+UVM_HIDDEN void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path);
+
 /* ---- the session (session.c) ---- */
 
 struct uvm_device_info {
@@ -283,6 +302,17 @@ UVM_HIDDEN uvmError_t uvm__request(struct uvm_session *s, struct uvm_msg *req, c
 				   uint8_t *out, size_t cap, struct uvm_reader *reply,
 				   int *rfds, int maxrfds, int *nrfds, const char *what);
 UVM_HIDDEN uint32_t uvm__next_seq(struct uvm_session *s);
+/* uvm__session_refuse makes every later call that needs the session fail
+ * with why (session.c): managed.c calls it when the program's managed
+ * variables could not be made managed memory. why must outlive the
+ * process; the first reason stays. */
+UVM_HIDDEN void uvm__session_refuse(const char *why);
+
+/* uvm__current_device is the calling thread's current device. */
+UVM_HIDDEN int uvm__current_device(void);
+/* uvm__check_device checks that d is a device of the session (whose
+ * pointer goes to *sp if sp is not NULL); what starts the message. */
+UVM_HIDDEN uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp);
 
 /* ---- allocations (session.c) ---- */
 
@@ -358,9 +388,13 @@ UVM_HIDDEN uvmError_t uvm__adopt(uintptr_t addr, size_t length);
  * slices of height rows of width bytes: rows dpitch apart and slices
  * dpitch*dheight apart in dst (spitch, sheight in src), checking the
  * spans that hold it as uvmMemcpy checks a copy (memory.c; copy3d.c
- * checks the shape). */
+ * checks the shape). synchronous: a synchronous call issued on stream
+ * (NULL: the legacy default stream; uvmStreamPerThread), which first
+ * waits for the work before it there, as uvmMemcpy does; otherwise the
+ * caller runs in stream order already (a queued Async form). */
 UVM_HIDDEN uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight,
-				    size_t width, size_t height, size_t depth, int value, uvmMemcpyKind kind);
+				    size_t width, size_t height, size_t depth, int value, uvmMemcpyKind kind, bool synchronous,
+				    uvmStream_t stream);
 
 /* ---- memory locations (location.c, which memory.c's prefetch, advice
  * and range attributes call) ---- */
@@ -371,6 +405,13 @@ UVM_HIDDEN uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, 
 UVM_HIDDEN uvmError_t uvm__page_range(const char *what, const void *ptr, size_t n, struct uvm_alloc *a, uint64_t *start, uint64_t *length);
 /* uvm__managed_range is uvm__page_range for managed memory only. */
 UVM_HIDDEN uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint64_t *start, uint64_t *length);
+/* Under the launch coherence model (concurrentManagedAccess 0) CUDA
+ * refuses a prefetch, to any processor, and advice naming a device as the
+ * preferred location or an accessor: uvm__refuse_prefetch and
+ * uvm__refuse_advice refuse them so (uvmErrorInvalidDevice), what naming
+ * the call, and return uvmSuccess otherwise. */
+UVM_HIDDEN uvmError_t uvm__refuse_prefetch(const char *what, int processor);
+UVM_HIDDEN uvmError_t uvm__refuse_advice(const char *what, uvmMemoryAdvise advice, int device);
 /* uvm__prefetch_now and uvm__advise_now ask the server to prefetch
  * [start, start+length) to processor dst, or to take the advice for
  * device, and wait for the answer. */
@@ -394,23 +435,8 @@ UVM_HIDDEN void uvm__locations_forget(uint64_t start, uint64_t length);
  * pages disagree), the host's node added from the records. */
 UVM_HIDDEN void uvm__location_of(bool prefetched, int processor, uint64_t start, uint64_t length, int *type, int *id);
 
-/* A trace-control request (wire.EncodeTraceControl): start recording the
- * session's events to path, or stop (profiler.c). */
-UVM_HIDDEN void uvm__encode_trace_control(struct uvm_msg *m, uint32_t seq, uint8_t op, const char *path);
+/* ---- device processes (devproc.c, device.c) and the launch model's requests (coherence.c) ---- */
 
-/* uvm__session_refuse makes every later call that needs the session fail
- * with why (session.c): managed.c calls it when the program's managed
- * variables could not be made managed memory. why must outlive the
- * process; the first reason stays. */
-UVM_HIDDEN void uvm__session_refuse(const char *why);
-
-/* ---- devices (device.c) ---- */
-
-/* uvm__current_device is the calling thread's current device. */
-UVM_HIDDEN int uvm__current_device(void);
-/* uvm__stream_wait waits for stream's queued work (NULL: the current
- * device's default stream), for the Async calls that run in stream order. */
-UVM_HIDDEN uvmError_t uvm__stream_wait(uvmStream_t stream, const char *what);
 /* uvm__in_device_fork is true in the thread that forks a device process
  * (and so in that process): fork handlers leave such a fork alone. */
 UVM_HIDDEN extern __thread bool uvm__in_device_fork;
@@ -434,6 +460,10 @@ UVM_HIDDEN void uvm__device_main(int device, int workers, int server, int contro
  * (stream UVM_ALL_STREAMS: every stream of the device). */
 UVM_HIDDEN uvmError_t uvm__coherence_before_launch(int device, uint32_t stream, const char *kernel);
 UVM_HIDDEN uvmError_t uvm__coherence_after_sync(int device, uint32_t stream);
+/* uvm__coherence_attach tells the server that the managed allocation at
+ * addr is attached (flags) to stream of device (-1, 0: none), as the
+ * stream reaches the attachment (uvmStreamAttachMemAsync, memory.c). */
+UVM_HIDDEN uvmError_t uvm__coherence_attach(uint64_t addr, unsigned flags, int device, uint32_t stream);
 /* uvm__stream_ids names stream's device and its id on the wire (stream.c). */
 UVM_HIDDEN uvmError_t uvm__stream_ids(uvmStream_t stream, const char *what, int *device, uint32_t *id);
 /* uvm__launch_model reports whether the session runs the launch model. */
@@ -471,10 +501,6 @@ enum uvm_wait { UVM_WAIT_SPIN, UVM_WAIT_YIELD, UVM_WAIT_BLOCK };
 UVM_HIDDEN enum uvm_wait uvm__wait_mode(int device);
 /* uvm__wait_pause is one turn of a spinning or yielding wait. */
 UVM_HIDDEN void uvm__wait_pause(enum uvm_wait how);
-UVM_HIDDEN uvmError_t uvm__refuse_in_device(const char *fn);
-/* uvm__check_device checks that d is a device of the session (whose
- * pointer goes to *sp if sp is not NULL); what starts the message. */
-UVM_HIDDEN uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp);
 /* uvm__device_new_stream gives out a stream id of device d. */
 UVM_HIDDEN uint32_t uvm__device_new_stream(int d);
 /* What a launch runs, besides its kernel and params: nthreads threads
@@ -485,9 +511,11 @@ struct uvm_launch_shape {
 	uvmDim3 grid_dim, block_dim;
 	uint32_t shared, stack, flags; /* the launch-grid message's */
 };
-/* uvm__launch checks a launch's kernel, params and device, and writes it
- * on stream (NULL: device's default) or queues it behind the stream's
- * host work (stream.c); what names the API call in errors. */
+/* uvm__launch checks a launch's kernel, params and device, and submits it
+ * on stream (NULL and uvmStreamLegacy: device's legacy default stream;
+ * uvmStreamPerThread: the thread's) in stream order, as every launch is
+ * (stream.c): after the work the legacy order makes it wait for, and
+ * refused on a device that failed. what names the API call in errors. */
 UVM_HIDDEN uvmError_t uvm__launch(int device, uvmStream_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params,
 				  size_t paramsSize, const char *what);
 /* uvm__device_launch writes a launch on stream of device d, starting the
@@ -496,9 +524,10 @@ UVM_HIDDEN uvmError_t uvm__launch(int device, uvmStream_t stream, uintptr_t kern
 UVM_HIDDEN uvmError_t uvm__device_launch(int d, uint32_t stream, uintptr_t kernel, const struct uvm_launch_shape *shape, const void *params,
 					 size_t n, int cpu);
 /* uvm__device_sync waits (how) for the kernels written on stream of
- * device d (UVM_ALL_STREAMS: every stream) and adds their errors to *e,
- * with the death of a process not reported yet if take_pending. The
- * errors go to *e while the stream is still held, under e_mu if not
+ * device d (UVM_ALL_STREAMS: every stream). A kernel that failed, or the
+ * death of the process, fails the device (uvm__device_fail); other
+ * errors (a malformed answer; with take_pending, those of destroyed
+ * streams) go to *e, while the stream is still held, under e_mu if not
  * NULL, so that a synchronize after this one finds them there. */
 UVM_HIDDEN void uvm__device_sync(int d, uint32_t stream, enum uvm_wait how, bool take_pending, struct uvm_errs *e, pthread_mutex_t *e_mu);
 /* uvm__device_stream_idle says that no kernel written on stream of d
@@ -509,46 +538,74 @@ UVM_HIDDEN bool uvm__device_stream_idle(int d, uint32_t stream);
 UVM_HIDDEN void uvm__device_stream_end(int d, uint32_t stream);
 /* uvm__device_add_pending adds errors for d's next synchronize. */
 UVM_HIDDEN void uvm__device_add_pending(int d, const struct uvm_errs *e);
+/* uvm__device_fail records that a launch on device d failed (code, and
+ * msg), as it was written or as it ran: the device has failed, as a CUDA
+ * context does on a kernel fault. Every later synchronize of it and of
+ * its streams, and every event of it, reports the failure, and the
+ * device takes no work, until uvmDeviceReset (uvm__device_reset). */
+UVM_HIDDEN void uvm__device_fail(int d, uvmError_t code, const char *msg);
+/* uvm__device_failure returns device d's failure (uvmSuccess if none),
+ * adding its message to *e if e is not NULL. */
+UVM_HIDDEN uvmError_t uvm__device_failure(int d, struct uvm_errs *e);
 /* uvm__device_reset ends d's process, forgets its errors and flags. */
 UVM_HIDDEN void uvm__device_reset(int d);
 /* uvm__device_kernel_name names a kernel as launches do ("c:0x..."). */
 UVM_HIDDEN void uvm__device_kernel_name(uintptr_t kernel, char *out, size_t cap);
 
 /* The stream's queue (stream.c). stream NULL is the current device's
- * default stream. uvm__stream_enqueue_host queues fn(arg) (a copy of
- * size bytes of it, 16-byte aligned) on stream, to run after the
+ * legacy default stream. uvm__stream_enqueue_host queues fn(arg) (a copy
+ * of size bytes of it, 16-byte aligned) on stream, to run after the
  * stream's work queued before it, kernels included; its error goes to
  * the stream's next synchronize. With no device at all, fn runs now. */
 UVM_HIDDEN uvmError_t uvm__stream_enqueue_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size);
+/* uvm__stream_order_host is uvm__stream_enqueue_host for what must take
+ * effect in stream order but costs little: on a stream with nothing in
+ * flight it runs at once, on the calling thread, and returns fn's error
+ * (uvmStreamAttachMemAsync: the next launch on any stream sees it). */
+UVM_HIDDEN uvmError_t uvm__stream_order_host(uvmStream_t stream, const char *what, uvmError_t (*fn)(void *arg), const void *arg, size_t size);
 /* uvm__stream_device says which device stream belongs to;
  * uvm__stream_lookup also its id in the device's process (0 for the
- * default stream), as launches and synchronizes name it. */
+ * legacy default stream), as launches and synchronizes name it. */
 UVM_HIDDEN uvmError_t uvm__stream_device(uvmStream_t stream, const char *what, int *device);
 UVM_HIDDEN uvmError_t uvm__stream_lookup(uvmStream_t stream, const char *what, int *device, uint32_t *id);
-/* uvm__streams_drain waits for every stream of device d to run what is
- * queued on it (not for its kernels). */
-UVM_HIDDEN void uvm__streams_drain(int d);
-/* uvm__streams_drain_all drains every device's streams, if any has
- * work queued: memory is not freed under queued copies, as cudaFree
- * synchronizes. */
-UVM_HIDDEN void uvm__streams_drain_all(void);
 
-/* Events (event.c), seen by stream.c. */
-struct uvm_event;
-/* uvm__event_new_record starts a record of ev on a stream of device d
- * and returns its number. */
-UVM_HIDDEN uint64_t uvm__event_new_record(struct uvm_event *ev, int d);
-/* uvm__event_complete says that record gen of ev is complete, now. */
-UVM_HIDDEN void uvm__event_complete(struct uvm_event *ev, uint64_t gen);
-/* uvm__event_wait blocks until record gen of ev (or a later one) is complete. */
-UVM_HIDDEN void uvm__event_wait(struct uvm_event *ev, uint64_t gen);
-UVM_HIDDEN void uvm__event_ref(struct uvm_event *ev);
-UVM_HIDDEN void uvm__event_unref(struct uvm_event *ev);
-/* uvm__stream_record records ev on stream (stream.c). */
-UVM_HIDDEN uvmError_t uvm__stream_record(uvmStream_t stream, struct uvm_event *ev, const char *what);
-/* uvm__stream_wait_event makes later work on stream wait for record gen
- * of ev (stream.c). */
-UVM_HIDDEN uvmError_t uvm__stream_wait_event(uvmStream_t stream, struct uvm_event *ev, uint64_t gen, const char *what);
+/* uvm__stream_sync_before waits, as a synchronous call (a copy, a fill)
+ * issued on stream does, for the work before it: stream (NULL and
+ * uvmStreamLegacy: device's legacy default stream, with every blocking
+ * stream of the device; uvmStreamPerThread: the thread's, with the
+ * legacy one; device names the device of these handles), then likewise
+ * device other's legacy stream (-1: none). Their errors stay for their
+ * synchronizes; a device that failed fails the call (what names it),
+ * which then must not run. */
+UVM_HIDDEN uvmError_t uvm__stream_sync_before(uvmStream_t stream, int device, int other, const char *what);
+/* uvm__streams_sync_all waits for every stream of every device, kernels
+ * included, leaving their errors for their synchronizes: memory is not
+ * freed under work that may use it, as cudaFree synchronizes. */
+UVM_HIDDEN void uvm__streams_sync_all(void);
+/* uvm__refuse_in_host_fn refuses fn when the calling thread runs the
+ * program's host function (uvmErrorNotPermitted): the API may block on
+ * the very stream that runs it. */
+UVM_HIDDEN uvmError_t uvm__refuse_in_host_fn(const char *fn);
+/* A mark (stream.c): a point in a stream's order, complete once the work
+ * queued on the stream before it has finished, with the time it did.
+ * Events are marks. */
+struct uvm_mark;
+UVM_HIDDEN void uvm__mark_hold(struct uvm_mark *m);
+/* uvm__mark_put lets m go (NULL: nothing). */
+UVM_HIDDEN void uvm__mark_put(struct uvm_mark *m);
+UVM_HIDDEN bool uvm__mark_done(const struct uvm_mark *m);
+UVM_HIDDEN void uvm__mark_wait(struct uvm_mark *m, enum uvm_wait how);
+/* uvm__mark_ns is when m completed (CLOCK_MONOTONIC nanoseconds). */
+UVM_HIDDEN uint64_t uvm__mark_ns(struct uvm_mark *m);
+/* uvm__mark_device is the device of the stream m was placed on. */
+UVM_HIDDEN int uvm__mark_device(const struct uvm_mark *m);
+/* uvm__mark_forked makes m anew in a fork's child, complete: nothing
+ * there would complete it. */
+UVM_HIDDEN void uvm__mark_forked(struct uvm_mark *m);
+/* uvm__stream_record places a new mark at stream's end (*out, held). */
+UVM_HIDDEN uvmError_t uvm__stream_record(uvmStream_t stream, const char *what, struct uvm_mark **out);
+/* uvm__stream_wait_mark makes later work on stream wait for m. */
+UVM_HIDDEN uvmError_t uvm__stream_wait_mark(uvmStream_t stream, struct uvm_mark *m, const char *what);
 
 /* ---- grids (grid.c: the client's side; block.c and fiber.c: the device's) ---- */
 

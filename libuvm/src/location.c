@@ -259,6 +259,31 @@ uvmError_t uvm__managed_range(const char *what, const void *ptr, size_t n, uint6
 	return err;
 }
 
+uvmError_t uvm__refuse_prefetch(const char *what, int processor)
+{
+	if (!uvm__launch_model())
+		return uvmSuccess;
+	char where[32];
+	if (processor >= 0)
+		snprintf(where, sizeof where, "device %d", processor);
+	else
+		snprintf(where, sizeof where, "the host");
+	return uvm__fail(uvmErrorInvalidDevice,
+			 "%s to %s: under the launch coherence model (UVM_COHERENCE=launch) devices have concurrentManagedAccess 0, and CUDA "
+			 "refuses a prefetch on such a device; a launch hands a kernel its memory",
+			 what, where);
+}
+
+uvmError_t uvm__refuse_advice(const char *what, uvmMemoryAdvise advice, int device)
+{
+	if (device < 0 || (advice != uvmMemAdviseSetPreferredLocation && advice != uvmMemAdviseSetAccessedBy) || !uvm__launch_model())
+		return uvmSuccess;
+	return uvm__fail(uvmErrorInvalidDevice,
+			 "%s %s device %d: under the launch coherence model (UVM_COHERENCE=launch) devices have concurrentManagedAccess 0, and "
+			 "CUDA refuses this advice for such a device",
+			 what, advice == uvmMemAdviseSetPreferredLocation ? "uvmMemAdviseSetPreferredLocation on" : "uvmMemAdviseSetAccessedBy by", device);
+}
+
 uvmError_t uvm__prefetch_now(uint64_t start, uint64_t length, int dst, const char *what)
 {
 	uvmError_t err;
@@ -316,7 +341,8 @@ uvmError_t uvmMemPrefetchAsync_v2(const void *devPtr, size_t count, uvmMemLocati
 		return err;
 	struct prefetch_v2 a;
 	if ((err = resolve(s, "uvmMemPrefetchAsync_v2 to", location, &a.processor, &a.node)) ||
-	    (err = uvm__managed_range("uvmMemPrefetchAsync_v2", devPtr, count, &a.start, &a.length)))
+	    (err = uvm__managed_range("uvmMemPrefetchAsync_v2", devPtr, count, &a.start, &a.length)) ||
+	    (err = uvm__refuse_prefetch("uvmMemPrefetchAsync_v2", a.processor)))
 		return err;
 	return uvm__stream_enqueue_host(stream, "uvmMemPrefetchAsync_v2", run_prefetch_v2, &a, sizeof a);
 }
@@ -334,7 +360,8 @@ uvmError_t uvmMemAdvise_v2(const void *devPtr, size_t count, uvmMemoryAdvise adv
 		return err;
 	int processor = uvmCpuDeviceId, node = -1;
 	bool uses_location = advice != uvmMemAdviseSetReadMostly && advice != uvmMemAdviseUnsetReadMostly;
-	if (uses_location && (err = resolve(s, "uvmMemAdvise_v2 for", location, &processor, &node)))
+	if (uses_location && ((err = resolve(s, "uvmMemAdvise_v2 for", location, &processor, &node)) ||
+			      (err = uvm__refuse_advice("uvmMemAdvise_v2", advice, processor))))
 		return err;
 	uint64_t start, length;
 	if ((err = uvm__managed_range("uvmMemAdvise_v2", devPtr, count, &start, &length)))

@@ -102,7 +102,7 @@ static const char *alone_on_pages(uintptr_t lo, uintptr_t hi, char *msg, size_t 
 			close(fd);
 		return msg;
 	}
-	const uint8_t *f = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	const uint8_t *f = uvm__sys_mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (f == MAP_FAILED) {
 		snprintf(msg, cap, "map %s: %s", path, strerror(errno));
@@ -135,7 +135,7 @@ static const char *alone_on_pages(uintptr_t lo, uintptr_t hi, char *msg, size_t 
 		}
 	}
 out:
-	munmap((void *)f, n);
+	uvm__sys_munmap((void *)f, n);
 	return bad;
 }
 

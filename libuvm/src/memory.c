@@ -89,10 +89,13 @@ uvmError_t uvmFree(void *devPtr)
 {
 	if (!devPtr)
 		return uvmSuccess; /* as cudaFree(NULL) */
-	uvm__streams_drain_all();
+	uvmError_t err = uvm__refuse_in_host_fn("uvmFree");
+	if (err)
+		return err;
+	uvm__streams_sync_all();
 	struct uvm_alloc a;
 	bool known = uvm__alloc_lookup((uintptr_t)devPtr, &a);
-	uvmError_t err = uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
+	err = uvm__release((uintptr_t)devPtr, KIND_BIT(UVM_KIND_MANAGED) | KIND_BIT(UVM_KIND_DEVICE), "uvmFree");
 	if (!err)
 		uvm__forget_pointer_attributes((uintptr_t)devPtr);
 	if (!err && known)
@@ -169,8 +172,11 @@ uvmError_t uvmFreeHost(void *ptr)
 		return uvmSuccess;
 	if (!uvm__in_window((uintptr_t)ptr) && uvm__alloc_lookup((uintptr_t)ptr, &a))
 		return uvm__fail(uvmErrorInvalidValue, "uvmFreeHost %p: it is registered host memory; release it with uvmHostUnregister", ptr);
-	uvm__streams_drain_all();
-	uvmError_t err = uvm__release((uintptr_t)ptr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmFreeHost");
+	uvmError_t err = uvm__refuse_in_host_fn("uvmFreeHost");
+	if (err)
+		return err;
+	uvm__streams_sync_all();
+	err = uvm__release((uintptr_t)ptr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmFreeHost");
 	if (!err)
 		uvm__forget_pointer_attributes((uintptr_t)ptr);
 	return err;
@@ -228,7 +234,7 @@ uvmError_t uvmHostRegister(void *ptr, size_t size, unsigned int flags)
 	struct uvm_alloc a;
 	if ((err = uvm__allocate(size, UVM_KIND_PINNED_HOST, uvmCpuDeviceId, flags, copy_in, ptr, &a)))
 		return err;
-	if (mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)a.addr) == MAP_FAILED) {
+	if (uvm__sys_mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)a.addr) == MAP_FAILED) {
 		int e = errno;
 		uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST), "uvmHostRegister");
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostRegister %p+%zu: map the pinned pages: %s", ptr, size, strerror(e));
@@ -249,19 +255,22 @@ uvmError_t uvmHostUnregister(void *ptr)
 		return uvm__fail(uvmErrorInvalidValue, "uvmHostUnregister: ptr is NULL");
 	if (uvm__in_window(p) || !uvm__alloc_lookup(p, &a) || a.host_alias != p)
 		return uvm__fail(uvmErrorInvalidValue, "uvmHostUnregister %p: not the start of registered host memory", ptr);
-	uvm__streams_drain_all();
+	uvmError_t err = uvm__refuse_in_host_fn("uvmHostUnregister");
+	if (err)
+		return err;
+	uvm__streams_sync_all();
 	/* The program gets ordinary memory back with the same contents: a
 	 * private copy moved over the alias in one step. */
-	void *copy = mmap(NULL, a.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *copy = uvm__sys_mmap(NULL, a.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (copy == MAP_FAILED)
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmHostUnregister %p: %s", ptr, strerror(errno));
 	memcpy(copy, ptr, a.length);
-	if (mremap(copy, a.length, a.length, MREMAP_MAYMOVE | MREMAP_FIXED, ptr) == MAP_FAILED) {
+	if (uvm__sys_mremap(copy, a.length, a.length, MREMAP_MAYMOVE | MREMAP_FIXED, ptr) == MAP_FAILED) {
 		int e = errno;
-		munmap(copy, a.length);
+		uvm__sys_munmap(copy, a.length);
 		return uvm__fail(uvmErrorUnknown, "uvmHostUnregister %p: move the copy back: %s", ptr, strerror(e));
 	}
-	uvmError_t err = uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST) | REGISTERED_BIT, "uvmHostUnregister");
+	err = uvm__release(a.addr, KIND_BIT(UVM_KIND_PINNED_HOST) | REGISTERED_BIT, "uvmHostUnregister");
 	if (!err)
 		uvm__forget_pointer_attributes(a.addr);
 	return err;
@@ -300,6 +309,8 @@ uvmError_t uvmMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice, 
 	if ((err = uvm__managed_range("uvmMemPrefetchAsync", devPtr, count, &a.start, &a.length)))
 		return err;
 	if ((err = check_processor(s, "uvmMemPrefetchAsync to", dstDevice)))
+		return err;
+	if ((err = uvm__refuse_prefetch("uvmMemPrefetchAsync", dstDevice)))
 		return err;
 	/* In stream order: after the work queued before it, kernels
 	 * included. */
@@ -366,6 +377,55 @@ uvmError_t uvmMemDiscardAsync(const void *devPtr, size_t count, uvmStream_t stre
 	return uvm__stream_enqueue_host(stream, "uvmMemDiscardAsync", run_discard, &a, sizeof a);
 }
 
+/* An attachment queued on a stream. */
+struct attach_args {
+	uint64_t addr;
+	unsigned flags;
+	int device;
+	uint32_t id;
+};
+
+static uvmError_t run_attach(void *arg)
+{
+	const struct attach_args *a = arg;
+	return uvm__coherence_attach(a->addr, a->flags, a->device, a->id);
+}
+
+uvmError_t uvmStreamAttachMemAsync(uvmStream_t stream, void *devPtr, size_t length, unsigned int flags)
+{
+	const char *what = "uvmStreamAttachMemAsync";
+	uintptr_t p = (uintptr_t)devPtr;
+	struct uvm_alloc alloc;
+	if (!devPtr || !uvm__alloc_lookup(p, &alloc) || alloc.kind != UVM_KIND_MANAGED)
+		return uvm__fail(uvmErrorInvalidValue, "%s: %p is not managed memory (want a pointer uvmMallocManaged returned)", what, devPtr);
+	if (p != alloc.addr)
+		return uvm__fail(uvmErrorInvalidValue, "%s: %p is inside the allocation at %p, which is attached whole: pass its start", what, devPtr,
+				 (void *)alloc.addr);
+	if (length != 0 && length != alloc.size)
+		return uvm__fail(uvmErrorInvalidValue, "%s: length %zu: want 0 or the allocation's size, %zu", what, length, alloc.size);
+	switch (flags) {
+	case uvmMemAttachGlobal:
+	case uvmMemAttachHost:
+		break;
+	case uvmMemAttachSingle:
+		if (!stream || stream == uvmStreamLegacy)
+			return uvm__fail(uvmErrorInvalidValue, "%s: uvmMemAttachSingle with the legacy default stream: want a stream uvmStreamCreate made", what);
+		break;
+	default:
+		return uvm__fail(uvmErrorInvalidValue, "%s: flags %#x: want uvmMemAttachGlobal (%#x), uvmMemAttachHost (%#x) or uvmMemAttachSingle (%#x)", what,
+				 flags, uvmMemAttachGlobal, uvmMemAttachHost, uvmMemAttachSingle);
+	}
+	struct attach_args args = {.addr = alloc.addr, .flags = flags, .device = -1, .id = 0};
+	if (stream) {
+		uvmError_t err = uvm__stream_ids(stream, what, &args.device, &args.id);
+		if (err)
+			return err;
+	}
+	/* In stream order: it takes effect once the work queued on the
+	 * stream before it has finished, as CUDA's. */
+	return uvm__stream_order_host(stream, what, run_attach, &args, sizeof args);
+}
+
 uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice, int device)
 {
 	if (advice < uvmMemAdviseSetReadMostly || advice > uvmMemAdviseUnsetAccessedBy)
@@ -379,6 +439,8 @@ uvmError_t uvmMemAdvise(const void *devPtr, size_t count, uvmMemoryAdvise advice
 		return err;
 	if (!uses_device)
 		device = uvmCpuDeviceId; /* ignored, as cudaMemAdvise ignores it */
+	if ((err = uvm__refuse_advice("uvmMemAdvise", advice, device)))
+		return err;
 	uint64_t start, length;
 	if ((err = uvm__managed_range("uvmMemAdvise", devPtr, count, &start, &length)) ||
 	    (err = uvm__advise_now(start, length, advice, device, "uvmMemAdvise")))
@@ -831,36 +893,72 @@ static uvmError_t check_memcpy_kind(const char *what, uvmMemcpyKind kind)
 	return uvmSuccess;
 }
 
-uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+/* copy_now copies as uvmMemcpy does, checked already (d, sr), without
+ * waiting for any stream: the stream's worker runs the Async forms in
+ * their turn. */
+static uvmError_t copy_now(const char *what, void *dst, const void *src, size_t count, const struct side *d, const struct side *sr)
 {
-	uvmError_t err = check_memcpy_kind("uvmMemcpy", kind);
-	if (err)
-		return err;
-	if (count == 0)
-		return uvmSuccess;
-	struct side d, sr;
-	if ((err = memcpy_check("uvmMemcpy", dst, src, count, kind, &d, &sr)))
-		return err;
-	if (!side_device(&d) && !side_device(&sr)) {
-		if (side_write_combined(&d))
+	if (!side_device(d) && !side_device(sr)) {
+		if (side_write_combined(d))
 			copy_nt(dst, src, count);
 		else
 			memcpy(dst, src, count);
 		return uvmSuccess;
 	}
+	uvmError_t err;
 	struct uvm_session *s = session_or_fail(&err);
 	if (!s)
 		return err;
 	/* Either file's parameters will do: they are the machine's. */
 	struct uvm_device_file fd = {.fd = -1}, fs = {.fd = -1};
 	uint8_t *to, *from;
-	if ((err = reach(s, &d, "uvmMemcpy", &fd, &to)) || (err = reach(s, &sr, "uvmMemcpy", &fs, &from)))
+	if ((err = reach(s, d, what, &fd, &to)) || (err = reach(s, sr, what, &fs, &from)))
 		return err;
-	const struct uvm_device_file *f = side_device(&d) ? &fd : &fs;
-	bool nt = side_write_combined(&d) || (side_device(&d) && f->non_temporal_above && count >= f->non_temporal_above);
+	const struct uvm_device_file *f = side_device(d) ? &fd : &fs;
+	bool nt = side_write_combined(d) || (side_device(d) && f->non_temporal_above && count >= f->non_temporal_above);
 	struct copy_job j = {.dst = to, .src = from, .n = count, .nt = nt};
 	run_copy(&j, f);
-	return side_device(&d) ? device_written(s, (uintptr_t)dst, count, "uvmMemcpy") : uvmSuccess;
+	return side_device(d) ? device_written(s, (uintptr_t)dst, count, what) : uvmSuccess;
+}
+
+/* other_device is the device of a side that is another device's device
+ * memory than the current one's, -1 if none: a synchronous copy waits
+ * for its legacy stream too. */
+static int other_device(const struct side *a, const struct side *b)
+{
+	int cur = uvm__current_device();
+	if (side_device(a) && a->a.device != cur)
+		return a->a.device;
+	if (b && side_device(b) && b->a.device != cur)
+		return b->a.device;
+	return -1;
+}
+
+/* memcpy_on is uvmMemcpy issued on stream (NULL: the legacy default
+ * stream): after the work before it, as CUDA's synchronous copy. */
+static uvmError_t memcpy_on(uvmStream_t stream, const char *what, void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+{
+	uvmError_t err = check_memcpy_kind(what, kind);
+	if (err)
+		return err;
+	if (count == 0)
+		return uvmSuccess;
+	struct side d, sr;
+	if ((err = memcpy_check(what, dst, src, count, kind, &d, &sr)))
+		return err;
+	if ((err = uvm__stream_sync_before(stream, uvm__current_device(), other_device(&d, &sr), what)))
+		return err;
+	return copy_now(what, dst, src, count, &d, &sr);
+}
+
+uvmError_t uvmMemcpy(void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+{
+	return memcpy_on(NULL, "uvmMemcpy", dst, src, count, kind);
+}
+
+uvmError_t uvmMemcpy_ptds(void *dst, const void *src, size_t count, uvmMemcpyKind kind)
+{
+	return memcpy_on(uvmStreamPerThread, "uvmMemcpy", dst, src, count, kind);
 }
 
 /* A copy or fill queued on a stream: it runs as the synchronous call
@@ -871,18 +969,25 @@ struct copy_args {
 	size_t count;
 	uvmMemcpyKind kind;
 	int value;
+	const char *what;
 };
 
 static uvmError_t run_memcpy(void *arg)
 {
 	const struct copy_args *a = arg;
-	return uvmMemcpy(a->dst, a->src, a->count, a->kind);
+	struct side d, sr;
+	uvmError_t err = memcpy_check(a->what, a->dst, a->src, a->count, a->kind, &d, &sr);
+	return err ? err : copy_now(a->what, a->dst, a->src, a->count, &d, &sr);
 }
+
+static uvmError_t fill_now(const char *what, void *devPtr, int value, size_t count, const struct side *d);
 
 static uvmError_t run_memset(void *arg)
 {
 	const struct copy_args *a = arg;
-	return uvmMemset(a->dst, a->value, a->count);
+	struct side d;
+	uvmError_t err = side_of(a->what, "destination", a->dst, a->count, &d);
+	return err ? err : fill_now(a->what, a->dst, a->value, a->count, &d);
 }
 
 uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKind kind, uvmStream_t stream)
@@ -898,11 +1003,34 @@ uvmError_t uvmMemcpyAsync(void *dst, const void *src, size_t count, uvmMemcpyKin
 	struct side d, sr;
 	if ((err = memcpy_check("uvmMemcpyAsync", dst, src, count, kind, &d, &sr)))
 		return err;
-	struct copy_args a = {.dst = dst, .src = src, .count = count, .kind = kind};
+	struct copy_args a = {.dst = dst, .src = src, .count = count, .kind = kind, .what = "uvmMemcpyAsync"};
 	return uvm__stream_enqueue_host(stream, "uvmMemcpyAsync", run_memcpy, &a, sizeof a);
 }
 
-uvmError_t uvmMemset(void *devPtr, int value, size_t count)
+static uvmError_t fill_now(const char *what, void *devPtr, int value, size_t count, const struct side *d)
+{
+	if (!side_device(d)) {
+		if (side_write_combined(d))
+			fill_nt(devPtr, (uint8_t)value, count);
+		else
+			memset(devPtr, value, count);
+		return uvmSuccess;
+	}
+	uvmError_t err;
+	struct uvm_session *s = session_or_fail(&err);
+	if (!s)
+		return err;
+	struct uvm_device_file f;
+	uint8_t *to;
+	if ((err = reach(s, d, what, &f, &to)))
+		return err;
+	struct copy_job j = {.dst = to, .n = count, .value = (uint8_t)value, .nt = f.non_temporal_above && count >= f.non_temporal_above};
+	run_copy(&j, &f);
+	return device_written(s, (uintptr_t)devPtr, count, what);
+}
+
+/* memset_on is uvmMemset issued on stream, as memcpy_on. */
+static uvmError_t memset_on(uvmStream_t stream, void *devPtr, int value, size_t count)
 {
 	if (count == 0)
 		return uvmSuccess;
@@ -910,24 +1038,14 @@ uvmError_t uvmMemset(void *devPtr, int value, size_t count)
 	uvmError_t err;
 	if ((err = side_of("uvmMemset", "destination", devPtr, count, &d)))
 		return err;
-	if (!side_device(&d)) {
-		if (side_write_combined(&d))
-			fill_nt(devPtr, (uint8_t)value, count);
-		else
-			memset(devPtr, value, count);
-		return uvmSuccess;
-	}
-	struct uvm_session *s = session_or_fail(&err);
-	if (!s)
+	if ((err = uvm__stream_sync_before(stream, uvm__current_device(), other_device(&d, NULL), "uvmMemset")))
 		return err;
-	struct uvm_device_file f;
-	uint8_t *to;
-	if ((err = reach(s, &d, "uvmMemset", &f, &to)))
-		return err;
-	struct copy_job j = {.dst = to, .n = count, .value = (uint8_t)value, .nt = f.non_temporal_above && count >= f.non_temporal_above};
-	run_copy(&j, &f);
-	return device_written(s, (uintptr_t)devPtr, count, "uvmMemset");
+	return fill_now("uvmMemset", devPtr, value, count, &d);
 }
+
+uvmError_t uvmMemset(void *devPtr, int value, size_t count) { return memset_on(NULL, devPtr, value, count); }
+
+uvmError_t uvmMemset_ptds(void *devPtr, int value, size_t count) { return memset_on(uvmStreamPerThread, devPtr, value, count); }
 
 uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t stream)
 {
@@ -940,12 +1058,12 @@ uvmError_t uvmMemsetAsync(void *devPtr, int value, size_t count, uvmStream_t str
 	struct side d;
 	if ((err = side_of("uvmMemsetAsync", "destination", devPtr, count, &d)))
 		return err;
-	struct copy_args a = {.dst = devPtr, .count = count, .value = value};
+	struct copy_args a = {.dst = devPtr, .count = count, .value = value, .what = "uvmMemsetAsync"};
 	return uvm__stream_enqueue_host(stream, "uvmMemsetAsync", run_memset, &a, sizeof a);
 }
 
 uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dheight, const void *src, size_t spitch, size_t sheight, size_t width,
-			 size_t height, size_t depth, int value, uvmMemcpyKind kind)
+			 size_t height, size_t depth, int value, uvmMemcpyKind kind, bool synchronous, uvmStream_t stream)
 {
 	if (width == 0 || height == 0 || depth == 0)
 		return uvmSuccess;
@@ -964,6 +1082,10 @@ uvmError_t uvm__copy_box(const char *what, void *dst, size_t dpitch, size_t dhei
 		if ((uintptr_t)dst < (uintptr_t)src + sspan && (uintptr_t)src < (uintptr_t)dst + dspan)
 			return uvm__fail(uvmErrorInvalidValue, "%s %p <- %p: the spans of %zu and %zu bytes overlap", what, dst, src, dspan, sspan);
 	}
+	/* The synchronous forms are issued on stream, as uvmMemcpy is: after
+	 * the work before them. */
+	if (synchronous && (err = uvm__stream_sync_before(stream, uvm__current_device(), other_device(&d, src ? &sr : NULL), what)))
+		return err;
 	uint8_t *to = dst;
 	const uint8_t *from = src;
 	struct uvm_session *s = NULL;
@@ -1027,12 +1149,30 @@ static uvmError_t peer_check(const char *what, void *dst, int dstDevice, const v
 	return uvmSuccess;
 }
 
-uvmError_t uvmMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+/* memcpy_peer_on is uvmMemcpyPeer issued on stream (of srcDevice; NULL:
+ * the legacy stream), and on dstDevice's legacy stream, as
+ * cudaMemcpyPeer: after the work before it on both. */
+static uvmError_t memcpy_peer_on(uvmStream_t stream, void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
 	uvmError_t err = peer_check("uvmMemcpyPeer", dst, dstDevice, src, srcDevice, count);
 	if (err || count == 0)
 		return err;
-	return uvmMemcpy(dst, src, count, uvmMemcpyDefault);
+	struct side d, sr;
+	if ((err = memcpy_check("uvmMemcpyPeer", dst, src, count, uvmMemcpyDefault, &d, &sr)))
+		return err;
+	if ((err = uvm__stream_sync_before(stream, srcDevice, dstDevice, "uvmMemcpyPeer")))
+		return err;
+	return copy_now("uvmMemcpyPeer", dst, src, count, &d, &sr);
+}
+
+uvmError_t uvmMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+{
+	return memcpy_peer_on(NULL, dst, dstDevice, src, srcDevice, count);
+}
+
+uvmError_t uvmMemcpyPeer_ptds(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+{
+	return memcpy_peer_on(uvmStreamPerThread, dst, dstDevice, src, srcDevice, count);
 }
 
 uvmError_t uvmMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, uvmStream_t stream)
@@ -1043,6 +1183,6 @@ uvmError_t uvmMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int src
 		return err;
 	if ((err = peer_check("uvmMemcpyPeerAsync", dst, dstDevice, src, srcDevice, count)) || count == 0)
 		return err;
-	struct copy_args a = {.dst = dst, .src = src, .count = count, .kind = uvmMemcpyDefault};
+	struct copy_args a = {.dst = dst, .src = src, .count = count, .kind = uvmMemcpyDefault, .what = "uvmMemcpyPeerAsync"};
 	return uvm__stream_enqueue_host(stream, "uvmMemcpyPeerAsync", run_memcpy, &a, sizeof a);
 }

@@ -1,7 +1,7 @@
 /*
- * props.c: device properties, memory information, peer access, and the
- * attributes of a pointer: what a program asks about devices and memory
- * rather than does with them.
+ * props.c: device attributes and properties, memory information, peer
+ * access, and the attributes of a pointer: what a program asks about
+ * devices and memory rather than does with them.
  */
 #include "internal.h"
 
@@ -397,7 +397,7 @@ uvmError_t uvmMemGetInfo(size_t *free, size_t *total)
 	uvmError_t err = uvm__check_device(dev, "uvmMemGetInfo: memory of", &s);
 	if (err)
 		return err;
-	uint8_t *reply = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *reply = uvm__sys_mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (reply == MAP_FAILED)
 		return uvm__fail(uvmErrorMemoryAllocation, "uvmMemGetInfo: map a buffer for the server's answer: %s", strerror(errno));
 	uint8_t q[UVM_WIRE_HEADER];
@@ -415,7 +415,7 @@ uvmError_t uvmMemGetInfo(size_t *free, size_t *total)
 			*free = used < cap ? (size_t)(cap - used) : 0;
 		}
 	}
-	munmap(reply, UVM_MAX_MESSAGE);
+	uvm__sys_munmap(reply, UVM_MAX_MESSAGE);
 	return err ? err : uvm__ok();
 }
 

@@ -1,6 +1,7 @@
 /*
  * session.c: the connection to the fault server, the table of
- * allocations, and what a fork does to them.
+ * allocations, and what a fork does to them; the calling thread's
+ * current device and which devices the session has.
  *
  * A process has one session: a SOCK_SEQPACKET connection over which it
  * handed the server its userfaultfd and its host file (a memfd whose page
@@ -308,7 +309,7 @@ static void connect_session(void)
 	pthread_mutex_init(&s->files_mu, NULL);
 	for (int i = 0; i < UVM_MAX_DEVICES; i++)
 		s->files[i].fd = -1;
-	s->rbuf = mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	s->rbuf = uvm__sys_mmap(NULL, UVM_MAX_MESSAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (s->rbuf == MAP_FAILED) {
 		s->rbuf = NULL;
 		init_fail(uvmErrorMemoryAllocation, "map the reply buffer: %s", strerror(errno));
@@ -524,7 +525,7 @@ uint8_t *uvm__alloc_shadow(const struct uvm_alloc *a, int fd)
 	/* Mapped outside the lock; a thread that lost the race to map it
 	 * first unmaps its own. MADV_DONTFORK, as the range itself: a
 	 * child's write through it would land in the parent's device memory. */
-	void *m = mmap(NULL, a->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)a->addr);
+	void *m = uvm__sys_mmap(NULL, a->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)a->addr);
 	if (m == MAP_FAILED)
 		return NULL;
 	/* Location files may take large folios: no mapping of one may let
@@ -533,7 +534,7 @@ uint8_t *uvm__alloc_shadow(const struct uvm_alloc *a, int fd)
 	madvise(m, a->length, MADV_NOHUGEPAGE);
 	if (madvise(m, a->length, MADV_DONTFORK) < 0) {
 		int e = errno;
-		munmap(m, a->length);
+		uvm__sys_munmap(m, a->length);
 		errno = e;
 		return NULL;
 	}
@@ -549,7 +550,7 @@ uint8_t *uvm__alloc_shadow(const struct uvm_alloc *a, int fd)
 	}
 	pthread_rwlock_unlock(&allocs_mu);
 	if (got != m)
-		munmap(m, a->length);
+		uvm__sys_munmap(m, a->length);
 	if (!got)
 		errno = ESTALE;
 	return got;
@@ -592,13 +593,13 @@ static uintptr_t insert_pending(size_t reserved)
 	for (;;) {
 		uintptr_t end = i < nallocs ? allocs[i].addr : UVM_WINDOW_START + UVM_WINDOW_SIZE;
 		while (start + reserved <= end) {
-			void *got = mmap((void *)start, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+			void *got = uvm__sys_mmap((void *)start, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 			if (got == (void *)start) {
 				addr = start;
 				goto found;
 			}
 			if (got != MAP_FAILED)
-				munmap(got, reserved);
+				uvm__sys_munmap(got, reserved);
 			else if (errno != EEXIST)
 				goto out;
 			start += UVM_BLOCK_SIZE; /* something else lives there */
@@ -632,7 +633,7 @@ static void remove_at_locked(uintptr_t addr)
 
 static void drop_pending(uintptr_t addr, size_t reserved)
 {
-	munmap((void *)addr, reserved);
+	uvm__sys_munmap((void *)addr, reserved);
 	pthread_rwlock_wrlock(&allocs_mu);
 	remove_at_locked(addr);
 	pthread_rwlock_unlock(&allocs_mu);
@@ -670,7 +671,7 @@ uvmError_t uvm__allocate(size_t size, int kind, int device, unsigned flags, uvmE
 	/* The host file's offset equals the address: every location file of
 	 * the range is laid out the same way. The range stays out of forks:
 	 * a child gets a private copy (atfork_child), never the shared file. */
-	if (mmap((void *)addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)addr) == MAP_FAILED ||
+	if (uvm__sys_mmap((void *)addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)addr) == MAP_FAILED ||
 	    madvise((void *)addr, length, MADV_NOHUGEPAGE) < 0 || madvise((void *)addr, reserved, MADV_DONTFORK) < 0) {
 		int e = errno;
 		drop_pending(addr, reserved);
@@ -710,7 +711,7 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 	/* The contents wait in a copy while the host file takes the range
 	 * over and the server registers it; nothing else runs (the caller
 	 * makes sure), so nothing sees the zeros in between. */
-	void *copy = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *copy = uvm__sys_mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (copy == MAP_FAILED)
 		return uvm__fail(uvmErrorMemoryAllocation, "adopt %#lx+%zu: %s", addr, length, strerror(errno));
 	memcpy(copy, (void *)addr, length);
@@ -726,7 +727,7 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 	}
 	if (taken || !room) {
 		pthread_rwlock_unlock(&allocs_mu);
-		munmap(copy, length);
+		uvm__sys_munmap(copy, length);
 		return uvm__fail(taken ? uvmErrorInvalidValue : uvmErrorMemoryAllocation, "adopt %#lx+%zu: %s", addr, length,
 				 taken ? "it overlaps memory of the runtime" : "no memory for the allocation table");
 	}
@@ -735,14 +736,14 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 				       .device = uvmCpuDeviceId, .flags = uvmMemAttachGlobal, .pending = true};
 	nallocs++;
 	pthread_rwlock_unlock(&allocs_mu);
-	if (mmap((void *)addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)addr) == MAP_FAILED) {
+	if (uvm__sys_mmap((void *)addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd, (off_t)addr) == MAP_FAILED) {
 		/* MAP_FIXED failed before replacing anything: the memory is the
 		 * program's as before. */
 		int e = errno;
 		pthread_rwlock_wrlock(&allocs_mu);
 		remove_at_locked(addr);
 		pthread_rwlock_unlock(&allocs_mu);
-		munmap(copy, length);
+		uvm__sys_munmap(copy, length);
 		return uvm__fail(uvmErrorMemoryAllocation, "adopt %#lx+%zu: map the host file: %s", addr, length, strerror(e));
 	}
 	madvise((void *)addr, length, MADV_DONTFORK);
@@ -759,7 +760,7 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 	pthread_rwlock_unlock(&allocs_mu);
 	if (err != uvmSuccess) {
 		/* Give the program its private memory with the contents back. */
-		mremap(copy, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)addr);
+		uvm__sys_mremap(copy, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)addr);
 		return err;
 	}
 	/* The contents go back through the registered range, so that the
@@ -770,7 +771,7 @@ uvmError_t uvm__adopt(uintptr_t addr, size_t length)
 	for (size_t off = 0; off < length; off += UVM_PAGE_SIZE)
 		if (memcmp((uint8_t *)copy + off, zero, UVM_PAGE_SIZE) != 0)
 			memcpy((uint8_t *)addr + off, (uint8_t *)copy + off, UVM_PAGE_SIZE);
-	munmap(copy, length);
+	uvm__sys_munmap(copy, length);
 	return uvmSuccess;
 }
 
@@ -811,10 +812,10 @@ uvmError_t uvm__release(uintptr_t addr, unsigned kinds_mask, const char *what)
 	/* Before the server frees: the device file's pages at addr may be
 	 * another allocation's next, which this mapping must not reach. */
 	if (a.shadow)
-		munmap(a.shadow, a.length);
+		uvm__sys_munmap(a.shadow, a.length);
 	if (a.forked) {
 		/* A fork's private copy: no server knows it. */
-		munmap((void *)a.addr, a.reserved);
+		uvm__sys_munmap((void *)a.addr, a.reserved);
 		return uvmSuccess;
 	}
 	uvmError_t err;
@@ -829,7 +830,7 @@ uvmError_t uvm__release(uintptr_t addr, unsigned kinds_mask, const char *what)
 	uvm__encode_free(&m, 0, addr);
 	struct uvm_reader r;
 	err = uvm__request(s, &m, NULL, 0, reply, sizeof reply, &r, NULL, 0, NULL, what);
-	munmap((void *)a.addr, a.reserved);
+	uvm__sys_munmap((void *)a.addr, a.reserved);
 	return err;
 }
 
@@ -943,19 +944,19 @@ static void atfork_child(void)
 		if (c->alias) {
 			/* Registered memory: the program's own pages again, a copy. */
 			void *tmp = c->offset < 0 ? MAP_FAILED
-					  : mmap(NULL, c->length, PROT_READ | PROT_WRITE, MAP_PRIVATE, snapshot_fd, c->offset);
+					  : uvm__sys_mmap(NULL, c->length, PROT_READ | PROT_WRITE, MAP_PRIVATE, snapshot_fd, c->offset);
 			if (tmp != MAP_FAILED)
-				mremap(tmp, c->length, c->length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)c->alias);
+				uvm__sys_mremap(tmp, c->length, c->length, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)c->alias);
 			continue;
 		}
 		if (c->offset < 0) {
-			mmap((void *)c->addr, c->reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			uvm__sys_mmap((void *)c->addr, c->reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 			continue;
 		}
 		if (c->copied > 0)
-			mmap((void *)c->addr, c->copied, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, snapshot_fd, c->offset);
+			uvm__sys_mmap((void *)c->addr, c->copied, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, snapshot_fd, c->offset);
 		if (c->copied < c->length)
-			mmap((void *)(c->addr + c->copied), c->length - c->copied, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+			uvm__sys_mmap((void *)(c->addr + c->copied), c->length - c->copied, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
 			     0);
 	}
 	/* What is left in the table are the child's copies: freeing one
@@ -975,7 +976,7 @@ static void atfork_child(void)
 		close(session.conn);
 		close(session.host_fd);
 		if (session.rbuf)
-			munmap(session.rbuf, UVM_MAX_MESSAGE);
+			uvm__sys_munmap(session.rbuf, UVM_MAX_MESSAGE);
 		/* The parent's device files: this process's next session asks
 		 * for its own. */
 		for (int i = 0; i < UVM_MAX_DEVICES; i++)
@@ -990,3 +991,59 @@ static void atfork_child(void)
 /* The handlers are installed when the library is loaded, before any
  * thread of the program could fork with a session half made. */
 UVM_CORE_CONSTRUCTOR static void install_fork_handlers(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+/* ---- devices: the current one, and which exist ---- */
+
+static __thread int current_device;
+
+int uvm__current_device(void) { return current_device; }
+
+uvmError_t uvm__check_device(int d, const char *what, struct uvm_session **sp)
+{
+	uvmError_t err;
+	struct uvm_session *s = uvm__session(&err);
+	if (!s)
+		return err;
+	if (sp)
+		*sp = s;
+	if (d >= 0 && d < s->ndevices)
+		return uvmSuccess;
+	if (s->ndevices == 0)
+		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: there are no devices (the server was started with UVM_DEVICES=0)", what, d);
+	if (s->ndevices == 1)
+		return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want device 0, the only one", what, d);
+	return uvm__fail(uvmErrorInvalidDevice, "%s device %d: want a device from 0 to %d", what, d, s->ndevices - 1);
+}
+
+uvmError_t uvmGetDeviceCount(int *count)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmGetDeviceCount");
+	if (!count)
+		return uvm__fail(uvmErrorInvalidValue, "uvmGetDeviceCount: count is NULL; want a pointer to an int");
+	uvmError_t err;
+	struct uvm_session *s = uvm__session(&err);
+	if (!s)
+		return err;
+	*count = s->ndevices;
+	return uvm__ok();
+}
+
+uvmError_t uvmSetDevice(int device)
+{
+	if (uvm__device_process >= 0)
+		return uvm__refuse_in_device("uvmSetDevice");
+	uvmError_t err = uvm__check_device(device, "uvmSetDevice:", NULL);
+	if (err)
+		return err;
+	current_device = device;
+	return uvm__ok();
+}
+
+uvmError_t uvmGetDevice(int *device)
+{
+	if (!device)
+		return uvm__fail(uvmErrorInvalidValue, "uvmGetDevice: device is NULL; want a pointer to an int");
+	*device = current_device;
+	return uvm__ok();
+}

@@ -49,6 +49,7 @@ enum uvm_msg_type {
 	UVM_MSG_DISCARD          = 30, /* "discard" */
 	UVM_MSG_LAUNCH_GRID      = 31, /* "launch-grid" */
 	UVM_MSG_TRACE_CONTROL    = 32, /* "trace-control" */
+	UVM_MSG_DEVICE_LAYOUT    = 33, /* "device-layout" */
 };
 
 /* Reply status codes (wire.errorCode). */

@@ -2,7 +2,9 @@
  * with UVM_COHERENCE=launch as well as without): the CPU's writes reach
  * the next kernel and the kernel's the CPU after a synchronize; memory
  * attached to the host, or to another stream, stays the CPU's while a
- * kernel runs; uvmStreamAttachMemAsync refuses what CUDA refuses. */
+ * kernel runs; attachments take effect in stream order;
+ * uvmStreamAttachMemAsync, prefetches and advice refuse what CUDA
+ * refuses. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -116,6 +118,78 @@ static void test_attachment(void)
 	CHECK_OK(uvmFreeHost((void *)flag));
 }
 
+/* An attachment takes effect in stream order: once the legacy stream
+ * has reached an attachment to the host (its synchronize returned),
+ * the CPU may touch the memory while a kernel that took it at its
+ * launch still runs on a non-blocking stream, or when one that finished
+ * on a blocking stream was never synchronized itself. */
+static void test_attachment_in_stream_order(void)
+{
+	_Atomic int *flag;
+	unsigned char *x;
+	uvmStream_t nb, s1;
+	CHECK_OK(uvmHostAlloc((void **)&flag, sizeof *flag, uvmHostAllocMapped));
+	CHECK_OK(uvmMallocManaged((void **)&x, 4 * PAGE, uvmMemAttachGlobal));
+	CHECK_OK(uvmStreamCreateWithFlags(&nb, uvmStreamNonBlocking));
+	CHECK_OK(uvmStreamCreate(&s1));
+	if (!flag || !x)
+		return;
+	memset(x, 1, 4 * PAGE);
+	atomic_store(flag, 0);
+	CHECK_OK(uvmLaunchKernel(0, nb, 1, wait_flag, &flag, sizeof flag)); /* takes x: global */
+	while (atomic_load(flag) != 1)
+		usleep(50);
+	CHECK_OK(uvmStreamAttachMemAsync(NULL, x, 0, uvmMemAttachHost));
+	CHECK_OK(uvmStreamSynchronize(NULL));
+	int bad = 0;
+	for (int i = 0; i < 4 * PAGE; i++)
+		bad += x[i] != 1;
+	CHECK(bad == 0);
+	memset(x, 2, 4 * PAGE);
+	atomic_store(flag, 2);
+	CHECK_OK(uvmStreamSynchronize(nb));
+
+	/* A kernel on a blocking stream takes it (attached globally again),
+	 * and is never synchronized by itself. */
+	CHECK_OK(uvmStreamAttachMemAsync(s1, x, 0, uvmMemAttachGlobal));
+	struct add_params p = {x, 4 * PAGE};
+	CHECK_OK(uvmLaunchKernel(0, s1, 2, add_one, &p, sizeof p));
+	CHECK_OK(uvmStreamAttachMemAsync(NULL, x, 0, uvmMemAttachHost));
+	CHECK_OK(uvmStreamSynchronize(NULL));
+	bad = 0;
+	for (int i = 0; i < 4 * PAGE; i++)
+		bad += x[i] != 3;
+	CHECK(bad == 0);
+	memset(x, 4, 4 * PAGE);
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK_OK(uvmStreamDestroy(nb));
+	CHECK_OK(uvmStreamDestroy(s1));
+	CHECK_OK(uvmFree(x));
+	CHECK_OK(uvmFreeHost((void *)flag));
+}
+
+/* What CUDA refuses on a device without concurrent managed access:
+ * prefetches, and advice that names the device as the preferred
+ * location or an accessor. */
+static void test_refusals(void)
+{
+	unsigned char *x;
+	CHECK_OK(uvmMallocManaged((void **)&x, 4 * PAGE, uvmMemAttachGlobal));
+	if (!x)
+		return;
+	uvmError_t want = launch_model() ? uvmErrorInvalidDevice : uvmSuccess;
+	CHECK_ERR(uvmMemPrefetchAsync(x, 4 * PAGE, 0, NULL), want);
+	CHECK_ERR(uvmMemPrefetchAsync(x, 4 * PAGE, uvmCpuDeviceId, NULL), want);
+	CHECK_ERR(uvmMemAdvise(x, 4 * PAGE, uvmMemAdviseSetPreferredLocation, 0), want);
+	CHECK_ERR(uvmMemAdvise(x, 4 * PAGE, uvmMemAdviseSetAccessedBy, 1), want);
+	if (launch_model())
+		CHECK(strstr(uvmGetLastErrorMessage(), "concurrentManagedAccess 0") != NULL);
+	CHECK_OK(uvmMemAdvise(x, 4 * PAGE, uvmMemAdviseSetPreferredLocation, uvmCpuDeviceId));
+	CHECK_OK(uvmMemAdvise(x, 4 * PAGE, uvmMemAdviseSetReadMostly, 0));
+	CHECK_OK(uvmDeviceSynchronize());
+	CHECK_OK(uvmFree(x));
+}
+
 int main(void)
 {
 	int concurrent = -1;
@@ -123,5 +197,7 @@ int main(void)
 	CHECK(concurrent == (launch_model() ? 0 : 1));
 	test_writes_cross_launches();
 	test_attachment();
+	test_attachment_in_stream_order();
+	test_refusals();
 	return check_done("coherence_test");
 }

@@ -315,9 +315,82 @@ static void test_misc(void)
 	CHECK(strstr(uvmGetLastErrorMessage(), "kernel crasher (") != NULL);
 	CHECK(strstr(uvmGetLastErrorMessage(), "its thread (0,0,0) of block (0,0,0) (a grid (1,1,1) of blocks (1,1,1))") != NULL);
 	uvmGetLastError();
+	CHECK_OK(uvmDeviceReset()); /* a crash fails the device until then, as it fails a CUDA context */
 	/* A shape past the limits fails the launch, as <<<>>> does. */
 	CHECK_ERR(uvmLaunchKernelGGL(no_arguments, 1, 2048, 0, 0), uvmErrorInvalidConfiguration);
 	CHECK(uvmGetLastError() == uvmErrorInvalidConfiguration);
+}
+
+/* ---- what a port keeps of CUDA's C++ and its device code ---- */
+
+__global__ void mul24_kernel(int *out, const int *a, const int *b, unsigned int *uout)
+{
+	int i = threadIdx.x;
+	out[i] = __mul24(a[i], b[i]);
+	uout[i] = __umul24((unsigned)a[i], (unsigned)b[i]);
+}
+
+static void test_port_forms(void)
+{
+	/* The allocation calls take any T ** and cudaMallocManaged's flags
+	 * default to global, as CUDA's C++ header lets them. */
+	int *managed, *dev, *host, *mapped;
+	double *pitched;
+	size_t pitch = 0;
+	CHECK_OK(uvmMallocManaged(&managed, 8 * sizeof *managed));
+	uvmPointerAttributes attr;
+	CHECK_OK(uvmPointerGetAttributes(&attr, managed));
+	CHECK(attr.type == uvmMemoryTypeManaged);
+	CHECK_OK(uvmMalloc(&dev, 8 * sizeof *dev));
+	CHECK_OK(uvmPointerGetAttributes(&attr, dev));
+	CHECK(attr.type == uvmMemoryTypeDevice && attr.device == 0);
+	CHECK_OK(uvmMallocHost(&host, 8 * sizeof *host));
+	CHECK_OK(uvmHostAlloc(&mapped, 8 * sizeof *mapped, uvmHostAllocMapped));
+	int *mapped_dev = NULL;
+	CHECK_OK(uvmHostGetDevicePointer(&mapped_dev, mapped, 0));
+	CHECK(mapped_dev == mapped);
+	CHECK_OK(uvmMallocPitch(&pitched, &pitch, 100, 3));
+	CHECK(pitch >= 100);
+
+	/* warpSize is 1 in a kernel, and prop.warpSize is still the field. */
+	uvmDeviceProp prop;
+	CHECK_OK(uvmGetDeviceProperties(&prop, 0));
+	CHECK(prop.warpSize == warpSize && warpSize == 1);
+	int lanes[warpSize];
+	CHECK(sizeof lanes == sizeof(int));
+
+	/* __mul24 and __umul24 multiply the low 24 bits, as CUDA's. */
+	int a[4] = {3, 0x1000005, -7, 0x7fffff}, b[4] = {5, 2, 3, 0x7fffff};
+	int want[4] = {15, 10, -21, (int)(0x7fffffLL * 0x7fffff)};
+	unsigned int uwant[4] = {15, 10, (0xfffff9u * 3u), 0x7fffffu * 0x7fffffu};
+	int *ma, *mb, *out;
+	unsigned int *uout;
+	CHECK_OK(uvmMallocManaged(&ma, sizeof a));
+	CHECK_OK(uvmMallocManaged(&mb, sizeof b));
+	CHECK_OK(uvmMallocManaged(&out, sizeof a));
+	CHECK_OK(uvmMallocManaged(&uout, sizeof uwant));
+	memcpy(ma, a, sizeof a);
+	memcpy(mb, b, sizeof b);
+	CHECK_OK(uvmLaunchKernelGGL(mul24_kernel, 1, 4, 0, 0, out, ma, mb, uout));
+	CHECK_OK(uvmDeviceSynchronize());
+	for (int i = 0; i < 4; i++) {
+		if (out[i] != want[i] || uout[i] != uwant[i])
+			fprintf(stderr, "__mul24(%#x, %#x) = %#x, __umul24 %#x; want %#x, %#x\n", a[i], b[i], out[i], uout[i], want[i], uwant[i]);
+		CHECK(out[i] == want[i] && uout[i] == uwant[i]);
+	}
+	CHECK(uvmComputeModeDefault == 0 && uvmComputeModeProhibited == 2);
+	int mode = -1;
+	CHECK_OK(uvmDeviceGetAttribute(&mode, uvmDevAttrComputeMode, 0));
+	CHECK(mode == uvmComputeModeDefault);
+	uvmFree(managed);
+	uvmFree(dev);
+	uvmFreeHost(host);
+	uvmFreeHost(mapped);
+	uvmFree(pitched);
+	uvmFree(ma);
+	uvmFree(mb);
+	uvmFree(out);
+	uvmFree(uout);
 }
 
 int main(void)
@@ -329,5 +402,6 @@ int main(void)
 	test_atomics();
 	test_cooperative();
 	test_misc();
+	test_port_forms();
 	return check_done("cuda_test");
 }

@@ -291,9 +291,16 @@ static void test_crash_is_reported_and_survived(void)
 	CHECK(strstr(msg, "null_deref") != NULL);
 	CHECK(strstr(msg, "signal 11 (segmentation fault)") != NULL);
 	CHECK(strstr(msg, "touched address 0") != NULL);
-	CHECK(strstr(msg, "next launch starts a new process") != NULL);
-	CHECK_OK(uvmDeviceSynchronize()); /* reported once */
+	CHECK(strstr(msg, "after uvmDeviceReset the next launch starts a new process") != NULL);
+	/* Sticky, as a CUDA context's kernel fault: reported again, and the
+	 * device takes no launch, until a reset. */
+	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
+	CHECK(strstr(uvmGetLastErrorMessage(), "null_deref") != NULL);
+	CHECK_ERR(uvmLaunchKernel(0, NULL, n, add_one, &p, sizeof p), uvmErrorLaunchFailure);
+	CHECK(strstr(uvmGetLastErrorMessage(), "uvmDeviceReset clears that") != NULL);
 	CHECK(check_fill(a, n, 300));
+	CHECK_OK(uvmDeviceReset());
+	CHECK_OK(uvmDeviceSynchronize());
 
 	/* The next launch starts a new process, which sees the data. */
 	CHECK_OK(uvmLaunchKernel(0, NULL, n, add_one, &p, sizeof p));
@@ -311,8 +318,12 @@ static void test_crash_is_reported_and_survived(void)
 	CHECK_OK(uvmSetDevice(1));
 	CHECK_OK(uvmDeviceSynchronize());
 	CHECK_OK(uvmSetDevice(0));
+	CHECK_ERR(uvmStreamSynchronize(NULL), uvmErrorLaunchFailure); /* the device's other streams too */
+	CHECK_OK(uvmDeviceReset());
+	CHECK_ERR(uvmStreamSynchronize(st), uvmErrorInvalidValue); /* the reset destroyed it */
+	CHECK_OK(uvmStreamCreate(&st));
 	CHECK_OK(uvmLaunchKernel(0, st, 1, nap, &(unsigned){1}, sizeof(unsigned)));
-	CHECK_OK(uvmStreamSynchronize(st)); /* the stream lives on in the new process */
+	CHECK_OK(uvmStreamSynchronize(st)); /* a new process */
 	CHECK_OK(uvmStreamDestroy(st));
 	CHECK_OK(uvmDeviceSynchronize());
 	CHECK_OK(uvmFree(a));

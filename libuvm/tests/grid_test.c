@@ -274,7 +274,12 @@ static void test_grid_sync_refused(void)
 	CHECK_OK(uvmLaunchGrid(1, NULL, (uvmDim3){2, 1, 1}, (uvmDim3){4, 1, 1}, 0, grid_sync_kernel, NULL, 0));
 	CHECK_OK(uvmSetDevice(1));
 	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
+	/* A grid launch is refused by a failed device, as a thread launch
+	 * is, and every synchronize reports the failure again. */
+	CHECK_ERR(uvmLaunchGrid(1, NULL, (uvmDim3){1, 1, 1}, (uvmDim3){1, 1, 1}, 0, grid_sync_kernel, NULL, 0), uvmErrorLaunchFailure);
+	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
 	uvmGetLastError();
+	CHECK_OK(uvmDeviceReset()); /* a crash fails the device until then */
 	CHECK_OK(uvmSetDevice(0));
 }
 
@@ -297,6 +302,27 @@ static void test_limits(void)
 	}
 	CHECK_ERR(uvmOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)visit_kernel, 0, 0), uvmErrorInvalidValue);
 	CHECK_ERR(uvmOccupancyMaxActiveBlocksPerMultiprocessor(&n, NULL, 32, 0), uvmErrorInvalidValue);
+
+	/* The block size that keeps the most threads resident, the largest
+	 * first, and the grid that fills the device's workers with it. */
+	int workers = 0, grid = -1, size = -1;
+	CHECK_OK(uvmDeviceGetAttribute(&workers, uvmDevAttrMultiProcessorCount, 0));
+	struct {
+		int limit;
+		size_t shared;
+		int size, blocks;
+	} best[] = {{0, 0, 1024, 2}, {1000000, 0, 1024, 2}, {1023, 0, 512, 4}, {100, 0, 64, 32}, {40, 0, 40, 32}, {0, 48 << 10, 1024, 2}};
+	for (size_t i = 0; i < sizeof best / sizeof best[0]; i++) {
+		CHECK_OK(uvmOccupancyMaxPotentialBlockSize(&grid, &size, (const void *)visit_kernel, best[i].shared, best[i].limit));
+		if (size != best[i].size || grid != best[i].blocks * workers)
+			fprintf(stderr, "potential block size with limit %d and %zu bytes: %d in a grid of %d, want %d in %d\n", best[i].limit,
+				best[i].shared, size, grid, best[i].size, best[i].blocks * workers);
+		CHECK(size == best[i].size && grid == best[i].blocks * workers);
+	}
+	CHECK_ERR(uvmOccupancyMaxPotentialBlockSize(&grid, &size, (const void *)visit_kernel, (48 << 10) + 1, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmOccupancyMaxPotentialBlockSize(&grid, &size, (const void *)visit_kernel, 0, -1), uvmErrorInvalidValue);
+	CHECK_ERR(uvmOccupancyMaxPotentialBlockSize(NULL, &size, (const void *)visit_kernel, 0, 0), uvmErrorInvalidValue);
+	CHECK_ERR(uvmOccupancyMaxPotentialBlockSize(&grid, &size, NULL, 0, 0), uvmErrorInvalidValue);
 
 	struct visit_params p = {NULL};
 	struct {
@@ -352,6 +378,7 @@ static void test_stacks(void)
 	CHECK_OK(uvmLaunchGrid(0, NULL, (uvmDim3){1, 1, 1}, (uvmDim3){threads, 1, 1}, 0, stack_kernel, &p, sizeof p));
 	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
 	uvmGetLastError();
+	CHECK_OK(uvmDeviceReset()); /* a crash fails the device until then */
 	/* With 1 MiB they fit. */
 	CHECK_OK(uvmDeviceSetLimit(uvmLimitStackSize, 1 << 20));
 	CHECK_OK(uvmDeviceGetLimit(&got, uvmLimitStackSize));

@@ -421,6 +421,11 @@ static void test_peer_access(void)
 	CHECK_OK(uvmLaunchKernel(0, NULL, 1, touch, &t, sizeof t));
 	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
 	CHECK(strstr(uvmGetLastErrorMessage(), "touch") != NULL);
+	/* A synchronous copy on the failed device copies nothing. */
+	back = 0;
+	CHECK_ERR(uvmMemcpy(&back, d1, sizeof back, uvmMemcpyDeviceToHost), uvmErrorLaunchFailure);
+	CHECK(back == 0);
+	CHECK_OK(uvmDeviceReset());
 	CHECK_OK(uvmMemcpy(&back, d1, sizeof back, uvmMemcpyDeviceToHost));
 	CHECK(back == 2);
 	CHECK_OK(uvmFree(d1));

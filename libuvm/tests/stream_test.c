@@ -2,13 +2,8 @@
  * stream_test.c: work queued on streams (prefetches, copies, fills),
  * events, waits between streams, and how synchronizes wait. Run by
  * integration/libuvm_test.go with a private server, 2 devices of 2
- * workers and 64 MiB arenas.
- *
- * Ordering is checked without sleeping: a kernel that must still be
- * running waits for a flag in pinned host memory, which the test sets
- * once it has seen what it wanted to see (a call that returned, data
- * not written yet); the kernel gives up after a while and says so, so a
- * broken library fails the test rather than hangs it.
+ * workers and 64 MiB arenas. Ordering is checked without sleeping
+ * (gate.h).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -20,121 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
-
-#define MiB (1ul << 20)
-/* How long a kernel waits for its flag before it gives up. */
-#define FLAG_TIMEOUT_S 20
-
-/* ---- kernels ---- */
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* gate: waits until *flag is set (or gives up, setting *gave_up), then
- * fills out[0..n) with value + i, if out. */
-struct gate_params {
-	volatile int *flag;
-	int *gave_up;
-	uint32_t *out;
-	uint32_t n, value;
-};
-
-static void gate(unsigned tid, unsigned nthreads, const void *params)
-{
-	const struct gate_params *p = params;
-	if (tid == 0) {
-		double deadline = now_ms() + FLAG_TIMEOUT_S * 1e3;
-		while (!__atomic_load_n(p->flag, __ATOMIC_ACQUIRE)) {
-			if (now_ms() > deadline) {
-				__atomic_store_n(p->gave_up, 1, __ATOMIC_RELEASE);
-				break;
-			}
-			nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
-		}
-	}
-	if (!p->out)
-		return;
-	for (uint32_t i = tid; i < p->n; i += nthreads)
-		p->out[i] = p->value + i;
-}
-
-/* copy_kernel: dst[i] = src[i]. */
-struct copy_params {
-	const uint32_t *src;
-	uint32_t *dst;
-	uint32_t n;
-};
-
-static void copy_kernel(unsigned tid, unsigned nthreads, const void *params)
-{
-	const struct copy_params *p = params;
-	for (uint32_t i = tid; i < p->n; i += nthreads)
-		p->dst[i] = p->src[i];
-}
-
-/* nap: sleeps *params milliseconds. */
-static void nap(unsigned tid, unsigned nthreads, const void *params)
-{
-	(void)tid, (void)nthreads;
-	unsigned ms = *(const unsigned *)params;
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-	while (nanosleep(&ts, &ts) != 0)
-		;
-}
-
-static void null_deref(unsigned tid, unsigned nthreads, const void *params)
-{
-	(void)tid, (void)nthreads, (void)params;
-	*(volatile int *)NULL = 1;
-}
-
-/* ---- helpers ---- */
-
-/* A flag in pinned host memory, which kernels of every device see. */
-struct flag {
-	int *p; /* p[0]: the flag, p[1]: a kernel gave up */
-};
-
-static struct flag flag_new(void)
-{
-	struct flag f = {NULL};
-	CHECK_OK(uvmHostAlloc((void **)&f.p, 4096, uvmHostAllocMapped));
-	if (f.p)
-		f.p[0] = f.p[1] = 0;
-	return f;
-}
-
-static void flag_set(struct flag f) { __atomic_store_n(&f.p[0], 1, __ATOMIC_RELEASE); }
-
-static struct gate_params gate_of(struct flag f, uint32_t *out, uint32_t n, uint32_t value)
-{
-	return (struct gate_params){.flag = f.p, .gave_up = &f.p[1], .out = out, .n = n, .value = value};
-}
-
-static bool filled(const uint32_t *a, uint32_t n, uint32_t value)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (a[i] != value + i) {
-			fprintf(stderr, "element %u is %u, want %u\n", i, a[i], value + i);
-			return false;
-		}
-	return true;
-}
-
-static bool all_bytes(const void *p, size_t n, unsigned char v)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != v) {
-			fprintf(stderr, "byte %zu is %#x, want %#x\n", i, b[i], v);
-			return false;
-		}
-	return true;
-}
+#include "gate.h"
 
 /* ---- tests ---- */
 
@@ -291,15 +172,22 @@ static void test_async_copies_in_order(void)
 	CHECK_ERR(uvmMemsetAsync(z, 0, 10, (uvmStream_t)(uintptr_t)0x999), uvmErrorInvalidValue);
 
 	/* A kernel's crash before a queued fill: the fill still runs, and
-	 * the stream's next synchronize reports the crash, once. */
+	 * every later synchronize of the stream and of the device reports
+	 * the crash, and the device takes no more work, until a reset
+	 * (which destroys the stream). */
 	CHECK_OK(uvmLaunchKernel(0, s, 1, null_deref, NULL, 0));
 	CHECK_OK(uvmMemsetAsync(z, 0x77, bytes, s));
 	CHECK_ERR(uvmStreamSynchronize(s), uvmErrorLaunchFailure);
 	CHECK(strstr(uvmGetLastErrorMessage(), "null_deref") != NULL);
 	CHECK(all_bytes(z, bytes, 0x77));
-	CHECK_OK(uvmStreamSynchronize(s));
+	CHECK_ERR(uvmStreamSynchronize(s), uvmErrorLaunchFailure);
+	CHECK_ERR(uvmDeviceSynchronize(), uvmErrorLaunchFailure);
+	CHECK_ERR(uvmMemsetAsync(z, 0, bytes, s), uvmErrorLaunchFailure);
+	CHECK(strstr(uvmGetLastErrorMessage(), "null_deref") != NULL);
+	CHECK_OK(uvmDeviceReset());
+	CHECK_OK(uvmDeviceSynchronize());
 
-	CHECK_OK(uvmStreamDestroy(s));
+	CHECK_ERR(uvmStreamDestroy(s), uvmErrorInvalidValue);
 	CHECK_ERR(uvmMemcpyAsync(y, x, bytes, uvmMemcpyDefault, s), uvmErrorInvalidValue);
 	CHECK_ERR(uvmMemsetAsync(z, 0, bytes, s), uvmErrorInvalidValue);
 	free(back);
@@ -640,25 +528,30 @@ static void test_device_flags(void)
 	CHECK(spin > 5 && spin > 4 * blocking);
 	CHECK(yield > 1 && yield > 4 * blocking);
 
-	/* Events follow the device's flags, unless made to block. */
+	/* Events follow the device's flags, unless made to block: up to
+	 * three tries, as above, a spinning thread getting little of a busy
+	 * machine's CPUs. */
 	uvmEvent_t e, eb;
 	unsigned ms = 100;
 	CHECK_OK(uvmEventCreate(&e));
 	CHECK_OK(uvmEventCreateWithFlags(&eb, uvmEventBlockingSync));
 	CHECK_OK(uvmSetDeviceFlags(uvmDeviceScheduleSpin));
-	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
-	CHECK_OK(uvmEventRecord(e, NULL));
-	double before = thread_cpu_ms();
-	CHECK_OK(uvmEventSynchronize(e));
-	double spun = thread_cpu_ms() - before;
-	CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
-	CHECK_OK(uvmEventRecord(eb, NULL));
-	before = thread_cpu_ms();
-	CHECK_OK(uvmEventSynchronize(eb));
-	double slept = thread_cpu_ms() - before;
+	double spun = 0, slept = 0;
+	for (int try = 0; try < 3 && !(slept < 10 && spun > 5 && spun > 4 * slept); try++) {
+		CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+		CHECK_OK(uvmEventRecord(e, NULL));
+		double before = thread_cpu_ms();
+		CHECK_OK(uvmEventSynchronize(e));
+		spun = thread_cpu_ms() - before;
+		CHECK_OK(uvmLaunchKernel(0, NULL, 1, nap, &ms, sizeof ms));
+		CHECK_OK(uvmEventRecord(eb, NULL));
+		before = thread_cpu_ms();
+		CHECK_OK(uvmEventSynchronize(eb));
+		slept = thread_cpu_ms() - before;
+		if (!(slept < 10 && spun > 5 && spun > 4 * slept))
+			fprintf(stderr, "try %d: CPU time of 100 ms event waits: spinning %.2f ms, blocking %.2f ms\n", try + 1, spun, slept);
+	}
 	CHECK(slept < 10 && spun > 5 && spun > 4 * slept);
-	if (!(slept < 10 && spun > 5 && spun > 4 * slept))
-		fprintf(stderr, "CPU time of 100 ms event waits: spinning %.2f ms, blocking %.2f ms\n", spun, slept);
 	CHECK_OK(uvmEventDestroy(e));
 	CHECK_OK(uvmEventDestroy(eb));
 

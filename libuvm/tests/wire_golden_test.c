@@ -332,6 +332,14 @@ static void test_read(void)
 		EXPECT(&f, "run 1's file", uvm__get_i32(&r), UVM_CPU);
 		EXPECT(&f, "minor remote", uvm__get_u8(&r), 1);
 		EXPECT(&f, "minor own", uvm__get_u8(&r), 1);
+		EXPECT(&f, "the runs to follow", uvm__get_u32(&r), 1);
+		expect_end(&f, &r);
+	}
+	if (open_msg("device-layout-request", &f, &r, UVM_MSG_DEVICE_LAYOUT, 1, 0)) {
+		EXPECT(&f, "the run count", uvm__get_u32(&r), 1);
+		EXPECT(&f, "run 0's address", uvm__get_u64(&r), ADDR2 + UVM_BLOCK_SIZE);
+		EXPECT(&f, "run 0's length", uvm__get_u64(&r), UVM_PAGE_SIZE);
+		EXPECT(&f, "run 0's file", uvm__get_i32(&r), 0);
 		expect_end(&f, &r);
 	}
 	expect_empty("device-ready-reply", UVM_MSG_DEVICE_READY, 2);
@@ -414,9 +422,9 @@ static void test_read(void)
 	}
 	expect_empty("sync-reply", UVM_MSG_SYNC, 14);
 	expect_empty("stream-attach-reply", UVM_MSG_STREAM_ATTACH, 30); /* coherence.c uvmStreamAttachMemAsync */
-	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);
-	expect_empty("trace-control-reply", UVM_MSG_TRACE_CONTROL, 34); /* profiler.c */   /* coherence.c uvm__coherence_before_launch */
+	expect_empty("launch-begin-reply", UVM_MSG_LAUNCH_BEGIN, 31);   /* coherence.c uvm__coherence_before_launch */
 	expect_empty("streams-idle-reply", UVM_MSG_STREAMS_IDLE, 32);   /* coherence.c uvm__coherence_after_sync */
+	expect_empty("trace-control-reply", UVM_MSG_TRACE_CONTROL, 34); /* profiler.c */
 	expect_error("sync-error", UVM_MSG_SYNC, 14, UVM_WIRE_LAUNCH_FAILURE, uvmErrorLaunchFailure,
 		     "device 1: kernel c:0x401000 is not a C kernel (want c:0x<address>)");
 	if (open_msg("stream-destroy-request", &f, &r, UVM_MSG_STREAM_DESTROY, 15, 0)) {

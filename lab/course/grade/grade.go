@@ -179,7 +179,7 @@ func checkRegistered(a course.Assignment, file string) error {
 		if ref.Name == course.StudentPolicy && ref.Kind == a.Kind {
 			return nil
 		}
-		if !builtin(ref) {
+		if !policy.Builtin(ref) {
 			others = append(others, ref.String())
 		}
 	}
@@ -191,12 +191,6 @@ func checkRegistered(a course.Assignment, file string) error {
 	}
 	return errors.New(msg)
 }
-
-// builtinNames are package policy's own policies, of every kind: what a
-// file that registers nothing still has.
-var builtinNames = map[string]bool{"density": true, "window": true, "none": true, "lru": true, "2q": true, "clock": true, "nvidia": true, "threshold": true}
-
-func builtin(ref policy.Ref) bool { return builtinNames[ref.Name] }
 
 // build makes the student's policy once, as a replay does, and returns
 // the name it gives itself: a factory that fails, or panics, fails here
