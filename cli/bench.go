@@ -25,7 +25,7 @@ import (
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|grid|memcpy|access|restart|oversub|run|cliff [flags]\n\nBenchmarks: faults, launch, grid, memcpy, access, restart, oversub, run, cliff.")
+		fmt.Fprintln(os.Stderr, "Usage: uvm bench faults|launch|grid|memcpy|access|restart|oversub|run|cliff|soak [flags]\n\nBenchmarks: faults, launch, grid, memcpy, access, restart, oversub, run, cliff, soak.")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			return nil
 		}
@@ -50,8 +50,10 @@ func runBench(args []string) error {
 		return benchRun(args[1:])
 	case "cliff":
 		return benchCliff(args[1:])
+	case "soak":
+		return benchSoak(args[1:])
 	}
-	return fmt.Errorf("unknown benchmark %q: want faults, launch, grid, memcpy, access, restart, oversub, run or cliff", args[0])
+	return fmt.Errorf("unknown benchmark %q: want faults, launch, grid, memcpy, access, restart, oversub, run, cliff or soak", args[0])
 }
 
 // benchProgress is every benchmark's progress: a line on standard

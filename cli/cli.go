@@ -13,6 +13,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/bench"
+	"github.com/softuvm/softuvm/internal/bench/soak"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/uvm"
@@ -33,7 +34,7 @@ func init() {
 		{"doctor", "[--json]", "say what this machine gives softuvm and what it lacks, each lack with its cost and its fix (exit status 1: something uvm run needs is missing)", runDoctor},
 		{"stat", "[--pid PID] [--interval D] [--count N] [--json]", "show a running server's counters, refreshed in place", runStat},
 		{"demo", "[--size SIZE]", "allocate managed memory, touch it, prefetch it to a device and back, run a kernel on it, and show what it cost", runDemo},
-		{"bench", "faults|launch|grid|oversub|run|cliff [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); grid launches, barriers and shared memory against the thread launch, in C and Go (grid); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run); the budget curve, time and faults from 100% to 25% of each program's managed peak against plain, LRU and MIN (cliff)", runBench},
+		{"bench", "faults|launch|grid|oversub|run|cliff|soak [flags]", "measure faults, first touch and device-to-host bandwidth (faults); kernel launches (launch); grid launches, barriers and shared memory against the thread launch, in C and Go (grid); a program sweeping thrice its host budget against no budget and a memory cgroup with zram swap (oversub); real programs under uvm run at a fraction of their peak memory against plain and a cgroup (run); the budget curve, time and faults from 100% to 25% of each program's managed peak against plain, LRU and MIN (cliff); Go and C clients and programs under uvm run checked byte by byte while servers, device processes and guards are killed (soak)", runBench},
 		{"trace", "record|export|plot|summary|replay [flags]", "record every fault and migration of a program (or of a server's clients) to a file; export it for Perfetto or as CSV, draw it, sum it up, or replay other policies over it", runTrace},
 		{"lab", "grade ASSIGNMENT FILE.go | score ... | bound ... -- PROGRAM", "grade a course assignment's policy (lab/course): replayed on the shipped traces against its baseline and oracle, and run live; score every policy over traces; or bound what any eviction can do on a program's every reference (valgrind)", runLab},
 		{"help", "[COMMAND]", "show help", nil},
@@ -54,6 +55,9 @@ func Main() {
 func mainErr(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == bench.PingPongCommand { // the child of `uvm bench launch`'s pipe round trip
 		return bench.PingPong(args[1])
+	}
+	if len(args) > 0 && args[0] == soak.ClientArg { // a Go client of `uvm bench soak`
+		return soak.ClientMain(args[1:])
 	}
 	if len(args) == 0 {
 		usage(stderr)

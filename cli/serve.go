@@ -33,24 +33,17 @@ func runServe(args []string) error {
 	if *replace {
 		// The address can only be bound once the daemon taken over has
 		// let go of it, after the takeover: a wrong one fails now.
+		// Without --metrics the replacement serves the daemon's, as it
+		// keeps the rest of its configuration.
+		var adjust func(*config.ServerConfig)
 		if *metricsAddr != "" {
 			if err := metricsAddressError(*metricsAddr, metrics.CheckAddress(*metricsAddr, *metricsAny)); err != nil {
 				return err
 			}
+			adjust = func(c *config.ServerConfig) { c.Metrics, c.MetricsAnyAddress = *metricsAddr, *metricsAny }
 		}
-		return server.ReplaceDaemon(*socket, func(s *server.Server) {
+		return server.ReplaceDaemon(*socket, adjust, func(s *server.Server) {
 			fmt.Fprintf(os.Stderr, "uvm serve: pid %d took over %s (%d sessions)\n", os.Getpid(), *socket, s.SessionCount())
-			if *metricsAddr == "" {
-				return
-			}
-			// The daemon taken over may still hold the address: it exits
-			// once it has handed over, which is about now.
-			ep, err := listenMetricsRetrying(*metricsAddr, *metricsAny, 2*time.Second)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "uvm serve: no metrics: %v\n", err)
-				return
-			}
-			serveMetrics(ep, s)
 		})
 	}
 	cfg, err := sf.config()
@@ -66,6 +59,9 @@ func runServe(args []string) error {
 			return err
 		}
 		defer ep.Close()
+		// The address as bound (a port 0 chosen): a server that takes
+		// over serves the metrics there again.
+		cfg.Metrics, cfg.MetricsAnyAddress = ep.Addr(), *metricsAny
 	}
 	return server.ListenAndServe(cfg, *socket, func(s *server.Server) {
 		fmt.Fprintf(os.Stderr, "uvm serve: pid %d listening on %s\n", os.Getpid(), *socket)
@@ -108,6 +104,21 @@ func listenMetricsRetrying(addr string, anyAddress bool, wait time.Duration) (*m
 			return ep, err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func init() {
+	// A server that takes over from a daemon serving metrics, or
+	// replaces it, serves them where it did. The daemon taken over may
+	// still hold the address (a replaced one exits once it has handed
+	// over, which is about now).
+	server.ServeMetrics = func(s *server.Server, addr string, anyAddress bool) error {
+		ep, err := listenMetricsRetrying(addr, anyAddress, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		serveMetrics(ep, s)
+		return nil
 	}
 }
 

@@ -291,3 +291,54 @@ func statJSON(t *testing.T, sock string) statFrame {
 	require.NoError(t, json.Unmarshal([]byte(out), &f), out)
 	return f
 }
+
+// TestMetricsAfterTakeoverAndReplacement: a daemon serving metrics keeps
+// serving them at the same address after its server is killed (the
+// server that takes over serves them) and after `uvm serve --replace`
+// without --metrics (the replacement keeps the daemon's configuration);
+// each scrape is the new server's, its restarts counted.
+func TestMetricsAfterTakeoverAndReplacement(t *testing.T) {
+	requireRoot(t)
+	sock := filepath.Join(t.TempDir(), "run", "uvm.sock")
+	daemon := exec.Command(filepath.Join(binDir, "uvm"), "serve", "--socket", sock, "--arena-size", "64MiB", "--metrics", "127.0.0.1:0")
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	daemon.Stderr = w
+	require.NoError(t, daemon.Start())
+	defer daemon.Process.Kill()
+	dlog := &daemonLog{metrics: make(chan string, 1)}
+	go dlog.read(r)
+	served := func(what string) string {
+		t.Helper()
+		select {
+		case u, ok := <-dlog.metrics:
+			require.True(t, ok, "%s: the log ended without metrics: %s", what, dlog.String())
+			return u
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s: no metrics served: %s", what, dlog.String())
+			return ""
+		}
+	}
+	url := served("the daemon")
+	restarts := func() float64 {
+		t.Helper()
+		return metricstest.Samples(metricstest.Scrape(t, url), "softuvm_")["softuvm_server_restarts_total{}"]
+	}
+	require.Zero(t, restarts())
+
+	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
+	daemon.Wait()
+	assert.Equal(t, url, served("the server that took over"), "the same address")
+	assert.Equal(t, float64(1), restarts(), "the new server's metrics")
+
+	repl := exec.Command(filepath.Join(binDir, "uvm"), "serve", "--replace", "--socket", sock)
+	repl.Stderr = w // the log's reader sees its lines too
+	require.NoError(t, repl.Start())
+	w.Close()
+	defer repl.Process.Kill()
+	assert.Equal(t, url, served("the replacement"), "the same address")
+	assert.Equal(t, float64(2), restarts(), "the replacement's metrics")
+	require.NoError(t, repl.Process.Signal(syscall.SIGTERM))
+	repl.Wait()
+}

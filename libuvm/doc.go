@@ -25,7 +25,8 @@
 //
 // StaticDir builds libuvm.a from the same sources (without the preload's
 // interposer) beside a copy of uvm.h and uvm_cuda.h, cached the same way:
-// `uvm bench grid` links its C program with it.
+// `uvm bench grid` links its C program with it, and
+// BuildProgramWithLibuvm a program with it (`uvm bench soak`'s C client).
 //
 // This package imports nothing of the module; package cli builds the
 // library with it only where none is found in the places it looks first,

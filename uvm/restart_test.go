@@ -118,7 +118,13 @@ type childProc struct {
 }
 
 func startSweeper(t *testing.T, env ...string) *sweeper {
-	cmd := child(t, "restart-sweeper", env...)
+	return startRole(t, "restart-sweeper", env...)
+}
+
+// startRole runs a role that prints its guard's pid, then "pass N"
+// lines, as roleRestartSweeper does, and reads its lines.
+func startRole(t *testing.T, role string, env ...string) *sweeper {
+	cmd := child(t, role, env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	stdin, err := cmd.StdinPipe()

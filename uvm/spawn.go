@@ -64,6 +64,13 @@ func init() {
 		os.Unsetenv(config.RoleEnv)
 		text := os.Getenv(config.ServerConfigEnv)
 		os.Unsetenv(config.ServerConfigEnv)
+		if cfg, err := config.UnmarshalServerConfig(text); err == nil && cfg.Metrics != "" {
+			// A daemon's metrics are served by what the program that
+			// serves them (uvm serve) sets up in its own init functions,
+			// which run after this one: wait for Main, as uvm's does.
+			awaitMain(server.RunAdoptedServer, fmt.Sprintf("softuvm: the replacement fault server (pid %d) of a daemon serving metrics waits for uvm.Main(), which this program's main does not call first, so it cannot start and exits\n", os.Getpid()))
+			return
+		}
 		startServerRole("replacement fault server", server.RunAdoptedServer, configPolicyRefs(text))
 	case "serve":
 		os.Unsetenv(config.RoleEnv)

@@ -86,7 +86,7 @@ type AccessOptions struct {
 // here (no eBPF) is reported missing, with the reason.
 func Access(o AccessOptions) (*AccessReport, error) {
 	progress := o.Progress.orQuiet()
-	rep := &AccessReport{Runs: o.Runs, RemoteBytes: o.Size, Machine: thisMachine()}
+	rep := &AccessReport{Runs: o.Runs, RemoteBytes: o.Size, Machine: ThisMachine()}
 
 	progress("counting overhead: %d rounds of %d kernel-resolved minor faults, without and with the eBPF counters", o.FaultRounds, o.FaultPages)
 	rep.FaultRounds = o.FaultRounds

@@ -298,7 +298,7 @@ func Cliff(ctx context.Context, o CliffOptions) (*CliffReport, error) {
 		}
 	}
 	progress := o.Progress.orQuiet()
-	rep := &CliffReport{Machine: thisMachine(),
+	rep := &CliffReport{Machine: ThisMachine(),
 		Runs: o.Runs, BudgetPercents: o.Percents, Peak: cliffPeakMeaning, Eviction: o.Eviction, Thrashing: o.Thrashing, Bound: o.Bound,
 		GoalAt90: cliffGoalAt90, GoalAt50: cliffGoalAt50, GoalStep: cliffGoalStep}
 	if o.Timeout > 0 {

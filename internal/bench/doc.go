@@ -21,6 +21,9 @@
 //	run.go       Run: real programs (package workloads) under uvm run, against plain and a memory cgroup
 //	cliff*.go    Cliff: the budget curve, against plain, LRU and Belady's MIN
 //
+// and, in package soak beside it, `uvm bench soak`: clients checking every
+// byte while servers, device processes and guards are killed;
+//
 // and what they share: where a benchmark says what it is doing
 // (progress.go), the machine a report names (machine.go), medians
 // (stats.go), what they do to host memory (memory.go), the kernels they

@@ -106,7 +106,7 @@ type FaultsOptions struct {
 // device.
 func Faults(o FaultsOptions) (*FaultsReport, error) {
 	progress := o.Progress.orQuiet()
-	rep := &FaultsReport{Runs: o.Runs, SizeBytes: o.Size, Machine: thisMachine()}
+	rep := &FaultsReport{Runs: o.Runs, SizeBytes: o.Size, Machine: ThisMachine()}
 	cfg := uvm.DefaultServerConfig()
 	cfg.Devices = config.DeviceSpecs(1, []int64{max(config.DefaultArenaSize, 2*o.Size)}, cfg.Devices[0].Backend)
 	s, err := uvm.Connect(uvm.Config{Server: "private", Private: cfg})

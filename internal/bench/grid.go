@@ -89,7 +89,7 @@ type GridOptions struct {
 // (in this process).
 func Grid(o GridOptions) (*GridReport, error) {
 	progress := o.Progress.orQuiet()
-	rep := &GridReport{Machine: thisMachine(), Rounds: o.Rounds}
+	rep := &GridReport{Machine: ThisMachine(), Rounds: o.Rounds}
 	arena := max(int64(256<<20), 2*int64(o.ReduceMiB)<<20, 2*int64(o.TouchKiB[len(o.TouchKiB)-1])<<10)
 	if o.C {
 		progress("C: building the benchmark against libuvm (once per version), then null launches, barriers, a %d MiB reduction, launch and touch of %v KiB", o.ReduceMiB, o.TouchKiB)

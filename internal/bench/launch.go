@@ -150,7 +150,7 @@ func Launch(o LaunchOptions) (*LaunchReport, error) {
 	}
 	defer s.Close()
 	workers, _ := s.DeviceGetAttribute(uvm.AttrWorkerCount, 0)
-	rep := &LaunchReport{Machine: thisMachine(), Workers: int(workers), Thrashing: o.Thrashing.String(), oversubArena: o.OversubArena}
+	rep := &LaunchReport{Machine: ThisMachine(), Workers: int(workers), Thrashing: o.Thrashing.String(), oversubArena: o.OversubArena}
 
 	progress("null launch (an empty kernel plus synchronize) under %s, and a pipe round trip, %d rounds", scheduleNames(o.Schedules), o.Rounds)
 	if err := pinnedNullLaunches(s, o.Schedules, o.Rounds, rep); err != nil {

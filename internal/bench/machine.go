@@ -13,8 +13,8 @@ type Machine struct {
 	Go     string `json:"go"`
 }
 
-// thisMachine describes the machine this process runs on.
-func thisMachine() Machine {
+// ThisMachine describes the machine this process runs on.
+func ThisMachine() Machine {
 	return Machine{CPUs: cpus(), Kernel: kernelRelease(), Go: runtime.Version()}
 }
 

@@ -128,7 +128,7 @@ type memcpyRun struct {
 }
 
 func newMemcpyRun(o MemcpyOptions) *memcpyRun {
-	m := &memcpyRun{o: o, progress: o.Progress.orQuiet(), rep: &MemcpyReport{Runs: o.Runs, SizeBytes: o.Size, Machine: thisMachine()}}
+	m := &memcpyRun{o: o, progress: o.Progress.orQuiet(), rep: &MemcpyReport{Runs: o.Runs, SizeBytes: o.Size, Machine: ThisMachine()}}
 	m.progress("host buffers: 3 x %s", uvm.FormatSize(o.Size))
 	m.src, m.dst, m.base = warmBuffer(o.Size), warmBuffer(o.Size), warmBuffer(o.Size)
 	for i := range m.src {

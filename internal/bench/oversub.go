@@ -178,7 +178,7 @@ func (r *oversubRunner) run(name string, cmd *exec.Cmd) (initS, sweepS, wallS fl
 // word of the array.
 func Oversub(o OversubOptions) (rep *OversubReport, err error) {
 	progress := o.Progress.orQuiet()
-	rep = &OversubReport{Machine: thisMachine(), Runs: o.Runs, BudgetBytes: o.Budget, SizeBytes: o.Size, Sweeps: o.Sweeps}
+	rep = &OversubReport{Machine: ThisMachine(), Runs: o.Runs, BudgetBytes: o.Budget, SizeBytes: o.Size, Sweeps: o.Sweeps}
 	dir, err := os.MkdirTemp("", "uvm-bench-oversub-")
 	if err != nil {
 		return rep, err

@@ -69,7 +69,7 @@ func Restart(o RestartOptions) (*RestartReport, error) {
 	if err := s.Prefetch(a.Addr()+uintptr(size/2), size/2, 0); err != nil {
 		return nil, err
 	}
-	rep := &RestartReport{Machine: thisMachine(), Kills: o.Kills, ResidentBytes: size}
+	rep := &RestartReport{Machine: ThisMachine(), Kills: o.Kills, ResidentBytes: size}
 	var pauses, serverPauses, rebuilds []float64
 	progress("killing the server %d times under %s of managed memory", o.Kills, uvm.FormatSize(size))
 	for k := 0; k < o.Kills; k++ {

@@ -106,7 +106,7 @@ type RunOptions struct {
 // with zram swap; every run's output checked against the plain run's.
 // Cancelling ctx stops the program running and ends the benchmark.
 func Run(ctx context.Context, o RunOptions) (*RunReport, error) {
-	rep := &RunReport{Machine: thisMachine(), Runs: o.Runs, BudgetFraction: o.Fraction, Evictions: o.Evictions}
+	rep := &RunReport{Machine: ThisMachine(), Runs: o.Runs, BudgetFraction: o.Fraction, Evictions: o.Evictions}
 	if o.Timeout > 0 {
 		rep.TimeoutSeconds = o.Timeout.Seconds()
 	} else {

@@ -235,3 +235,40 @@ func TestHostBudgetEvictsAfterTheMove(t *testing.T) {
 	assert.Equal(t, core.PagesPerBlock, g.r.Block(0).Resident[core.Device(0).Slot()].Count(), "the other went to the device")
 	assert.Equal(t, 1, g.t.n[EvEvicted])
 }
+
+// TestAdoptedViewMapsUnknownFiles: a device view a takeover adopted may
+// map any location's file until it is mapped again (MappingsUnknown):
+// its fault on a page the host holds is served through the view
+// (PlanPending, every location a candidate), not migrated into its own
+// file; a move from the host holds its writers still. A remap that
+// settles makes a run known; one that fails leaves it unknown.
+func TestAdoptedViewMapsUnknownFiles(t *testing.T) {
+	g := newRig(t, "none", 0, 4, 1, false)
+	dev := core.Device(0)
+	g.fault(t, core.CPU, 0, 5)
+	b := g.r.Block(0)
+	b.Lock()
+	b.MappingsUnknown(dev)
+	o := g.r.NewMover(0, b)
+	_, known := o.MapsAt(dev, 5)
+	assert.False(t, known)
+	assert.ElementsMatch(t, []core.Device{core.CPU, dev}, o.PendingFiles(dev, 5))
+	assert.Contains(t, o.HoldersInto(nil, core.CPU, 5, 6), View(memView(dev)), "it may map the host's file: hold it still")
+	b.Unlock()
+
+	assert.Equal(t, PlanPending, g.fault(t, dev, 0, 5))
+	assert.Equal(t, []string{"zero"}, g.mem.ops, "nothing moved into a file the view may not map")
+
+	b.Lock()
+	o = g.r.NewMover(0, b)
+	b.SetMapping(dev, 0, 8, core.CPU, true)
+	b.Settle(dev, 0, 4, true)
+	b.Settle(dev, 4, 8, false)
+	f, known := o.MapsAt(dev, 3)
+	assert.True(t, known)
+	assert.Equal(t, core.CPU, f)
+	_, known = o.MapsAt(dev, 5)
+	assert.False(t, known, "a remap that failed leaves the old mapping unknown")
+	assert.NotContains(t, o.HoldersInto(nil, dev, 0, 4), View(memView(dev)), "known to map the host's file there")
+	b.Unlock()
+}

@@ -22,6 +22,11 @@ type viewMap struct {
 	// pending pages are being remapped: the view maps was[p] or file[p].
 	pending core.PageMask
 	was     [core.PagesPerBlock]core.PageProcessor
+	// unknown pages are pending with no known old mapping: a device
+	// process a takeover adopted maps what the dead server had it map,
+	// any location's file, until this server has it map them again
+	// (MappingsUnknown). A subset of pending.
+	unknown core.PageMask
 }
 
 // fileOf is the processor whose file a view of processor own maps where
@@ -76,11 +81,23 @@ func (o *Mover) MapsAt(l core.Device, p int) (core.Device, bool) {
 	return fileOf(m.file[p], l), !m.pending.Test(p)
 }
 
-// PendingFiles returns the two files view l may map over page p while a
-// remap of it is in flight: the old one and the new one.
-func (o *Mover) PendingFiles(l core.Device, p int) (old, new core.Device) {
+// PendingFiles returns the files view l may map over page p while a
+// remap of it is in flight: the old one and the new one, or every
+// location's where the old one is not known.
+func (o *Mover) PendingFiles(l core.Device, p int) []core.Device {
 	m := o.B.maps[l.Slot()]
-	return fileOf(m.was[p], l), fileOf(m.file[p], l)
+	if m.unknown.Test(p) {
+		all := make([]core.Device, len(o.B.Resident))
+		for i := range all {
+			all[i] = core.DeviceAtSlot(i)
+		}
+		return all
+	}
+	old, new := fileOf(m.was[p], l), fileOf(m.file[p], l)
+	if old == new {
+		return []core.Device{old}
+	}
+	return []core.Device{old, new}
 }
 
 // PagesMapping returns the pages over which view l is known to map
@@ -110,7 +127,7 @@ func (o *Mover) mayMap(l, f core.Device, first, outer int) bool {
 	}
 	m := o.B.maps[l.Slot()]
 	for p := first; p < outer; p++ {
-		if fileOf(m.file[p], l) == f || (m.pending.Test(p) && fileOf(m.was[p], l) == f) {
+		if fileOf(m.file[p], l) == f || (m.pending.Test(p) && fileOf(m.was[p], l) == f) || m.unknown.Test(p) {
 			return true
 		}
 	}
@@ -240,14 +257,26 @@ func (b *Block) SetMapping(l core.Device, first, outer int, to core.Device, pend
 	}
 	for p := first; p < outer; p++ {
 		if pending {
-			m.was[p] = m.file[p]
+			m.was[p] = m.file[p] // meaningless where the old mapping is unknown
 			m.pending.Set(p)
 		} else {
 			m.pending.Clear(p)
+			m.unknown.Clear(p)
 		}
 		m.file[p] = code
 	}
 	b.compactMaps(l)
+}
+
+// MappingsUnknown records that view l, a device process a takeover
+// adopted, may map any location's file over every page of the block:
+// what the dead server had it map is not known. Its faults there are
+// served as during a remap (installed through the view, the files then
+// looked at), and a move holds its writers still whatever file it moves
+// from, until a remap of the pages settles (SetMapping, Settle).
+func (b *Block) MappingsUnknown(l core.Device) {
+	b.SetMapping(l, 0, b.Pages, l, true)
+	b.maps[l.Slot()].unknown.FillRange(0, b.Pages)
 }
 
 // ResetMaps forgets what view l mapped: a new process of the device maps
@@ -260,11 +289,17 @@ func (b *Block) ResetMaps(l core.Device) {
 }
 
 // Settle ends a remap of [first, outer): the view maps the new file (ok)
-// or still the old one.
+// or still the old one (where that is not known, the pages stay
+// pending).
 func (b *Block) Settle(l core.Device, first, outer int, ok bool) {
 	m := b.maps[l.Slot()]
 	for p := first; p < outer; p++ {
-		if !ok {
+		switch {
+		case ok:
+			m.unknown.Clear(p)
+		case m.unknown.Test(p):
+			continue // what it maps is still not known
+		default:
 			m.file[p] = m.was[p]
 		}
 		m.pending.Clear(p)

@@ -155,6 +155,13 @@ type ServerConfig struct {
 	// TraceAccess turns on the traces' access mode (a zero Period: off),
 	// for the server's trace and for clients recording their own.
 	TraceAccess TraceAccess `json:"trace_access,omitzero"`
+	// Metrics is the address (host:port, as bound) at which a daemon
+	// serves its statistics in the Prometheus text format (uvm serve
+	// --metrics), "" for none; MetricsAnyAddress lets it be other than a
+	// loopback address. Kept with the rest, so that a server that takes
+	// the daemon over, or replaces it, serves them there too.
+	Metrics           string `json:"metrics,omitempty"`
+	MetricsAnyAddress bool   `json:"metrics_any_address,omitempty"`
 }
 
 // TraceAccess configures a trace's access mode: every Period, in each

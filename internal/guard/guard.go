@@ -27,7 +27,7 @@ const (
 	OpStaging  = 'W' // fd: the staging file
 	OpSession  = 'S' // id(8) pid(4) features(8); fds: control socket, userfaultfd, host file
 	OpFile     = 'F' // id(8) location(1); fd: the session's file of that location
-	OpView     = 'V' // id(8) location(1) pid(4); fds: the device connection, its userfaultfd
+	OpView     = 'V' // id(8) location(1) pid(4); fds: the device connection, its userfaultfd, and its report socket where it reports to a trace
 	OpViewGone = 'v' // id(8) location(1)
 	OpRecord   = 'R' // id(8) then a Journal record
 	OpEnd      = 'E' // id(8): the session ended
@@ -74,6 +74,24 @@ type View struct {
 	PID  int
 	Conn int
 	Uffd int
+	// Report is the server's end of the process's report socket
+	// (launches and synchronizations for a trace), -1 if it has none.
+	Report int
+}
+
+// FDs are the view's descriptors as OpView carries them.
+func (v *View) FDs() []int {
+	if v.Report >= 0 {
+		return []int{v.Conn, v.Uffd, v.Report}
+	}
+	return []int{v.Conn, v.Uffd}
+}
+
+func (v *View) Close() {
+	wire.CloseFDs([]int{v.Conn, v.Uffd})
+	if v.Report >= 0 {
+		syscall.Close(v.Report)
+	}
 }
 
 func NewState() *State {
@@ -265,20 +283,24 @@ func (st *State) Apply(b []byte, fds []int) error {
 		}
 		ks.Files[l] = fds[0]
 	case OpView:
-		if len(body) != 13 || len(fds) != 2 {
-			return bad("want id, location, pid and two descriptors")
+		if len(body) != 13 || len(fds) != 2 && len(fds) != 3 {
+			return bad("want id, location, pid and two or three descriptors")
 		}
 		l := core.Device(int8(body[8]))
 		if old := ks.Views[l]; old != nil {
-			wire.CloseFDs([]int{old.Conn, old.Uffd})
+			old.Close()
 		}
-		ks.Views[l] = &View{PID: int(le.Uint32(body[9:])), Conn: fds[0], Uffd: fds[1]}
+		v := &View{PID: int(le.Uint32(body[9:])), Conn: fds[0], Uffd: fds[1], Report: -1}
+		if len(fds) == 3 {
+			v.Report = fds[2]
+		}
+		ks.Views[l] = v
 	case OpViewGone:
 		if len(body) != 9 {
 			return bad("want id and location")
 		}
 		if old := ks.Views[core.Device(int8(body[8]))]; old != nil {
-			wire.CloseFDs([]int{old.Conn, old.Uffd})
+			old.Close()
 			delete(ks.Views, core.Device(int8(body[8])))
 		}
 	case OpRecord:
@@ -299,7 +321,7 @@ func (ks *Session) Close() {
 		syscall.Close(fd)
 	}
 	for _, v := range ks.Views {
-		wire.CloseFDs([]int{v.Conn, v.Uffd})
+		v.Close()
 	}
 }
 
@@ -354,7 +376,7 @@ func (st *State) Send(c *net.UnixConn) error {
 			}
 		}
 		for l, v := range ks.Views {
-			if err := wire.WriteMessage(c, ViewMsg(id, l, v.PID), []int{v.Conn, v.Uffd}); err != nil {
+			if err := wire.WriteMessage(c, ViewMsg(id, l, v.PID), v.FDs()); err != nil {
 				return err
 			}
 		}
@@ -587,6 +609,10 @@ func (g *guard) poison(why string) {
 		ws := []*watched{{pid: ks.PID, u: uffd.NewFD(ks.Uffd), id: id}}
 		for _, v := range ks.Views {
 			hangUp(v.Conn)
+			if v.Report >= 0 {
+				hangUp(v.Report) // its next report fails, and it stops reporting
+				v.Report = -1
+			}
 			ws = append(ws, &watched{pid: v.PID, u: uffd.NewFD(v.Uffd), id: id})
 		}
 		for _, w := range ws {

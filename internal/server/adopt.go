@@ -30,12 +30,12 @@ func RunAdoptedServer() int {
 		fmt.Fprintf(os.Stderr, "softuvm server[%d]: guard link: %v\n", os.Getpid(), err)
 		return 2
 	}
-	srv, paths, err := takeOver(link)
+	srv, paths, err := takeOver(link, nil)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "softuvm server[%d]: %v\n", os.Getpid(), err)
 		return 1
 	}
-	if srv.mode == ModeDaemon {
+	if srv.mode == guard.ModeDaemon {
 		srv.serveAsDaemon(paths, nil)
 	} else {
 		signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
@@ -144,11 +144,11 @@ func (s *Server) adoptFiles(ks *guard.Session) (*session, error) {
 	u := uffd.NewFD(ks.Uffd)
 	u.SetHandshaken(uffd.Feature(ks.Features), 0)
 	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: ks.PID, uffd: u})
-	if uffd.Feature(ks.Features)&uffd.FeatureWPAsync != 0 {
-		// Only launch-model sessions ask for WP_ASYNC: the host's writes
-		// are only read at launches, so the session stays one. Which
-		// kernels ran is not kept: the CPU may touch everything until
-		// the next launch.
+	if _, launch := ks.Journal.LaunchModel(); launch || uffd.Feature(ks.Features)&uffd.FeatureWPAsync != 0 {
+		// The journal says which model the session runs (and only
+		// launch-model sessions ask for WP_ASYNC); its dirty tracking is
+		// what the userfaultfd was granted, as at the hello. The kernels
+		// running come back with the rest of the journal (rebuild).
 		ls, err := s.newLaunchState(core.CoherenceLaunch, ks.PID)
 		if err != nil {
 			u.Close()
@@ -251,7 +251,7 @@ func (sess *session) rebuild() (int64, error) {
 	recs := sess.journal.Records()
 	sess.journal = guard.NewJournal()
 	for _, rec := range recs {
-		_, req, err := wire.ParseRequest(rec[1:])
+		req, err := guard.DecodeRecord(rec)
 		if err != nil {
 			return pages, err
 		}
@@ -267,6 +267,20 @@ func (sess *session) rebuild() (int64, error) {
 			if err := sess.advise(uintptr(r.Addr), uintptr(r.Length), core.Advice(r.Advice), core.Device(r.Device)); err != nil {
 				srv.logger.Printf("session %d: replay %v on %#x+%d: %v", sess.id, core.Advice(r.Advice), r.Addr, r.Length, err)
 			}
+		case wire.StreamAttachRequest:
+			if err := sess.streamAttach(r); err != nil {
+				srv.logger.Printf("session %d: replay the attachment of %#x: %v", sess.id, r.Addr, err)
+			}
+		case wire.PeerAccessRequest:
+			// The device processes kept what they mapped; a new one maps
+			// what the table says.
+			sess.peers.set(core.Device(r.Device), core.Device(r.Peer), true)
+		case guard.Launch:
+			if sess.launch != nil {
+				sess.restoreLaunch(r)
+			}
+		case wire.TraceControlRequest:
+			sess.profiler = &r // acted on by openSessionTrace
 		}
 		sess.journal.Apply(rec)
 	}
@@ -422,15 +436,43 @@ func (sess *session) adoptDevice(l core.Device, kv *guard.View, restarts int) (*
 	conn, err := device.FileConn(uintptr(kv.Conn))
 	if err != nil {
 		syscall.Close(kv.Uffd)
+		if kv.Report >= 0 {
+			syscall.Close(kv.Report)
+		}
 		return nil, err
 	}
 	u := uffd.NewFD(kv.Uffd)
 	u.SetHandshaken(sess.srv.features&core.WantedFeatures, 0)
 	v := &view{sess: sess, loc: l, pid: kv.PID, uffd: u, conn: conn, replies: make(chan []byte, 1), connDone: make(chan struct{}),
 		minorOwn: sess.deviceMinor(l, u)}
+	if kv.Report >= 0 {
+		// The process reports to a trace: read on where the dead server
+		// stopped.
+		dt, err := sess.adoptDeviceTrace(l, kv.Report)
+		if err != nil {
+			sess.srv.logger.Printf("session %d: device %d's report socket: %v (its launches are not traced)", sess.id, l, err)
+		}
+		v.report = dt
+	}
+	kv.Report = -1
 	// Requests of this server are numbered apart from the dead one's,
 	// whose replies may still be on their way.
 	v.seq.Store(uint32(restarts) << 24)
+	// Until relayout maps its ranges again, the process maps what the
+	// dead server had it map, which nothing recorded (MappingsUnknown;
+	// TestTakeoverDuringKernelsUnderPreferredLocation).
+	for _, r := range sess.ranges.Load().ranges {
+		if r.Kind != core.KindManaged {
+			continue
+		}
+		for bi := range r.Blocks() {
+			if b := r.BlockAt(bi); b != nil {
+				b.Lock()
+				b.MappingsUnknown(l)
+				b.Unlock()
+			}
+		}
+	}
 	sess.views[l.Slot()].Store(v)
 	go sess.readDeviceReplies(v)
 	return v, nil
@@ -489,11 +531,7 @@ func (sess *session) relayoutBlock(v *view, r *managedRange, bi int) error {
 	var err error
 	done := 0
 	for _, rn := range runs {
-		var wp core.PageMask
-		wp.FillRange(0, rn.outer-rn.first)
-		err = v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.PageAddr(rn.first)), Length: uint64(rn.outer-rn.first) * core.PageSize, File: rn.to, Wp: wp}), wire.MsgDeviceMap)
-		if err != nil {
+		if err = v.mapRun(&o, rn.first, rn.outer, rn.to); err != nil {
 			break
 		}
 		done++

@@ -10,6 +10,7 @@ import (
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -289,6 +290,7 @@ func (sess *session) launchBegin(req wire.LaunchBeginRequest) error {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	var handed []*managedRange
+	held := guard.Launch{Device: req.Device, Stream: req.Stream, Kernel: req.Kernel}
 	ls.mu.Lock()
 	ls.busy[key] = append(ls.busy[key], req.Kernel)
 	for _, r := range sess.ranges.Load().ranges {
@@ -305,6 +307,7 @@ func (sess *session) launchBegin(req wire.LaunchBeginRequest) error {
 				rl.since = time.Now()
 			}
 			rl.locks = append(rl.locks, key)
+			held.Ranges = append(held.Ranges, uint64(r.Start))
 		}
 	}
 	ls.mu.Unlock()
@@ -314,7 +317,33 @@ func (sess *session) launchBegin(req wire.LaunchBeginRequest) error {
 			errs = append(errs, err)
 		}
 	}
+	// After the hand-off, before the reply: a server that takes over
+	// from one that died in the hand-off finds no record, and the
+	// client's retry hands the ranges off again; once the client has the
+	// reply, and may start the kernel, the record is the guard's.
+	sess.record(guard.LaunchRecord(held))
 	return core.JoinErrors(errs)
+}
+
+// restoreLaunch puts back a kernel the journal holds as running, on a
+// session taken over: its stream is busy and the ranges it held are
+// locked, as at its launch, without a hand-off (the dead server made it).
+func (sess *session) restoreLaunch(l guard.Launch) {
+	ls := sess.launch
+	key := streamKey{core.Device(l.Device), l.Stream}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.busy[key] = append(ls.busy[key], l.Kernel)
+	for _, addr := range l.Ranges {
+		r := sess.ranges.Load().lookup(uintptr(addr))
+		if r == nil || r.Start != uintptr(addr) || containsKey(r.launch.locks, key) {
+			continue
+		}
+		if len(r.launch.locks) == 0 {
+			r.launch.since = time.Now()
+		}
+		r.launch.locks = append(r.launch.locks, key)
+	}
 }
 
 func containsKey(keys []streamKey, k streamKey) bool {
@@ -338,6 +367,7 @@ func (sess *session) streamsIdle(req wire.StreamsIdleRequest) error {
 		return err
 	}
 	done := func(k streamKey) bool { return k.dev == d && (req.Stream == wire.AllStreams || k.stream == req.Stream) }
+	defer sess.record(guard.IdleRecord(wire.EncodeStreamsIdle(0, req))) // after ls.mu: a leaf
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for k := range ls.busy {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/device"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/trace"
 )
@@ -34,10 +35,11 @@ import (
 // them there, so device processes are not asked to report: nothing is
 // recorded twice.
 //
-// The report socket is this server's alone (the guard keeps no copy): if
-// the server dies, the process's next send fails and it stops reporting,
-// and a server that takes the session over adopts the device connection
-// without reports on it.
+// The guard keeps a copy of the server's end of each report socket with
+// the device process's view: a server that takes the session over reads
+// on, from the first report the dead one had not read, into its own
+// trace (adoptDeviceTrace), so that a kernel run across a takeover is
+// traced once.
 
 // tracesDevices reports whether the session's device processes are to
 // report their launches and synchronizations.
@@ -92,10 +94,11 @@ func (sess *session) deviceConnectTraced(d core.Device) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
 	}
-	if err := sess.offerDeviceTrace(d, local); err != nil {
+	dt, err := sess.offerDeviceTrace(d, local)
+	if err != nil {
 		sess.srv.logger.Printf("pid %d device %d: its launches will not be traced: %v", sess.pid, d, err)
 	}
-	go sess.serveDevice(d, local)
+	go sess.serveDevice(d, local, dt)
 	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	return fd, err
@@ -103,19 +106,37 @@ func (sess *session) deviceConnectTraced(d core.Device) (int, error) {
 
 // offerDeviceTrace makes a report socket for a process of device d and
 // queues the notice that carries it on conn, the process's connection,
-// where it comes before the device hello's reply.
-func (sess *session) offerDeviceTrace(d core.Device, conn *net.UnixConn) error {
+// where it comes before the device hello's reply. It returns the
+// server's end, being served, or nil if the session ended.
+func (sess *session) offerDeviceTrace(d core.Device, conn *net.UnixConn) (*deviceTrace, error) {
 	ours, theirs, err := wire.SocketPair(fmt.Sprintf("softuvm-device-%d-report", d))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	err = wire.WriteMessage(conn, wire.EncodeDeviceTrace(wire.DeviceTraceNotice{Flags: wire.TraceLaunches}), []int{int(theirs.Fd())})
 	theirs.Close() // sent: the process has its own
 	if err != nil {
 		ours.Close()
-		return err
+		return nil, err
 	}
-	dt := &deviceTrace{sess: sess, dev: d, conn: ours, buf: make([]byte, 64<<10), done: make(chan struct{})}
+	return sess.serveDeviceTrace(d, ours), nil
+}
+
+// adoptDeviceTrace reads on the report socket of an adopted process of
+// device d, the server's end of which the guard kept (fd).
+func (sess *session) adoptDeviceTrace(d core.Device, fd int) (*deviceTrace, error) {
+	conn, err := device.FileConn(uintptr(fd))
+	if err != nil {
+		return nil, err
+	}
+	return sess.serveDeviceTrace(d, conn), nil
+}
+
+// serveDeviceTrace records what arrives on conn, the server's end of a
+// report socket of a process of device d, and returns it; nil (conn
+// closed) if the session ended.
+func (sess *session) serveDeviceTrace(d core.Device, conn *net.UnixConn) *deviceTrace {
+	dt := &deviceTrace{sess: sess, dev: d, conn: conn, buf: make([]byte, 64<<10), done: make(chan struct{})}
 	// Read between two readings of the server's clock: the pair is off
 	// by at most half the time between them.
 	t0 := time.Now()
@@ -130,11 +151,11 @@ func (sess *session) offerDeviceTrace(d core.Device, conn *net.UnixConn) error {
 	}
 	sess.devTraces.mu.Unlock()
 	if closed {
-		ours.Close()
+		conn.Close()
 		return nil
 	}
 	go dt.serve()
-	return nil
+	return dt
 }
 
 // serve records the process's reports until it closes its end (it

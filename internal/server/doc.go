@@ -74,7 +74,7 @@
 //	session.filesMu       creation of a session's device files
 //	session.journalMu     the session's journal, and the order its records
 //	                      reach the guard
-//	guardLink.mu          messages to the guard (a leaf)
+//	guard.Link.mu         messages to the guard (a leaf)
 //	block.Staging.mu      the staging file's free slots (a leaf)
 //	accessState.mu        the views counted and user-space counts (a leaf)
 //	workingset.Set        a processor's lists of blocks with protected pages

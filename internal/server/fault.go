@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/softuvm/softuvm/devmem"
@@ -52,22 +54,23 @@ func faultRequestOf(m *uffd.Msg, readFrom, started time.Time) faultRequest {
 }
 
 // servePending serves a fault of view v on page p of the mover's block,
-// whose mapping in the view is changing: the view maps the old file or
-// the new one, and the server cannot tell which. It installs the page
-// through the view, which puts it in whichever file is mapped, and then
-// looks at the files to learn which one got it.
+// whose mapping in the view is changing or not known: the view maps the
+// old file or the new one (or, adopted by a takeover, any location's),
+// and the server cannot tell which. It installs the page through the
+// view, which puts it in whichever file is mapped, and then looks at the
+// files to learn which one got it.
 func (sess *session) servePending(o *block.Mover, v *view, p int) error {
 	b := o.B
 	l := v.loc
-	oldFile, newFile := o.PendingFiles(l, p)
+	candidates := o.PendingFiles(l, p)
 	var one core.PageMask
 	one.Set(p)
 	o.CollapseAll(one)
 	src, populated := b.LocationOf(p)
 	// Reserve room wherever the page may land.
 	var reserved []core.Device
-	for _, c := range []core.Device{oldFile, newFile} {
-		if c == core.CPU || (populated && c == src) || (len(reserved) == 1 && reserved[0] == c) {
+	for _, c := range candidates {
+		if c == core.CPU || (populated && c == src) || slices.Contains(reserved, c) {
 			continue
 		}
 		if err := o.Reserve(c, 1, one); err != nil {
@@ -87,7 +90,7 @@ func (sess *session) servePending(o *block.Mover, v *view, p int) error {
 	if sess.srv.eng.Timed() {
 		o.RunStarted = time.Now()
 	}
-	landed, moved, err := sess.installPending(o, v, p, src, populated, oldFile, newFile)
+	landed, moved, err := sess.installPending(o, v, p, src, populated, candidates)
 	for _, x := range reserved {
 		if !moved || x != landed {
 			sess.srv.arenas[x].Release(1)
@@ -103,16 +106,19 @@ func (sess *session) servePending(o *block.Mover, v *view, p int) error {
 	return nil
 }
 
-// installPending installs page p through view v and returns the
-// location whose file received it, and whether it moved there. As in
-// transfer, the source copy is punched before the install wakes the
-// faulting thread, and put back if the page did not move.
-func (sess *session) installPending(o *block.Mover, v *view, p int, src core.Device, populated bool, oldFile, newFile core.Device) (core.Device, bool, error) {
+// installPending installs page p through view v, which maps one of the
+// candidates' files there, and returns the location whose file received
+// it, and whether it moved there. As in transfer, the source copy is
+// punched before the install wakes the faulting thread, and put back if
+// the page did not move.
+func (sess *session) installPending(o *block.Mover, v *view, p int, src core.Device, populated bool, candidates []core.Device) (core.Device, bool, error) {
 	var holders []block.View
 	addr := o.PageAddr(p)
 	off := o.FileOff(p)
 	var done, found core.PageMask
 	var err error
+	var landed core.Device
+	var ok bool
 	var srcFile *devmem.File
 	slot, doneWithSlot := sess.stagingBuf(o)
 	defer doneWithSlot()
@@ -156,20 +162,18 @@ func (sess *session) installPending(o *block.Mover, v *view, p int, src core.Dev
 			return 0, false, err
 		}
 		sess.srv.afterPunch()
+		before := sess.filesHolding(candidates, off)
 		done, found, err = sess.install(o, v, installCopy, p, p+1, buf, false)
+		landed, ok = sess.landedIn(candidates, off, before)
 	} else {
+		before := sess.filesHolding(candidates, off)
 		done, found, err = sess.install(o, v, installZero, p, p+1, nil, false)
+		landed, ok = sess.landedIn(candidates, off, before)
 	}
-	// Which candidate file received the page?
-	landed := oldFile
-	if f, ferr := sess.file(newFile); ferr == nil {
-		if ext, _ := f.DataExtents(off, core.PageSize); len(ext) > 0 {
-			landed = newFile
-		}
-	}
-	moved := err == nil && !done.Empty() && found.Empty() && !(populated && landed == src)
+	installed := err == nil && ok && !done.Empty() && found.Empty()
+	moved := installed && !(populated && landed == src)
 	if populated && !moved {
-		if landed != src || err != nil || !found.Empty() {
+		if !installed {
 			// Put the source copy back where it was.
 			if _, werr := srcFile.WriteAt(buf, off); werr != nil {
 				sess.srv.logger.Printf("put back %#x after a failed migration: %v (the data is lost)", addr, werr)
@@ -188,6 +192,32 @@ func (sess *session) installPending(o *block.Mover, v *view, p int, src core.Dev
 		letGo(false)
 	}
 	return landed, true, nil
+}
+
+// filesHolding returns which of the candidates' files hold the page at
+// offset off (bit i for candidates[i]).
+func (sess *session) filesHolding(candidates []core.Device, off int64) uint64 {
+	var held uint64
+	for i, c := range candidates {
+		if f, err := sess.file(c); err == nil && f != nil {
+			if ext, _ := f.DataExtents(off, core.PageSize); len(ext) > 0 {
+				held |= 1 << i
+			}
+		}
+	}
+	return held
+}
+
+// landedIn returns the candidate whose file holds the page at offset off
+// and did not before an install (before: filesHolding's answer then),
+// and false if none or several do: then nothing is known of where it
+// went.
+func (sess *session) landedIn(candidates []core.Device, off int64, before uint64) (core.Device, bool) {
+	gained := sess.filesHolding(candidates, off) &^ before
+	if gained == 0 || gained&(gained-1) != 0 {
+		return 0, false
+	}
+	return candidates[bits.TrailingZeros64(gained)], true
 }
 
 // failFault makes sure a thread of view v whose fault could not be

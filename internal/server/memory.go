@@ -61,8 +61,10 @@ func (sess *session) Protect(o *block.Mover, v block.View, first, outer int) err
 }
 
 // Unprotect lifts the write protection of the pages in v, which wakes
-// the writers it held; where that fails (the page left meanwhile, and
-// the writer's retry faults as missing), it wakes them.
+// the writers it held; where that fails, it wakes them: the page left
+// meanwhile (the retry faults as missing), or the process moves a mapping
+// into place (EAGAIN; the retry faults as a write again). Ignored, that
+// left a C kernel asleep for ever (TestCAdviceAndKernelsOnTwoDevices).
 func (sess *session) Unprotect(o *block.Mover, bv block.View, first, outer int) {
 	v := bv.(*view)
 	addr, span := o.PageAddr(first), uintptr(outer-first)*core.PageSize

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -21,10 +22,10 @@ import (
 // not depend on peer access.
 //
 // The table is per session, as CUDA's is per context, and outlives a
-// device's process: the next process maps what it says. It is not in the
-// session's journal yet: a server that takes a session over starts with
-// every peer access disabled, while the device processes keep what they
-// mapped, until the client changes it again.
+// device's process: the next process maps what it says. Each change is
+// in the session's journal: a server that takes the session over starts
+// with the table as it was (its device processes kept what they mapped,
+// and a new one maps what the table says).
 
 // peerTable says, for each device, the devices whose device memory its
 // processes map: bit p of access[d] is device d's access to device p.
@@ -90,6 +91,11 @@ func (sess *session) peerAccess(req wire.PeerAccessRequest) (bool, error) {
 	if was == req.Enable {
 		return was, nil
 	}
+	defer func() {
+		if sess.peers.enabled(d, peer) != was {
+			sess.record(guard.PeerRecord(wire.EncodePeerAccess(0, req)))
+		}
+	}()
 	if req.Enable {
 		// The table first: until the mappings are made the process has
 		// the ranges reserved, and takes no fault there to be decided

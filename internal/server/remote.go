@@ -94,18 +94,10 @@ func (sess *session) remapBlock(r *block.Range, bi int, l core.Device) error {
 			b.Unlock()
 			return nil
 		}
-		// The new mapping starts write-protected everywhere: a page with
-		// several copies must never be writable, and one may get a second
-		// copy while the remap is in flight, protected by then only in the
-		// old mapping. A page with one copy costs a write-protect fault on
-		// its first write, which lifts the protection.
-		var wp core.PageMask
-		wp.FillRange(0, outer-first)
 		b.SetMapping(l, first, outer, to, true)
 		b.Unlock()
 
-		err := v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
-			Addr: uint64(o.PageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to, Wp: wp}), wire.MsgDeviceMap)
+		err := v.mapRun(&o, first, outer, to)
 
 		b.Lock()
 		b.Settle(l, first, outer, err == nil)
@@ -128,6 +120,20 @@ func (sess *session) remapBlock(r *block.Range, bi int, l core.Device) error {
 		}
 	}
 	return nil
+}
+
+// mapRun asks device view v's process to map location to's file over
+// pages [first, outer) of the mover's block, and waits; v.reqMu is held.
+// The new mapping starts write-protected everywhere: a page with several
+// copies must never be writable, and one may get a second copy while the
+// remap is in flight, protected by then only in the old mapping. A page
+// with one copy costs a write-protect fault on its first write, which
+// lifts the protection.
+func (v *view) mapRun(o *block.Mover, first, outer int, to core.Device) error {
+	var wp core.PageMask
+	wp.FillRange(0, outer-first)
+	return v.requestLocked(wire.EncodeDeviceMap(v.seq.Add(1), wire.DeviceMapRequest{
+		Addr: uint64(o.PageAddr(first)), Length: uint64(outer-first) * core.PageSize, File: to, Wp: wp}), wire.MsgDeviceMap)
 }
 
 // remapRange brings every device view's mapping of [addr, addr+length)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,9 +20,10 @@ import (
 )
 
 // ReplaceDaemon makes this process the daemon serving path in place of
-// the one running there, and serves until a SIGINT or SIGTERM, as
-// ListenAndServe does. ready is called once it serves.
-func ReplaceDaemon(path string, ready func(*Server)) error {
+// the one running there, with its configuration (which adjust, if not
+// nil, may change: the metrics' address), and serves until a SIGINT or
+// SIGTERM, as ListenAndServe does. ready is called once it serves.
+func ReplaceDaemon(path string, adjust func(*config.ServerConfig), ready func(*Server)) error {
 	m, err := wire.ConnectMonitor(path)
 	if err != nil {
 		return err
@@ -46,7 +48,7 @@ func ReplaceDaemon(path string, ready func(*Server)) error {
 		local.Close()
 		return fmt.Errorf("the daemon at %s (pid %d) refused to retire: %w", path, old, err)
 	}
-	srv, paths, err := takeOver(local)
+	srv, paths, err := takeOver(local, adjust)
 	if err != nil {
 		return fmt.Errorf("take over from the daemon at %s (pid %d): %w", path, old, err)
 	}
@@ -60,9 +62,18 @@ func ReplaceDaemon(path string, ready func(*Server)) error {
 	return nil
 }
 
+// ServeMetrics serves the statistics of server s at addr in the
+// Prometheus text format for as long as the process runs, as `uvm serve
+// --metrics` does. This package does not include the endpoint: the
+// program that does (package cli) sets it, and a server that takes a
+// daemon over, or replaces it, serves the daemon's metrics
+// (ServerConfig.Metrics) with it.
+var ServeMetrics func(s *Server, addr string, anyAddress bool) error
+
 // takeOver reads a handover from the guard on link and serves what it
-// holds: the sessions, and the listeners (whose paths it returns).
-func takeOver(link *net.UnixConn) (*Server, []string, error) {
+// holds: the sessions, and the listeners (whose paths it returns). adjust,
+// if not nil, changes the configuration taken over.
+func takeOver(link *net.UnixConn, adjust func(*config.ServerConfig)) (*Server, []string, error) {
 	st := guard.NewState()
 	end, err := st.ReceiveHandover(link)
 	if err != nil {
@@ -73,6 +84,12 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 	if err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("the dead server's configuration: %w", err)
+	}
+	adjusted := false
+	if adjust != nil {
+		before := cfg.Marshal()
+		adjust(&cfg)
+		adjusted = cfg.Marshal() != before
 	}
 	var area *block.Staging
 	if st.Staging >= 0 {
@@ -86,7 +103,7 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 			return nil, nil, fmt.Errorf("staging file: %w", err)
 		}
 	}
-	g := &guardLink{conn: link, pid: end.GuardPID, done: make(chan struct{})}
+	g := guard.AdoptLink(link, end.GuardPID)
 	srv, err := newServer(cfg, serverStart{guard: g, staging: area, mode: st.Mode, attempts: st.Attempts})
 	if err != nil {
 		st.Close()
@@ -107,9 +124,21 @@ func takeOver(link *net.UnixConn) (*Server, []string, error) {
 		go srv.Serve(l)
 	}
 	st.Listeners = nil
-	g.send([]byte{guard.OpReady})
+	if adjusted {
+		srv.setMode(st.Mode) // the guard keeps the configuration as changed
+	}
+	g.Send([]byte{guard.OpReady})
 	srv.logger.Printf("took over from a server that ended %v ago (restart %d): %d sessions, %d pages adopted, %d put back from the staging file, %d whole-block moves settled",
 		time.Since(end.Died).Round(time.Millisecond), end.Restarts, srv.SessionCount(), srv.restart.adoptedPages.Load(), srv.restart.recoveredPages.Load(), srv.restart.settledMoves.Load())
+	if cfg.Metrics != "" {
+		err := errors.New("this program does not include them")
+		if ServeMetrics != nil {
+			err = ServeMetrics(srv, cfg.Metrics, cfg.MetricsAnyAddress)
+		}
+		if err != nil {
+			srv.logger.Printf("the daemon's metrics at %s are not served: %v", cfg.Metrics, err)
+		}
+	}
 	return srv, paths, nil
 }
 
@@ -141,19 +170,13 @@ func (s *Server) retire(successor int) error {
 	if s.guard == nil {
 		return fmt.Errorf("%w: this server runs without a guard, which a replacement needs", core.ErrNotSupported)
 	}
-	if s.mode != ModeDaemon {
+	if s.mode != guard.ModeDaemon {
 		return fmt.Errorf("%w: only a daemon (uvm serve) is replaced in place", core.ErrNotSupported)
 	}
 	go func() {
 		// After the reply has gone out.
 		time.Sleep(10 * time.Millisecond)
-		s.guard.mu.Lock()
-		s.guard.quitting = true
-		c := s.guard.conn
-		if c != nil {
-			wire.WriteMessage(c, []byte{guard.OpRetire}, []int{successor})
-		}
-		s.guard.mu.Unlock()
+		s.guard.Retire(successor)
 		syscall.Close(successor)
 		stopped := make(chan struct{})
 		go func() {

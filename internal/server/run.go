@@ -12,6 +12,7 @@ import (
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 )
 
@@ -84,7 +85,7 @@ func RunServeRole() int {
 	if err != nil {
 		return fail(err)
 	}
-	srv.setMode(ModeDaemon)
+	srv.setMode(guard.ModeDaemon)
 	for _, p := range paths {
 		if err := srv.Listen(p); err != nil {
 			srv.Close()

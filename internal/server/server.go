@@ -21,6 +21,7 @@ import (
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
 	"github.com/softuvm/softuvm/internal/engine"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/policy"
 	"github.com/softuvm/softuvm/trace"
@@ -67,12 +68,12 @@ type Server struct {
 	strayPresent atomic.Uint64
 	lostPages    atomic.Uint64
 
-	guard   *guardLink
+	guard   *guard.Link
 	staging *block.Staging // the buffers migrations carry pages in (staging.go)
 	// largeFolios is nil where location files take 2 MiB folios, else
 	// why they do not (devmem.CreateLargeFolioFile; migrate.go).
 	largeFolios error
-	mode        byte         // modePrivate or modeDaemon: what the guard restarts
+	mode        byte         // guard.ModePrivate or modeDaemon: what the guard restarts
 	restart     restartStats // this server's takeover, if it took over
 	// keptListeners are the listening sockets the guard holds too.
 	keptMu        sync.Mutex
@@ -105,13 +106,13 @@ type Server struct {
 // NewServer creates the arenas and starts the handler threads. It serves
 // nobody until Serve or ServeConn is called.
 func NewServer(cfg config.ServerConfig) (*Server, error) {
-	return newServer(cfg, serverStart{mode: modePrivate})
+	return newServer(cfg, serverStart{mode: guard.ModePrivate})
 }
 
 // serverStart is how a server begins: fresh, or taking over from one that
 // died (adopt.go), with the dead one's guard and staging area.
 type serverStart struct {
-	guard    *guardLink
+	guard    *guard.Link
 	staging  *block.Staging
 	mode     byte
 	attempts int
@@ -208,9 +209,9 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 	switch {
 	case start.guard != nil:
 		s.guard = start.guard
-		go s.watchGuard()
+		go s.guard.Watch(s.done, s.snapshot, s.logger.Printf) // a new guard, sent everything, if it dies
 	case cfg.Guard:
-		g, err := startGuard()
+		g, err := guard.Start()
 		if err != nil {
 			// Without a guard the server still works; only its death
 			// would be handled less well. Say so and go on.
@@ -218,9 +219,9 @@ func newServer(cfg config.ServerConfig, start serverStart) (*Server, error) {
 			break
 		}
 		s.guard = g
-		g.send(GuardConfigMsg(s.mode, cfg.RestartAttempts(), cfg.Marshal()))
-		g.send([]byte{GuardStaging}, s.staging.FD())
-		go s.watchGuard()
+		g.Send(guard.ConfigMsg(s.mode, cfg.RestartAttempts(), cfg.Marshal()))
+		g.Send([]byte{guard.OpStaging}, s.staging.FD())
+		go s.guard.Watch(s.done, s.snapshot, s.logger.Printf) // a new guard, sent everything, if it dies
 	}
 	return s, nil
 }
@@ -343,7 +344,7 @@ func (s *Server) Close() error {
 		if s.engines != nil {
 			s.engines.Stop() // every move has ended with its session
 		}
-		s.guard.quit()
+		s.guard.Quit()
 		s.staging.Close()
 		s.closeArenas()
 		s.closeTrace()

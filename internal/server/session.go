@@ -86,6 +86,10 @@ type session struct {
 	// guard, so that the guard's copy follows the same order.
 	journalMu sync.Mutex
 	journal   *journal
+	// profiler is the client's last profiler request the journal held,
+	// on a session taken over: what openSessionTrace records (nil: none,
+	// UVM_TRACE decides).
+	profiler *wire.TraceControlRequest
 	// lastSeq is the sequence number of the last request answered: a
 	// client that learns of a restart sends its pending request again,
 	// and when the new server had it already, the copy is dropped.
@@ -140,7 +144,7 @@ func (sess *session) record(rec []byte) {
 		sess.srv.logger.Printf("session %d journal: %v", sess.id, err)
 		return
 	}
-	sess.srv.guard.send(GuardRecordMsg(sess.id, rec))
+	sess.srv.guard.Send(guard.RecordMsg(sess.id, rec))
 }
 
 // client is the session's client view, nil for a monitor.
@@ -186,6 +190,9 @@ func (s *Server) handshake(c *net.UnixConn, peerPID int) (*session, error) {
 			return nil, err
 		}
 		sess.launch = ls.settle(sess.client().uffd.Features())
+		if sess.launch != nil {
+			sess.record(guard.ModelRecord(string(sess.launch.dirty)))
+		}
 	}
 	if hello.Role == wire.RoleClient {
 		s.track(sess.client())
@@ -251,7 +258,7 @@ func (sess *session) adopt(uffdFD, hostFD int, features uffd.Feature) error {
 	}
 	sess.host = host
 	sess.views[core.CPU.Slot()].Store(&view{sess: sess, loc: core.CPU, pid: sess.pid, uffd: u})
-	sess.srv.guard.send(GuardSessionMsg(sess.id, sess.pid, uint64(granted)), wire.RawFD(sess.conn), u.Fd(), host.Fd())
+	sess.srv.guard.Send(guard.SessionMsg(sess.id, sess.pid, uint64(granted)), wire.RawFD(sess.conn), u.Fd(), host.Fd())
 	return nil
 }
 
@@ -351,7 +358,11 @@ func (sess *session) dispatch(h wire.Header, req any) ([]byte, []int, error) {
 	case struct{}: // info
 		return wire.EncodeStringReply(h, sess.srv.infoJSON()), nil, nil
 	case wire.StreamAttachRequest:
-		return wire.EncodeEmptyReply(h), nil, sess.streamAttach(r)
+		err := sess.streamAttach(r)
+		if err == nil {
+			sess.record(guard.AttachRecord(wire.EncodeStreamAttach(0, r)))
+		}
+		return wire.EncodeEmptyReply(h), nil, err
 	case wire.LaunchBeginRequest:
 		if sess.tracing() {
 			sess.emit(&trace.Event{Kind: trace.KindLaunch, Processor: r.Device, Stream: uint64(r.Stream), Name: r.Kernel})
@@ -599,7 +610,7 @@ func (sess *session) deviceFile(d int) (*devmem.File, error) {
 		return nil, fmt.Errorf("%w: device %d file: %v", core.ErrMemoryAllocation, d, err)
 	}
 	sess.devFiles[d] = f
-	sess.srv.guard.send(GuardLocMsg(GuardFile, sess.id, core.Device(d)), f.Fd())
+	sess.srv.guard.Send(guard.LocMsg(guard.OpFile, sess.id, core.Device(d)), f.Fd())
 	return f, nil
 }
 
@@ -651,7 +662,7 @@ func (s *Server) endSession(sess *session) {
 	sess.devFiles = nil
 	sess.filesMu.Unlock()
 	if sess.role == wire.RoleClient {
-		s.guard.send(GuardIDMsg(GuardEnd, sess.id))
+		s.guard.Send(guard.IDMsg(guard.OpEnd, sess.id))
 		// Before the session leaves the list: a closing server waits
 		// for the list to empty, then closes its trace.
 		sess.endDeviceTraces()

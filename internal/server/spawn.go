@@ -11,6 +11,7 @@ import (
 
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 )
 
 // ListenAndServe runs a daemon on the socket at path until a SIGINT or
@@ -26,7 +27,7 @@ func ListenAndServe(cfg config.ServerConfig, path string, ready func(*Server)) e
 		return err
 	}
 	defer os.Remove(path)
-	srv.setMode(ModeDaemon)
+	srv.setMode(guard.ModeDaemon)
 	srv.KeepListener(l, path)
 	srv.handleReplaceSignal([]string{path})
 	sigs := make(chan os.Signal, 1)

@@ -10,6 +10,7 @@ import (
 	"github.com/softuvm/softuvm/internal/block"
 	"github.com/softuvm/softuvm/internal/config"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/procinfo"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/trace"
@@ -103,6 +104,14 @@ func clientTracePath(pid int) (string, error) {
 // logged, not fatal: the client runs untraced.
 func (sess *session) openSessionTrace(takeover bool) {
 	path, err := clientTracePath(sess.pid)
+	if p := sess.profiler; takeover && p != nil {
+		// The profiler's last word wins over UVM_TRACE: it recorded to
+		// p.Path, or it stopped.
+		path = ""
+		if p.Op == wire.TraceStart {
+			path = p.Path
+		}
+	}
 	if err == nil && path != "" {
 		if takeover {
 			path = fmt.Sprintf("%s.pid%d", path, os.Getpid())
@@ -150,9 +159,15 @@ func (sess *session) startSessionTrace(path string) error {
 // session's start; a stop completes the file. The kernels a device
 // process runs are in the trace when the process started while it was
 // recording (its report socket is given at its hello).
+//
+// Each start and stop is in the session's journal (the start with the
+// file it records to): a server that takes the session over records to
+// FILE.pidN while the profiler ran, and nothing after a stop, whatever
+// UVM_TRACE says (openSessionTrace).
 func (sess *session) traceControl(r wire.TraceControlRequest) error {
 	if r.Op == wire.TraceStop {
 		if rec := sess.tracer.Swap(nil); rec != nil {
+			sess.record(guard.ProfileRecord(wire.EncodeTraceControl(0, r)))
 			if err := rec.Close(); err != nil {
 				return fmt.Errorf("%w: stop recording pid %d's events: %v", core.ErrInternal, sess.pid, err)
 			}
@@ -162,9 +177,11 @@ func (sess *session) traceControl(r wire.TraceControlRequest) error {
 	if sess.tracer.Load() != nil {
 		return nil
 	}
-	if err := sess.startSessionTrace(trace.SessionFile(r.Path, sess.pid)); err != nil {
+	path := trace.SessionFile(r.Path, sess.pid)
+	if err := sess.startSessionTrace(path); err != nil {
 		return fmt.Errorf("%w: record pid %d's events to %s: %v", core.ErrInvalidValue, sess.pid, r.Path, err)
 	}
+	sess.record(guard.ProfileRecord(wire.EncodeTraceControl(0, wire.TraceControlRequest{Op: wire.TraceStart, Path: path})))
 	sess.emit(&trace.Event{Kind: trace.KindSession, PID: int32(sess.pid), Name: sess.command()})
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/softuvm/softuvm/devmem"
 	"github.com/softuvm/softuvm/internal/core"
+	"github.com/softuvm/softuvm/internal/guard"
 	"github.com/softuvm/softuvm/internal/wire"
 	"github.com/softuvm/softuvm/uffd"
 )
@@ -45,6 +46,19 @@ type view struct {
 	reqMu   sync.Mutex
 	replies chan []byte
 	seq     atomic.Uint32
+	// awaited is the number of the request in flight, 0 for none: the
+	// reader delivers only its reply. Another is a reply to a request
+	// nobody waits for any more: one of a server that died (it waits in
+	// the connection the guard kept), or one given up on. Delivered, it
+	// would take the one place in replies, and the reply awaited, read
+	// right after it, would be dropped: the request then timed out after
+	// deviceRequestTimeout and the device process was hung up on (soak,
+	// 2026-12-07: a takeover stalled for 10 s, then the client's next
+	// synchronize failed with its device process "exited with status 1").
+	awaited atomic.Uint32
+	// report is the server's end of the process's report socket, nil if
+	// it reports nothing (devicetrace.go); the guard keeps a copy.
+	report *deviceTrace
 	// connDone is closed when the device process's connection ends, so
 	// that a request in flight fails at once instead of at its timeout
 	// (detach waits for it).
@@ -119,7 +133,7 @@ func (sess *session) detachOnce(v *view) {
 	v.gone = true
 	v.use.Unlock()
 	if v.loc != core.CPU {
-		sess.srv.guard.send(GuardLocMsg(GuardViewGone, sess.id, v.loc))
+		sess.srv.guard.Send(guard.LocMsg(guard.OpViewGone, sess.id, v.loc))
 	}
 	sess.srv.untrack(v)
 	v.uffd.Close()
@@ -138,16 +152,29 @@ func (sess *session) deviceConnect(d core.Device) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("%w: %v", core.ErrInternal, err)
 	}
-	go sess.serveDevice(core.Device(d), local)
+	go sess.serveDevice(core.Device(d), local, nil)
 	fd, err := wire.DupCloexec(remote)
 	remote.Close()
 	return fd, err
 }
 
+// guardFDs are the descriptors of a device view the guard keeps: its
+// connection, its userfaultfd, and its report socket if it has one.
+func (v *view) guardFDs() []int {
+	fds := []int{wire.RawFD(v.conn), v.uffd.Fd()}
+	if v.report != nil {
+		if fd := wire.RawFD(v.report.conn); fd >= 0 { // -1: the process closed it, and it was let go
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
 // serveDevice runs the server's side of a device process's connection.
-func (sess *session) serveDevice(l core.Device, c *net.UnixConn) {
+// report is the server's end of its report socket, nil if none.
+func (sess *session) serveDevice(l core.Device, c *net.UnixConn, report *deviceTrace) {
 	srv := sess.srv
-	v, err := sess.attachDevice(l, c)
+	v, err := sess.attachDevice(l, c, report)
 	if err != nil {
 		if !errors.Is(err, wire.ErrPeerGone) {
 			srv.logger.Printf("pid %d device %d: %v", sess.pid, l, err)
@@ -168,14 +195,26 @@ func (sess *session) readDeviceReplies(v *view) {
 		if err != nil {
 			break
 		}
-		select {
-		case v.replies <- append([]byte(nil), b...):
-		default:
-			sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", sess.pid, v.loc)
-		}
+		v.deliver(b)
 	}
 	close(v.connDone)
 	sess.detach(v)
+}
+
+// deliver passes a message of the device process to the request in
+// flight. A reply to a request nobody waits for is dropped. It reports
+// whether the message was delivered.
+func (v *view) deliver(b []byte) bool {
+	if h, _, err := wire.ParseHeader(b); err == nil && h.Seq != v.awaited.Load() {
+		return false
+	}
+	select {
+	case v.replies <- append([]byte(nil), b...):
+		return true
+	default:
+		v.sess.srv.logger.Printf("pid %d device %d: unexpected message from the device process", v.sess.pid, v.loc)
+		return false
+	}
 }
 
 // staleViewWait bounds how long a device process's hello waits for the
@@ -206,7 +245,7 @@ func (sess *session) awaitExitedView(l core.Device, wait time.Duration) {
 	}
 }
 
-func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error) {
+func (sess *session) attachDevice(l core.Device, c *net.UnixConn, report *deviceTrace) (*view, error) {
 	srv := sess.srv
 	buf := make([]byte, wire.MaxMessageSize)
 	b, fds, err := wire.ReadMessage(c, buf)
@@ -246,7 +285,7 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 		fds = append(fds, f.Fd())
 	}
 	v := &view{sess: sess, loc: l, pid: int(dh.Pid), uffd: u, conn: c, replies: make(chan []byte, 1), connDone: make(chan struct{}),
-		minorOwn: sess.deviceMinor(l, u)}
+		minorOwn: sess.deviceMinor(l, u), report: report}
 
 	sess.awaitExitedView(l, staleViewWait)
 
@@ -300,7 +339,7 @@ func (sess *session) attachDevice(l core.Device, c *net.UnixConn) (*view, error)
 		wire.WriteMessage(c, wire.EncodeError(h, err), nil)
 		return nil, err
 	}
-	srv.guard.send(GuardViewMsg(sess.id, l, v.pid), wire.RawFD(c), u.Fd())
+	srv.guard.Send(guard.ViewMsg(sess.id, l, v.pid), v.guardFDs()...)
 	srv.track(v)
 	// The view takes no request (a remote mapping of advice or a
 	// prefetch, hints) before the device has read the answer to its
@@ -416,6 +455,8 @@ var errDeviceGone = errors.New("device process gone")
 // requestLocked is request with v.reqMu held.
 func (v *view) requestLocked(b []byte, typ wire.MsgType) error {
 	h, _, _ := wire.ParseHeader(b)
+	v.awaited.Store(h.Seq) // before the request: its reply cannot come sooner
+	defer v.awaited.Store(0)
 	if err := wire.WriteMessage(v.conn, b, nil); err != nil {
 		return fmt.Errorf("%w: device %d process (pid %d): %w (%v)", core.ErrInternal, v.loc, v.pid, errDeviceGone, err)
 	}

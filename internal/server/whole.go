@@ -232,9 +232,8 @@ func (sess *session) Rebuild(o *block.Mover, l core.Device, first, outer int, ho
 		writable := others
 		writable.AndNot(&stayProtected)
 		for _, hv := range holders {
-			v := hv.(*view)
 			for p, q := writable.NextRun(0); p >= 0; p, q = writable.NextRun(q) {
-				_ = v.uffd.WriteProtect(o.PageAddr(p), uintptr(q-p)*core.PageSize, false, false)
+				sess.Unprotect(o, hv, p, q) // a writer held must wake, whatever fails
 			}
 		}
 	}()
