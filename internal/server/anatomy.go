@@ -14,7 +14,8 @@ import (
 type anatomy struct {
 	every uint64
 
-	// Halves of sampled faults waiting for the other; guarded by mu.
+	// Halves of sampled faults waiting for the other, and the recording
+	// of a joined one; guarded by mu.
 	mu        sync.Mutex
 	pending   map[anatomyKey]anatomySample
 	resumed   map[anatomyKey]time.Duration
@@ -116,8 +117,10 @@ func (a *anatomy) complete(tid int, entry, resumed time.Duration) {
 // join matches the two halves of a sampled fault, the server's (s) and
 // the eBPF program's (resumed), which arrive in either order: the thread
 // may run, and be reported, before the handler is done with the fault.
+// Recorded under mu: a snapshot sees all of a sample or none of it.
 func (a *anatomy) join(k anatomyKey, s *anatomySample, resumed time.Duration) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if s != nil {
 		if r, ok := a.resumed[k]; ok {
 			delete(a.resumed, k)
@@ -135,7 +138,6 @@ func (a *anatomy) join(k anatomyKey, s *anatomySample, resumed time.Duration) {
 			a.resumedAt[k] = time.Now()
 		}
 	}
-	a.mu.Unlock()
 	if s == nil || resumed == 0 {
 		return
 	}
@@ -172,6 +174,8 @@ func (a *anatomy) expire(age time.Duration) {
 }
 
 func (a *anatomy) snapshot() *core.FaultAnatomy {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	return &core.FaultAnatomy{SampleEvery: int(a.every), Samples: a.samples.Load(),
 		ToServer: a.toServer.Snapshot(), Sampling: a.sampling.Snapshot(), Decision: a.decision.Snapshot(), Ioctl: a.ioctl.Snapshot(),
 		Wake: a.wake.Snapshot(), Total: a.overall.Snapshot()}

@@ -17,9 +17,6 @@ import (
 // RunGuard is the guard process's main function.
 var RunGuard = guard.Run
 
-// journal is a session's journal (guard.Journal).
-type journal = guard.Journal
-
 // snapshot is the server's state as the guard keeps it, with duplicated
 // descriptors (close it after use).
 func (s *Server) snapshot() *guard.State {

@@ -85,7 +85,7 @@ type session struct {
 	// (journal.go); journalMu guards it and orders what goes to the
 	// guard, so that the guard's copy follows the same order.
 	journalMu sync.Mutex
-	journal   *journal
+	journal   *guard.Journal
 	// profiler is the client's last profiler request the journal held,
 	// on a session taken over: what openSessionTrace records (nil: none,
 	// UVM_TRACE decides).

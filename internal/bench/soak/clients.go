@@ -177,16 +177,19 @@ func (s *soak) checkHangs() {
 	}
 	s.mu.Unlock()
 	for _, p := range hung {
-		s.hang(p.name, p.cmd.Process.Pid, p.kind == "go", fmt.Sprintf("client %s made no progress for %v", p.name, s.o.HangAfter), p.logPath)
+		s.hang(p.name, p.cmd.Process.Pid, p.kind == "go", fmt.Sprintf("client %s made no progress for %v", p.name, s.o.HangAfter), p.logPath, s.sock, s.daemonLg)
 	}
 }
 
 // hang reports a hung process with the state of each thread of it and
-// of its descendants, then kills it (a Go program first dumps its
-// goroutines into its log, on SIGQUIT).
-func (s *soak) hang(client string, pid int, goDump bool, what, logPath string) {
+// of its descendants, and of the server serving it, whose socket is sock
+// (the daemon's, or a uvm run's monitor socket) and whose log is
+// serverLog; then kills it (a Go program first dumps its goroutines into
+// its log, on SIGQUIT).
+func (s *soak) hang(client string, pid int, goDump bool, what, logPath, sock, serverLog string) {
 	state := processStates(pid)
 	below := descendants(pid)
+	server := s.serverState(sock, serverLog) // before the kill, which may end it
 	if goDump {
 		syscall.Kill(pid, syscall.SIGQUIT)
 		time.Sleep(2 * time.Second)
@@ -198,23 +201,70 @@ func (s *soak) hang(client string, pid int, goDump bool, what, logPath string) {
 	if logPath != "" {
 		msg += "\nits log ends:\n" + lastBytesOf(readFile(logPath), 8192)
 	}
-	// What the daemon's server was doing: its goroutines, which SIGQUIT
-	// makes it write to its log as it dies (the guard starts another).
-	if in, err := s.daemonInfo(5 * time.Second); err == nil && alive(in.PID) {
-		var sessions []string
-		for _, si := range in.Sessions {
-			d := ""
-			for _, pf := range si.Devices {
-				d += fmt.Sprintf(" %v:%d", pf.Processor, pf.PID)
-			}
-			sessions = append(sessions, fmt.Sprintf("%s %d (devices%s)", si.Role, si.PID, d))
-		}
-		msg += fmt.Sprintf("\nthe daemon's server (pid %d) has the sessions: %s; its threads: %s", in.PID, strings.Join(sessions, ", "), processStates(in.PID))
-		s.quit.Store(true)
-		syscall.Kill(in.PID, syscall.SIGQUIT)
-		msg += fmt.Sprintf("(it was sent SIGQUIT: its goroutines are in %s)", s.daemonLg)
+	s.fail(soakFailure{Kind: "hang", Client: client, Message: msg + server + "\nthe server's log ends:\n" + lastBytesOf(readFile(serverLog), 4096)})
+}
+
+// serverState describes the server listening at sock: its sessions, its
+// threads, and what waits on its userfaultfds (faults not read yet, and
+// faults read and not answered: one of those is a fault the server
+// lost). Then it sends it SIGQUIT, so that it writes its goroutines to
+// serverLog as it dies (its guard starts another).
+func (s *soak) serverState(sock, serverLog string) string {
+	in, err := s.monitorInfo(sock, 5*time.Second)
+	if err != nil || !alive(in.PID) {
+		return fmt.Sprintf("\nno server answered at %s (%v)", sock, err)
 	}
-	s.fail(soakFailure{Kind: "hang", Client: client, Message: msg + "\nthe daemon's log ends:\n" + lastBytesOf(readFile(s.daemonLg), 4096)})
+	var sessions []string
+	for _, si := range in.Sessions {
+		d := ""
+		for _, pf := range si.Devices {
+			d += fmt.Sprintf(" %v:%d", pf.Processor, pf.PID)
+		}
+		sessions = append(sessions, fmt.Sprintf("%s %d (devices%s)", si.Role, si.PID, d))
+	}
+	msg := fmt.Sprintf("\nits server (pid %d) has the sessions: %s; its threads: %s; its userfaultfds: %s; the kernel stacks of its threads not waiting for work:\n%s",
+		in.PID, strings.Join(sessions, ", "), processStates(in.PID), userfaultfds(in.PID), busyStacks(in.PID))
+	if sock == s.sock {
+		s.quit.Store(true)
+	}
+	syscall.Kill(in.PID, syscall.SIGQUIT)
+	return msg + fmt.Sprintf("(it was sent SIGQUIT: its goroutines are in %s)", serverLog)
+}
+
+// busyStacks gives the kernel stack (/proc/PID/task/TID/stack, root
+// only) of each thread of pid that is not waiting for work (in a futex,
+// epoll, a read of a userfaultfd, a sleep).
+func busyStacks(pid int) string {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	var b strings.Builder
+	for _, task := range tasks {
+		switch strings.TrimSpace(readFile(task + "/wchan")) {
+		case "futex_do_wait", "do_epoll_wait", "userfaultfd_read_iter", "hrtimer_nanosleep", "do_wait":
+			continue
+		}
+		fmt.Fprintf(&b, "thread %s:\n%s", filepath.Base(task), readFile(task+"/stack"))
+	}
+	return b.String()
+}
+
+// userfaultfds says, for each userfaultfd process pid holds, how many
+// faults wait unread and how many were read and not answered (the
+// kernel's fdinfo: pending, and total less pending).
+func userfaultfds(pid int) string {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	var out []string
+	for _, fd := range fds {
+		if l, _ := os.Readlink(fd); l != "anon_inode:[userfaultfd]" {
+			continue
+		}
+		var pending, total int
+		for _, line := range strings.Split(readFile(strings.Replace(fd, "/fd/", "/fdinfo/", 1)), "\n") {
+			fmt.Sscanf(line, "pending: %d", &pending)
+			fmt.Sscanf(line, "total: %d", &total)
+		}
+		out = append(out, fmt.Sprintf("fd %s: %d unread, %d read and not answered", filepath.Base(fd), pending, total-pending))
+	}
+	return strings.Join(out, "; ")
 }
 
 // processStates describes each thread of pid and its descendants: its
@@ -316,7 +366,7 @@ func (s *soak) stopClients() {
 			p.reported = true
 			s.mu.Unlock()
 			if !reported {
-				s.hang(p.name, p.cmd.Process.Pid, p.kind == "go", fmt.Sprintf("client %s did not finish within %v of being told to stop", p.name, s.o.HangAfter), p.logPath)
+				s.hang(p.name, p.cmd.Process.Pid, p.kind == "go", fmt.Sprintf("client %s did not finish within %v of being told to stop", p.name, s.o.HangAfter), p.logPath, s.sock, s.daemonLg)
 			}
 			<-p.exited
 		}
